@@ -1,0 +1,45 @@
+#ifndef LOOM_KERNELS_KERNEL_H_
+#define LOOM_KERNELS_KERNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/plan.pb.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+// What a kernel is built from, once, before any actor starts: the op's configuration and the
+// shapes it will see. A factory rejects what it cannot compute (wrong rank, bad attribute) here,
+// so that a bad plan fails before it runs.
+struct KernelInit {
+  // The task's name, for error messages.
+  std::string task_name;
+  const plan::KernelConf* conf = nullptr;
+  std::vector<plan::TensorDesc> inputs;
+  std::vector<plan::TensorDesc> outputs;
+};
+
+// One act of a kernel: the local slices of its inputs and outputs for one piece.
+struct KernelContext {
+  absl::Span<const TensorView> inputs;
+  absl::Span<const TensorView> outputs;
+  // The index of the piece being computed (sources derive their data from it).
+  int64_t piece = 0;
+};
+
+// Computes one op on one device type for its local slice. Built once per task; Compute runs on the
+// task's stream thread only, so a kernel may keep scratch state without locks.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual absl::Status Compute(const KernelContext& context) = 0;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_KERNELS_KERNEL_H_

@@ -1,0 +1,43 @@
+#include "runtime/device_name.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+std::string DeviceTypeName(plan::DeviceType type) {
+  switch (type) {
+    case plan::CPU:
+      return "cpu";
+    case plan::CUDA:
+      return "cuda";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string DeviceName(const plan::Device& device) {
+  return absl::StrCat("node", device.node(), "/", DeviceTypeName(device.type()), ":",
+                      device.index());
+}
+
+std::string StreamName(const plan::Stream& stream) {
+  const char* kind = "compute";
+  switch (stream.kind()) {
+    case plan::STREAM_COPY_IN:
+      kind = "copy_in";
+      break;
+    case plan::STREAM_COPY_OUT:
+      kind = "copy_out";
+      break;
+    case plan::STREAM_COMMUNICATION:
+      kind = "communication";
+      break;
+    default:
+      break;
+  }
+  std::string name = absl::StrCat(DeviceName(stream.device()), "/", kind);
+  if (stream.index() != 0) absl::StrAppend(&name, ".", stream.index());
+  return name;
+}
+
+}  // namespace loom
