@@ -1,0 +1,81 @@
+#include "actors/micro_batch_actors.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+absl::Status UnpackActor::DoAct() {
+  const int32_t factor = task().factor();
+  int64_t piece = InputPiece(0) * factor + next_part_;
+  set_current_piece(piece);
+  TensorView in = InputView(0);
+  TensorView out = OutputView(0);
+  int64_t part_bytes = out.ByteSize();
+  std::memcpy(out.data, static_cast<const char*>(in.data) + next_part_ * part_bytes,
+              static_cast<size_t>(part_bytes));
+  ProduceOutput(0, piece);
+  if (++next_part_ == factor) {
+    next_part_ = 0;
+    ConsumeInput(0);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RepeatActor::DoAct() {
+  const int32_t factor = task().factor();
+  int64_t piece = InputPiece(0) * factor + emitted_;
+  set_current_piece(piece);
+  TensorView in = InputView(0);
+  std::memcpy(OutputView(0).data, in.data, static_cast<size_t>(in.ByteSize()));
+  ProduceOutput(0, piece);
+  if (++emitted_ == factor) {
+    emitted_ = 0;
+    ConsumeInput(0);
+  }
+  return absl::OkStatus();
+}
+
+AccumulateActor::~AccumulateActor() {
+  if (sum_ != nullptr) init().memory->Free(sum_);
+}
+
+absl::Status AccumulateActor::Initialize() {
+  const Register* input = init().inputs[0];
+  absl::StatusOr<void*> buffer = init().memory->Allocate(
+      input->slot_bytes(), absl::StrCat("accumulator of '", name(), "'"));
+  if (!buffer.ok()) return buffer.status();
+  sum_ = static_cast<float*>(*buffer);
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateActor::DoAct() {
+  const int32_t factor = task().factor();
+  set_current_piece(InputPiece(0));
+  TensorView in = InputView(0);
+  const float* values = in.Data<float>();
+  const int64_t count = in.NumElements();
+  if (accumulated_ == 0) {
+    std::memcpy(sum_, values, static_cast<size_t>(count) * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < count; ++i) sum_[i] += values[i];
+  }
+  int64_t group = InputPiece(0) / factor;
+  ConsumeInput(0);
+  if (++accumulated_ == factor) {
+    accumulated_ = 0;
+    std::memcpy(OutputView(0).data, sum_, static_cast<size_t>(count) * sizeof(float));
+    ProduceOutput(0, group);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateActor::OnExhausted() {
+  if (accumulated_ == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("its input ended after ", accumulated_, " of the ", task().factor(),
+                   " pieces of a group: the number of pieces is not a multiple of the factor"));
+}
+
+}  // namespace loom

@@ -1,0 +1,44 @@
+#include "actors/sink_actor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/job_runtime.h"
+
+namespace loom {
+
+SinkActor::~SinkActor() {
+  if (charged_bytes_ > 0) init().memory->Release(charged_bytes_, "sink '" + name() + "'");
+}
+
+absl::Status SinkActor::DoAct() {
+  set_current_piece(InputPiece(0));
+  pieces_.resize(num_inputs());
+  for (int i = 0; i < num_inputs(); ++i) {
+    TensorView view = InputView(i);
+    int64_t bytes = view.ByteSize();
+    if (absl::Status status = init().memory->Charge(bytes, "sink '" + name() + "'"); !status.ok()) {
+      return status;
+    }
+    charged_bytes_ += bytes;
+    HostTensor tensor;
+    tensor.data_type = view.data_type;
+    tensor.shape = view.shape;
+    tensor.bytes.resize(bytes);
+    std::memcpy(tensor.bytes.data(), view.data, bytes);
+    pieces_[i].push_back(std::move(tensor));
+  }
+  for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(
+    const JobRuntime& job, const std::string& sink_name) {
+  const auto* sink = dynamic_cast<const SinkActor*>(job.FindActor(sink_name));
+  if (sink == nullptr) {
+    return absl::NotFoundError(absl::StrCat("the job has no sink task named '", sink_name, "'"));
+  }
+  return &sink->pieces();
+}
+
+}  // namespace loom

@@ -1,0 +1,39 @@
+#ifndef LOOM_ACTORS_SINK_ACTOR_H_
+#define LOOM_ACTORS_SINK_ACTOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/actor.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+class JobRuntime;
+
+// Keeps a host copy of every piece of every input, for the job to fetch. The copies are charged
+// to the sink's device memory budget.
+class SinkActor final : public Actor {
+ public:
+  using Actor::Actor;
+  ~SinkActor() override;
+
+  // pieces()[input][k]: the k-th piece received on that input.
+  const std::vector<std::vector<HostTensor>>& pieces() const { return pieces_; }
+
+ protected:
+  absl::Status DoAct() override;
+
+ private:
+  std::vector<std::vector<HostTensor>> pieces_;
+  int64_t charged_bytes_ = 0;
+};
+
+// The pieces a job's sink task kept, by input; NOT_FOUND when there is no such sink.
+absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(
+    const JobRuntime& job, const std::string& sink_name);
+
+}  // namespace loom
+
+#endif  // LOOM_ACTORS_SINK_ACTOR_H_

@@ -1,0 +1,223 @@
+#include "runtime/actor.h"
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "runtime/device_name.h"
+
+namespace loom {
+
+Actor::Actor(const ActorInit& init) : init_(init), task_(init.task), id_(init.id) {
+  for (const Register* reg : init.inputs) inputs_.push_back(Input{reg, {}, false});
+  for (const Register* reg : init.outputs) {
+    Output output{reg, {}, std::vector<int32_t>(reg->num_slots(), 0)};
+    for (int32_t slot = 0; slot < reg->num_slots(); ++slot) output.free_slots.push_back(slot);
+    outputs_.push_back(std::move(output));
+  }
+  summary_.name = task_->name();
+  summary_.task_index = id_.task_index();
+  summary_.kind = task_->kind();
+  summary_.stream = StreamName(task_->stream());
+}
+
+const std::string& Actor::TaskName(ActorId id) const {
+  return (*init_.task_names)[id.task_index()];
+}
+
+void Actor::Send(MessageType type, ActorId destination, const Register& reg, int32_t slot,
+                 int64_t piece) {
+  ActorMessage message;
+  message.type = type;
+  message.slot = slot;
+  message.register_index = reg.index();
+  message.piece = piece;
+  message.source = id_;
+  message.destination = destination;
+  sender_->Send(message);
+}
+
+void Actor::HandleMessage(const ActorMessage& message) {
+  switch (message.type) {
+    case MessageType::kReady: {
+      // A task may read one register as several inputs; its producer then sends one READY per
+      // input, and each goes to the matching input that has the fewest.
+      Input* target = nullptr;
+      for (Input& input : inputs_) {
+        if (input.reg->index() != message.register_index) continue;
+        if (target == nullptr || input.ready.size() < target->ready.size()) target = &input;
+      }
+      if (target == nullptr) break;
+      if (exhausted_) {
+        // Nothing will read it any more: hand it straight back.
+        Send(MessageType::kFree, message.source, *target->reg, message.slot, message.piece);
+      } else {
+        target->ready.push_back(ReadySlot{message.slot, message.piece});
+      }
+      return;
+    }
+    case MessageType::kFree:
+      for (Output& output : outputs_) {
+        if (output.reg->index() != message.register_index) continue;
+        CHECK_GT(output.readers_remaining[message.slot], 0)
+            << name() << ": FREE for a slot with no readers, register " << output.reg->name();
+        if (--output.readers_remaining[message.slot] == 0) {
+          output.free_slots.push_back(message.slot);
+        }
+        return;
+      }
+      break;
+    case MessageType::kEndOfData:
+      for (Input& input : inputs_) {
+        if (input.reg->index() != message.register_index || input.ended) continue;
+        input.ended = true;
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  LOG(FATAL) << name() << ": message for unknown register index " << message.register_index;
+}
+
+absl::Status Actor::Advance() {
+  if (finished_) return absl::OkStatus();
+  absl::Status status;
+  if (!exhausted_ && IsExhausted()) {
+    exhausted_ = true;
+    status = OnExhausted();
+    for (Input& input : inputs_) {
+      for (const ReadySlot& ready : input.ready) {
+        Send(MessageType::kFree, input.reg->producer(), *input.reg, ready.slot, ready.piece);
+      }
+      input.ready.clear();
+    }
+    for (Output& output : outputs_) {
+      for (ActorId consumer : output.reg->consumers()) {
+        Send(MessageType::kEndOfData, consumer, *output.reg, 0, act_count());
+      }
+    }
+  }
+  if (exhausted_) {
+    bool done = true;
+    for (const Input& input : inputs_) done = done && input.ended;
+    for (const Output& output : outputs_) {
+      done = done && static_cast<int>(output.free_slots.size()) == output.reg->num_slots();
+    }
+    finished_ = done;
+  }
+  return status;
+}
+
+bool Actor::CanAct() const {
+  for (const Input& input : inputs_) {
+    if (input.ready.empty()) return false;
+  }
+  for (const Output& output : outputs_) {
+    if (output.free_slots.empty()) return false;
+  }
+  return true;
+}
+
+bool Actor::IsExhausted() const {
+  for (const Input& input : inputs_) {
+    if (input.ended && input.ready.empty()) return true;
+  }
+  return false;
+}
+
+absl::Status Actor::Act() {
+  current_piece_ = act_count();
+  absl::Status status = DoAct();
+  ++summary_.acts;
+  return status;
+}
+
+TensorView Actor::InputView(int input) const {
+  return inputs_[input].reg->SlotView(inputs_[input].ready.front().slot);
+}
+
+void Actor::ConsumeInput(int input) {
+  Input& in = inputs_[input];
+  ReadySlot ready = in.ready.front();
+  in.ready.pop_front();
+  Send(MessageType::kFree, in.reg->producer(), *in.reg, ready.slot, ready.piece);
+}
+
+TensorView Actor::OutputView(int output) const {
+  return outputs_[output].reg->SlotView(outputs_[output].free_slots.front());
+}
+
+void Actor::ProduceOutput(int output, int64_t piece) {
+  Output& out = outputs_[output];
+  int32_t slot = out.free_slots.front();
+  out.free_slots.pop_front();
+  const std::vector<ActorId>& consumers = out.reg->consumers();
+  if (consumers.empty()) {
+    out.free_slots.push_back(slot);
+    return;
+  }
+  out.readers_remaining[slot] = static_cast<int32_t>(consumers.size());
+  for (ActorId consumer : consumers) Send(MessageType::kReady, consumer, *out.reg, slot, piece);
+}
+
+Actor::State Actor::CurrentState() const {
+  if (finished_) return State::kFinished;
+  if (!exhausted_ && CanAct()) return State::kWaitingForThread;
+  for (const Input& input : inputs_) {
+    if (input.ready.empty() && !input.ended) return State::kWaitingForInput;
+  }
+  if (exhausted_) return State::kWaitingForInput;  // draining: waits for END_OF_DATA or slots
+  return State::kWaitingForOutput;
+}
+
+void Actor::AccountTime(int64_t now_nanoseconds) {
+  if (accounted_since_ >= 0) {
+    int64_t elapsed = now_nanoseconds - accounted_since_;
+    switch (accounted_state_) {
+      case State::kWaitingForInput:
+        summary_.blocked_on_input_nanoseconds += elapsed;
+        break;
+      case State::kWaitingForOutput:
+        summary_.blocked_on_output_nanoseconds += elapsed;
+        break;
+      case State::kWaitingForThread:
+        summary_.waiting_for_thread_nanoseconds += elapsed;
+        break;
+      case State::kFinished:
+        break;
+    }
+  }
+  accounted_since_ = now_nanoseconds;
+  accounted_state_ = CurrentState();
+}
+
+void Actor::AccountBusy(int64_t start_nanoseconds, int64_t end_nanoseconds) {
+  AccountTime(start_nanoseconds);
+  summary_.busy_nanoseconds += end_nanoseconds - start_nanoseconds;
+  accounted_since_ = end_nanoseconds;
+  accounted_state_ = CurrentState();
+}
+
+std::string Actor::DescribeWait() const {
+  std::string lines;
+  for (const Input& input : inputs_) {
+    if (!input.ready.empty() || input.ended) continue;
+    absl::StrAppend(&lines, "  '", name(), "' waits for input register '", input.reg->name(),
+                    "' from '", TaskName(input.reg->producer()), "' (no READY slot)\n");
+  }
+  for (const Output& output : outputs_) {
+    if (!output.free_slots.empty()) continue;
+    std::string holders;
+    for (ActorId consumer : output.reg->consumers()) {
+      absl::StrAppend(&holders, holders.empty() ? "" : ", ", "'", TaskName(consumer), "'");
+    }
+    absl::StrAppend(&lines, "  '", name(), "' waits for a free slot of output register '",
+                    output.reg->name(), "' (all ", output.reg->num_slots(),
+                    " slots held by readers ", holders, ")\n");
+  }
+  if (lines.empty()) {
+    absl::StrAppend(&lines, "  '", name(), "' is ", exhausted_ ? "draining" : "able to act", "\n");
+  }
+  return lines;
+}
+
+}  // namespace loom

@@ -1,0 +1,165 @@
+#ifndef LOOM_RUNTIME_ACTOR_H_
+#define LOOM_RUNTIME_ACTOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/plan.pb.h"
+#include "runtime/actor_id.h"
+#include "runtime/device_memory.h"
+#include "runtime/event_record.h"
+#include "runtime/message.h"
+#include "runtime/register.h"
+#include "runtime/stream_context.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+class KernelRegistry;
+
+// Where an actor's messages go: its stream thread, which routes them.
+class MessageSender {
+ public:
+  virtual ~MessageSender() = default;
+  virtual void Send(const ActorMessage& message) = 0;
+};
+
+// Everything an actor is built from.
+struct ActorInit {
+  const plan::Task* task = nullptr;
+  ActorId id;
+  // In the task's input and output order.
+  std::vector<const Register*> inputs;
+  std::vector<const Register*> outputs;
+  plan::DeviceType device_type = plan::CPU;
+  StreamContext* stream = nullptr;
+  DeviceMemory* memory = nullptr;
+  const KernelRegistry* kernels = nullptr;
+  // Task names by task index, for messages that name other actors.
+  const std::vector<std::string>* task_names = nullptr;
+};
+
+// The base of every actor kind. It implements the act rule of DESIGN.md §3: an actor acts when
+// every input has a READY slot and every output a free slot (kinds may refine CanAct). After an
+// act it sends READY to every consumer of what it produced and FREE to the producers of what it
+// consumed; a produced slot is free again once every reader returned it.
+//
+// Termination: END_OF_DATA flows from the sources. An actor that can never act again (by default:
+// an input has ended and holds no READY slot) is exhausted: it returns every input slot it holds,
+// sends END_OF_DATA to its consumers, and is finished once all its inputs ended and all its slots
+// came back.
+//
+// An actor is touched only by its stream thread: no locks.
+class Actor {
+ public:
+  explicit Actor(const ActorInit& init);
+  virtual ~Actor() = default;
+
+  Actor(const Actor&) = delete;
+  Actor& operator=(const Actor&) = delete;
+
+  // Called once, before the job starts (kernels are built here). An error rejects the plan.
+  virtual absl::Status Initialize() { return absl::OkStatus(); }
+
+  void set_sender(MessageSender* sender) { sender_ = sender; }
+
+  // Applies a READY, FREE or END_OF_DATA message.
+  void HandleMessage(const ActorMessage& message);
+  // Checks for exhaustion and completion; call after HandleMessage and Act.
+  absl::Status Advance();
+
+  bool CanActNow() const { return !exhausted_ && CanAct(); }
+  // Performs one act. On error the job fails with it.
+  absl::Status Act();
+
+  // Accounts the time since the last call to the state the actor was in.
+  void AccountTime(int64_t now_nanoseconds);
+  void AccountBusy(int64_t start_nanoseconds, int64_t end_nanoseconds);
+
+  bool finished() const { return finished_; }
+  ActorId id() const { return id_; }
+  const std::string& name() const { return task_->name(); }
+  const plan::Task& task() const { return *task_; }
+  int32_t priority() const { return task_->priority(); }
+  // The piece of the last act (or of the act that failed).
+  int64_t current_piece() const { return current_piece_; }
+  const ActorSummary& summary() const { return summary_; }
+  ActorSummary& mutable_summary() { return summary_; }
+
+  // One line per thing this actor waits for, for stall reports.
+  std::string DescribeWait() const;
+
+ protected:
+  struct ReadySlot {
+    int32_t slot;
+    int64_t piece;
+  };
+
+  // Whether the actor can act, given it is not exhausted. Default: every input has a READY slot
+  // and every output a free slot.
+  virtual bool CanAct() const;
+  virtual absl::Status DoAct() = 0;
+  // Whether the actor can never act again. Default: some input has ended and holds no READY slot.
+  virtual bool IsExhausted() const;
+  // Called once when the actor becomes exhausted; an error fails the job (e.g. a partial group).
+  virtual absl::Status OnExhausted() { return absl::OkStatus(); }
+
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  bool InputReady(int input) const { return !inputs_[input].ready.empty(); }
+  bool InputEnded(int input) const { return inputs_[input].ended; }
+  int64_t InputPiece(int input) const { return inputs_[input].ready.front().piece; }
+  TensorView InputView(int input) const;
+  // Returns the front READY slot of an input to its producer.
+  void ConsumeInput(int input);
+
+  bool OutputFree(int output) const { return !outputs_[output].free_slots.empty(); }
+  TensorView OutputView(int output) const;
+  // Publishes the front free slot of an output as `piece` to every consumer.
+  void ProduceOutput(int output, int64_t piece);
+
+  void set_current_piece(int64_t piece) { current_piece_ = piece; }
+  int64_t act_count() const { return summary_.acts; }
+
+  const ActorInit& init() const { return init_; }
+  const std::string& TaskName(ActorId id) const;
+
+ private:
+  enum class State { kWaitingForInput, kWaitingForOutput, kWaitingForThread, kFinished };
+
+  struct Input {
+    const Register* reg;
+    std::deque<ReadySlot> ready;
+    bool ended = false;
+  };
+  struct Output {
+    const Register* reg;
+    std::deque<int32_t> free_slots;
+    std::vector<int32_t> readers_remaining;  // by slot
+  };
+
+  State CurrentState() const;
+  void Send(MessageType type, ActorId destination, const Register& reg, int32_t slot,
+            int64_t piece);
+
+  ActorInit init_;
+  const plan::Task* task_;
+  ActorId id_;
+  MessageSender* sender_ = nullptr;
+  std::vector<Input> inputs_;
+  std::vector<Output> outputs_;
+  bool exhausted_ = false;
+  bool finished_ = false;
+  int64_t current_piece_ = 0;
+
+  ActorSummary summary_;
+  State accounted_state_ = State::kWaitingForInput;
+  int64_t accounted_since_ = -1;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_ACTOR_H_

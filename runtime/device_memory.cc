@@ -1,0 +1,122 @@
+#include "runtime/device_memory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+
+namespace loom {
+
+std::string FormatBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+DeviceMemory::DeviceMemory(std::string device_name, int64_t budget_bytes)
+    : device_name_(std::move(device_name)), budget_bytes_(budget_bytes) {}
+
+DeviceMemory::~DeviceMemory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!allocations_.empty()) {
+    LOG(ERROR) << device_name_ << ": " << allocations_.size()
+               << " allocations were not freed before the device memory was destroyed";
+    for (auto& [pointer, allocation] : allocations_) std::free(pointer);
+  }
+}
+
+absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device_name_, ": negative allocation of ", bytes, " bytes for ", owner));
+  }
+  if (budget_bytes_ > 0 && used_bytes_ + bytes > budget_bytes_) {
+    // Name the largest holders, so the user sees what to shrink.
+    std::vector<std::pair<int64_t, std::string>> holders;
+    for (const auto& [pointer, allocation] : allocations_) holders.push_back(allocation);
+    for (const auto& [name, charged] : charges_) holders.emplace_back(charged, name);
+    std::sort(holders.begin(), holders.end(), std::greater<>());
+    std::string largest;
+    for (size_t i = 0; i < holders.size() && i < 3; ++i) {
+      absl::StrAppend(&largest, i == 0 ? "" : ", ", holders[i].second, " (",
+                      FormatBytes(holders[i].first), ")");
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", device_name_, ": memory budget of ", FormatBytes(budget_bytes_),
+        " exceeded while allocating ", FormatBytes(bytes), " for ", owner, " (",
+        FormatBytes(used_bytes_), " already in use",
+        largest.empty() ? "" : absl::StrCat("; largest: ", largest),
+        "). Raise the device's memory budget or use fewer or smaller register slots."));
+  }
+  used_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, used_bytes_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> DeviceMemory::Allocate(int64_t bytes, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = Reserve(bytes, owner); !status.ok()) return status;
+  constexpr size_t kAlignment = 64;
+  size_t rounded = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlignment - 1) /
+                   kAlignment * kAlignment;
+  void* pointer = std::aligned_alloc(kAlignment, rounded);
+  if (pointer == nullptr) {
+    used_bytes_ -= bytes;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", device_name_, ": the host is out of memory allocating ", FormatBytes(bytes),
+        " for ", owner));
+  }
+  std::memset(pointer, 0, rounded);
+  allocations_.emplace(pointer, std::make_pair(bytes, owner));
+  return pointer;
+}
+
+void DeviceMemory::Free(void* pointer) {
+  if (pointer == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto iterator = allocations_.find(pointer);
+  CHECK(iterator != allocations_.end()) << device_name_ << ": freeing unknown pointer";
+  used_bytes_ -= iterator->second.first;
+  allocations_.erase(iterator);
+  std::free(pointer);
+}
+
+absl::Status DeviceMemory::Charge(int64_t bytes, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status status = Reserve(bytes, owner); !status.ok()) return status;
+  charges_[owner] += bytes;
+  return absl::OkStatus();
+}
+
+void DeviceMemory::Release(int64_t bytes, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  used_bytes_ -= bytes;
+  auto iterator = charges_.find(owner);
+  if (iterator != charges_.end()) {
+    iterator->second -= bytes;
+    if (iterator->second <= 0) charges_.erase(iterator);
+  }
+}
+
+int64_t DeviceMemory::used_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return used_bytes_;
+}
+
+int64_t DeviceMemory::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_bytes_;
+}
+
+}  // namespace loom

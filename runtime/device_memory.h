@@ -1,0 +1,57 @@
+#ifndef LOOM_RUNTIME_DEVICE_MEMORY_H_
+#define LOOM_RUNTIME_DEVICE_MEMORY_H_
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace loom {
+
+// "1.5 MiB".
+std::string FormatBytes(int64_t bytes);
+
+// The memory of one CPU device: an allocator that accounts for every byte against a budget.
+// Exceeding the budget is a RESOURCE_EXHAUSTED error naming the device, the request and the largest
+// holders, never a crash. Thread-safe.
+class DeviceMemory {
+ public:
+  // budget_bytes == 0 means no limit.
+  DeviceMemory(std::string device_name, int64_t budget_bytes);
+  ~DeviceMemory();
+
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // 64-byte aligned, zero-filled memory. `owner` says what it is for ("register 'x' slot 1").
+  absl::StatusOr<void*> Allocate(int64_t bytes, const std::string& owner);
+  void Free(void* pointer);
+
+  // Accounts for memory held elsewhere (for example host copies a sink keeps for the job).
+  absl::Status Charge(int64_t bytes, const std::string& owner);
+  void Release(int64_t bytes, const std::string& owner);
+
+  const std::string& device_name() const { return device_name_; }
+  int64_t budget_bytes() const { return budget_bytes_; }
+  int64_t used_bytes() const;
+  int64_t peak_bytes() const;
+
+ private:
+  absl::Status Reserve(int64_t bytes, const std::string& owner);  // requires mutex_
+
+  const std::string device_name_;
+  const int64_t budget_bytes_;
+  mutable std::mutex mutex_;
+  int64_t used_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+  // Live allocations: pointer -> (bytes, owner).
+  absl::flat_hash_map<void*, std::pair<int64_t, std::string>> allocations_;
+  // Charges by owner.
+  absl::flat_hash_map<std::string, int64_t> charges_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_DEVICE_MEMORY_H_

@@ -1,0 +1,263 @@
+#include "runtime/job_runtime.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "runtime/device_name.h"
+#include "runtime/plan_validation.h"
+
+namespace loom {
+namespace {
+
+bool SameDevice(const plan::Device& a, const plan::Device& b) {
+  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
+}
+
+}  // namespace
+
+JobRuntime::JobRuntime(const plan::Plan& plan, JobOptions options)
+    : plan_(plan), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<JobRuntime>> JobRuntime::Create(const plan::Plan& plan,
+                                                               const KernelRegistry* kernels,
+                                                               ActorFactory actor_factory,
+                                                               JobOptions options) {
+  if (absl::Status status = ValidatePlan(plan); !status.ok()) return status;
+  std::unique_ptr<JobRuntime> job(new JobRuntime(plan, std::move(options)));
+  if (absl::Status status = job->Build(kernels, actor_factory); !status.ok()) return status;
+  return job;
+}
+
+absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory& actor_factory) {
+  // Devices and their memory.
+  for (const plan::DeviceDesc& desc : plan_.devices()) {
+    memories_.push_back(
+        std::make_unique<DeviceMemory>(DeviceName(desc.device()), desc.memory_budget_bytes()));
+  }
+  auto memory_of = [&](const plan::Device& device) -> DeviceMemory* {
+    for (int i = 0; i < plan_.devices_size(); ++i) {
+      if (SameDevice(plan_.devices(i).device(), device)) return memories_[i].get();
+    }
+    return nullptr;  // ValidatePlan rules this out.
+  };
+
+  // Task indices, names and actor ids.
+  absl::flat_hash_map<std::string, int> task_position;
+  std::vector<ActorId> actor_ids(plan_.tasks_size());
+  uint32_t max_index = 0;
+  for (int i = 0; i < plan_.tasks_size(); ++i) {
+    task_position[plan_.tasks(i).name()] = i;
+    actor_ids[i] = ActorId::Make(plan_.tasks(i).stream(), TaskIndex(plan_, i));
+    max_index = std::max(max_index, actor_ids[i].task_index());
+  }
+  task_names_.assign(max_index + 1, "");
+  for (int i = 0; i < plan_.tasks_size(); ++i) {
+    task_names_[actor_ids[i].task_index()] = plan_.tasks(i).name();
+  }
+
+  // Registers live on their producer's device.
+  absl::flat_hash_map<std::string, int> register_position;
+  std::vector<int> producer_of(plan_.registers_size(), -1);
+  for (int r = 0; r < plan_.registers_size(); ++r) {
+    register_position[plan_.registers(r).name()] = r;
+  }
+  for (int i = 0; i < plan_.tasks_size(); ++i) {
+    for (const std::string& name : plan_.tasks(i).outputs()) {
+      producer_of[register_position[name]] = i;
+    }
+  }
+  for (int r = 0; r < plan_.registers_size(); ++r) {
+    const plan::Task& producer = plan_.tasks(producer_of[r]);
+    absl::StatusOr<std::unique_ptr<Register>> reg = Register::Create(
+        plan_.registers(r), static_cast<uint32_t>(r), memory_of(producer.stream().device()));
+    if (!reg.ok()) return reg.status();
+    (*reg)->set_producer(actor_ids[producer_of[r]]);
+    registers_.push_back(std::move(*reg));
+  }
+  for (int i = 0; i < plan_.tasks_size(); ++i) {
+    for (const std::string& name : plan_.tasks(i).inputs()) {
+      registers_[register_position[name]]->add_consumer(actor_ids[i]);
+    }
+  }
+
+  // One thread per stream.
+  absl::flat_hash_map<uint64_t, StreamThread*> thread_of_stream;
+  thread_of_task_.assign(max_index + 1, nullptr);
+  StreamThread::Options thread_options{options_.spin_before_park, options_.record_events};
+  for (int i = 0; i < plan_.tasks_size(); ++i) {
+    const plan::Task& task = plan_.tasks(i);
+    uint64_t key = actor_ids[i].stream_key();
+    StreamThread*& thread = thread_of_stream[key];
+    if (thread == nullptr) {
+      std::unique_ptr<StreamContext> context;
+      if (options_.stream_context_factory) {
+        context = options_.stream_context_factory(task.stream());
+      } else if (task.stream().device().type() == plan::CPU) {
+        context = std::make_unique<SynchronousStreamContext>();
+      }
+      if (context == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("task '", task.name(), "': no stream context for ",
+                         StreamName(task.stream()), " (is this device type supported here?)"));
+      }
+      threads_.push_back(std::make_unique<StreamThread>(StreamName(task.stream()),
+                                                        std::move(context), this, thread_options));
+      thread = threads_.back().get();
+    }
+    thread_of_task_[actor_ids[i].task_index()] = thread;
+
+    ActorInit init;
+    init.task = &plan_.tasks(i);
+    init.id = actor_ids[i];
+    for (const std::string& name : task.inputs()) {
+      init.inputs.push_back(registers_[register_position[name]].get());
+    }
+    for (const std::string& name : task.outputs()) {
+      init.outputs.push_back(registers_[register_position[name]].get());
+    }
+    init.device_type = task.stream().device().type();
+    init.stream = thread->context();
+    init.memory = memory_of(task.stream().device());
+    init.kernels = kernels;
+    init.task_names = &task_names_;
+    absl::StatusOr<std::unique_ptr<Actor>> actor = actor_factory(init);
+    if (!actor.ok()) return actor.status();
+    if (absl::Status status = (*actor)->Initialize(); !status.ok()) return status;
+    thread->AddActor(actor->get());
+    actors_.push_back(std::move(*actor));
+  }
+  VLOG(1) << "job '" << plan_.job_name() << "': " << actors_.size() << " actors on "
+          << threads_.size() << " stream threads, " << registers_.size() << " registers";
+  return absl::OkStatus();
+}
+
+JobRuntime::~JobRuntime() {
+  if (started_ && !waited_) {
+    Abort(absl::CancelledError("the job runtime was destroyed while running"));
+    for (auto& thread : threads_) thread->Join();
+  }
+  // Threads first (they reference actors), then actors, then registers (they free memory).
+  threads_.clear();
+  actors_.clear();
+  registers_.clear();
+}
+
+int64_t JobRuntime::NowNanoseconds() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              start_time_)
+      .count();
+}
+
+absl::Status JobRuntime::Start() {
+  if (started_) return absl::FailedPreconditionError("the job was already started");
+  started_ = true;
+  start_time_ = std::chrono::steady_clock::now();
+  for (auto& thread : threads_) thread->Start();
+  return absl::OkStatus();
+}
+
+void JobRuntime::Fail(absl::Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!status_.ok()) return;
+    status_ = std::move(status);
+    failed_.store(true, std::memory_order_release);
+  }
+  LOG(WARNING) << "job '" << plan_.job_name() << "' failed: " << status_;
+  ActorMessage abort;
+  abort.type = MessageType::kAbort;
+  for (auto& thread : threads_) thread->Deliver(abort);
+  changed_.notify_all();
+}
+
+void JobRuntime::Abort(absl::Status reason) {
+  if (reason.ok()) reason = absl::CancelledError("the job was aborted");
+  Fail(std::move(reason));
+}
+
+std::string JobRuntime::DiagnoseStall() {
+  std::string report;
+  for (auto& thread : threads_) absl::StrAppend(&report, thread->Diagnose(absl::Seconds(1)));
+  return report;
+}
+
+absl::Status JobRuntime::Wait() {
+  if (!started_) return absl::FailedPreconditionError("the job was not started");
+  if (waited_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+  // Watch for a stall while the threads run: no act or message anywhere, and nothing running.
+  int64_t last_progress = -1;
+  auto last_change = std::chrono::steady_clock::now();
+  const auto stall_timeout = absl::ToChronoNanoseconds(options_.stall_timeout);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (exited_threads_ == threads_.size()) break;
+      changed_.wait_for(lock, std::chrono::milliseconds(20));
+      if (exited_threads_ == threads_.size()) break;
+    }
+    int64_t progress = 0;
+    bool busy = false;
+    for (auto& thread : threads_) {
+      progress += thread->progress();
+      busy = busy || thread->busy();
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (progress != last_progress || busy) {
+      last_progress = progress;
+      last_change = now;
+    } else if (!failed_.load(std::memory_order_acquire) && now - last_change > stall_timeout) {
+      std::string report = DiagnoseStall();
+      Fail(absl::DeadlineExceededError(absl::StrCat(
+          "job '", plan_.job_name(), "' stalled: no actor could act for ",
+          absl::FormatDuration(options_.stall_timeout), " and the job is not done.\n", report)));
+    }
+  }
+  for (auto& thread : threads_) thread->Join();
+  waited_ = true;
+  for (auto& thread : threads_) {
+    std::vector<ActEvent> events = thread->TakeEvents();
+    events_.insert(events_.end(), events.begin(), events.end());
+  }
+  std::sort(events_.begin(), events_.end(), [](const ActEvent& a, const ActEvent& b) {
+    return a.start_nanoseconds < b.start_nanoseconds;
+  });
+  makespan_nanoseconds_ = 0;
+  for (const ActEvent& event : events_) {
+    makespan_nanoseconds_ = std::max(makespan_nanoseconds_, event.end_nanoseconds);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+void JobRuntime::ThreadExited() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++exited_threads_;
+  }
+  changed_.notify_all();
+}
+
+absl::Status JobRuntime::Run() {
+  if (absl::Status status = Start(); !status.ok()) return status;
+  return Wait();
+}
+
+std::vector<ActorSummary> JobRuntime::Summaries() const {
+  std::vector<ActorSummary> summaries;
+  for (const auto& actor : actors_) summaries.push_back(actor->summary());
+  return summaries;
+}
+
+const Actor* JobRuntime::FindActor(const std::string& task_name) const {
+  for (const auto& actor : actors_) {
+    if (actor->name() == task_name) return actor.get();
+  }
+  return nullptr;
+}
+
+}  // namespace loom

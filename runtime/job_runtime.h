@@ -1,0 +1,105 @@
+#ifndef LOOM_RUNTIME_JOB_RUNTIME_H_
+#define LOOM_RUNTIME_JOB_RUNTIME_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
+#include "runtime/actor.h"
+#include "runtime/device_memory.h"
+#include "runtime/event_record.h"
+#include "runtime/job_options.h"
+#include "runtime/register.h"
+#include "runtime/stream_thread.h"
+
+namespace loom {
+
+class KernelRegistry;
+
+// Builds the actor of a task (see actors/actor_factory.h for the standard kinds).
+using ActorFactory = std::function<absl::StatusOr<std::unique_ptr<Actor>>(const ActorInit&)>;
+
+// Runs one node's plan: builds registers, actors and stream threads, starts them, waits until
+// every actor has finished (END_OF_DATA reached everything) or the job failed, and keeps what
+// happened (per-act events and per-actor summaries).
+//
+//   auto job = JobRuntime::Create(plan, &kernels, MakeActorFactory(), options);
+//   absl::Status status = (*job)->Run();
+//
+// Every failure ends the job with one error that names its cause: a kernel error names the actor
+// and the piece; a stall names what each actor waits for; Abort names its reason.
+class JobRuntime final : public JobControl {
+ public:
+  // Validates the plan and builds everything; an invalid plan, an unknown kernel or a plan over a
+  // device's memory budget fails here, before any actor starts.
+  static absl::StatusOr<std::unique_ptr<JobRuntime>> Create(const plan::Plan& plan,
+                                                            const KernelRegistry* kernels,
+                                                            ActorFactory actor_factory,
+                                                            JobOptions options = {});
+  ~JobRuntime() override;
+
+  absl::Status Start();
+  // Blocks until the job ends; returns its status. Detects stalls.
+  absl::Status Wait();
+  absl::Status Run();
+  // Ends the job with `reason` (for example a cancellation). Safe from any thread.
+  void Abort(absl::Status reason);
+
+  // After Wait: every act, ordered by start time.
+  const std::vector<ActEvent>& events() const { return events_; }
+  // After Wait: one summary per actor, in plan order.
+  std::vector<ActorSummary> Summaries() const;
+  // After Wait: from Start to the end of the last actor.
+  int64_t makespan_nanoseconds() const { return makespan_nanoseconds_; }
+
+  const plan::Plan& plan() const { return plan_; }
+  // nullptr when no task has this name.
+  const Actor* FindActor(const std::string& task_name) const;
+  const std::vector<std::string>& task_names() const { return task_names_; }
+  // Memory per device, in the plan's device order.
+  const std::vector<std::unique_ptr<DeviceMemory>>& device_memories() const { return memories_; }
+
+  // JobControl.
+  void Fail(absl::Status status) override;
+  StreamThread* ThreadOf(ActorId id) const override { return thread_of_task_[id.task_index()]; }
+  int64_t NowNanoseconds() const override;
+  void ThreadExited() override;
+
+ private:
+  JobRuntime(const plan::Plan& plan, JobOptions options);
+  absl::Status Build(const KernelRegistry* kernels, const ActorFactory& actor_factory);
+  std::string DiagnoseStall();
+
+  plan::Plan plan_;
+  JobOptions options_;
+  std::vector<std::unique_ptr<DeviceMemory>> memories_;
+  std::vector<std::unique_ptr<Register>> registers_;
+  std::vector<std::unique_ptr<Actor>> actors_;  // plan order
+  std::vector<std::unique_ptr<StreamThread>> threads_;
+  std::vector<StreamThread*> thread_of_task_;  // by task index
+  std::vector<std::string> task_names_;        // by task index
+
+  std::chrono::steady_clock::time_point start_time_;
+  bool started_ = false;
+  bool waited_ = false;
+  std::vector<ActEvent> events_;
+  int64_t makespan_nanoseconds_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  absl::Status status_;        // guarded by mutex_: the first failure
+  size_t exited_threads_ = 0;  // guarded by mutex_
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_JOB_RUNTIME_H_

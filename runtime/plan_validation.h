@@ -1,0 +1,20 @@
+#ifndef LOOM_RUNTIME_PLAN_VALIDATION_H_
+#define LOOM_RUNTIME_PLAN_VALIDATION_H_
+
+#include "absl/status/status.h"
+#include "proto/plan.pb.h"
+
+namespace loom {
+
+// Checks a plan before any actor is built: unique names, declared devices and registers, one
+// producer per register (no dangling register), at least one slot per register, the arity and
+// shapes each task kind needs, and no cycle (a cycle of tasks can never act). Every error is
+// INVALID_ARGUMENT and names the task or register at fault.
+absl::Status ValidatePlan(const plan::Plan& plan);
+
+// The task index of a task: its `index` field when set, else its position in the plan.
+uint32_t TaskIndex(const plan::Plan& plan, int position);
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_PLAN_VALIDATION_H_

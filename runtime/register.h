@@ -1,0 +1,58 @@
+#ifndef LOOM_RUNTIME_REGISTER_H_
+#define LOOM_RUNTIME_REGISTER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
+#include "runtime/actor_id.h"
+#include "runtime/device_memory.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+// A register's description and its slot buffers. Immutable once built: the producer and the
+// consumers read it from their own threads; who may touch which slot is decided by messages.
+class Register {
+ public:
+  // Allocates `desc.num_slots()` buffers from `memory` (the producer's device).
+  static absl::StatusOr<std::unique_ptr<Register>> Create(const plan::RegisterDesc& desc,
+                                                          uint32_t index, DeviceMemory* memory);
+  ~Register();
+
+  Register(const Register&) = delete;
+  Register& operator=(const Register&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint32_t index() const { return index_; }
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  const Shape& shape() const { return shape_; }
+  plan::DataType data_type() const { return data_type_; }
+  int64_t slot_bytes() const { return slot_bytes_; }
+
+  TensorView SlotView(int slot) const { return TensorView{slots_[slot], data_type_, shape_}; }
+
+  ActorId producer() const { return producer_; }
+  const std::vector<ActorId>& consumers() const { return consumers_; }
+  void set_producer(ActorId producer) { producer_ = producer; }
+  void add_consumer(ActorId consumer) { consumers_.push_back(consumer); }
+
+ private:
+  Register() = default;
+
+  std::string name_;
+  uint32_t index_ = 0;
+  Shape shape_;
+  plan::DataType data_type_ = plan::DATA_TYPE_UNSPECIFIED;
+  int64_t slot_bytes_ = 0;
+  std::vector<void*> slots_;
+  DeviceMemory* memory_ = nullptr;
+  ActorId producer_;
+  std::vector<ActorId> consumers_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_REGISTER_H_

@@ -1,0 +1,39 @@
+#ifndef LOOM_RUNTIME_STREAM_CONTEXT_H_
+#define LOOM_RUNTIME_STREAM_CONTEXT_H_
+
+#include <memory>
+
+#include "proto/plan.pb.h"
+
+namespace loom {
+
+// Marks the point in an asynchronous stream after the work enqueued so far (a CUDA event).
+class CompletionEvent {
+ public:
+  virtual ~CompletionEvent() = default;
+  // Polled by the stream's thread; true once all work enqueued before the event has finished.
+  virtual bool IsComplete() = 0;
+};
+
+// What the runtime knows of a device stream. CPU streams are synchronous: a kernel is done when
+// it returns, and every consumer may be told at once. An asynchronous stream (CUDA) only enqueues:
+// consumers on the same stream may be told at once (stream order protects the data), consumers on
+// other streams or nodes only after a completion event recorded after the act has completed.
+class StreamContext {
+ public:
+  virtual ~StreamContext() = default;
+  virtual bool is_asynchronous() const = 0;
+  // Records an event after the work enqueued so far. Only called on asynchronous streams.
+  virtual std::unique_ptr<CompletionEvent> RecordCompletion() = 0;
+};
+
+// The context of a CPU stream.
+class SynchronousStreamContext final : public StreamContext {
+ public:
+  bool is_asynchronous() const override { return false; }
+  std::unique_ptr<CompletionEvent> RecordCompletion() override { return nullptr; }
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_STREAM_CONTEXT_H_

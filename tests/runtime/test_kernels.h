@@ -1,0 +1,17 @@
+#ifndef LOOM_TESTS_RUNTIME_TEST_KERNELS_H_
+#define LOOM_TESTS_RUNTIME_TEST_KERNELS_H_
+
+#include "kernels/kernel_registry.h"
+
+namespace loom::testing {
+
+// Kernels for runtime tests, on CPU, float32:
+//  "test_piece": fills its outputs with the piece index.
+//  "test_sum_plus_one": output = sum of inputs + 1.
+//  "test_fail": copies like test_sum_plus_one, but fails on piece `fail_piece`.
+//  "test_spin": busy-waits `microseconds`, then output = sum of inputs (no inputs: piece index).
+void RegisterTestKernels(KernelRegistry* registry);
+
+}  // namespace loom::testing
+
+#endif  // LOOM_TESTS_RUNTIME_TEST_KERNELS_H_
