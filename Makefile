@@ -1,0 +1,58 @@
+# Loom's entry points. Every target that builds installs missing Debian packages first
+# (scripts/install-deps is idempotent and fast when everything is present).
+#
+#   make demo                 the main job
+#   make test                 the whole suite (ctest)
+#   make test-tsan            the runtime's tests under ThreadSanitizer
+#   make test-asan            the runtime's tests under AddressSanitizer + UBSan
+#   make bench BENCH=<name>   one benchmark (make bench: all of them)
+#   make build                binaries under build/bin/
+#   make format               clang-format every source file
+
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+BENCH ?=
+# Sanitizer builds compile only the runtime, actors, kernels and their tests.
+SANITIZER_TARGETS = loom_runtime_test loom_kernels_test
+
+.PHONY: deps configure build test test-tsan test-asan demo bench format clean
+
+deps:
+	@scripts/install-deps
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_RUNTIME_ONLY=ON
+	cmake --build build-tsan -j $(JOBS) --target $(SANITIZER_TARGETS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure --timeout 900 -L 'runtime|kernels'
+
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_RUNTIME_ONLY=ON
+	cmake --build build-asan -j $(JOBS) --target $(SANITIZER_TARGETS)
+	cd build-asan && ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+	  ctest --output-on-failure --timeout 900 -L 'runtime|kernels'
+
+demo: build
+	scripts/demo $(BUILD_DIR)
+
+bench: build
+	scripts/bench $(BUILD_DIR) $(BENCH)
+
+format:
+	find proto runtime actors kernels compiler daemon client tests bench examples \
+	  \( -name '*.h' -o -name '*.cc' \) -print0 | xargs -0 clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR) build-tsan build-asan

@@ -1,0 +1,17 @@
+#ifndef LOOM_KERNELS_CPU_BIAS_ADD_KERNEL_H_
+#define LOOM_KERNELS_CPU_BIAS_ADD_KERNEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// "bias_add": float32 inputs x [..., n] (rank >= 1) and bias [n]; the output has x's shape and
+// is x + bias along the last axis.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBiasAddKernel(const KernelInit& init);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_BIAS_ADD_KERNEL_H_

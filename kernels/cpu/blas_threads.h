@@ -1,0 +1,15 @@
+#ifndef LOOM_KERNELS_CPU_BLAS_THREADS_H_
+#define LOOM_KERNELS_CPU_BLAS_THREADS_H_
+
+namespace loom {
+
+// Sets how many threads OpenBLAS uses for each GEMM (process-wide). Tools call it once at start,
+// for example with 1 when every stream thread runs its own kernels. Values below 1 mean 1.
+void SetBlasThreads(int threads);
+
+// The number of threads OpenBLAS currently uses.
+int BlasThreads();
+
+}  // namespace loom
+
+#endif  // LOOM_KERNELS_CPU_BLAS_THREADS_H_

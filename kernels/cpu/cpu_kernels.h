@@ -1,0 +1,17 @@
+#ifndef LOOM_KERNELS_CPU_CPU_KERNELS_H_
+#define LOOM_KERNELS_CPU_CPU_KERNELS_H_
+
+#include "absl/status/status.h"
+#include "kernels/kernel_registry.h"
+
+namespace loom {
+
+// Registers every CPU kernel in `registry` under (op type, plan::CPU): "matmul", "add",
+// "subtract", "multiply", "divide", "bias_add", "relu", "gelu", "tanh", "softmax", "scale", "fill",
+// "random", "identity" and "sleep". Fails with ALREADY_EXISTS at the first op type that is already
+// registered for CPU (the ones before it stay registered).
+absl::Status RegisterCpuKernels(KernelRegistry* registry);
+
+}  // namespace loom
+
+#endif  // LOOM_KERNELS_CPU_CPU_KERNELS_H_

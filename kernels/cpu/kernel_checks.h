@@ -1,0 +1,63 @@
+#ifndef LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
+#define LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/kernel.h"
+#include "proto/plan.pb.h"
+#include "runtime/tensor.h"
+
+namespace loom::cpu {
+
+// Checks shared by the CPU kernel factories. Every message starts with the op type ("matmul: ...");
+// the registry adds the task.
+
+// `status` with its message prefixed by "op_type: " (for errors from Attributes); OK stays OK.
+absl::Status WithOpType(absl::string_view op_type, const absl::Status& status);
+
+// "float32[2, 3]".
+std::string DescribeTensor(const plan::TensorDesc& desc);
+
+// The number of inputs and outputs, and that no declared shape has a negative dimension.
+absl::Status CheckArity(absl::string_view op_type, const KernelInit& init, int num_inputs,
+                        int num_outputs);
+
+// Every declared shape has non-negative dimensions.
+absl::Status CheckNoNegativeDimensions(absl::string_view op_type, const KernelInit& init);
+
+// `tensor_name` is how the message refers to the tensor, for example "input 'a'".
+absl::Status CheckDataType(absl::string_view op_type, absl::string_view tensor_name,
+                           const plan::TensorDesc& desc, plan::DataType expected);
+
+// Every input and output is float32.
+absl::Status CheckAllFloat32(absl::string_view op_type, const KernelInit& init);
+
+// `actual` has the shape `expected`; the message names both tensors.
+absl::Status CheckSameShape(absl::string_view op_type, absl::string_view expected_name,
+                            const Shape& expected, absl::string_view actual_name,
+                            const Shape& actual);
+
+// The tensors a kernel was built for. Compute checks each call against them (counts, data types,
+// shapes), which is a few comparisons and no allocation.
+class TensorSignature {
+ public:
+  explicit TensorSignature(const KernelInit& init);
+
+  absl::Status Check(absl::string_view op_type, const KernelContext& context) const;
+
+ private:
+  struct Entry {
+    plan::DataType data_type;
+    Shape shape;
+  };
+
+  std::vector<Entry> inputs_;
+  std::vector<Entry> outputs_;
+};
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_KERNEL_CHECKS_H_

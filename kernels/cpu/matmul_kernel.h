@@ -1,0 +1,21 @@
+#ifndef LOOM_KERNELS_CPU_MATMUL_KERNEL_H_
+#define LOOM_KERNELS_CPU_MATMUL_KERNEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// "matmul": c = op(a) @ op(b), float32, where op transposes the last two axes when the bool
+// attribute "transpose_a" / "transpose_b" is set (default false).
+//   - rank 2: a [m, k] (or [k, m]), b [k, n] (or [n, k]), c [m, n];
+//   - batched: a and c of rank >= 3 with the same leading batch dimensions; b either has those
+//     batch dimensions too or is rank 2 and is shared by every batch element.
+// GEMMs go through OpenBLAS cblas_sgemm.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMatmulKernel(const KernelInit& init);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_MATMUL_KERNEL_H_

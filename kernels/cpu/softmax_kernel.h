@@ -1,0 +1,17 @@
+#ifndef LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_
+#define LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// "softmax": float32 softmax over the last axis of an input of rank >= 1; the output has the
+// input's shape. Numerically stable: each row's maximum is subtracted before exponentiating.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxKernel(const KernelInit& init);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_

@@ -1,0 +1,100 @@
+// The completion path for asynchronous device streams, with a simulated device: consumers on the
+// same stream hear of a slot at once, consumers elsewhere only after the act's work completed.
+#include <atomic>
+#include <chrono>
+
+#include "gtest/gtest.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace loom::testing {
+namespace {
+
+constexpr int64_t kDeviceLatencyNanoseconds = 2'000'000;
+
+// Work "completes" a fixed time after the event is recorded.
+class DelayedCompletion final : public CompletionEvent {
+ public:
+  explicit DelayedCompletion(std::atomic<int>* recorded)
+      : ready_at_(std::chrono::steady_clock::now() +
+                  std::chrono::nanoseconds(kDeviceLatencyNanoseconds)) {
+    recorded->fetch_add(1);
+  }
+  bool IsComplete() override { return std::chrono::steady_clock::now() >= ready_at_; }
+
+ private:
+  std::chrono::steady_clock::time_point ready_at_;
+};
+
+class SimulatedDeviceStream final : public StreamContext {
+ public:
+  explicit SimulatedDeviceStream(std::atomic<int>* recorded) : recorded_(recorded) {}
+  bool is_asynchronous() const override { return true; }
+  std::unique_ptr<CompletionEvent> RecordCompletion() override {
+    return std::make_unique<DelayedCompletion>(recorded_);
+  }
+
+ private:
+  std::atomic<int>* recorded_;
+};
+
+TEST(AsyncStreamTest, OtherStreamsWaitForCompletionSameStreamDoesNot) {
+  // producer and same_stream on the simulated device (cpu:0 stands in for it); other_stream on
+  // cpu:1, a synchronous CPU stream.
+  PlanBuilder builder("async");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("x", {4}, plan::FLOAT32, 4).AddRegister("near", {4}).AddRegister("far", {4});
+  builder.AddTask("producer", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(6);
+  builder.AddTask("same_stream", plan::COMPUTE, 0, {"x"}, {"near"}, "test_sum_plus_one");
+  builder.AddTask("other_stream", plan::COMPUTE, 1, {"x"}, {"far"}, "test_sum_plus_one");
+  builder.AddTask("near_sink", plan::SINK, 0, {"near"}, {});
+  builder.AddTask("far_sink", plan::SINK, 1, {"far"}, {});
+
+  std::atomic<int> recorded{0};
+  JobOptions options;
+  options.stream_context_factory = [&recorded](const plan::Stream& stream)
+      -> std::unique_ptr<StreamContext> {
+    if (stream.device().index() == 0) return std::make_unique<SimulatedDeviceStream>(&recorded);
+    return std::make_unique<SynchronousStreamContext>();
+  };
+  auto job = MakeJob(builder.plan(), options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+
+  std::vector<ActEvent> produced = EventsOf(**job, "producer");
+  std::vector<ActEvent> near = EventsOf(**job, "same_stream");
+  std::vector<ActEvent> far = EventsOf(**job, "other_stream");
+  ASSERT_EQ(produced.size(), 6u);
+  ASSERT_EQ(near.size(), 6u);
+  ASSERT_EQ(far.size(), 6u);
+  for (int p = 0; p < 6; ++p) {
+    EXPECT_GE(far[p].start_nanoseconds, produced[p].end_nanoseconds + kDeviceLatencyNanoseconds)
+        << "piece " << p << " reached another stream before its device work completed";
+  }
+  // The same-stream consumer did not wait for the device: it started piece 0 before piece 0's
+  // work could have completed.
+  EXPECT_LT(near[0].start_nanoseconds, produced[0].end_nanoseconds + kDeviceLatencyNanoseconds);
+  EXPECT_GT(recorded.load(), 0);
+  // Values are right on both paths.
+  std::vector<float> near_values = SinkValues(**job, "near_sink");
+  std::vector<float> far_values = SinkValues(**job, "far_sink");
+  for (int p = 0; p < 6; ++p) {
+    EXPECT_EQ(near_values[p], p + 1.0f);
+    EXPECT_EQ(far_values[p], p + 1.0f);
+  }
+}
+
+TEST(AsyncStreamTest, NonCpuDeviceWithoutABackendIsRejected) {
+  PlanBuilder builder("cuda_without_backend");
+  builder.AddCpuDevices(1);
+  builder.mutable_plan().mutable_devices(0)->mutable_device()->set_type(plan::CUDA);
+  builder.AddRegister("x", {4});
+  plan::Task& source = builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece");
+  source.mutable_stream()->mutable_device()->set_type(plan::CUDA);
+  auto job = MakeJob(builder.plan());
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(job.status().message().find("task 'source'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::testing

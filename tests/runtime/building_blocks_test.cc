@@ -1,0 +1,123 @@
+// Actor ids, the message queue and device memory on their own.
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/actor_id.h"
+#include "runtime/device_memory.h"
+#include "runtime/message_queue.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ActorIdTest, PacksAndUnpacksEveryField) {
+  plan::Stream stream;
+  stream.mutable_device()->set_node(513);
+  stream.mutable_device()->set_type(plan::CUDA);
+  stream.mutable_device()->set_index(4095);
+  stream.set_kind(plan::STREAM_COMMUNICATION);
+  stream.set_index(15);
+  ActorId id = ActorId::Make(stream, ActorId::kMaxTaskIndex);
+  EXPECT_EQ(id.node(), 513);
+  EXPECT_EQ(id.device_type(), plan::CUDA);
+  EXPECT_EQ(id.device_index(), 4095);
+  EXPECT_EQ(id.stream_kind(), plan::STREAM_COMMUNICATION);
+  EXPECT_EQ(id.stream_index(), 15);
+  EXPECT_EQ(id.task_index(), ActorId::kMaxTaskIndex);
+  EXPECT_EQ(id.ToString(), "node513/cuda:4095/communication.15#16777215");
+}
+
+TEST(ActorIdTest, ActorsOfOneStreamShareTheStreamKey) {
+  plan::Stream stream;
+  stream.mutable_device()->set_type(plan::CPU);
+  stream.mutable_device()->set_index(2);
+  EXPECT_EQ(ActorId::Make(stream, 1).stream_key(), ActorId::Make(stream, 900).stream_key());
+  plan::Stream other = stream;
+  other.set_kind(plan::STREAM_COPY_IN);
+  EXPECT_NE(ActorId::Make(stream, 1).stream_key(), ActorId::Make(other, 1).stream_key());
+  // An unspecified stream kind is the compute stream.
+  plan::Stream compute = stream;
+  compute.set_kind(plan::STREAM_COMPUTE);
+  EXPECT_EQ(ActorId::Make(stream, 3), ActorId::Make(compute, 3));
+}
+
+TEST(MessageQueueTest, ManyProducersOneConsumerLoseNothingAndKeepPerProducerOrder) {
+  MessageQueue queue;
+  const int producers = 4;
+  const int per_producer = 20000;
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&queue, p] {
+      for (int i = 0; i < per_producer; ++i) {
+        ActorMessage message;
+        message.slot = p;
+        message.piece = i;
+        queue.Push(message);
+      }
+    });
+  }
+  std::vector<int64_t> next(producers, 0);
+  int received = 0;
+  std::vector<ActorMessage> batch;
+  while (received < producers * per_producer) {
+    queue.WaitForMessages(absl::Microseconds(10), absl::Milliseconds(10));
+    batch.clear();
+    if (!queue.TakeAll(&batch)) continue;
+    for (const ActorMessage& message : batch) {
+      ASSERT_EQ(message.piece, next[message.slot]) << "producer " << message.slot;
+      ++next[message.slot];
+      ++received;
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_FALSE(queue.HasMessages());
+}
+
+TEST(MessageQueueTest, ParkedConsumerIsWokenByAPush) {
+  MessageQueue queue;
+  std::thread producer([&queue] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    queue.Push(ActorMessage{});
+  });
+  auto start = std::chrono::steady_clock::now();
+  queue.WaitForMessages(absl::ZeroDuration(), absl::Seconds(10));
+  auto waited = std::chrono::steady_clock::now() - start;
+  producer.join();
+  EXPECT_TRUE(queue.HasMessages());
+  EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
+TEST(DeviceMemoryTest, AccountsForEveryByteAndRefusesBeyondTheBudget) {
+  DeviceMemory memory("node0/cpu:0", 1000);
+  auto first = memory.Allocate(600, "register 'a' slot 0");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(memory.used_bytes(), 600);
+  auto second = memory.Allocate(500, "register 'b' slot 0");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status().message(), HasSubstr("node0/cpu:0"));
+  EXPECT_THAT(second.status().message(), HasSubstr("register 'b' slot 0"));
+  EXPECT_THAT(second.status().message(), HasSubstr("largest: register 'a' slot 0 (600 B)"));
+  EXPECT_EQ(memory.used_bytes(), 600);
+  ASSERT_TRUE(memory.Charge(300, "sink 's'").ok());
+  EXPECT_EQ(memory.used_bytes(), 900);
+  memory.Release(300, "sink 's'");
+  memory.Free(*first);
+  EXPECT_EQ(memory.used_bytes(), 0);
+  EXPECT_EQ(memory.peak_bytes(), 900);
+}
+
+TEST(DeviceMemoryTest, AllocationsAreAlignedAndZeroed) {
+  DeviceMemory memory("node0/cpu:0", 0);
+  auto pointer = memory.Allocate(100, "test");
+  ASSERT_TRUE(pointer.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*pointer) % 64, 0u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(static_cast<char*>(*pointer)[i], 0);
+  memory.Free(*pointer);
+}
+
+}  // namespace
+}  // namespace loom
