@@ -1,6 +1,7 @@
 #include "actors/actor_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "actors/collective_actor.h"
 #include "actors/compute_actor.h"
 #include "actors/copy_actor.h"
 #include "actors/micro_batch_actors.h"
@@ -25,6 +26,8 @@ ActorFactory MakeActorFactory() {
         return std::make_unique<RepeatActor>(init);
       case plan::ACCUMULATE:
         return std::make_unique<AccumulateActor>(init);
+      case plan::COLLECTIVE:
+        return std::make_unique<CollectiveActor>(init);
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("task '", init.task->name(), "' has an unknown kind ",

@@ -5,8 +5,8 @@
 
 namespace loom {
 
-// Builds the standard actor kinds (compute, source, sink, copy, unpack, repeat, accumulate) from
-// their tasks.
+// Builds the standard actor kinds (compute, source, sink, copy, unpack, repeat, accumulate,
+// collective) from their tasks.
 ActorFactory MakeActorFactory();
 
 }  // namespace loom

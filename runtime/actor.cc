@@ -35,8 +35,19 @@ void Actor::Send(MessageType type, ActorId destination, const Register& reg, int
   sender_->Send(message);
 }
 
+void Actor::WakeActor(ActorId actor) {
+  ActorMessage message;
+  message.type = MessageType::kWake;
+  message.source = id_;
+  message.destination = actor;
+  sender_->Send(message);
+}
+
 void Actor::HandleMessage(const ActorMessage& message) {
   switch (message.type) {
+    case MessageType::kWake:
+      // Nothing to apply: the thread re-checks the actor after every message.
+      return;
     case MessageType::kReady: {
       // A task may read one register as several inputs; its producer then sends one READY per
       // input, and each goes to the matching input that has the fewest.
@@ -165,7 +176,8 @@ Actor::State Actor::CurrentState() const {
   for (const Input& input : inputs_) {
     if (input.ready.empty() && !input.ended) return State::kWaitingForInput;
   }
-  if (exhausted_) return State::kWaitingForInput;  // draining: waits for END_OF_DATA or slots
+  // Draining (waiting for END_OF_DATA or its slots to come back) is not blocked work.
+  if (exhausted_) return State::kFinished;
   return State::kWaitingForOutput;
 }
 

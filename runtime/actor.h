@@ -18,6 +18,8 @@
 
 namespace loom {
 
+class CollectiveBackend;
+class CollectiveTurn;
 class KernelRegistry;
 
 // Where an actor's messages go: its stream thread, which routes them.
@@ -40,6 +42,10 @@ struct ActorInit {
   const KernelRegistry* kernels = nullptr;
   // Task names by task index, for messages that name other actors.
   const std::vector<std::string>* task_names = nullptr;
+  // COLLECTIVE tasks: the backend of the task's communicator, and the turn order shared by the
+  // communicator's collective actors on this stream. Null for other kinds.
+  CollectiveBackend* collectives = nullptr;
+  CollectiveTurn* collective_turn = nullptr;
 };
 
 // The base of every actor kind. It implements the act rule of DESIGN.md §3: an actor acts when
@@ -90,7 +96,7 @@ class Actor {
   ActorSummary& mutable_summary() { return summary_; }
 
   // One line per thing this actor waits for, for stall reports.
-  std::string DescribeWait() const;
+  virtual std::string DescribeWait() const;
 
  protected:
   struct ReadySlot {
@@ -120,6 +126,9 @@ class Actor {
   TensorView OutputView(int output) const;
   // Publishes the front free slot of an output as `piece` to every consumer.
   void ProduceOutput(int output, int64_t piece);
+
+  // Asks an actor of this actor's thread to look again whether it can act (a kWake message).
+  void WakeActor(ActorId actor);
 
   void set_current_piece(int64_t piece) { current_piece_ = piece; }
   int64_t act_count() const { return summary_.acts; }

@@ -9,20 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
+#include "runtime/format_bytes.h"
 
 namespace loom {
-
-std::string FormatBytes(int64_t bytes) {
-  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " B");
-  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
-}
 
 DeviceMemory::DeviceMemory(std::string device_name, int64_t budget_bytes)
     : device_name_(std::move(device_name)), budget_bytes_(budget_bytes) {}

@@ -7,11 +7,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "runtime/format_bytes.h"
 
 namespace loom {
-
-// "1.5 MiB".
-std::string FormatBytes(int64_t bytes);
 
 // The memory of one CPU device: an allocator that accounts for every byte against a budget.
 // Exceeding the budget is a RESOURCE_EXHAUSTED error naming the device, the request and the largest

@@ -4,8 +4,10 @@
 #include <functional>
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
+#include "runtime/collective_backend.h"
 #include "runtime/stream_context.h"
 
 namespace loom {
@@ -21,6 +23,16 @@ struct JobOptions {
   // Builds the context of each stream. Unset: CPU streams are synchronous; other device types are
   // rejected. The CUDA backend (and tests of the asynchronous path) supply their own.
   std::function<std::unique_ptr<StreamContext>(const plan::Stream&)> stream_context_factory;
+  // How long a rank waits in a collective for its peers (to arrive, and to finish) before the job
+  // fails with DEADLINE_EXCEEDED naming the collective and the missing ranks. A rank waiting in a
+  // collective is busy, not stalled, so this (not stall_timeout) bounds such waits.
+  absl::Duration collective_timeout = absl::Seconds(60);
+  // Builds the backend of each communicator in Plan.communicators. Unset, or returning null: a
+  // communicator whose devices are all CPU devices of this node gets the shared-memory backend,
+  // and any other is rejected (FAILED_PRECONDITION). The cluster supplies UCX and NCCL backends.
+  std::function<absl::StatusOr<std::unique_ptr<CollectiveBackend>>(const plan::Communicator&,
+                                                                   const plan::Plan&)>
+      collective_backend_factory;
 };
 
 }  // namespace loom

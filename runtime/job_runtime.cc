@@ -1,12 +1,15 @@
 #include "runtime/job_runtime.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/device_name.h"
 #include "runtime/plan_validation.h"
+#include "runtime/shared_memory_collectives.h"
 
 namespace loom {
 namespace {
@@ -82,6 +85,13 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     }
   }
 
+  if (absl::Status status = BuildCollectiveBackends(); !status.ok()) return status;
+  absl::flat_hash_map<std::pair<uint64_t, std::string>, CollectiveTurn*> turn_of_stream;
+  absl::flat_hash_map<std::string, int> num_collectives;
+  for (const plan::Communicator& communicator : plan_.communicators()) {
+    num_collectives[communicator.name()] = communicator.num_collectives();
+  }
+
   // One thread per stream.
   absl::flat_hash_map<uint64_t, StreamThread*> thread_of_stream;
   thread_of_task_.assign(max_index + 1, nullptr);
@@ -122,6 +132,18 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.memory = memory_of(task.stream().device());
     init.kernels = kernels;
     init.task_names = &task_names_;
+    if (task.kind() == plan::COLLECTIVE) {
+      // ValidatePlan checked that the communicator exists.
+      const std::string& communicator = task.collective().communicator();
+      init.collectives = backend_of_communicator_.at(communicator);
+      CollectiveTurn*& turn = turn_of_stream[{actor_ids[i].stream_key(), communicator}];
+      if (turn == nullptr) {
+        collective_turns_.push_back(
+            std::make_unique<CollectiveTurn>(communicator, num_collectives.at(communicator)));
+        turn = collective_turns_.back().get();
+      }
+      init.collective_turn = turn;
+    }
     absl::StatusOr<std::unique_ptr<Actor>> actor = actor_factory(init);
     if (!actor.ok()) return actor.status();
     if (absl::Status status = (*actor)->Initialize(); !status.ok()) return status;
@@ -130,6 +152,44 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
   }
   VLOG(1) << "job '" << plan_.job_name() << "': " << actors_.size() << " actors on "
           << threads_.size() << " stream threads, " << registers_.size() << " registers";
+  return absl::OkStatus();
+}
+
+absl::Status JobRuntime::BuildCollectiveBackends() {
+  for (const plan::Communicator& communicator : plan_.communicators()) {
+    std::unique_ptr<CollectiveBackend> backend;
+    if (options_.collective_backend_factory) {
+      absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
+          options_.collective_backend_factory(communicator, plan_);
+      if (!made.ok()) return made.status();
+      backend = std::move(*made);
+    }
+    if (backend == nullptr) {
+      // The shared-memory backend: every rank is a CPU device of this node (a thread of this
+      // process).
+      for (const plan::Device& device : communicator.devices()) {
+        if (device.node() != plan_.node()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "communicator '", communicator.name(), "' spans node ", device.node(), " (device ",
+              DeviceName(device), "), but this is node ", plan_.node(),
+              ": collectives between nodes need the UCX backend, which this runtime was not "
+              "given"));
+        }
+        if (device.type() != plan::CPU) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("communicator '", communicator.name(), "' includes ", DeviceName(device),
+                           ": collectives on ", DeviceTypeName(device.type()),
+                           " devices need the NCCL backend, which this runtime was not given"));
+        }
+      }
+      SharedMemoryCollectives::Options backend_options;
+      backend_options.timeout = options_.collective_timeout;
+      backend_options.spin = options_.spin_before_park;
+      backend = std::make_unique<SharedMemoryCollectives>(communicator, backend_options);
+    }
+    backend_of_communicator_[communicator.name()] = backend.get();
+    collective_backends_.push_back(std::move(backend));
+  }
   return absl::OkStatus();
 }
 
@@ -162,13 +222,15 @@ void JobRuntime::Fail(absl::Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!status_.ok()) return;
-    status_ = std::move(status);
+    status_ = status;
     failed_.store(true, std::memory_order_release);
   }
-  LOG(WARNING) << "job '" << plan_.job_name() << "' failed: " << status_;
+  LOG(INFO) << "job '" << plan_.job_name() << "' failed: " << status;
   ActorMessage abort;
   abort.type = MessageType::kAbort;
   for (auto& thread : threads_) thread->Deliver(abort);
+  // Ranks waiting in a collective for a peer that will never come wake up now.
+  for (auto& backend : collective_backends_) backend->Abort(status);
   changed_.notify_all();
 }
 
@@ -226,7 +288,8 @@ absl::Status JobRuntime::Wait() {
   std::sort(events_.begin(), events_.end(), [](const ActEvent& a, const ActEvent& b) {
     return a.start_nanoseconds < b.start_nanoseconds;
   });
-  makespan_nanoseconds_ = 0;
+  // The end of the last act when acts were recorded, else the moment the last thread exited.
+  makespan_nanoseconds_ = events_.empty() ? last_exit_nanoseconds_ : 0;
   for (const ActEvent& event : events_) {
     makespan_nanoseconds_ = std::max(makespan_nanoseconds_, event.end_nanoseconds);
   }
@@ -235,9 +298,11 @@ absl::Status JobRuntime::Wait() {
 }
 
 void JobRuntime::ThreadExited() {
+  const int64_t now = NowNanoseconds();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++exited_threads_;
+    last_exit_nanoseconds_ = std::max(last_exit_nanoseconds_, now);
   }
   changed_.notify_all();
 }

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/plan.pb.h"
 #include "runtime/actor.h"
+#include "runtime/collective_backend.h"
+#include "runtime/collective_turn.h"
 #include "runtime/device_memory.h"
 #include "runtime/event_record.h"
 #include "runtime/job_options.h"
@@ -57,7 +60,8 @@ class JobRuntime final : public JobControl {
   const std::vector<ActEvent>& events() const { return events_; }
   // After Wait: one summary per actor, in plan order.
   std::vector<ActorSummary> Summaries() const;
-  // After Wait: from Start to the end of the last actor.
+  // After Wait: from Start to the end of the last act (to the last thread's exit when acts were
+  // not recorded).
   int64_t makespan_nanoseconds() const { return makespan_nanoseconds_; }
 
   const plan::Plan& plan() const { return plan_; }
@@ -76,6 +80,8 @@ class JobRuntime final : public JobControl {
  private:
   JobRuntime(const plan::Plan& plan, JobOptions options);
   absl::Status Build(const KernelRegistry* kernels, const ActorFactory& actor_factory);
+  // One backend per communicator of the plan.
+  absl::Status BuildCollectiveBackends();
   std::string DiagnoseStall();
 
   plan::Plan plan_;
@@ -83,6 +89,11 @@ class JobRuntime final : public JobControl {
   std::vector<std::unique_ptr<DeviceMemory>> memories_;
   std::vector<std::unique_ptr<Register>> registers_;
   std::vector<std::unique_ptr<Actor>> actors_;  // plan order
+  // Built before the threads start and never changed after: Fail reads them from any thread.
+  std::vector<std::unique_ptr<CollectiveBackend>> collective_backends_;
+  absl::flat_hash_map<std::string, CollectiveBackend*> backend_of_communicator_;
+  // One turn order per (stream, communicator), used by that stream's thread only.
+  std::vector<std::unique_ptr<CollectiveTurn>> collective_turns_;
   std::vector<std::unique_ptr<StreamThread>> threads_;
   std::vector<StreamThread*> thread_of_task_;  // by task index
   std::vector<std::string> task_names_;        // by task index
@@ -97,6 +108,7 @@ class JobRuntime final : public JobControl {
   std::condition_variable changed_;
   absl::Status status_;        // guarded by mutex_: the first failure
   size_t exited_threads_ = 0;  // guarded by mutex_
+  int64_t last_exit_nanoseconds_ = 0;  // guarded by mutex_
   std::atomic<bool> failed_{false};
 };
 

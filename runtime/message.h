@@ -18,6 +18,9 @@ enum class MessageType : uint8_t {
   kAbort,
   // Job -> thread: describe what every unfinished actor waits for.
   kDiagnose,
+  // Actor -> actor of the same thread: a condition outside the act rule changed (for example a
+  // collective's turn came); look again whether you can act or are exhausted. Carries no data.
+  kWake,
 };
 
 // A small fixed-size message. Slots are opaque handles: never a pointer the receiver dereferences.

@@ -1,5 +1,7 @@
 #include "runtime/message_queue.h"
 
+#include <sched.h>
+
 #include <chrono>
 
 #if defined(__x86_64__)
@@ -44,12 +46,16 @@ bool MessageQueue::TakeAll(std::vector<ActorMessage>* messages) {
 
 void MessageQueue::WaitForMessages(absl::Duration spin, absl::Duration park) {
   if (HasMessages()) return;
+  // Spin, but yield the core between short bursts: when more stream threads than cores are busy
+  // (4 pipeline stages on 2 cores), a peer that would send the next message may need this core,
+  // and a pure spin would make every hop cost the whole spin.
   const auto spin_deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
   while (std::chrono::steady_clock::now() < spin_deadline) {
     for (int i = 0; i < 64; ++i) {
       if (HasMessages()) return;
       CpuRelax();
     }
+    sched_yield();
   }
   std::unique_lock<std::mutex> lock(mutex_);
   consumer_parked_ = true;

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/actor_id.h"
+#include "runtime/collective_shapes.h"
 #include "runtime/data_type.h"
 #include "runtime/device_name.h"
 #include "runtime/tensor.h"
@@ -171,9 +173,252 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       }
       return absl::OkStatus();
     }
+    case plan::COLLECTIVE:
+      return CheckArity(task, 1, 1, 1, 1, "collective");
     default:
       return Invalid(absl::StrCat("task '", task.name(), "' has no kind"));
   }
+}
+
+absl::Status CheckCommunicators(const plan::Plan& plan,
+                                absl::flat_hash_map<std::string, int>* communicator_position) {
+  for (int c = 0; c < plan.communicators_size(); ++c) {
+    const plan::Communicator& communicator = plan.communicators(c);
+    if (communicator.name().empty()) {
+      return Invalid(absl::StrCat("communicator #", c, " has no name"));
+    }
+    const std::string prefix = absl::StrCat("communicator '", communicator.name(), "'");
+    if (!communicator_position->emplace(communicator.name(), c).second) {
+      return Invalid(absl::StrCat(prefix, " is declared twice"));
+    }
+    if (communicator.devices_size() == 0) return Invalid(absl::StrCat(prefix, " has no devices"));
+    if (communicator.num_collectives() < 1) {
+      return Invalid(absl::StrCat(prefix, " has num_collectives ", communicator.num_collectives(),
+                                  ": it needs at least 1 (the length of its global order)"));
+    }
+    absl::flat_hash_set<std::string> seen;
+    for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+      const plan::Device& device = communicator.devices(rank);
+      if (device.type() == plan::DEVICE_TYPE_UNSPECIFIED) {
+        return Invalid(absl::StrCat(prefix, ": the device of rank ", rank, " has no type"));
+      }
+      if (!seen.insert(DeviceKey(device)).second) {
+        return Invalid(absl::StrCat(prefix, " lists device ", DeviceName(device),
+                                    " twice (one rank per device)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The settings every rank of one collective shares, as text (for comparisons and messages).
+std::string CollectiveSettings(const plan::CollectiveConf& conf) {
+  std::string text = absl::StrCat(CollectiveKindName(conf.kind()), " ", DescribeCollective(conf));
+  if (conf.kind() == plan::ALL_REDUCE || conf.kind() == plan::REDUCE_SCATTER) {
+    absl::StrAppend(&text, conf.reduce() == plan::REDUCE_MAX ? " max" : " sum");
+  }
+  if (conf.kind() != plan::ALL_REDUCE) absl::StrAppend(&text, " axis ", conf.axis());
+  if (conf.kind() == plan::ALL_TO_ALL) absl::StrAppend(&text, " concat_axis ", conf.concat_axis());
+  return text;
+}
+
+// COLLECTIVE tasks: a known communicator, a rank on the right device, a communication stream
+// shared by all of the rank's collectives of that communicator and by nothing else, a sequence
+// in the global order, and for every (communicator, sequence) exactly one task per rank of this
+// node, all running the same collective with shapes that fit together.
+absl::Status CheckCollectives(const plan::Plan& plan,
+                              const absl::flat_hash_map<std::string, int>& register_position) {
+  absl::flat_hash_map<std::string, int> communicator_position;
+  if (absl::Status status = CheckCommunicators(plan, &communicator_position); !status.ok()) {
+    return status;
+  }
+  auto tensor_of = [&](const std::string& name) -> const plan::TensorDesc& {
+    return plan.registers(register_position.at(name)).tensor();
+  };
+  // tasks_of[communicator][sequence][rank]: the task position, or -1.
+  std::vector<std::vector<std::vector<int>>> tasks_of(plan.communicators_size());
+  for (int c = 0; c < plan.communicators_size(); ++c) {
+    const plan::Communicator& communicator = plan.communicators(c);
+    tasks_of[c].assign(communicator.num_collectives(),
+                       std::vector<int>(communicator.devices_size(), -1));
+  }
+  // The communicator whose collectives a stream runs, and a task that runs there.
+  absl::flat_hash_map<uint64_t, int> collective_stream_task;
+  // The stream of each (communicator, rank), by one task that runs there.
+  absl::flat_hash_map<std::pair<int, int>, int> rank_stream_task;
+  for (int i = 0; i < plan.tasks_size(); ++i) {
+    const plan::Task& task = plan.tasks(i);
+    if (task.kind() != plan::COLLECTIVE) continue;
+    const plan::CollectiveConf& conf = task.collective();
+    const std::string prefix = absl::StrCat("task '", task.name(), "': ");
+    auto found = communicator_position.find(conf.communicator());
+    if (found == communicator_position.end()) {
+      return Invalid(absl::StrCat(prefix, "collective on communicator '", conf.communicator(),
+                                  "', which the plan does not declare"));
+    }
+    const int c = found->second;
+    const plan::Communicator& communicator = plan.communicators(c);
+    if (conf.kind() == plan::COLLECTIVE_KIND_UNSPECIFIED) {
+      return Invalid(absl::StrCat(prefix,
+                                  "the collective has no kind (ALL_REDUCE, ALL_GATHER, "
+                                  "REDUCE_SCATTER or ALL_TO_ALL)"));
+    }
+    if (task.rank() < 0 || task.rank() >= communicator.devices_size()) {
+      return Invalid(absl::StrCat(prefix, "rank ", task.rank(), " is outside communicator '",
+                                  communicator.name(), "' of ", communicator.devices_size(),
+                                  " ranks"));
+    }
+    const plan::Device& rank_device = communicator.devices(task.rank());
+    if (!SameDevice(rank_device, task.stream().device())) {
+      return Invalid(absl::StrCat(prefix, "runs on ", DeviceName(task.stream().device()),
+                                  " as rank ", task.rank(), " of communicator '",
+                                  communicator.name(), "', whose rank ", task.rank(), " is ",
+                                  DeviceName(rank_device)));
+    }
+    if (task.stream().kind() != plan::STREAM_COMMUNICATION) {
+      return Invalid(absl::StrCat(prefix, "a collective runs on a communication stream, not on ",
+                                  StreamName(task.stream())));
+    }
+    if (conf.sequence() < 0 || conf.sequence() >= communicator.num_collectives()) {
+      return Invalid(absl::StrCat(prefix, "sequence ", conf.sequence(), " is outside [0, ",
+                                  communicator.num_collectives(), ") of communicator '",
+                                  communicator.name(), "'"));
+    }
+    const plan::TensorDesc& input = tensor_of(task.inputs(0));
+    const plan::TensorDesc& output = tensor_of(task.outputs(0));
+    if (input.data_type() != output.data_type()) {
+      return Invalid(absl::StrCat(prefix, "input ", DataTypeName(input.data_type()), " and output ",
+                                  DataTypeName(output.data_type()), " data types differ"));
+    }
+    if (IsReduction(conf.kind()) && input.data_type() != plan::FLOAT32) {
+      return Invalid(absl::StrCat(prefix, CollectiveKindName(conf.kind()),
+                                  " reduces float32 only, not ", DataTypeName(input.data_type())));
+    }
+    if (absl::Status status =
+            CheckCollectiveRankShapes(conf, communicator.devices_size(), task.rank(),
+                                      Shape(input.shape()), Shape(output.shape()));
+        !status.ok()) {
+      return Invalid(absl::StrCat(prefix, status.message()));
+    }
+    int& slot = tasks_of[c][conf.sequence()][task.rank()];
+    if (slot >= 0) {
+      return Invalid(absl::StrCat(prefix, "both '", plan.tasks(slot).name(), "' and '", task.name(),
+                                  "' are rank ", task.rank(), " of sequence ", conf.sequence(),
+                                  " on communicator '", communicator.name(), "'"));
+    }
+    slot = i;
+    // One stream per (communicator, rank): it keeps the rank's collectives in order.
+    auto [rank_stream, inserted] = rank_stream_task.emplace(std::make_pair(c, task.rank()), i);
+    if (!inserted) {
+      const plan::Task& other = plan.tasks(rank_stream->second);
+      if (ActorId::Make(other.stream(), 0).stream_key() !=
+          ActorId::Make(task.stream(), 0).stream_key()) {
+        return Invalid(absl::StrCat(
+            prefix, "runs on ", StreamName(task.stream()), " while '", other.name(),
+            "', another collective of rank ", task.rank(), " of communicator '",
+            communicator.name(), "', runs on ", StreamName(other.stream()),
+            ": a rank's collectives of one communicator share one communication stream, which "
+            "keeps them in order"));
+      }
+    }
+    uint64_t stream_key = ActorId::Make(task.stream(), 0).stream_key();
+    auto [stream, first] = collective_stream_task.emplace(stream_key, i);
+    if (!first && plan.tasks(stream->second).collective().communicator() != conf.communicator()) {
+      return Invalid(absl::StrCat(
+          prefix, "runs a collective of communicator '", conf.communicator(), "' on ",
+          StreamName(task.stream()), ", where '", plan.tasks(stream->second).name(),
+          "' runs one of communicator '", plan.tasks(stream->second).collective().communicator(),
+          "': each communicator needs its own communication stream (a rank blocks in a "
+          "collective, so two communicators on one thread could deadlock)"));
+    }
+  }
+  // Nothing else runs on a collective stream: a rank blocks in its collectives.
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.kind() == plan::COLLECTIVE) continue;
+    auto stream = collective_stream_task.find(ActorId::Make(task.stream(), 0).stream_key());
+    if (stream != collective_stream_task.end()) {
+      const plan::Task& collective = plan.tasks(stream->second);
+      return Invalid(absl::StrCat("task '", task.name(), "' runs on ", StreamName(task.stream()),
+                                  ", which runs the collectives of communicator '",
+                                  collective.collective().communicator(), "' (like '",
+                                  collective.name(),
+                                  "'): a stream with collectives runs nothing else, since "
+                                  "a rank blocks there until its peers arrive"));
+    }
+  }
+  // Every rank of this node runs every collective, the same one as its peers.
+  for (int c = 0; c < plan.communicators_size(); ++c) {
+    const plan::Communicator& communicator = plan.communicators(c);
+    const std::string name = absl::StrCat("communicator '", communicator.name(), "'");
+    for (int sequence = 0; sequence < communicator.num_collectives(); ++sequence) {
+      const std::vector<int>& ranks = tasks_of[c][sequence];
+      int reference = -1;
+      for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+        if (ranks[rank] >= 0 && reference < 0) reference = ranks[rank];
+      }
+      bool complete = true;
+      for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+        if (communicator.devices(rank).node() != plan.node()) {
+          complete = false;
+          continue;
+        }
+        if (ranks[rank] < 0) {
+          if (reference < 0) {
+            return Invalid(absl::StrCat(name, " has ", communicator.num_collectives(),
+                                        " collectives but no task runs sequence ", sequence,
+                                        " (rank ", rank, " on ",
+                                        DeviceName(communicator.devices(rank)), ")"));
+          }
+          return Invalid(absl::StrCat(
+              name, ": task '", plan.tasks(reference).name(), "' runs sequence ", sequence,
+              " but no task runs it for rank ", rank, " (", DeviceName(communicator.devices(rank)),
+              "): every rank runs every collective of its communicator"));
+        }
+      }
+      if (reference < 0) continue;
+      const plan::Task& first = plan.tasks(reference);
+      const std::string first_settings = CollectiveSettings(first.collective());
+      const plan::DataType data_type = tensor_of(first.inputs(0)).data_type();
+      for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+        if (ranks[rank] < 0) continue;
+        const plan::Task& task = plan.tasks(ranks[rank]);
+        if (CollectiveSettings(task.collective()) != first_settings) {
+          return Invalid(absl::StrCat("task '", task.name(), "' (rank ", task.rank(), ") runs ",
+                                      CollectiveSettings(task.collective()), " while '",
+                                      first.name(), "' (rank ", first.rank(), ") runs ",
+                                      first_settings, ": the ranks of one sequence of ", name,
+                                      " run the same collective"));
+        }
+        if (tensor_of(task.inputs(0)).data_type() != data_type) {
+          return Invalid(absl::StrCat("task '", task.name(), "' (rank ", task.rank(), ") moves ",
+                                      DataTypeName(tensor_of(task.inputs(0)).data_type()),
+                                      " while '", first.name(), "' moves ",
+                                      DataTypeName(data_type)));
+        }
+      }
+      if (!complete) continue;
+      // Every rank is here: the output shapes must be what the inputs give.
+      std::vector<Shape> inputs;
+      for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+        inputs.push_back(Shape(tensor_of(plan.tasks(ranks[rank]).inputs(0)).shape()));
+      }
+      for (int rank = 0; rank < communicator.devices_size(); ++rank) {
+        const plan::Task& task = plan.tasks(ranks[rank]);
+        absl::StatusOr<Shape> expected = CollectiveOutputShape(task.collective(), inputs, rank);
+        if (!expected.ok()) {
+          return Invalid(absl::StrCat("task '", task.name(), "': ", expected.status().message()));
+        }
+        Shape actual(tensor_of(task.outputs(0)).shape());
+        if (*expected != actual) {
+          return Invalid(absl::StrCat(
+              "task '", task.name(), "': its output register '", task.outputs(0), "' is ",
+              actual.ToString(), ", but the ", CollectiveKindName(task.collective().kind()),
+              " of the ranks' inputs gives rank ", rank, " ", expected->ToString()));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Kahn's algorithm; on a cycle, walks it to name its tasks.
@@ -336,6 +581,9 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     if (absl::Status status = CheckKind(task, plan, register_position); !status.ok()) {
       return status;
     }
+  }
+  if (absl::Status status = CheckCollectives(plan, register_position); !status.ok()) {
+    return status;
   }
   return CheckAcyclic(plan, successors);
 }

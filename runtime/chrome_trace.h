@@ -1,0 +1,30 @@
+#ifndef LOOM_RUNTIME_CHROME_TRACE_H_
+#define LOOM_RUNTIME_CHROME_TRACE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace loom {
+
+class JobRuntime;
+
+// Writes what a finished job did (JobRuntime::events()) as a Chrome trace: a JSON object whose
+// "traceEvents" hold one complete event ("ph": "X") per act, with "ts" and "dur" in microseconds,
+// "pid" the device, "tid" the stream thread, "name" the task and "args" {"piece", "kind"}; plus
+// metadata events ("ph": "M") naming every device and stream, so that the file reads well in
+// Perfetto (ui.perfetto.dev) and chrome://tracing. Call after JobRuntime::Wait. A failed job
+// writes the acts it made. Errors name `path`.
+absl::Status WriteChromeTrace(const JobRuntime& job, const std::string& path);
+
+// The trace as a string (what WriteChromeTrace writes).
+std::string ChromeTraceJson(const JobRuntime& job);
+
+// `text` as a quoted JSON string literal: quotes, backslashes and control characters escaped
+// ("\n", "\u0001", ...); other bytes, UTF-8 included, are kept as they are.
+std::string JsonString(absl::string_view text);
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_CHROME_TRACE_H_

@@ -1,0 +1,52 @@
+#ifndef LOOM_RUNTIME_COLLECTIVE_BACKEND_H_
+#define LOOM_RUNTIME_COLLECTIVE_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/plan.pb.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+// One rank's part of one collective: what a collective actor hands its communicator's backend.
+// The views stay valid (and untouched by anyone else) until Run returns.
+struct CollectiveCall {
+  int rank = 0;
+  const plan::CollectiveConf* conf = nullptr;
+  // The piece being reduced or moved, for error messages.
+  int64_t piece = 0;
+  TensorView input;
+  TensorView output;
+};
+
+// The transport of one communicator's collectives (DESIGN.md §4). The shared-memory backend serves
+// ranks that are threads of this process; the cluster brings UCX (CPU) and NCCL (GPU) backends
+// behind the same interface. One backend per communicator per job; every rank of the
+// communicator on this node calls Run from its own communication stream thread.
+//
+// Contract:
+//  - Run blocks until this rank's output is complete and no peer will read this rank's input or
+//    write its output any more. Calls of one rank come in the communicator's global order (the
+//    collective actors enforce it); the backend checks that all ranks run the same collective and
+//    fails with INTERNAL, naming both collectives and ranks, when they do not.
+//  - Every wait ends: Abort wakes it (JobRuntime::Fail aborts every backend), and a wait longer
+//    than the backend's timeout fails with DEADLINE_EXCEEDED naming the collective and the ranks
+//    that did not arrive. After an abort or a failure every Run fails at once.
+class CollectiveBackend {
+ public:
+  virtual ~CollectiveBackend() = default;
+
+  // The communicator's name and size (number of ranks).
+  virtual const std::string& communicator() const = 0;
+  virtual int size() const = 0;
+
+  virtual absl::Status Run(const CollectiveCall& call) = 0;
+  // Fails every pending and future Run (any thread may call it; the first reason is kept).
+  virtual void Abort(absl::Status reason) = 0;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_COLLECTIVE_BACKEND_H_

@@ -1,0 +1,310 @@
+#include "runtime/shared_memory_collectives.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "runtime/balanced_split.h"
+#include "runtime/block_copy.h"
+#include "runtime/collective_shapes.h"
+#include "runtime/data_type.h"
+
+namespace loom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// acc[i] = acc[i] (op) values[i]. Max propagates NaN, like PyTorch.
+void Combine(plan::ReduceOperation operation, float* accumulator, const float* values,
+             int64_t count) {
+  if (operation == plan::REDUCE_MAX) {
+    for (int64_t i = 0; i < count; ++i) {
+      const float value = values[i];
+      accumulator[i] =
+          (std::isnan(accumulator[i]) || accumulator[i] >= value) ? accumulator[i] : value;
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) accumulator[i] += values[i];
+  }
+}
+
+// The settings of a collective that every rank must share, beyond its kind.
+std::string DescribeSettings(const plan::CollectiveConf& conf) {
+  std::string text = CollectiveKindName(conf.kind());
+  if (IsReduction(conf.kind())) {
+    absl::StrAppend(&text, conf.reduce() == plan::REDUCE_MAX ? " max" : " sum");
+  }
+  if (conf.kind() != plan::ALL_REDUCE) absl::StrAppend(&text, " axis ", conf.axis());
+  if (conf.kind() == plan::ALL_TO_ALL) absl::StrAppend(&text, " concat_axis ", conf.concat_axis());
+  return text;
+}
+
+bool SameCollective(const plan::CollectiveConf& a, const plan::CollectiveConf& b) {
+  return a.sequence() == b.sequence() && a.name() == b.name() && a.kind() == b.kind();
+}
+
+}  // namespace
+
+SharedMemoryCollectives::SharedMemoryCollectives(const plan::Communicator& communicator,
+                                                 Options options)
+    : name_(communicator.name()),
+      size_(communicator.devices_size()),
+      num_collectives_(communicator.num_collectives()),
+      options_(options),
+      calls_(size_, nullptr),
+      has_departed_(size_, false) {}
+
+void SharedMemoryCollectives::FailLocked(absl::Status status) {
+  if (failure_.ok()) {
+    failure_ = std::move(status);
+    failed_.store(true, std::memory_order_release);
+  }
+  changed_.notify_all();
+}
+
+void SharedMemoryCollectives::Abort(absl::Status reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.ok()) return;
+  FailLocked(absl::AbortedError(
+      absl::StrCat("communicator '", name_, "' was aborted: ", reason.message())));
+}
+
+std::string SharedMemoryCollectives::RankList(const std::vector<bool>& done) {
+  std::vector<int> missing;
+  for (int rank = 0; rank < static_cast<int>(done.size()); ++rank) {
+    if (!done[rank]) missing.push_back(rank);
+  }
+  return absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "));
+}
+
+void SharedMemoryCollectives::Spin(const std::atomic<int64_t>& counter, int64_t generation) const {
+  if (options_.spin <= absl::ZeroDuration()) return;
+  const auto until = Clock::now() + absl::ToChronoNanoseconds(options_.spin);
+  while (counter.load(std::memory_order_acquire) <= generation &&
+         !failed_.load(std::memory_order_acquire) && Clock::now() < until) {
+  }
+}
+
+absl::Status SharedMemoryCollectives::CheckCallsLocked(int64_t generation) const {
+  const plan::CollectiveConf& first = *calls_[0]->conf;
+  const std::string prefix = absl::StrCat("communicator '", name_, "': ");
+  for (int rank = 1; rank < size_; ++rank) {
+    const plan::CollectiveConf& other = *calls_[rank]->conf;
+    if (!SameCollective(first, other)) {
+      std::string first_text = DescribeCollective(first);
+      std::string other_text = DescribeCollective(other);
+      if (first.kind() != other.kind()) {
+        absl::StrAppend(&first_text, ", an ", CollectiveKindName(first.kind()));
+        absl::StrAppend(&other_text, ", an ", CollectiveKindName(other.kind()));
+      }
+      return absl::InternalError(absl::StrCat(
+          prefix, "rank 0 runs collective ", first_text, " while rank ", rank, " runs ", other_text,
+          ": the ranks left the communicator's global order (a plan bug)"));
+    }
+    if (DescribeSettings(first) != DescribeSettings(other)) {
+      return absl::InternalError(absl::StrCat(
+          prefix, "ranks 0 and ", rank, " run collective ", DescribeCollective(first),
+          " with different settings: ", DescribeSettings(first), " vs ", DescribeSettings(other)));
+    }
+  }
+  if (num_collectives_ > 0 && first.sequence() != generation % num_collectives_) {
+    return absl::InternalError(absl::StrCat(
+        prefix, "every rank runs collective ", DescribeCollective(first), " as the communicator's ",
+        "collective number ", generation, ", where its global order of ", num_collectives_,
+        " collectives puts sequence ", generation % num_collectives_));
+  }
+  const std::string where = absl::StrCat(prefix, "collective ", DescribeCollective(first), ": ");
+  const plan::DataType data_type = calls_[0]->input.data_type;
+  std::vector<Shape> inputs;
+  for (int rank = 0; rank < size_; ++rank) {
+    const CollectiveCall& call = *calls_[rank];
+    if (call.input.data_type != data_type || call.output.data_type != data_type) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "rank ", rank, " has input ", DataTypeName(call.input.data_type), " and output ",
+          DataTypeName(call.output.data_type), " while rank 0's input is ", DataTypeName(data_type),
+          ": every buffer of a collective has one data type"));
+    }
+    inputs.push_back(call.input.shape);
+  }
+  if (IsReduction(first.kind()) && data_type != plan::FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat(where, CollectiveKindName(first.kind()),
+                                                   " reduces float32 only, not ",
+                                                   DataTypeName(data_type)));
+  }
+  for (int rank = 0; rank < size_; ++rank) {
+    absl::StatusOr<Shape> expected = CollectiveOutputShape(first, inputs, rank);
+    if (!expected.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, expected.status().message()));
+    }
+    if (*expected != calls_[rank]->output.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "rank ", rank, "'s output is ", calls_[rank]->output.shape.ToString(),
+                       " but the inputs give it ", expected->ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectives::Run(const CollectiveCall& call) {
+  const int rank = call.rank;
+  if (rank < 0 || rank >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator '", name_, "' has ", size_, " ranks, so it has no rank ", rank));
+  }
+  const plan::CollectiveConf& conf = *call.conf;
+  const auto timeout = absl::ToChronoNanoseconds(options_.timeout);
+  auto deadline = Clock::now() + timeout;
+
+  // 1. Arrival.
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!failure_.ok()) return failure_;
+  const int64_t generation = departures_completed_.load(std::memory_order_relaxed);
+  if (calls_[rank] != nullptr) {
+    FailLocked(absl::InternalError(
+        absl::StrCat("communicator '", name_, "': rank ", rank, " enters collective ",
+                     DescribeCollective(conf), " while it is still inside ",
+                     DescribeCollective(*calls_[rank]->conf), " (two threads run one rank)")));
+    return failure_;
+  }
+  calls_[rank] = &call;
+  if (++arrived_ == size_) {
+    arrived_ = 0;
+    if (absl::Status check = CheckCallsLocked(generation); !check.ok()) {
+      FailLocked(std::move(check));
+      return failure_;
+    }
+    arrivals_completed_.store(generation + 1, std::memory_order_release);
+    changed_.notify_all();
+  } else {
+    lock.unlock();
+    Spin(arrivals_completed_, generation);
+    lock.lock();
+    while (arrivals_completed_.load(std::memory_order_relaxed) <= generation && failure_.ok()) {
+      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
+          arrivals_completed_.load(std::memory_order_relaxed) <= generation && failure_.ok()) {
+        std::vector<bool> arrived(size_);
+        for (int peer = 0; peer < size_; ++peer) arrived[peer] = calls_[peer] != nullptr;
+        FailLocked(absl::DeadlineExceededError(absl::StrCat(
+            "communicator '", name_, "': collective ", DescribeCollective(conf), " on rank ", rank,
+            " waited ", absl::FormatDuration(options_.timeout), " at piece ", call.piece, " for ",
+            RankList(arrived),
+            " to arrive (does a peer never get its input, or do the ranks run different numbers "
+            "of pieces?)")));
+      }
+    }
+    // Once every rank arrived, a later abort does not stop this collective: peers may already
+    // read this rank's buffers.
+    if (arrivals_completed_.load(std::memory_order_relaxed) <= generation) return failure_;
+  }
+
+  // 2. Compute. calls_ stays as it is until every rank has departed.
+  lock.unlock();
+  Compute(rank);
+
+  // 3. Departure.
+  lock.lock();
+  has_departed_[rank] = true;
+  if (++departed_ == size_) {
+    departed_ = 0;
+    std::fill(calls_.begin(), calls_.end(), nullptr);
+    std::fill(has_departed_.begin(), has_departed_.end(), false);
+    departures_completed_.store(generation + 1, std::memory_order_release);
+    changed_.notify_all();
+    return absl::OkStatus();
+  }
+  lock.unlock();
+  Spin(departures_completed_, generation);
+  lock.lock();
+  deadline = Clock::now() + timeout;
+  while (departures_completed_.load(std::memory_order_relaxed) <= generation) {
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        departures_completed_.load(std::memory_order_relaxed) <= generation) {
+      FailLocked(absl::DeadlineExceededError(absl::StrCat(
+          "communicator '", name_, "': collective ", DescribeCollective(conf), " on rank ", rank,
+          " waited ", absl::FormatDuration(options_.timeout), " at piece ", call.piece, " for ",
+          RankList(has_departed_), " to finish it")));
+      return failure_;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SharedMemoryCollectives::Compute(int rank) const {
+  const CollectiveCall& own = *calls_[rank];
+  const plan::CollectiveConf& conf = *own.conf;
+  const TensorView& output = own.output;
+  const int axis = conf.axis();
+  switch (conf.kind()) {
+    case plan::ALL_REDUCE: {
+      // This rank reduces its balanced chunk of the elements and writes it to every output.
+      const AxisRange chunk = BalancedRange(output.NumElements(), size_, rank);
+      if (chunk.size() == 0) return;
+      float* reduced = output.Data<float>() + chunk.begin;
+      std::memcpy(reduced, calls_[0]->input.Data<float>() + chunk.begin,
+                  static_cast<size_t>(chunk.size()) * sizeof(float));
+      for (int source = 1; source < size_; ++source) {
+        Combine(conf.reduce(), reduced, calls_[source]->input.Data<float>() + chunk.begin,
+                chunk.size());
+      }
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank) continue;
+        std::memcpy(calls_[peer]->output.Data<float>() + chunk.begin, reduced,
+                    static_cast<size_t>(chunk.size()) * sizeof(float));
+      }
+      return;
+    }
+    case plan::REDUCE_SCATTER: {
+      // Every input has one shape; this rank reduces its balanced slice along `axis`.
+      const Shape& input_shape = own.input.shape;
+      const AxisRange range = BalancedRange(input_shape.dimension(axis), size_, rank);
+      const auto source_origin = AxisOrigin(input_shape.rank(), axis, range.begin);
+      const auto destination_origin = AxisOrigin(output.shape.rank(), axis, 0);
+      float* out = output.Data<float>();
+      ForEachBlockRun(output.shape, input_shape, source_origin, output.shape, destination_origin,
+                      [&](int64_t source_offset, int64_t destination_offset, int64_t count) {
+                        std::memcpy(out + destination_offset,
+                                    calls_[0]->input.Data<float>() + source_offset,
+                                    static_cast<size_t>(count) * sizeof(float));
+                        for (int source = 1; source < size_; ++source) {
+                          Combine(conf.reduce(), out + destination_offset,
+                                  calls_[source]->input.Data<float>() + source_offset, count);
+                        }
+                      });
+      return;
+    }
+    case plan::ALL_GATHER: {
+      const auto source_origin = AxisOrigin(output.shape.rank(), axis, 0);
+      int64_t offset = 0;
+      for (int source = 0; source < size_; ++source) {
+        const TensorView& input = calls_[source]->input;
+        CopyBlock(input, source_origin, output, AxisOrigin(output.shape.rank(), axis, offset),
+                  input.shape);
+        offset += input.shape.dimension(axis);
+      }
+      return;
+    }
+    case plan::ALL_TO_ALL: {
+      const int concat_axis = conf.concat_axis();
+      int64_t offset = 0;
+      for (int source = 0; source < size_; ++source) {
+        const TensorView& input = calls_[source]->input;
+        const AxisRange range = BalancedRange(input.shape.dimension(axis), size_, rank);
+        Shape block = input.shape;
+        block.set_dimension(axis, range.size());
+        CopyBlock(input, AxisOrigin(input.shape.rank(), axis, range.begin), output,
+                  AxisOrigin(output.shape.rank(), concat_axis, offset), block);
+        offset += block.dimension(concat_axis);
+      }
+      return;
+    }
+    default:
+      LOG(FATAL) << "communicator '" << name_ << "': unchecked collective kind " << conf.kind();
+  }
+}
+
+}  // namespace loom
