@@ -34,6 +34,12 @@ inline uint64_t RandomBits(uint64_t key, uint64_t counter, uint64_t lane) {
 // Uniform in [0, 1) with 53 random bits.
 inline double UniformFromBits(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
+// An integer in [0, high) for high >= 1: floor(bits * high / 2^64), biased by at most
+// high / 2^64 (what "random_integers" draws).
+inline uint64_t BoundedFromBits(uint64_t bits, uint64_t high) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * high) >> 64);
+}
+
 // Uniform in (0, 1], never 0 (for a logarithm).
 inline double PositiveUniformFromBits(uint64_t bits) {
   return static_cast<double>((bits >> 11) + 1) * 0x1.0p-53;

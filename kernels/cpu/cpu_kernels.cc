@@ -3,12 +3,19 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/attention_kernel.h"
 #include "kernels/cpu/bias_add_kernel.h"
 #include "kernels/cpu/binary_kernels.h"
+#include "kernels/cpu/cross_entropy_kernel.h"
+#include "kernels/cpu/embedding_kernel.h"
 #include "kernels/cpu/fill_kernel.h"
 #include "kernels/cpu/identity_kernel.h"
+#include "kernels/cpu/zeros_like_kernel.h"
+#include "kernels/cpu/layer_norm_kernel.h"
+#include "kernels/cpu/layout_kernels.h"
 #include "kernels/cpu/matmul_kernel.h"
 #include "kernels/cpu/random_kernel.h"
+#include "kernels/cpu/reduce_kernels.h"
 #include "kernels/cpu/sleep_kernel.h"
 #include "kernels/cpu/softmax_kernel.h"
 #include "kernels/cpu/unary_kernels.h"
@@ -21,14 +28,35 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
     absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
   };
   static constexpr Entry kEntries[] = {
-      {"matmul", cpu::CreateMatmulKernel},     {"add", cpu::CreateAddKernel},
-      {"subtract", cpu::CreateSubtractKernel}, {"multiply", cpu::CreateMultiplyKernel},
-      {"divide", cpu::CreateDivideKernel},     {"bias_add", cpu::CreateBiasAddKernel},
-      {"relu", cpu::CreateReluKernel},         {"gelu", cpu::CreateGeluKernel},
-      {"tanh", cpu::CreateTanhKernel},         {"softmax", cpu::CreateSoftmaxKernel},
-      {"scale", cpu::CreateScaleKernel},       {"fill", cpu::CreateFillKernel},
-      {"random", cpu::CreateRandomKernel},     {"identity", cpu::CreateIdentityKernel},
+      {"matmul", cpu::CreateMatmulKernel},
+      {"add", cpu::CreateAddKernel},
+      {"subtract", cpu::CreateSubtractKernel},
+      {"multiply", cpu::CreateMultiplyKernel},
+      {"divide", cpu::CreateDivideKernel},
+      {"bias_add", cpu::CreateBiasAddKernel},
+      {"relu", cpu::CreateReluKernel},
+      {"gelu", cpu::CreateGeluKernel},
+      {"tanh", cpu::CreateTanhKernel},
+      {"softmax", cpu::CreateSoftmaxKernel},
+      {"scale", cpu::CreateScaleKernel},
+      {"fill", cpu::CreateFillKernel},
+      {"random", cpu::CreateRandomKernel},
+      {"identity", cpu::CreateIdentityKernel},
+      {"zeros_like", cpu::CreateZerosLikeKernel},
       {"sleep", cpu::CreateSleepKernel},
+      {"log_softmax", cpu::CreateLogSoftmaxKernel},
+      {"layer_norm", cpu::CreateLayerNormKernel},
+      {"embedding", cpu::CreateEmbeddingKernel},
+      {"reshape", cpu::CreateReshapeKernel},
+      {"transpose", cpu::CreateTransposeKernel},
+      {"slice", cpu::CreateSliceKernel},
+      {"pad", cpu::CreatePadKernel},
+      {"concat", cpu::CreateConcatKernel},
+      {"reduce_sum", cpu::CreateReduceSumKernel},
+      {"reduce_mean", cpu::CreateReduceMeanKernel},
+      {"sparse_cross_entropy", cpu::CreateSparseCrossEntropyKernel},
+      {"causal_attention", cpu::CreateCausalAttentionKernel},
+      {"random_integers", cpu::CreateRandomIntegersKernel},
   };
   for (const Entry& entry : kEntries) {
     absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);

@@ -8,8 +8,10 @@ namespace loom {
 
 // Registers every CPU kernel in `registry` under (op type, plan::CPU): "matmul", "add",
 // "subtract", "multiply", "divide", "bias_add", "relu", "gelu", "tanh", "softmax", "scale", "fill",
-// "random", "identity" and "sleep". Fails with ALREADY_EXISTS at the first op type that is already
-// registered for CPU (the ones before it stay registered).
+// "random", "identity", "sleep", "log_softmax", "layer_norm", "embedding", "reshape", "transpose",
+// "slice", "pad", "concat", "reduce_sum", "reduce_mean", "sparse_cross_entropy",
+// "causal_attention" and "random_integers". Fails with ALREADY_EXISTS at the first op type that is
+// already registered for CPU (the ones before it stay registered).
 absl::Status RegisterCpuKernels(KernelRegistry* registry);
 
 }  // namespace loom

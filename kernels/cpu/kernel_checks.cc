@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/data_type.h"
 
 namespace loom::cpu {
@@ -110,6 +111,25 @@ absl::Status CheckSameShape(absl::string_view op_type, absl::string_view expecte
                                                    " has shape ", expected.ToString()));
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> RowMajorStrides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.rank(), 1);
+  for (int axis = shape.rank() - 2; axis >= 0; --axis) {
+    strides[axis] = strides[axis + 1] * shape.dimension(axis + 1);
+  }
+  return strides;
+}
+
+std::string DescribeIndex(const Shape& shape, int64_t flat_index) {
+  std::vector<int64_t> index(shape.rank(), 0);
+  for (int axis = shape.rank() - 1; axis >= 0; --axis) {
+    const int64_t dimension = shape.dimension(axis);
+    if (dimension <= 0) continue;
+    index[axis] = flat_index % dimension;
+    flat_index /= dimension;
+  }
+  return absl::StrCat("[", absl::StrJoin(index, ", "), "]");
 }
 
 TensorSignature::TensorSignature(const KernelInit& init) {

@@ -1,6 +1,7 @@
 #ifndef LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
 #define LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ absl::Status CheckAllFloat32(absl::string_view op_type, const KernelInit& init);
 absl::Status CheckSameShape(absl::string_view op_type, absl::string_view expected_name,
                             const Shape& expected, absl::string_view actual_name,
                             const Shape& actual);
+
+// Row-major element strides of `shape`: the last axis has stride 1.
+std::vector<int64_t> RowMajorStrides(const Shape& shape);
+
+// The multi-index of row-major element `flat_index` of `shape`, as "[1, 0, 2]" (for messages that
+// name the position of a bad value).
+std::string DescribeIndex(const Shape& shape, int64_t flat_index);
 
 // The tensors a kernel was built for. Compute checks each call against them (counts, data types,
 // shapes), which is a few comparisons and no allocation.

@@ -16,10 +16,23 @@ namespace loom::cpu {
 //   "mean", "std" (normal; default 0 and 1, std >= 0);
 //   "offset" (int >= 0, default 0): element i of the output is element offset + i of the
 //     unsliced tensor (row-major), so that a slice is generated on its own;
+//   "logical_shape" (int list, optional) and "slice_begin" (int list, default all zeros; only with
+//     logical_shape): the output is the window [slice_begin, slice_begin + output shape) of a
+//     logical tensor of logical_shape (same rank as the output), and each element takes the value
+//     of its logical element: the counter is offset + that element's row-major index in the
+//     logical tensor. Every split of a tensor, along any axes and however uneven, thus generates
+//     exactly the values the unsplit tensor has there;
 //   "same_every_piece" (bool, default false): when true every piece gets the same values
 //     (variable initialisation); otherwise the piece index is part of the stream.
-// Element i is a pure function of (seed, piece, offset + i): see counter_random.h.
+// Element i is a pure function of (seed, piece, counter): see counter_random.h.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRandomKernel(const KernelInit& init);
+
+// "random_integers": no inputs, one int32 or int64 output of integers uniform in [0, high)
+// (token ids, labels), seeded and deterministic. Attributes "seed" (int, required), "high" (int,
+// required, >= 1, at most 2^31 for int32), and "offset", "logical_shape", "slice_begin" and
+// "same_every_piece" as for "random". The value of element counter c is
+// floor(RandomBits(key, c, 0) * high / 2^64).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRandomIntegersKernel(const KernelInit& init);
 
 }  // namespace loom::cpu
 

@@ -12,6 +12,10 @@ namespace loom::cpu {
 // input's shape. Numerically stable: each row's maximum is subtracted before exponentiating.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxKernel(const KernelInit& init);
 
+// "log_softmax": float32 log(softmax(x)) over the last axis, computed stably as
+// x - max - log(sum(exp(x - max))); same shapes and checks as "softmax".
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLogSoftmaxKernel(const KernelInit& init);
+
 }  // namespace loom::cpu
 
 #endif  // LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_

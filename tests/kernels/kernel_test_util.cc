@@ -50,6 +50,14 @@ plan::AttributeValue StringAttribute(const std::string& value) {
   return attribute;
 }
 
+plan::AttributeValue IntListAttribute(const std::vector<int64_t>& values) {
+  plan::AttributeValue attribute;
+  for (int64_t value : values) attribute.mutable_int_list()->add_values(value);
+  // An empty list is still a list.
+  attribute.mutable_int_list();
+  return attribute;
+}
+
 HostTensor MakeTensor(const Shape& shape, plan::DataType data_type) {
   HostTensor tensor;
   tensor.data_type = data_type;
@@ -60,6 +68,18 @@ HostTensor MakeTensor(const Shape& shape, plan::DataType data_type) {
 
 HostTensor FloatTensor(const Shape& shape, const std::vector<float>& values) {
   HostTensor tensor = MakeTensor(shape, plan::FLOAT32);
+  if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  return tensor;
+}
+
+HostTensor Int32Tensor(const Shape& shape, const std::vector<int32_t>& values) {
+  HostTensor tensor = MakeTensor(shape, plan::INT32);
+  if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  return tensor;
+}
+
+HostTensor Int64Tensor(const Shape& shape, const std::vector<int64_t>& values) {
+  HostTensor tensor = MakeTensor(shape, plan::INT64);
   if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
   return tensor;
 }

@@ -18,11 +18,15 @@ plan::AttributeValue IntAttribute(int64_t value);
 plan::AttributeValue FloatAttribute(double value);
 plan::AttributeValue BoolAttribute(bool value);
 plan::AttributeValue StringAttribute(const std::string& value);
+plan::AttributeValue IntListAttribute(const std::vector<int64_t>& values);
 
 // A zeroed host tensor.
 HostTensor MakeTensor(const Shape& shape, plan::DataType data_type = plan::FLOAT32);
 // A float32 tensor holding `values` (as many as the shape has elements).
 HostTensor FloatTensor(const Shape& shape, const std::vector<float>& values);
+// An int32 or int64 tensor holding `values`.
+HostTensor Int32Tensor(const Shape& shape, const std::vector<int32_t>& values);
+HostTensor Int64Tensor(const Shape& shape, const std::vector<int64_t>& values);
 // `count` values uniform in [low, high) from a fixed-seed engine.
 std::vector<float> RandomFloats(int64_t count, uint32_t seed, float low = -1.0f, float high = 1.0f);
 std::vector<float> FloatValues(const HostTensor& tensor);

@@ -74,5 +74,46 @@ TEST(SoftmaxKernelTest, RejectsScalar) {
   EXPECT_THAT(status.message(), HasSubstr("softmax: input must have rank >= 1"));
 }
 
+std::vector<float> RunLogSoftmax(const std::vector<float>& input, const Shape& shape) {
+  OpCall call("log_softmax");
+  call.Input(FloatTensor(shape, input)).Output(shape);
+  absl::Status status = call.Run();
+  EXPECT_TRUE(status.ok()) << status;
+  return call.OutputFloats();
+}
+
+TEST(LogSoftmaxKernelTest, MatchesReference) {
+  const Shape shape({3, 2, 19});
+  const std::vector<float> input = RandomFloats(shape.NumElements(), 8, -6.0f, 6.0f);
+  const std::vector<float> output = RunLogSoftmax(input, shape);
+  const std::vector<double> expected = ReferenceSoftmax(input, 19);
+  for (size_t i = 0; i < input.size(); ++i) {
+    EXPECT_NEAR(output[i], std::log(expected[i]), 2e-6 * (1.0 + std::abs(std::log(expected[i]))))
+        << i;
+  }
+}
+
+TEST(LogSoftmaxKernelTest, StableWithLargeInputs) {
+  const std::vector<float> output =
+      RunLogSoftmax({1000.0f, 999.0f, -1001.0f, -1000.0f, 1e30f, 0.0f}, {3, 2});
+  const double log_pair = std::log(1.0 + std::exp(-1.0));
+  EXPECT_NEAR(output[0], -log_pair, 1e-6);
+  EXPECT_NEAR(output[1], -1.0 - log_pair, 1e-6);
+  EXPECT_NEAR(output[2], -1.0 - log_pair, 1e-6);
+  EXPECT_NEAR(output[3], -log_pair, 1e-6);
+  EXPECT_EQ(output[4], 0.0f);
+  EXPECT_EQ(output[5], -1e30f);
+  for (float value : output) EXPECT_TRUE(std::isfinite(value));
+}
+
+TEST(LogSoftmaxKernelTest, RejectsMismatchedShapes) {
+  OpCall call("log_softmax");
+  call.Input(MakeTensor({2, 3})).Output({3, 2});
+  absl::Status status = call.Build().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("log_softmax: output has shape [3, 2] but input has shape [2, 3]"));
+}
+
 }  // namespace
 }  // namespace loom::kernel_test
