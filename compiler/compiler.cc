@@ -1,0 +1,169 @@
+#include "compiler/compiler.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "compiler/boxing.h"
+#include "compiler/lowering.h"
+#include "compiler/memory_plan.h"
+#include "compiler/node_split.h"
+#include "compiler/sbp_inference.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "runtime/format_bytes.h"
+#include "runtime/device_name.h"
+
+namespace loom::compiler {
+
+absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
+                                      const DeviceSet& devices) {
+  CompileResult result;
+  absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(job, registry, devices);
+  if (!graph.ok()) return graph.status();
+  result.graph = std::move(*graph);
+  if (absl::Status status = InferSbp(&result.graph); !status.ok()) return status;
+  absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices);
+  if (!plan.ok()) return plan.status();
+  result.plan = std::move(*plan);
+  if (absl::Status status = CheckMemory(result.plan); !status.ok()) return status;
+  result.node_plans = SplitByNode(result.plan);
+  return result;
+}
+
+std::string Explain(const CompileResult& result) {
+  const LogicalGraph& graph = result.graph;
+  std::string text;
+  double total_bytes = 0;
+  for (const LogicalNode& node : graph.nodes) {
+    if (node.kind != LogicalNode::Kind::kOp) {
+      absl::StrAppend(&text, node.kind == LogicalNode::Kind::kVariable ? "variable " : "input ",
+                      node.name, " ", graph.tensors[node.outputs[0]].type.ToString(), " ",
+                      NdSbpToString(graph.tensors[node.outputs[0]].sbp), " on ",
+                      node.placement.ToString(), "\n");
+      continue;
+    }
+    std::vector<std::string> inputs;
+    std::vector<std::string> outputs;
+    for (const NdSbp& sbp : node.input_sbp) inputs.push_back(NdSbpToString(sbp));
+    for (int output : node.outputs) outputs.push_back(NdSbpToString(graph.tensors[output].sbp));
+    absl::StrAppend(&text, "op ", node.name, " (", node.op_type, ") on ", node.placement.ToString(),
+                    ": (", absl::StrJoin(inputs, ", "), ") -> (", absl::StrJoin(outputs, ", "),
+                    ")\n");
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const LogicalTensor& tensor = graph.tensors[node.inputs[i]];
+      const Placement& from = graph.nodes[tensor.producer].placement;
+      absl::StatusOr<BoxingPlan> boxing =
+          PlanBoxing(tensor.type, from, tensor.sbp, node.placement, node.input_sbp[i]);
+      if (!boxing.ok() || boxing->empty()) continue;
+      total_bytes += boxing->bytes;
+      absl::StrAppend(&text, "  boxing of input '", tensor.name, "' ", tensor.type.ToString(), ": ",
+                      NdSbpToString(tensor.sbp), " -> ", NdSbpToString(node.input_sbp[i]), ", ",
+                      FormatBytes(static_cast<int64_t>(boxing->bytes)), " per rank\n");
+      for (const BoxingStep& step : boxing->source_steps) {
+        absl::StrAppend(&text, "    ", step.ToString(), ": ",
+                        FormatBytes(static_cast<int64_t>(step.bytes)), "\n");
+      }
+      if (boxing->crosses_placements) {
+        absl::StrAppend(&text, "    ",
+                        boxing->one_to_one ? "one-to-one copies" : "copies from source rank 0",
+                        " ", from.ToString(), " -> ", node.placement.ToString(), "\n");
+      }
+      for (const BoxingStep& step : boxing->destination_steps) {
+        absl::StrAppend(&text, "    ", step.ToString(), ": ",
+                        FormatBytes(static_cast<int64_t>(step.bytes)), "\n");
+      }
+    }
+  }
+  absl::StrAppend(&text, "boxing in total: ", FormatBytes(static_cast<int64_t>(total_bytes)),
+                  " per rank and step\nmemory:\n");
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(result.plan)) {
+    absl::StrAppend(&text, "  ", DeviceName(estimate.device), ": ",
+                    FormatBytes(estimate.register_bytes), " of registers",
+                    estimate.budget_bytes > 0
+                        ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
+                        : "",
+                    "\n");
+  }
+  return text;
+}
+
+std::string PlanToDot(const plan::Plan& plan) {
+  auto quote = [](const std::string& text) {
+    return absl::StrCat("\"", absl::StrReplaceAll(text, {{"\"", "\\\""}}), "\"");
+  };
+  std::string dot = absl::StrCat("digraph ", quote(plan.job_name()), " {\n  rankdir=LR;\n");
+  absl::flat_hash_map<std::string, std::vector<const plan::Task*>> by_device;
+  std::vector<std::string> device_order;
+  for (const plan::Task& task : plan.tasks()) {
+    std::string device = DeviceName(task.stream().device());
+    if (!by_device.contains(device)) device_order.push_back(device);
+    by_device[device].push_back(&task);
+  }
+  absl::flat_hash_map<std::string, std::string> producer;
+  for (const plan::Task& task : plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = task.name();
+  }
+  int cluster = 0;
+  for (const std::string& device : device_order) {
+    absl::StrAppend(&dot, "  subgraph cluster_", cluster++, " {\n    label=", quote(device), ";\n");
+    for (const plan::Task* task : by_device[device]) {
+      std::string label = task->kind() == plan::COLLECTIVE
+                              ? absl::StrCat(task->name(), "\\n", task->collective().communicator())
+                              : task->name();
+      absl::StrAppend(&dot, "    ", quote(task->name()), " [label=", quote(label),
+                      task->kind() == plan::COLLECTIVE ? ", shape=box, style=filled" : "", "];\n");
+    }
+    absl::StrAppend(&dot, "  }\n");
+  }
+  for (const plan::Task& task : plan.tasks()) {
+    for (const std::string& input : task.inputs()) {
+      auto found = producer.find(input);
+      if (found == producer.end()) continue;
+      absl::StrAppend(&dot, "  ", quote(found->second), " -> ", quote(task.name()),
+                      " [label=", quote(input), "];\n");
+    }
+  }
+  absl::StrAppend(&dot, "}\n");
+  return dot;
+}
+
+namespace {
+
+class CollectingErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!errors.empty()) errors += "; ";
+    absl::StrAppend(&errors, "line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  std::string errors;
+};
+
+}  // namespace
+
+absl::StatusOr<job::Job> ReadJobFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open job file '", path, "'"));
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  job::Job job;
+  if (absl::EndsWith(path, ".pb")) {
+    if (!job.ParseFromString(buffer.str())) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not a binary job"));
+    }
+    return job;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectingErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(buffer.str(), &job)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a valid job: ", errors.errors));
+  }
+  return job;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,40 @@
+#ifndef LOOM_COMPILER_COMPILER_H_
+#define LOOM_COMPILER_COMPILER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/logical_graph.h"
+#include "compiler/op_definition.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+
+namespace loom::compiler {
+
+struct CompileResult {
+  // Points into the compiled job: keep the job alive while the graph is used.
+  LogicalGraph graph;
+  // The whole job's plan, and its split per node.
+  plan::Plan plan;
+  std::vector<plan::Plan> node_plans;
+};
+
+// Runs every pass of DESIGN.md §5 that exists: validation and type inference, SBP inference,
+// boxing and lowering, the memory check, the split per node.
+absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
+                                      const DeviceSet& devices);
+
+// Per op: the chosen SBP signature, and every boxing inserted for its inputs with its collective
+// and bytes; then the memory per device.
+std::string Explain(const CompileResult& result);
+
+// The plan's tasks and registers as a Graphviz graph, one cluster per device.
+std::string PlanToDot(const plan::Plan& plan);
+
+// Reads a job in text format (.pbtxt) or binary (.pb); errors name the line.
+absl::StatusOr<job::Job> ReadJobFile(const std::string& path);
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_COMPILER_H_

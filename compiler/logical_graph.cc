@@ -1,0 +1,378 @@
+#include "compiler/logical_graph.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/device_name.h"
+
+namespace loom::compiler {
+namespace {
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::Status Prefixed(const std::string& what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+bool SameDevice(const plan::Device& a, const plan::Device& b) {
+  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
+}
+
+// Parses a placement and checks its devices exist.
+absl::StatusOr<Placement> ResolvePlacement(const job::Placement& proto, const Placement& fallback,
+                                           const DeviceSet& devices, const std::string& who) {
+  if (proto.devices().empty()) {
+    if (proto.hierarchy_size() > 0) {
+      return Invalid(absl::StrCat(who, ": a placement with a hierarchy needs its devices"));
+    }
+    return fallback;
+  }
+  absl::StatusOr<Placement> placement = Placement::FromProto(proto);
+  if (!placement.ok()) return Prefixed(who, placement.status());
+  for (const plan::Device& device : placement->devices()) {
+    if (!devices.Contains(device)) {
+      return Invalid(absl::StrCat(who, ": placement names device ", DeviceName(device),
+                                  ", which does not exist (the job runs on ", devices.ToString(),
+                                  ")"));
+    }
+  }
+  return placement;
+}
+
+// Checks an SBP against a tensor's rank and a placement's hierarchy.
+absl::StatusOr<NdSbp> ResolveSbp(const std::vector<std::string>& texts, const TensorType& type,
+                                 const Placement& placement, const std::string& who,
+                                 bool allow_partial) {
+  absl::StatusOr<NdSbp> sbp = ParseNdSbp(texts);
+  if (!sbp.ok()) return Prefixed(who, sbp.status());
+  if (static_cast<int>(sbp->size()) != placement.num_axes()) {
+    return Invalid(absl::StrCat(who, ": SBP ", NdSbpToString(*sbp), " has ", sbp->size(),
+                                " entries but the placement's hierarchy has ",
+                                placement.num_axes(), " axes ",
+                                absl::StrCat("[", absl::StrJoin(placement.hierarchy(), ", "), "]")));
+  }
+  absl::flat_hash_map<int, int64_t> parts_per_axis;
+  for (size_t h = 0; h < sbp->size(); ++h) {
+    const Sbp& axis_sbp = (*sbp)[h];
+    if (axis_sbp.is_partial() && !allow_partial) {
+      return Invalid(absl::StrCat(who, ": SBP ", NdSbpToString(*sbp),
+                                  " is partial, which a variable or input cannot be"));
+    }
+    if (!axis_sbp.is_split()) continue;
+    if (axis_sbp.axis >= type.shape.rank()) {
+      return Invalid(absl::StrCat(who, ": ", axis_sbp.ToString(), " is out of range for the ",
+                                  type.shape.rank(), "-D tensor ", type.ToString()));
+    }
+    int64_t& parts = parts_per_axis[axis_sbp.axis];
+    parts = (parts == 0 ? 1 : parts) * placement.hierarchy()[h];
+    if (type.shape.dimension(axis_sbp.axis) < parts) {
+      return Invalid(absl::StrCat(who, ": ", NdSbpToString(*sbp), " splits axis ", axis_sbp.axis,
+                                  " of ", type.ToString(), " into ", parts,
+                                  " parts, more than its extent"));
+    }
+  }
+  return sbp;
+}
+
+plan::DataType OrFloat(plan::DataType type) {
+  return type == plan::DATA_TYPE_UNSPECIFIED ? plan::FLOAT32 : type;
+}
+
+absl::Status CheckShape(const google::protobuf::RepeatedField<int64_t>& shape,
+                        const std::string& who) {
+  for (int64_t extent : shape) {
+    if (extent < 1) {
+      return Invalid(absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "),
+                                  "] has an extent below 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool DeviceSet::Contains(const plan::Device& device) const {
+  for (const plan::Device& existing : devices) {
+    if (SameDevice(existing, device)) return true;
+  }
+  return false;
+}
+
+std::string DeviceSet::ToString() const {
+  std::vector<std::string> names;
+  for (const plan::Device& device : devices) names.push_back(DeviceName(device));
+  return absl::StrJoin(names, ", ");
+}
+
+DeviceSet DeviceSet::Cpus(int count, int nodes) {
+  DeviceSet set;
+  if (nodes < 1) nodes = 1;
+  for (int node = 0; node < nodes; ++node) {
+    int begin = static_cast<int>(static_cast<int64_t>(count) * node / nodes);
+    int end = static_cast<int>(static_cast<int64_t>(count) * (node + 1) / nodes);
+    for (int index = 0; index < end - begin; ++index) {
+      plan::Device device;
+      device.set_node(node);
+      device.set_type(plan::CPU);
+      device.set_index(index);
+      set.devices.push_back(device);
+    }
+  }
+  return set;
+}
+
+absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegistry& registry,
+                                               const DeviceSet& devices) {
+  LogicalGraph graph;
+  graph.job_name = job.name().empty() ? "job" : job.name();
+  graph.num_steps = job.num_steps() > 0 ? job.num_steps() : 1;
+  graph.register_slots = job.register_slots() > 0 ? job.register_slots() : 2;
+  graph.device_memory_budget_bytes = job.device_memory_budget_bytes();
+  if (job.register_slots() < 0) return Invalid("register_slots must not be negative");
+
+  // The job's placement: given, or every device as one axis.
+  Placement job_placement(devices.devices, {});
+  if (job.placement().devices_size() > 0) {
+    absl::StatusOr<Placement> placement =
+        ResolvePlacement(job.placement(), job_placement, devices, "the job's placement");
+    if (!placement.ok()) return placement.status();
+    job_placement = *placement;
+  }
+  std::vector<Placement> stage_placements;
+  for (int s = 0; s < job.stage_placements_size(); ++s) {
+    absl::StatusOr<Placement> placement = ResolvePlacement(
+        job.stage_placements(s), job_placement, devices, absl::StrCat("stage ", s));
+    if (!placement.ok()) return placement.status();
+    stage_placements.push_back(*placement);
+  }
+
+  // Every node and the tensors it produces; names are unique across tensors and nodes.
+  std::vector<LogicalNode> nodes;
+  absl::flat_hash_map<std::string, std::string> producer_of_tensor;  // tensor -> who
+  absl::flat_hash_map<std::string, int> node_by_name;
+  auto declare_tensor = [&](const std::string& tensor, const std::string& who) -> absl::Status {
+    if (tensor.empty()) return Invalid(absl::StrCat(who, " has an output with no name"));
+    auto [iterator, inserted] = producer_of_tensor.emplace(tensor, who);
+    if (!inserted) {
+      return Invalid(absl::StrCat("tensor '", tensor, "' is produced by both ", iterator->second,
+                                  " and ", who));
+    }
+    return absl::OkStatus();
+  };
+  auto declare_node = [&](const std::string& name, const std::string& who) -> absl::Status {
+    if (name.empty()) return Invalid(absl::StrCat(who, " has no name"));
+    if (!node_by_name.emplace(name, static_cast<int>(node_by_name.size())).second) {
+      return Invalid(absl::StrCat("the name '", name, "' is used twice"));
+    }
+    return absl::OkStatus();
+  };
+
+  for (const job::Variable& variable : job.variables()) {
+    std::string who = absl::StrCat("variable '", variable.name(), "'");
+    if (absl::Status status = declare_node(variable.name(), who); !status.ok()) return status;
+    if (absl::Status status = declare_tensor(variable.name(), who); !status.ok()) return status;
+    if (absl::Status status = CheckShape(variable.shape(), who); !status.ok()) return status;
+    if (variable.initializer().kind_case() == job::Initializer::KIND_NOT_SET) {
+      return Invalid(absl::StrCat(who, " has no initializer"));
+    }
+    LogicalNode node;
+    node.kind = LogicalNode::Kind::kVariable;
+    node.name = variable.name();
+    node.variable = &variable;
+    absl::StatusOr<Placement> placement =
+        ResolvePlacement(variable.placement(), job_placement, devices, who);
+    if (!placement.ok()) return placement.status();
+    node.placement = *placement;
+    node.context.op_name = variable.name();
+    node.context.outputs.push_back(
+        TensorType{Shape(variable.shape()), OrFloat(variable.data_type())});
+    nodes.push_back(std::move(node));
+  }
+  for (const job::Input& input : job.inputs()) {
+    std::string who = absl::StrCat("input '", input.name(), "'");
+    if (absl::Status status = declare_node(input.name(), who); !status.ok()) return status;
+    if (absl::Status status = declare_tensor(input.name(), who); !status.ok()) return status;
+    if (absl::Status status = CheckShape(input.shape(), who); !status.ok()) return status;
+    if (input.source_case() == job::Input::SOURCE_NOT_SET) {
+      return Invalid(absl::StrCat(who, " has no source"));
+    }
+    LogicalNode node;
+    node.kind = LogicalNode::Kind::kInput;
+    node.name = input.name();
+    node.input = &input;
+    absl::StatusOr<Placement> placement =
+        ResolvePlacement(input.placement(), job_placement, devices, who);
+    if (!placement.ok()) return placement.status();
+    node.placement = *placement;
+    plan::DataType type = OrFloat(input.data_type());
+    if (input.source_case() == job::Input::kRandomIntegersBelow) {
+      if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {
+        return Invalid(absl::StrCat(who, ": random integers need data_type INT32 or INT64"));
+      }
+      if (input.random_integers_below() < 1) {
+        return Invalid(absl::StrCat(who, ": random_integers_below must be at least 1"));
+      }
+    } else if (type != plan::FLOAT32) {
+      return Invalid(absl::StrCat(who, ": random values need data_type FLOAT32"));
+    }
+    node.context.op_name = input.name();
+    node.context.outputs.push_back(TensorType{Shape(input.shape()), type});
+    nodes.push_back(std::move(node));
+  }
+  for (const job::Op& op : job.ops()) {
+    std::string who = absl::StrCat("op '", op.name(), "'");
+    if (absl::Status status = declare_node(op.name(), who); !status.ok()) return status;
+    LogicalNode node;
+    node.kind = LogicalNode::Kind::kOp;
+    node.name = op.name();
+    node.op = &op;
+    node.op_type = op.type();
+    node.definition = registry.Find(op.type());
+    if (node.definition == nullptr) {
+      return Invalid(absl::StrCat(who, ": unknown op type '", op.type(), "' (known: ",
+                                  absl::StrJoin(registry.OpTypes(), ", "), ")"));
+    }
+    if (op.outputs().empty()) return Invalid(absl::StrCat(who, " has no outputs"));
+    for (const std::string& output : op.outputs()) {
+      if (absl::Status status = declare_tensor(output, who); !status.ok()) return status;
+    }
+    Placement fallback = job_placement;
+    if (op.has_stage()) {
+      if (op.stage() < 0 || op.stage() >= static_cast<int>(stage_placements.size())) {
+        return Invalid(absl::StrCat(who, ": stage ", op.stage(), " has no placement (the job has ",
+                                    stage_placements.size(), " stage placements)"));
+      }
+      node.stage = op.stage();
+      fallback = stage_placements[op.stage()];
+    }
+    absl::StatusOr<Placement> placement = ResolvePlacement(op.placement(), fallback, devices, who);
+    if (!placement.ok()) return placement.status();
+    node.placement = *placement;
+    node.context.op_name = op.name();
+    node.context.attributes = &op.attributes();
+    nodes.push_back(std::move(node));
+  }
+
+  // Wire inputs: every tensor read must be produced.
+  absl::flat_hash_map<std::string, int> producer_node;  // tensor -> node position
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].kind != LogicalNode::Kind::kOp) {
+      producer_node[nodes[n].name] = static_cast<int>(n);
+    } else {
+      for (const std::string& output : nodes[n].op->outputs()) {
+        producer_node[output] = static_cast<int>(n);
+      }
+    }
+  }
+  std::vector<std::vector<int>> successors(nodes.size());
+  std::vector<int> in_degree(nodes.size(), 0);
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].kind != LogicalNode::Kind::kOp) continue;
+    for (const std::string& input : nodes[n].op->inputs()) {
+      auto found = producer_node.find(input);
+      if (found == producer_node.end()) {
+        return Invalid(absl::StrCat("op '", nodes[n].name, "' reads tensor '", input,
+                                    "', which no variable, input or op produces"));
+      }
+      successors[found->second].push_back(static_cast<int>(n));
+      ++in_degree[n];
+    }
+  }
+
+  // Topological order (Kahn, stable: job order among the ready); a leftover is a cycle.
+  std::deque<int> ready;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (in_degree[n] == 0) ready.push_back(static_cast<int>(n));
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int n = ready.front();
+    ready.pop_front();
+    order.push_back(n);
+    for (int successor : successors[n]) {
+      if (--in_degree[successor] == 0) ready.push_back(successor);
+    }
+  }
+  if (order.size() != nodes.size()) {
+    std::vector<std::string> stuck;
+    for (size_t n = 0; n < nodes.size() && stuck.size() < 8; ++n) {
+      if (in_degree[n] > 0) stuck.push_back(absl::StrCat("'", nodes[n].name, "'"));
+    }
+    return Invalid(absl::StrCat("ops form a cycle (each waits for another's output): ",
+                                absl::StrJoin(stuck, ", ")));
+  }
+
+  // Types, in topological order.
+  for (int n : order) {
+    LogicalNode node = std::move(nodes[n]);
+    int node_index = static_cast<int>(graph.nodes.size());
+    if (node.kind == LogicalNode::Kind::kOp) {
+      std::string who = absl::StrCat("op '", node.name, "' (", node.op_type, ")");
+      for (const std::string& input : node.op->inputs()) {
+        int tensor = graph.tensor_by_name.at(input);
+        node.inputs.push_back(tensor);
+        node.context.inputs.push_back(graph.tensors[tensor].type);
+      }
+      absl::StatusOr<std::vector<TensorType>> types = node.definition->InferTypes(node.context);
+      if (!types.ok()) return Prefixed(who, types.status());
+      if (types->size() != static_cast<size_t>(node.op->outputs_size())) {
+        return Invalid(absl::StrCat(who, " produces ", types->size(), " outputs but names ",
+                                    node.op->outputs_size()));
+      }
+      node.context.outputs = *types;
+      // Hints: at most one per output, each checked against its tensor and the placement.
+      if (node.op->output_sbp_size() > node.op->outputs_size()) {
+        return Invalid(absl::StrCat(who, " has ", node.op->output_sbp_size(),
+                                    " output SBP hints for ", node.op->outputs_size(), " outputs"));
+      }
+      node.output_hints.assign(node.op->outputs_size(), std::nullopt);
+      for (int i = 0; i < node.op->output_sbp_size(); ++i) {
+        const auto& texts = node.op->output_sbp(i).sbp();
+        if (texts.empty()) continue;
+        absl::StatusOr<NdSbp> hint =
+            ResolveSbp(std::vector<std::string>(texts.begin(), texts.end()), (*types)[i],
+                       node.placement,
+                       absl::StrCat(who, ": SBP hint for output '", node.op->outputs(i), "'"),
+                       /*allow_partial=*/true);
+        if (!hint.ok()) return hint.status();
+        node.output_hints[i] = *hint;
+      }
+      for (int i = 0; i < node.op->outputs_size(); ++i) {
+        LogicalTensor tensor{node.op->outputs(i), (*types)[i], node_index, i, {}};
+        graph.tensor_by_name[tensor.name] = static_cast<int>(graph.tensors.size());
+        node.outputs.push_back(static_cast<int>(graph.tensors.size()));
+        graph.tensors.push_back(std::move(tensor));
+      }
+    } else {
+      const bool is_variable = node.kind == LogicalNode::Kind::kVariable;
+      std::string who = absl::StrCat(is_variable ? "variable '" : "input '", node.name, "'");
+      const auto& texts = is_variable ? node.variable->sbp() : node.input->sbp();
+      std::vector<std::string> sbp_texts(texts.begin(), texts.end());
+      if (sbp_texts.empty()) {
+        // Variables default to broadcast, inputs to data parallel (S(0) on every axis).
+        sbp_texts.assign(node.placement.num_axes(), is_variable ? "B" : "S(0)");
+      }
+      const TensorType& type = node.context.outputs[0];
+      absl::StatusOr<NdSbp> sbp =
+          ResolveSbp(sbp_texts, type, node.placement, who, /*allow_partial=*/false);
+      if (!sbp.ok()) return sbp.status();
+      LogicalTensor tensor{node.name, type, node_index, 0, *sbp};
+      graph.tensor_by_name[tensor.name] = static_cast<int>(graph.tensors.size());
+      node.outputs.push_back(static_cast<int>(graph.tensors.size()));
+      graph.tensors.push_back(std::move(tensor));
+    }
+    graph.nodes.push_back(std::move(node));
+  }
+
+  for (const std::string& name : job.fetch()) {
+    auto found = graph.tensor_by_name.find(name);
+    if (found == graph.tensor_by_name.end()) {
+      return Invalid(absl::StrCat("fetch names tensor '", name, "', which nothing produces"));
+    }
+    graph.fetches.push_back(found->second);
+  }
+  return graph;
+}
+
+}  // namespace loom::compiler

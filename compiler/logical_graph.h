@@ -1,0 +1,84 @@
+#ifndef LOOM_COMPILER_LOGICAL_GRAPH_H_
+#define LOOM_COMPILER_LOGICAL_GRAPH_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/op_definition.h"
+#include "compiler/placement.h"
+#include "compiler/sbp.h"
+#include "proto/job.pb.h"
+
+namespace loom::compiler {
+
+struct LogicalTensor {
+  std::string name;
+  TensorType type;
+  int producer = -1;  // node index
+  int producer_output = 0;
+  // Set by SBP inference (variables and inputs: from the job).
+  NdSbp sbp;
+};
+
+struct LogicalNode {
+  enum class Kind { kVariable, kInput, kOp };
+
+  Kind kind = Kind::kOp;
+  std::string name;
+  // Ops: the op type and its definition; variables and inputs: empty.
+  std::string op_type;
+  const OpDefinition* definition = nullptr;
+  // Exactly one of these points into the job.
+  const job::Op* op = nullptr;
+  const job::Variable* variable = nullptr;
+  const job::Input* input = nullptr;
+
+  std::vector<int> inputs;   // tensor ids
+  std::vector<int> outputs;  // tensor ids
+  Placement placement;
+  // Ops: one per output (empty: free).
+  std::vector<std::optional<NdSbp>> output_hints;
+  std::optional<int> stage;
+  OpContext context;
+
+  // Set by SBP inference: what the chosen signature needs of each input.
+  std::vector<NdSbp> input_sbp;
+};
+
+// The job as a graph of logical ops over logical tensors, in topological order.
+struct LogicalGraph {
+  std::string job_name;
+  std::vector<LogicalNode> nodes;
+  std::vector<LogicalTensor> tensors;
+  absl::flat_hash_map<std::string, int> tensor_by_name;
+  std::vector<int> fetches;  // tensor ids
+  int64_t num_steps = 1;
+  int32_t register_slots = 2;
+  int64_t device_memory_budget_bytes = 0;
+
+  const LogicalTensor& tensor(int id) const { return tensors[id]; }
+};
+
+// The devices a job may use (loomctl compile --devices cpu:N [--nodes K]).
+struct DeviceSet {
+  std::vector<plan::Device> devices;
+  bool Contains(const plan::Device& device) const;
+  // "cpu:0..3 on 1 node".
+  std::string ToString() const;
+  // N CPU devices spread evenly over K nodes (node k gets devices k*N/K...); each node numbers
+  // its devices from 0.
+  static DeviceSet Cpus(int count, int nodes);
+};
+
+// Passes 1 and 2: parses and validates the job (unknown ops, dangling or doubly produced tensors,
+// cycles, bad shapes, bad placements, SBP hints that cannot hold) and infers every tensor's
+// logical type. Errors are INVALID_ARGUMENT and name the op (or variable, input, tensor).
+absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegistry& registry,
+                                               const DeviceSet& devices);
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_LOGICAL_GRAPH_H_

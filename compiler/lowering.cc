@@ -1,0 +1,410 @@
+#include "compiler/lowering.h"
+
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/boxing.h"
+#include "runtime/device_name.h"
+
+namespace loom::compiler {
+namespace {
+
+std::string DeviceKey(const plan::Device& device) {
+  return absl::StrCat(device.node(), "/", static_cast<int>(device.type()), ":", device.index());
+}
+
+void SetInt(plan::KernelConf* conf, const std::string& name, int64_t value) {
+  (*conf->mutable_attributes())[name].set_int_value(value);
+}
+void SetFloat(plan::KernelConf* conf, const std::string& name, double value) {
+  (*conf->mutable_attributes())[name].set_float_value(value);
+}
+void SetIntList(plan::KernelConf* conf, const std::string& name,
+                const std::vector<int64_t>& values) {
+  auto* list = (*conf->mutable_attributes())[name].mutable_int_list();
+  for (int64_t value : values) list->add_values(value);
+}
+
+class Lowering {
+ public:
+  Lowering(const LogicalGraph& graph, const DeviceSet& devices)
+      : graph_(graph), devices_(devices) {}
+
+  absl::StatusOr<plan::Plan> Run() {
+    plan_.set_job_name(graph_.job_name);
+    for (const plan::Device& device : devices_.devices) {
+      plan::DeviceDesc* desc = plan_.add_devices();
+      *desc->mutable_device() = device;
+      desc->set_memory_budget_bytes(graph_.device_memory_budget_bytes);
+    }
+    local_registers_.resize(graph_.tensors.size());
+    for (const LogicalNode& node : graph_.nodes) {
+      absl::Status status;
+      switch (node.kind) {
+        case LogicalNode::Kind::kVariable:
+        case LogicalNode::Kind::kInput:
+          status = LowerSource(node);
+          break;
+        case LogicalNode::Kind::kOp:
+          status = LowerOp(node);
+          break;
+      }
+      if (!status.ok()) return status;
+    }
+    for (int tensor : graph_.fetches) LowerFetch(tensor);
+    for (auto& [name, communicator] : communicators_) *plan_.add_communicators() = communicator;
+    for (int i = 0; i < plan_.tasks_size(); ++i) plan_.mutable_tasks(i)->set_index(i);
+    return std::move(plan_);
+  }
+
+ private:
+  // --- Registers and tasks -------------------------------------------------------------------
+
+  std::string AddRegister(const std::string& name, const Shape& shape, plan::DataType type) {
+    plan::RegisterDesc* reg = plan_.add_registers();
+    reg->set_name(name);
+    for (int64_t extent : shape.dimensions()) reg->mutable_tensor()->add_shape(extent);
+    reg->mutable_tensor()->set_data_type(type);
+    reg->set_num_slots(graph_.register_slots);
+    return name;
+  }
+
+  plan::Task* AddTask(const std::string& name, plan::TaskKind kind, const plan::Device& device,
+                      plan::StreamKind stream, int stream_index = 0) {
+    plan::Task* task = plan_.add_tasks();
+    task->set_name(name);
+    task->set_kind(kind);
+    *task->mutable_stream()->mutable_device() = device;
+    task->mutable_stream()->set_kind(stream);
+    task->mutable_stream()->set_index(stream_index);
+    return task;
+  }
+
+  const Placement& PlacementOf(int tensor) const {
+    return graph_.nodes[graph_.tensors[tensor].producer].placement;
+  }
+
+  // --- Sources --------------------------------------------------------------------------------
+
+  absl::Status LowerSource(const LogicalNode& node) {
+    const LogicalTensor& tensor = graph_.tensors[node.outputs[0]];
+    std::vector<std::string>& registers = local_registers_[node.outputs[0]];
+    for (int rank = 0; rank < node.placement.size(); ++rank) {
+      LocalWindow window = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
+      std::string reg =
+          AddRegister(absl::StrCat(tensor.name, "@", rank), window.shape, tensor.type.data_type);
+      plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::SOURCE,
+                                 node.placement.device(rank), plan::STREAM_COMPUTE);
+      task->set_num_pieces(graph_.num_steps);
+      task->add_outputs(reg);
+      plan::KernelConf* conf = task->mutable_kernel();
+      std::vector<int64_t> logical(tensor.type.shape.dimensions().begin(),
+                                   tensor.type.shape.dimensions().end());
+      auto window_attributes = [&] {
+        SetIntList(conf, "logical_shape", logical);
+        SetIntList(conf, "slice_begin", window.begin);
+      };
+      if (node.kind == LogicalNode::Kind::kVariable) {
+        const job::Initializer& init = node.variable->initializer();
+        switch (init.kind_case()) {
+          case job::Initializer::kConstant:
+            conf->set_op_type("fill");
+            SetFloat(conf, "value", init.constant());
+            break;
+          case job::Initializer::kNormal:
+            conf->set_op_type("random");
+            (*conf->mutable_attributes())["distribution"].set_string_value("normal");
+            SetFloat(conf, "mean", init.normal().mean());
+            SetFloat(conf, "std", init.normal().std());
+            SetInt(conf, "seed", init.normal().seed());
+            window_attributes();
+            break;
+          case job::Initializer::kUniform:
+            conf->set_op_type("random");
+            SetFloat(conf, "low", init.uniform().low());
+            SetFloat(conf, "high", init.uniform().high());
+            SetInt(conf, "seed", init.uniform().seed());
+            window_attributes();
+            break;
+          default:
+            break;
+        }
+        if (conf->op_type() == "random") {
+          (*conf->mutable_attributes())["same_every_piece"].set_bool_value(true);
+        }
+      } else {
+        const job::Input& input = *node.input;
+        switch (input.source_case()) {
+          case job::Input::kRandomNormal:
+            conf->set_op_type("random");
+            (*conf->mutable_attributes())["distribution"].set_string_value("normal");
+            SetFloat(conf, "mean", input.random_normal().mean());
+            SetFloat(conf, "std", input.random_normal().std());
+            SetInt(conf, "seed", input.random_normal().seed());
+            break;
+          case job::Input::kRandomUniform:
+            conf->set_op_type("random");
+            SetFloat(conf, "low", input.random_uniform().low());
+            SetFloat(conf, "high", input.random_uniform().high());
+            SetInt(conf, "seed", input.random_uniform().seed());
+            break;
+          case job::Input::kRandomIntegersBelow:
+            conf->set_op_type("random_integers");
+            SetInt(conf, "high", input.random_integers_below());
+            SetInt(conf, "seed", input.seed());
+            break;
+          default:
+            break;
+        }
+        window_attributes();
+      }
+      registers.push_back(reg);
+    }
+    return absl::OkStatus();
+  }
+
+  // --- Ops --------------------------------------------------------------------------------------
+
+  absl::Status LowerOp(const LogicalNode& node) {
+    std::vector<std::vector<std::string>> inputs;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      absl::StatusOr<std::vector<std::string>> registers =
+          Materialize(node.inputs[i], node.placement, node.input_sbp[i]);
+      if (!registers.ok()) {
+        return absl::Status(registers.status().code(),
+                            absl::StrCat("op '", node.name, "': input '",
+                                         graph_.tensors[node.inputs[i]].name,
+                                         "': ", registers.status().message()));
+      }
+      inputs.push_back(std::move(*registers));
+    }
+    for (int output : node.outputs) local_registers_[output].clear();
+    for (int rank = 0; rank < node.placement.size(); ++rank) {
+      LoweringContext context;
+      context.op = &node.context;
+      context.input_sbp = node.input_sbp;
+      context.coordinates = node.placement.Coordinates(rank);
+      context.hierarchy = node.placement.hierarchy();
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const TensorType& type = node.context.inputs[i];
+        context.local_inputs.push_back(TensorType{
+            LocalWindowOf(type.shape, node.placement, node.input_sbp[i], rank).shape,
+            type.data_type});
+      }
+      plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
+                                 node.placement.device(rank), plan::STREAM_COMPUTE);
+      for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);
+      for (int output : node.outputs) {
+        const LogicalTensor& tensor = graph_.tensors[output];
+        context.output_sbp.push_back(tensor.sbp);
+        Shape local = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank).shape;
+        context.local_outputs.push_back(TensorType{local, tensor.type.data_type});
+        std::string reg =
+            AddRegister(absl::StrCat(tensor.name, "@", rank), local, tensor.type.data_type);
+        task->add_outputs(reg);
+        local_registers_[output].push_back(reg);
+      }
+      absl::StatusOr<plan::KernelConf> kernel = node.definition->Lower(node.op_type, context);
+      if (!kernel.ok()) {
+        return absl::Status(kernel.status().code(), absl::StrCat("op '", node.name, "' (",
+                                                                 node.op_type, "): ",
+                                                                 kernel.status().message()));
+      }
+      *task->mutable_kernel() = std::move(*kernel);
+    }
+    return absl::OkStatus();
+  }
+
+  void LowerFetch(int tensor_id) {
+    const LogicalTensor& tensor = graph_.tensors[tensor_id];
+    const Placement& placement = PlacementOf(tensor_id);
+    plan::Fetch* fetch = plan_.add_fetches();
+    fetch->set_tensor(tensor.name);
+    for (int64_t extent : tensor.type.shape.dimensions()) fetch->mutable_logical()->add_shape(extent);
+    fetch->mutable_logical()->set_data_type(tensor.type.data_type);
+    for (int64_t extent : placement.hierarchy()) fetch->add_hierarchy(extent);
+    for (const Sbp& sbp : tensor.sbp) fetch->add_sbp(sbp.ToString());
+    for (int rank = 0; rank < placement.size(); ++rank) {
+      std::string name = absl::StrCat("fetch:", tensor.name, "@", rank);
+      plan::Task* task = AddTask(name, plan::SINK, placement.device(rank), plan::STREAM_COMPUTE);
+      task->add_inputs(local_registers_[tensor_id][rank]);
+      fetch->add_sinks(name);
+    }
+  }
+
+  // --- Boxing ---------------------------------------------------------------------------------
+
+  // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`; built once per
+  // distinct conversion and shared by every consumer that needs it.
+  absl::StatusOr<std::vector<std::string>> Materialize(int tensor_id, const Placement& to_placement,
+                                                       const NdSbp& to_sbp) {
+    const LogicalTensor& tensor = graph_.tensors[tensor_id];
+    const Placement& from_placement = PlacementOf(tensor_id);
+    if (from_placement == to_placement && tensor.sbp == to_sbp) {
+      return local_registers_[tensor_id];
+    }
+    std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
+                                   NdSbpToString(to_sbp));
+    auto cached = materialized_.find(key);
+    if (cached != materialized_.end()) return cached->second;
+
+    absl::StatusOr<BoxingPlan> boxing =
+        PlanBoxing(tensor.type, from_placement, tensor.sbp, to_placement, to_sbp);
+    if (!boxing.ok()) return boxing.status();
+    std::vector<std::string> registers = local_registers_[tensor_id];
+    for (const BoxingStep& step : boxing->source_steps) {
+      registers = ApplyStep(tensor, from_placement, step, registers);
+    }
+    if (boxing->crosses_placements) {
+      std::string label = NextLabel(tensor.name);
+      std::vector<std::string> copied;
+      for (int rank = 0; rank < to_placement.size(); ++rank) {
+        int source_rank = boxing->one_to_one ? rank : 0;
+        NdSbp sbp = boxing->one_to_one ? to_sbp : NdSbp(to_placement.num_axes(), Sbp::Broadcast());
+        Shape local = LocalWindowOf(tensor.type.shape, to_placement, sbp, rank).shape;
+        std::string reg = AddRegister(absl::StrCat(tensor.name, "~", label, "@", rank), local,
+                                      tensor.type.data_type);
+        plan::Task* task = AddTask(absl::StrCat("copy:", tensor.name, "~", label, "@", rank),
+                                   plan::COPY, to_placement.device(rank), plan::STREAM_COPY_IN);
+        task->add_inputs(registers[source_rank]);
+        task->add_outputs(reg);
+        copied.push_back(reg);
+      }
+      registers = std::move(copied);
+      for (const BoxingStep& step : boxing->destination_steps) {
+        registers = ApplyStep(tensor, to_placement, step, registers);
+      }
+    }
+    materialized_[key] = registers;
+    return registers;
+  }
+
+  std::string NextLabel(const std::string& tensor_name) {
+    return absl::StrCat(++boxing_count_[tensor_name]);
+  }
+
+  // The communicator of a group of ranks (created on first use) and its stream on `device`.
+  plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group) {
+    std::vector<std::string> keys;
+    for (int rank : group) keys.push_back(DeviceKey(placement.device(rank)));
+    std::string key = absl::StrJoin(keys, ",");
+    auto found = communicators_.find(key);
+    if (found != communicators_.end()) return found->second;
+    plan::Communicator& communicator = communicators_[key];
+    communicator.set_name(absl::StrCat("comm", communicators_.size() - 1));
+    for (int rank : group) *communicator.add_devices() = placement.device(rank);
+    return communicator;
+  }
+
+  int StreamIndexOf(const plan::Device& device, const std::string& communicator) {
+    auto& streams = communication_streams_[DeviceKey(device)];
+    auto found = streams.find(communicator);
+    if (found != streams.end()) return found->second;
+    int index = static_cast<int>(streams.size());
+    streams[communicator] = index;
+    return index;
+  }
+
+  std::vector<std::string> ApplyStep(const LogicalTensor& tensor, const Placement& placement,
+                                     const BoxingStep& step,
+                                     const std::vector<std::string>& registers) {
+    const std::string label = NextLabel(tensor.name);
+    std::vector<std::string> result(placement.size());
+    const int h = step.hierarchy_axis;
+    for (int rank = 0; rank < placement.size(); ++rank) {
+      LocalWindow before = LocalWindowOf(tensor.type.shape, placement, step.from, rank);
+      LocalWindow after = LocalWindowOf(tensor.type.shape, placement, step.to, rank);
+      const plan::Device& device = placement.device(rank);
+      std::string reg = absl::StrCat(tensor.name, "~", label, "@", rank);
+      std::string task_name = absl::StrCat("box:", tensor.name, "~", label, "@", rank);
+      if (step.kind == BoxingStep::Kind::kZeroFill && placement.Coordinates(rank)[h] == 0) {
+        result[rank] = registers[rank];  // the first member keeps the value
+        continue;
+      }
+      AddRegister(reg, after.shape, tensor.type.data_type);
+      result[rank] = reg;
+      plan::Task* task;
+      if (step.is_collective()) {
+        std::vector<int> group = placement.GroupAlong(rank, h);
+        plan::Communicator& communicator = CommunicatorOf(placement, group);
+        int position = static_cast<int>(placement.Coordinates(rank)[h]);
+        if (position == 0) {
+          sequence_of_group_step_[absl::StrCat(label, "|", group[0])] =
+              communicator.num_collectives();
+          communicator.set_num_collectives(communicator.num_collectives() + 1);
+        }
+        int64_t sequence = sequence_of_group_step_[absl::StrCat(label, "|", group[0])];
+        task = AddTask(task_name, plan::COLLECTIVE, device, plan::STREAM_COMMUNICATION,
+                       StreamIndexOf(device, communicator.name()));
+        task->set_rank(position);
+        plan::CollectiveConf* conf = task->mutable_collective();
+        conf->set_communicator(communicator.name());
+        conf->set_sequence(sequence);
+        conf->set_name(absl::StrCat(tensor.name, "~", label));
+        conf->set_reduce(step.reduce_max ? plan::REDUCE_MAX : plan::REDUCE_SUM);
+        conf->set_axis(step.axis);
+        conf->set_concat_axis(step.concat_axis);
+        switch (step.kind) {
+          case BoxingStep::Kind::kAllGather:
+            conf->set_kind(plan::ALL_GATHER);
+            break;
+          case BoxingStep::Kind::kAllReduce:
+            conf->set_kind(plan::ALL_REDUCE);
+            break;
+          case BoxingStep::Kind::kReduceScatter:
+            conf->set_kind(plan::REDUCE_SCATTER);
+            break;
+          default:
+            conf->set_kind(plan::ALL_TO_ALL);
+            break;
+        }
+      } else {
+        task = AddTask(task_name, plan::COMPUTE, device, plan::STREAM_COMPUTE);
+        plan::KernelConf* kernel = task->mutable_kernel();
+        std::vector<int64_t> begin(tensor.type.shape.rank());
+        if (step.kind == BoxingStep::Kind::kLocalSlice) {
+          kernel->set_op_type("slice");
+          std::vector<int64_t> end(tensor.type.shape.rank());
+          for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
+            begin[axis] = after.begin[axis] - before.begin[axis];
+            end[axis] = begin[axis] + after.shape.dimension(axis);
+          }
+          SetIntList(kernel, "begin", begin);
+          SetIntList(kernel, "end", end);
+        } else if (step.kind == BoxingStep::Kind::kLocalPad) {
+          kernel->set_op_type("pad");
+          for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
+            begin[axis] = before.begin[axis] - after.begin[axis];
+          }
+          SetIntList(kernel, "begin", begin);
+        } else {
+          kernel->set_op_type("zeros_like");
+        }
+      }
+      task->add_inputs(registers[rank]);
+      task->add_outputs(reg);
+    }
+    return result;
+  }
+
+  const LogicalGraph& graph_;
+  const DeviceSet& devices_;
+  plan::Plan plan_;
+  std::vector<std::vector<std::string>> local_registers_;  // by tensor: register per rank
+  absl::flat_hash_map<std::string, std::vector<std::string>> materialized_;
+  absl::flat_hash_map<std::string, int> boxing_count_;
+  // By member devices (sorted, so the plan is deterministic).
+  std::map<std::string, plan::Communicator> communicators_;
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int>> communication_streams_;
+  absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
+};
+
+}  // namespace
+
+absl::StatusOr<plan::Plan> LowerToPlan(const LogicalGraph& graph, const DeviceSet& devices) {
+  return Lowering(graph, devices).Run();
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,17 @@
+#ifndef LOOM_COMPILER_OPS_ELEMENTWISE_OPS_H_
+#define LOOM_COMPILER_OPS_ELEMENTWISE_OPS_H_
+
+#include <memory>
+
+#include "compiler/op_definition.h"
+
+namespace loom::compiler {
+
+// add, subtract, multiply, divide: two float32 inputs with NumPy broadcasting.
+std::unique_ptr<OpDefinition> MakeBinaryOp(const std::string& op_type);
+// relu, gelu, tanh (nonlinear: no partial signature); scale and identity (linear: P -> P).
+std::unique_ptr<OpDefinition> MakeUnaryOp(bool linear);
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_OPS_ELEMENTWISE_OPS_H_

@@ -1,0 +1,17 @@
+#ifndef LOOM_COMPILER_OPS_LAYER_NORM_OP_H_
+#define LOOM_COMPILER_OPS_LAYER_NORM_OP_H_
+
+#include <memory>
+
+#include "compiler/op_definition.h"
+
+namespace loom::compiler {
+
+// y = (x - mean) / sqrt(variance + epsilon) * gamma + beta over the last axis: x float32 [..., n],
+// gamma and beta float32 [n]; attribute epsilon (default 1e-5, finite, >= 0). Splits: x on any axis
+// but the last with gamma and beta broadcast.
+std::unique_ptr<OpDefinition> MakeLayerNormOp();
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_OPS_LAYER_NORM_OP_H_

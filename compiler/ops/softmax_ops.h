@@ -1,0 +1,17 @@
+#ifndef LOOM_COMPILER_OPS_SOFTMAX_OPS_H_
+#define LOOM_COMPILER_OPS_SOFTMAX_OPS_H_
+
+#include <memory>
+
+#include "compiler/op_definition.h"
+
+namespace loom::compiler {
+
+// softmax and log_softmax over the last axis of a float32 tensor of rank >= 1. Splits: any axis
+// but the last; no partial signature (both are nonlinear).
+std::unique_ptr<OpDefinition> MakeSoftmaxOp();
+std::unique_ptr<OpDefinition> MakeLogSoftmaxOp();
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_OPS_SOFTMAX_OPS_H_

@@ -1,0 +1,57 @@
+// The table of every op the compiler knows.
+#include "compiler/op_definition.h"
+#include "compiler/ops/bias_add_op.h"
+#include "compiler/ops/causal_attention_op.h"
+#include "compiler/ops/concat_op.h"
+#include "compiler/ops/elementwise_ops.h"
+#include "compiler/ops/embedding_op.h"
+#include "compiler/ops/layer_norm_op.h"
+#include "compiler/ops/matmul_op.h"
+#include "compiler/ops/reduce_ops.h"
+#include "compiler/ops/reshape_op.h"
+#include "compiler/ops/slice_op.h"
+#include "compiler/ops/softmax_ops.h"
+#include "compiler/ops/sparse_cross_entropy_op.h"
+#include "compiler/ops/transpose_op.h"
+
+namespace loom::compiler {
+
+absl::Status RegisterStandardOps(OpRegistry* registry) {
+  struct Entry {
+    const char* op_type;
+    std::unique_ptr<OpDefinition> definition;
+  };
+  std::vector<Entry> entries;
+  entries.push_back({"matmul", MakeMatmulOp()});
+  for (const char* op_type : {"add", "subtract", "multiply", "divide"}) {
+    entries.push_back({op_type, MakeBinaryOp(op_type)});
+  }
+  for (const char* op_type : {"relu", "gelu", "tanh"}) {
+    entries.push_back({op_type, MakeUnaryOp(/*linear=*/false)});
+  }
+  for (const char* op_type : {"scale", "identity"}) {
+    entries.push_back({op_type, MakeUnaryOp(/*linear=*/true)});
+  }
+  entries.push_back({"bias_add", MakeBiasAddOp()});
+  entries.push_back({"softmax", MakeSoftmaxOp()});
+  entries.push_back({"log_softmax", MakeLogSoftmaxOp()});
+  entries.push_back({"layer_norm", MakeLayerNormOp()});
+  entries.push_back({"embedding", MakeEmbeddingOp()});
+  entries.push_back({"reshape", MakeReshapeOp()});
+  entries.push_back({"transpose", MakeTransposeOp()});
+  entries.push_back({"slice", MakeSliceOp()});
+  entries.push_back({"concat", MakeConcatOp()});
+  entries.push_back({"reduce_sum", MakeReduceSumOp()});
+  entries.push_back({"reduce_mean", MakeReduceMeanOp()});
+  entries.push_back({"sparse_cross_entropy", MakeSparseCrossEntropyOp()});
+  entries.push_back({"causal_attention", MakeCausalAttentionOp()});
+  for (Entry& entry : entries) {
+    if (absl::Status status = registry->Register(entry.op_type, std::move(entry.definition));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::compiler

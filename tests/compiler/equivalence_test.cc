@@ -1,0 +1,71 @@
+// A plan over k devices computes what one device computes.
+#include <regex>
+
+#include "gtest/gtest.h"
+#include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/run_util.h"
+#include "tests/compiler/test_jobs.h"
+
+namespace loom::compiler::testing {
+namespace {
+
+std::string Devices(int count) {
+  std::string list;
+  for (int i = 0; i < count; ++i) {
+    list += (i == 0 ? "\"cpu:" : ", \"cpu:") + std::to_string(i) + "\"";
+  }
+  return "devices: [" + list + "]";
+}
+
+void ExpectEquivalent(const std::string& one_device, const std::string& many_devices, int cpus,
+                      const std::string& what) {
+  auto expected = CompileAndRun(ParseJob(one_device), 1);
+  ASSERT_TRUE(expected.ok()) << what << " on 1 device: " << expected.status();
+  auto actual = CompileAndRun(ParseJob(many_devices), cpus);
+  ASSERT_TRUE(actual.ok()) << what << " on " << cpus << " devices: " << actual.status();
+  ExpectSameFetches(*expected, *actual, 1e-5, what + " on " + std::to_string(cpus) + " devices");
+}
+
+class EquivalenceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(EquivalenceTest, DataParallelMlp) {
+  ExpectEquivalent(DataParallelMlp(Devices(1)), DataParallelMlp(Devices(GetParam())), GetParam(),
+                   "data-parallel MLP");
+}
+
+TEST_P(EquivalenceTest, MegatronMlp) {
+  ExpectEquivalent(MegatronMlp(Devices(1)), MegatronMlp(Devices(GetParam())), GetParam(),
+                   "Megatron MLP");
+}
+
+TEST_P(EquivalenceTest, TransformerBlockTensorParallel) {
+  ExpectEquivalent(TransformerBlock(Devices(1), true), TransformerBlock(Devices(GetParam()), true),
+                   GetParam(), "tensor-parallel transformer block");
+}
+
+TEST_P(EquivalenceTest, TransformerBlockDataParallel) {
+  ExpectEquivalent(TransformerBlock(Devices(1), false),
+                   TransformerBlock(Devices(GetParam()), false), GetParam(),
+                   "data-parallel transformer block");
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, EquivalenceTest, ::testing::Values(2, 4));
+
+// The same job with every placement collapsed onto cpu:0 (hierarchies become all ones).
+std::string OnOneDevice(const std::string& job) {
+  std::string result = std::regex_replace(job, std::regex(R"(devices: \[[^\]]*\])"),
+                                          R"(devices: ["cpu:0"])");
+  return std::regex_replace(result, std::regex(R"(hierarchy: \[2, 2\])"), "hierarchy: [1, 1]");
+}
+
+TEST(EquivalenceTest, TwoDimensionalHierarchy) {
+  ExpectEquivalent(OnOneDevice(TwoDimensionalMatmul()), TwoDimensionalMatmul(), 4,
+                   "(S(0), S(1)) matmul on [2, 2]");
+}
+
+TEST(EquivalenceTest, TwoStages) {
+  ExpectEquivalent(OnOneDevice(TwoStageMlp()), TwoStageMlp(), 4, "two-stage MLP");
+}
+
+}  // namespace
+}  // namespace loom::compiler::testing
