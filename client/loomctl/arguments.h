@@ -1,0 +1,124 @@
+#ifndef LOOM_CLIENT_LOOMCTL_ARGUMENTS_H_
+#define LOOM_CLIENT_LOOMCTL_ARGUMENTS_H_
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace loom::loomctl {
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitSuccess = 0;
+// The command ran and failed (for example the job failed).
+inline constexpr int kExitFailure = 1;
+// The command was misused: unknown subcommand or flag, bad value, invalid input file.
+inline constexpr int kExitUsage = 2;
+
+class ParsedArguments;
+
+// The arguments one subcommand accepts: flags `--name value` or `--name=value`, switches
+// `--name` (or `--name=true|false`), then positional arguments. `--help` (or `-h`) is always
+// accepted; `--` ends the flags. Each subcommand owns its own ArgumentSpec: no global flag table.
+//
+//   ArgumentSpec spec("loomctl run-plan", "Runs a plan on this machine.");
+//   spec.AddPositional("PLAN", "the plan file (.pbtxt or .pb)")
+//       .AddFlag("trace", "PATH", "", "write a Chrome trace of the run to PATH");
+//   absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+class ArgumentSpec {
+ public:
+  // `command` names the subcommand in messages and help ("loomctl run-plan").
+  ArgumentSpec(std::string command, std::string description);
+
+  // A flag with a value; `default_value` is what Value returns when the flag is not given.
+  ArgumentSpec& AddFlag(const std::string& name, const std::string& value_name,
+                        const std::string& default_value, const std::string& help);
+  // A flag without a value (false unless given).
+  ArgumentSpec& AddSwitch(const std::string& name, const std::string& help);
+  // A required positional argument, in order.
+  ArgumentSpec& AddPositional(const std::string& name, const std::string& help);
+  // An optional positional argument, after every required one; the command checks whether it
+  // was given (positionals().size()). Usage shows it as [NAME].
+  ArgumentSpec& AddOptionalPositional(const std::string& name, const std::string& help);
+
+  // INVALID_ARGUMENT naming the culprit on an unknown flag, a flag given twice, a missing or
+  // malformed value, or a wrong number of positional arguments. With `--help` anywhere, succeeds
+  // with help_requested() set and checks nothing else.
+  absl::StatusOr<ParsedArguments> Parse(const std::vector<std::string>& arguments) const;
+
+  // "usage: loomctl run-plan PLAN [flags]", the description, the positionals and the flags.
+  std::string Help() const;
+  // The usage line alone.
+  std::string Usage() const;
+  const std::string& command() const { return command_; }
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string value_name;  // empty for a switch
+    std::string default_value;
+    std::string help;
+  };
+  struct Positional {
+    std::string name;
+    std::string help;
+    bool optional = false;
+  };
+
+  const Flag* FindFlag(const std::string& name) const;
+  std::string FlagList() const;
+
+  std::string command_;
+  std::string description_;
+  std::vector<Flag> flags_;
+  std::vector<Positional> positionals_;
+};
+
+// What ArgumentSpec::Parse found.
+class ParsedArguments {
+ public:
+  bool help_requested() const { return help_requested_; }
+  const std::vector<std::string>& positionals() const { return positionals_; }
+  // Whether the flag or switch was given on the command line.
+  bool Has(const std::string& name) const { return values_.contains(name); }
+  // The flag's value, or its default when not given.
+  std::string Value(const std::string& name) const;
+  // Whether the switch is on.
+  bool Switch(const std::string& name) const;
+
+ private:
+  friend class ArgumentSpec;
+
+  bool help_requested_ = false;
+  std::vector<std::string> positionals_;
+  absl::flat_hash_map<std::string, std::string> values_;    // given flags
+  absl::flat_hash_map<std::string, std::string> defaults_;  // every flag's default
+};
+
+// One loomctl subcommand: `loomctl NAME ARGUMENTS...`. `run` gets the arguments after the
+// subcommand's name and returns the process exit code; it writes results to `out` and
+// diagnostics to `error`.
+struct Subcommand {
+  std::string name;
+  std::string summary;
+  std::function<int(const std::vector<std::string>& arguments, std::ostream& out,
+                    std::ostream& error)>
+      run;
+};
+
+// Dispatches `arguments` (argv without the program name) to one of `subcommands`:
+// `--help`, `-h`, `help` or nothing lists them; `help NAME` is `NAME --help`; an unknown
+// subcommand is an error (exit code 2).
+int DispatchSubcommand(const std::vector<Subcommand>& subcommands,
+                       const std::vector<std::string>& arguments, std::ostream& out,
+                       std::ostream& error);
+
+// The list of subcommands, for `loomctl --help`.
+std::string SubcommandHelp(const std::vector<Subcommand>& subcommands);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_ARGUMENTS_H_

@@ -1,0 +1,375 @@
+#include "client/loomctl/compile_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/loomctl/job_summary.h"
+#include "compiler/memory_plan.h"
+#include "compiler/op_definition.h"
+#include "compiler/placement.h"
+#include "glog/logging.h"
+#include "runtime/format_bytes.h"
+#include "runtime/plan_text.h"
+
+namespace loom::loomctl {
+namespace {
+
+constexpr char kCommand[] = "loomctl compile";
+
+// "1 communicator", "2 communicators".
+std::string Count(int64_t count, const std::string& noun) {
+  return absl::StrCat(count, " ", noun, count == 1 ? "" : "s");
+}
+
+// How a device is written in a job's placement: "cpu:1" on node 0, "node1/cpu:0" elsewhere.
+std::string PlacementDeviceName(const plan::Device& device) {
+  std::string name = absl::StrCat(device.type() == plan::CUDA ? "cuda:" : "cpu:", device.index());
+  return device.node() == 0 ? name : absl::StrCat("node", device.node(), "/", name);
+}
+
+// "4 CPUs on 2 nodes".
+std::string DescribeDevices(const compiler::DeviceSet& devices) {
+  absl::flat_hash_set<int> nodes;
+  for (const plan::Device& device : devices.devices) nodes.insert(device.node());
+  return absl::StrCat(Count(static_cast<int64_t>(devices.devices.size()), "CPU"), " on ",
+                      Count(static_cast<int64_t>(nodes.size()), "node"));
+}
+
+// Wraps `text` at word boundaries to lines of at most `columns` characters (longer words stay
+// whole).
+std::string WrapParagraph(const std::string& text, size_t columns) {
+  std::string wrapped;
+  size_t line_length = 0;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (line_length > 0 && line_length + 1 + word.size() > columns) {
+      wrapped += '\n';
+      line_length = 0;
+    } else if (line_length > 0) {
+      wrapped += ' ';
+      ++line_length;
+    }
+    absl::StrAppend(&wrapped, word);
+    line_length += word.size();
+  }
+  return wrapped;
+}
+
+bool HasOwnPlacement(const job::Placement& placement) {
+  return placement.devices_size() > 0 || placement.hierarchy_size() > 0;
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot write '", path, "'"));
+  return absl::OkStatus();
+}
+
+int CompileFromArguments(const std::vector<std::string>& arguments, std::ostream& out,
+                         std::ostream& error) {
+  ArgumentSpec spec = CompileArgumentSpec();
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  absl::StatusOr<CompileOptions> options = CompileOptionsFrom(*parsed);
+  if (!options.ok()) {
+    error << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  return CompileJob(*options, out, error);
+}
+
+}  // namespace
+
+Subcommand CompileSubcommand() {
+  return Subcommand{"compile",
+                    "compile a job into a physical plan; write, explain or summarise the plan",
+                    CompileFromArguments};
+}
+
+ArgumentSpec CompileArgumentSpec() {
+  ArgumentSpec spec(
+      kCommand,
+      "Compiles a job (a logical model whose tensors carry SBP annotations) for --devices into a\n"
+      "physical plan: SBP inference, boxing, lowering, the memory check, the split per node.\n"
+      "Writes the plan with --out, --node-plans and --dot, prints what the compiler chose with\n"
+      "--explain, and otherwise a one-paragraph summary of the plan. JOB is required unless\n"
+      "--list-ops is given.\n\n"
+      "A job whose one-axis default placement names devices outside --devices (and that places\n"
+      "nothing else itself) is placed on all of --devices instead, with a note on stderr.\n\n"
+      "Exit codes: 0 compiled; 1 an output file could not be written; 2 usage error, or the job\n"
+      "cannot be read or does not compile (the error names the op, or the device over budget).");
+  spec.AddOptionalPositional("JOB", "the job: protobuf text format (.pbtxt) or binary (.pb)")
+      .AddFlag("devices", "cpu:N", "",
+               "compile for N CPU devices (required with JOB; cuda:N is not supported yet)")
+      .AddFlag("nodes", "K", "1", "spread the devices evenly over K nodes")
+      .AddFlag("out", "PATH", "",
+               "write the whole plan to PATH: binary when PATH ends in .pb, text format otherwise "
+               "(then no summary is printed)")
+      .AddFlag("node-plans", "DIR", "", "write each node's plan to DIR/node<k>.pbtxt")
+      .AddFlag("dot", "PATH", "",
+               "write the plan as a Graphviz graph to PATH (one cluster per device; render "
+               "with dot -Tsvg)")
+      .AddSwitch("explain",
+                 "print every op's chosen SBP signature, every boxing with its collective and "
+                 "bytes, and the register memory per device")
+      .AddSwitch("list-ops", "list the op types the compiler knows, one a line, and exit")
+      .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  return spec;
+}
+
+absl::StatusOr<int> ParseCpuDevices(const std::string& command, const std::string& text) {
+  auto invalid = [&](const std::string& message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(command, ": ", message, " (see '", command, " --help')"));
+  };
+  absl::string_view view(text);
+  if (absl::StartsWith(view, "cuda:") || absl::StartsWith(view, "gpu:")) {
+    return invalid(absl::StrCat("--devices ", text,
+                                ": only CPU devices are supported for now; write --devices cpu:N"));
+  }
+  int count = 0;
+  if (!absl::ConsumePrefix(&view, "cpu:") || !absl::SimpleAtoi(view, &count) || count < 1) {
+    return invalid(absl::StrCat("--devices must be cpu:N with N >= 1 (e.g. --devices cpu:4), not '",
+                                text, "'"));
+  }
+  return count;
+}
+
+absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& arguments) {
+  auto invalid = [](const std::string& message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kCommand, ": ", message, " (see '", kCommand, " --help')"));
+  };
+  CompileOptions options;
+  options.list_ops = arguments.Switch("list-ops");
+  options.explain = arguments.Switch("explain");
+  options.verbose = arguments.Switch("verbose");
+  if (!arguments.positionals().empty()) options.job_path = arguments.positionals()[0];
+  if (options.list_ops) {
+    if (!options.job_path.empty()) {
+      return invalid("--list-ops lists the op types and compiles nothing: give it no JOB");
+    }
+    return options;
+  }
+  if (options.job_path.empty()) {
+    return invalid("missing JOB; usage: loomctl compile JOB --devices cpu:N [flags]");
+  }
+
+  if (!arguments.Has("devices")) {
+    return invalid("--devices is required: the devices to compile for, e.g. --devices cpu:4");
+  }
+  absl::StatusOr<int> cpus = ParseCpuDevices(kCommand, arguments.Value("devices"));
+  if (!cpus.ok()) return cpus.status();
+  options.cpus = *cpus;
+  std::string nodes = arguments.Value("nodes");
+  if (!absl::SimpleAtoi(nodes, &options.nodes) || options.nodes < 1) {
+    return invalid(absl::StrCat("--nodes must be a whole number >= 1, not '", nodes, "'"));
+  }
+  if (options.nodes > options.cpus) {
+    return invalid(absl::StrCat("--nodes ", options.nodes, " is more than the ", options.cpus,
+                                " devices of --devices cpu:", options.cpus,
+                                ": every node needs a device"));
+  }
+
+  for (const auto& [flag, field] : std::vector<std::pair<std::string, std::string*>>{
+           {"out", &options.plan_path},
+           {"node-plans", &options.node_plan_directory},
+           {"dot", &options.dot_path}}) {
+    if (!arguments.Has(flag)) continue;
+    *field = arguments.Value(flag);
+    if (field->empty()) return invalid(absl::StrCat("--", flag, " needs a path"));
+  }
+  return options;
+}
+
+std::string FitJobToDevices(const compiler::DeviceSet& devices, job::Job* job) {
+  const job::Placement& placement = job->placement();
+  if (placement.devices().empty() || placement.hierarchy_size() > 1) return "";
+  if (job->stage_placements_size() > 0) return "";
+  for (const job::Variable& variable : job->variables()) {
+    if (HasOwnPlacement(variable.placement())) return "";
+  }
+  for (const job::Input& input : job->inputs()) {
+    if (HasOwnPlacement(input.placement())) return "";
+  }
+  for (const job::Op& op : job->ops()) {
+    if (HasOwnPlacement(op.placement())) return "";
+  }
+  bool fits = true;
+  for (const std::string& text : placement.devices()) {
+    absl::StatusOr<plan::Device> device = compiler::ParseDevice(text);
+    // A malformed placement is the compiler's to report.
+    if (!device.ok()) return "";
+    if (!devices.Contains(*device)) fits = false;
+  }
+  if (fits) return "";
+
+  job::Placement replaced;
+  for (const plan::Device& device : devices.devices) {
+    replaced.add_devices(PlacementDeviceName(device));
+  }
+  std::string note = absl::StrCat("the job's placement [", absl::StrJoin(placement.devices(), ", "),
+                                  "] does not fit the ", DescribeDevices(devices),
+                                  " it is compiled for: placing the job on [",
+                                  absl::StrJoin(replaced.devices(), ", "), "] instead");
+  *job->mutable_placement() = std::move(replaced);
+  return note;
+}
+
+absl::StatusOr<std::unique_ptr<CompiledJob>> ReadAndCompileJob(const std::string& path,
+                                                               const compiler::DeviceSet& devices,
+                                                               int64_t steps, std::string* note) {
+  absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
+  if (!job.ok()) return job.status();
+  auto compiled = std::make_unique<CompiledJob>();
+  compiled->job = std::move(*job);
+  std::string fitted = FitJobToDevices(devices, &compiled->job);
+  if (note != nullptr) *note = std::move(fitted);
+  if (steps > 0) compiled->job.set_num_steps(steps);
+
+  if (absl::Status status = compiler::RegisterStandardOps(&compiled->registry); !status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot register the standard ops: ", status.message()));
+  }
+  absl::StatusOr<compiler::CompileResult> result =
+      compiler::Compile(compiled->job, compiled->registry, devices);
+  if (!result.ok()) return result.status();
+  compiled->result = std::move(*result);
+  return compiled;
+}
+
+std::string FormatPlanSummary(const compiler::CompileResult& result,
+                              const compiler::DeviceSet& devices) {
+  int64_t ops = 0;
+  for (const compiler::LogicalNode& node : result.graph.nodes) {
+    if (node.kind == compiler::LogicalNode::Kind::kOp) ++ops;
+  }
+  // Tasks by kind: the five main kinds always, any other kind when present.
+  std::vector<plan::TaskKind> kinds = {plan::COMPUTE, plan::SOURCE, plan::SINK, plan::COPY,
+                                       plan::COLLECTIVE};
+  std::vector<int64_t> counts(plan::TaskKind_ARRAYSIZE, 0);
+  for (const plan::Task& task : result.plan.tasks()) ++counts[task.kind()];
+  for (int kind = 0; kind < plan::TaskKind_ARRAYSIZE; ++kind) {
+    if (counts[kind] > 0 && std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      kinds.push_back(static_cast<plan::TaskKind>(kind));
+    }
+  }
+  std::vector<std::string> by_kind;
+  for (plan::TaskKind kind : kinds) {
+    by_kind.push_back(absl::StrCat(counts[kind], " ", TaskKindName(kind)));
+  }
+  int64_t register_bytes = 0;
+  int64_t largest_device_bytes = 0;
+  for (const compiler::DeviceMemoryEstimate& estimate : compiler::EstimateMemory(result.plan)) {
+    register_bytes += estimate.register_bytes;
+    largest_device_bytes = std::max(largest_device_bytes, estimate.register_bytes);
+  }
+  std::string summary = absl::StrCat(
+      "job '", result.plan.job_name(), "' compiled for ", DescribeDevices(devices), ": ",
+      Count(ops, "op"), " lowered to ", Count(result.plan.tasks_size(), "task"), " (",
+      absl::StrJoin(by_kind, ", "), "), ", Count(result.plan.communicators_size(), "communicator"),
+      ", ", Count(result.plan.registers_size(), "register"), " holding ",
+      FormatBytes(register_bytes), " in total (every slot counted; at most ",
+      FormatBytes(largest_device_bytes), " on one device), ",
+      Count(static_cast<int64_t>(result.node_plans.size()), "node plan"), ".");
+  return WrapParagraph(summary, 100) + "\n";
+}
+
+int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& error) {
+  SetLogVerbosity(options.verbose);
+  if (options.list_ops) {
+    compiler::OpRegistry registry;
+    if (absl::Status status = compiler::RegisterStandardOps(&registry); !status.ok()) {
+      error << kCommand << ": cannot register the standard ops: " << status << "\n";
+      return kExitFailure;
+    }
+    for (const std::string& op_type : registry.OpTypes()) out << op_type << "\n";
+    out.flush();
+    return kExitSuccess;
+  }
+
+  compiler::DeviceSet devices = compiler::DeviceSet::Cpus(options.cpus, options.nodes);
+  std::string note;
+  absl::StatusOr<std::unique_ptr<CompiledJob>> compiled =
+      ReadAndCompileJob(options.job_path, devices, /*steps=*/0, &note);
+  if (!note.empty()) error << kCommand << ": note: " << note << "\n";
+  if (!compiled.ok()) {
+    error << kCommand << ": " << options.job_path << ": " << compiled.status().message() << "\n";
+    return kExitUsage;
+  }
+  const compiler::CompileResult& result = (*compiled)->result;
+  LOG(INFO) << "compiled job '" << result.plan.job_name() << "' from " << options.job_path
+            << " into " << result.plan.tasks_size() << " tasks on " << result.plan.devices_size()
+            << " devices";
+
+  int exit_code = kExitSuccess;
+  std::vector<std::string> written;
+  if (!options.plan_path.empty()) {
+    if (absl::Status status = WritePlanFile(result.plan, options.plan_path); status.ok()) {
+      written.push_back(absl::StrCat("plan: ", options.plan_path));
+    } else {
+      error << kCommand << ": " << status.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+  if (!options.node_plan_directory.empty()) {
+    std::error_code error_code;
+    std::filesystem::create_directories(options.node_plan_directory, error_code);
+    if (error_code) {
+      error << kCommand << ": cannot create the node plan directory '"
+            << options.node_plan_directory << "': " << error_code.message() << "\n";
+      exit_code = kExitFailure;
+    } else {
+      int files = 0;
+      for (const plan::Plan& node_plan : result.node_plans) {
+        std::string path = (std::filesystem::path(options.node_plan_directory) /
+                            absl::StrCat("node", node_plan.node(), ".pbtxt"))
+                               .string();
+        if (absl::Status status = WritePlanFile(node_plan, path); !status.ok()) {
+          error << kCommand << ": " << status.message() << "\n";
+          exit_code = kExitFailure;
+          continue;
+        }
+        ++files;
+      }
+      written.push_back(
+          absl::StrCat("node plans: ", Count(files, "file"), " in ", options.node_plan_directory));
+    }
+  }
+  if (!options.dot_path.empty()) {
+    if (absl::Status status = WriteTextFile(options.dot_path, compiler::PlanToDot(result.plan));
+        status.ok()) {
+      written.push_back(absl::StrCat("dot: ", options.dot_path));
+    } else {
+      error << kCommand << ": " << status.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+
+  if (options.explain) out << compiler::Explain(result);
+  if (options.plan_path.empty()) out << FormatPlanSummary(result, devices);
+  for (const std::string& line : written) out << line << "\n";
+  out.flush();
+  return exit_code;
+}
+
+}  // namespace loom::loomctl

@@ -1,0 +1,85 @@
+#ifndef LOOM_CLIENT_LOOMCTL_RUN_COMMAND_H_
+#define LOOM_CLIENT_LOOMCTL_RUN_COMMAND_H_
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/loomctl/arguments.h"
+#include "client/loomctl/job_summary.h"
+#include "runtime/tensor.h"
+
+namespace loom::loomctl {
+
+// `loomctl run JOB --devices cpu:N [flags]`: compiles a job (as `loomctl compile` does) and runs
+// the whole plan in this process with the CPU kernels; prints every fetched logical tensor's
+// shape and a short summary per step, then the makespan, the acts and every device's peak memory.
+//
+// Exit codes: 0 the job succeeded; 1 it failed (its error goes to stderr) or its results could
+// not be written; 2 on a usage error, a job file that cannot be read, or a job that does not
+// compile.
+Subcommand RunSubcommand();
+
+struct RunOptions {
+  std::string job_path;
+  int cpus = 0;
+  // 0: the job's num_steps.
+  int64_t steps = 0;
+  // Empty: fetch nothing to files.
+  std::string fetch_directory;
+  // Empty: no trace.
+  std::string trace_path;
+  OutputFormat output = OutputFormat::kText;
+  absl::Duration stall_timeout = absl::Seconds(10);
+  int blas_threads = 1;
+  // Print run-plan's per-actor table too (text output).
+  bool actors = false;
+  bool verbose = false;
+};
+
+// The flags of run.
+ArgumentSpec RunArgumentSpec();
+// INVALID_ARGUMENT naming the flag when a value is malformed or --devices is missing.
+absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments);
+
+// The whole command on parsed options; returns the exit code.
+int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error);
+
+// What the per-step lines say of a tensor. Over every element, converted to double (bfloat16
+// widened); NaN when the tensor is empty or holds a NaN.
+struct TensorStatistics {
+  int64_t elements = 0;
+  double mean = 0;
+  double max_abs = 0;
+};
+// INVALID_ARGUMENT when the bytes do not match the shape and data type.
+absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor);
+
+// "float32", "int64", "bfloat16", ...
+std::string DataTypeName(plan::DataType data_type);
+
+// Fetched logical tensors by name, one per step (what RunPlanLocally returns).
+using FetchedTensors = std::map<std::string, std::vector<HostTensor>>;
+
+// Writes every fetched tensor of every step as `<directory>/<tensor>_step<k>.npy` (the tensor's
+// name made file-safe with FileNamePart); creates the directory. Returns the paths written,
+// per step, then per tensor.
+absl::StatusOr<std::vector<std::string>> WriteFetchedTensors(const FetchedTensors& fetched,
+                                                             const std::string& directory);
+
+// The per-step table: step, tensor, data type, shape, mean, max |x|, one row per tensor and step.
+absl::StatusOr<std::string> FormatStepsText(const FetchedTensors& fetched);
+
+// One JSON object per step and line: {"step":K,"tensors":{"NAME":{"data_type":...,"shape":[...],
+// "mean":...,"max_abs":...,"file":...}}}; "file" only when `fetch_directory` is set (the path
+// WriteFetchedTensors writes), NaN and infinities as null.
+absl::StatusOr<std::string> FormatStepsJson(const FetchedTensors& fetched,
+                                            const std::string& fetch_directory);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_RUN_COMMAND_H_

@@ -1,0 +1,240 @@
+#include "client/loomctl/run_plan_command.h"
+
+#include <filesystem>
+#include <memory>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "actors/actor_factory.h"
+#include "actors/sink_actor.h"
+#include "client/loomctl/npy_writer.h"
+#include "glog/logging.h"
+#include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel_registry.h"
+#include "runtime/chrome_trace.h"
+#include "runtime/plan_text.h"
+#include "runtime/plan_validation.h"
+
+namespace loom::loomctl {
+namespace {
+
+constexpr char kCommand[] = "loomctl run-plan";
+
+int RunPlanFromArguments(const std::vector<std::string>& arguments, std::ostream& out,
+                         std::ostream& error) {
+  ArgumentSpec spec = RunPlanArgumentSpec();
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  absl::StatusOr<RunPlanOptions> options = RunPlanOptionsFrom(*parsed);
+  if (!options.ok()) {
+    error << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  return RunPlan(*options, out, error);
+}
+
+}  // namespace
+
+Subcommand RunPlanSubcommand() {
+  return Subcommand{"run-plan", "run a plan file on this machine and summarise where time went",
+                    RunPlanFromArguments};
+}
+
+ArgumentSpec RunPlanArgumentSpec() {
+  ArgumentSpec spec(kCommand,
+                    "Runs a physical plan on this machine with the CPU kernels, then prints one "
+                    "line per actor\n(acts; busy, blocked-on-input, blocked-on-output and "
+                    "waiting-for-thread time), the makespan\nand every device's peak memory.\n\n"
+                    "Exit codes: 0 the job succeeded; 1 the job failed (its error names the "
+                    "culprit); 2 usage\nerror, or the plan cannot be read, is invalid or is "
+                    "rejected before it runs.");
+  spec.AddPositional("PLAN", "the plan: protobuf text format (.pbtxt) or binary (.pb)")
+      .AddFlag("trace", "PATH", "",
+               "write a Chrome trace of every act to PATH (open in ui.perfetto.dev or "
+               "chrome://tracing)")
+      .AddFlag("stall-timeout", "DURATION", "10s",
+               "fail the job when no actor acts for this long (e.g. 500ms, 10s, 2m)")
+      .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
+      .AddFlag("output", "text|json", "text", "summary format")
+      .AddFlag("fetch-dir", "DIR", "",
+               "write every piece every sink kept to DIR/<sink>_<input>_<piece>.npy")
+      .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  return spec;
+}
+
+absl::StatusOr<RunPlanOptions> RunPlanOptionsFrom(const ParsedArguments& arguments) {
+  auto invalid = [](const std::string& message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kCommand, ": ", message, " (see '", kCommand, " --help')"));
+  };
+  RunPlanOptions options;
+  options.plan_path = arguments.positionals().at(0);
+  options.verbose = arguments.Switch("verbose");
+
+  if (arguments.Has("trace")) {
+    options.trace_path = arguments.Value("trace");
+    if (options.trace_path.empty()) return invalid("--trace needs a file path");
+  }
+  if (arguments.Has("fetch-dir")) {
+    options.fetch_directory = arguments.Value("fetch-dir");
+    if (options.fetch_directory.empty()) return invalid("--fetch-dir needs a directory");
+  }
+
+  std::string stall_timeout = arguments.Value("stall-timeout");
+  if (!absl::ParseDuration(stall_timeout, &options.stall_timeout)) {
+    return invalid(absl::StrCat("--stall-timeout: '", stall_timeout,
+                                "' is not a duration (write e.g. 500ms, 10s or 2m)"));
+  }
+  if (options.stall_timeout <= absl::ZeroDuration()) {
+    return invalid(absl::StrCat("--stall-timeout must be positive, not ", stall_timeout));
+  }
+
+  std::string blas_threads = arguments.Value("blas-threads");
+  if (!absl::SimpleAtoi(blas_threads, &options.blas_threads) || options.blas_threads < 1) {
+    return invalid(
+        absl::StrCat("--blas-threads must be a whole number >= 1, not '", blas_threads, "'"));
+  }
+
+  std::string output = arguments.Value("output");
+  if (output == "text") {
+    options.output = OutputFormat::kText;
+  } else if (output == "json") {
+    options.output = OutputFormat::kJson;
+  } else {
+    return invalid(absl::StrCat("--output must be 'text' or 'json', not '", output, "'"));
+  }
+  return options;
+}
+
+int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& error) {
+  SetLogVerbosity(options.verbose);
+
+  absl::StatusOr<plan::Plan> plan = ReadPlanFile(options.plan_path);
+  if (!plan.ok()) {
+    error << kCommand << ": " << plan.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (absl::Status status = ValidatePlan(*plan); !status.ok()) {
+    error << kCommand << ": invalid plan '" << options.plan_path << "': " << status.message()
+          << "\n";
+    return kExitUsage;
+  }
+
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) {
+    error << kCommand << ": cannot register the CPU kernels: " << status << "\n";
+    return kExitFailure;
+  }
+  SetBlasThreads(options.blas_threads);
+
+  JobOptions job_options;
+  job_options.stall_timeout = options.stall_timeout;
+  absl::StatusOr<std::unique_ptr<JobRuntime>> job =
+      JobRuntime::Create(*plan, &kernels, MakeActorFactory(), job_options);
+  if (!job.ok()) {
+    error << kCommand << ": plan '" << options.plan_path
+          << "' rejected before running: " << job.status() << "\n";
+    return kExitUsage;
+  }
+
+  LOG(INFO) << "running job '" << plan->job_name() << "' from " << options.plan_path << ": "
+            << plan->tasks_size() << " tasks on " << plan->devices_size() << " devices";
+  absl::Status status = (*job)->Run();
+  int exit_code = status.ok() ? kExitSuccess : kExitFailure;
+  if (!status.ok()) {
+    error << kCommand << ": job '" << plan->job_name() << "' failed: " << status << "\n";
+  }
+
+  // A failed job's trace shows what happened up to the failure: write it either way.
+  std::string trace_path;
+  if (!options.trace_path.empty()) {
+    if (absl::Status trace = WriteChromeTrace(**job, options.trace_path); trace.ok()) {
+      trace_path = options.trace_path;
+      LOG(INFO) << "wrote a Chrome trace of " << (*job)->events().size() << " acts to "
+                << trace_path;
+    } else {
+      error << kCommand << ": " << trace.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+
+  std::vector<std::string> fetched_files;
+  if (!options.fetch_directory.empty() && status.ok()) {
+    absl::StatusOr<std::vector<std::string>> written =
+        WriteFetchedPieces(**job, options.fetch_directory);
+    if (written.ok()) {
+      fetched_files = std::move(*written);
+      LOG(INFO) << "wrote " << fetched_files.size() << " .npy files to " << options.fetch_directory;
+    } else {
+      error << kCommand << ": " << written.status().message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+
+  if (options.output == OutputFormat::kJson) {
+    out << FormatSummaryJson(**job, status, trace_path, fetched_files);
+  } else {
+    out << FormatSummaryText(**job);
+    if (!trace_path.empty()) out << "trace: " << trace_path << "\n";
+    if (!fetched_files.empty()) {
+      out << "fetched: " << fetched_files.size() << " .npy files in " << options.fetch_directory
+          << "\n";
+    }
+  }
+  out.flush();
+  return exit_code;
+}
+
+absl::StatusOr<std::vector<std::string>> WriteFetchedPieces(const JobRuntime& job,
+                                                            const std::string& directory) {
+  std::error_code error_code;
+  std::filesystem::create_directories(directory, error_code);
+  if (error_code) {
+    return absl::UnavailableError(absl::StrCat("cannot create the fetch directory '", directory,
+                                               "': ", error_code.message()));
+  }
+  std::vector<std::string> paths;
+  // File name -> what it holds, to refuse two pieces landing on one file.
+  absl::flat_hash_map<std::string, std::string> written;
+  for (const plan::Task& task : job.plan().tasks()) {
+    if (task.kind() != plan::SINK) continue;
+    absl::StatusOr<const std::vector<std::vector<HostTensor>>*> pieces =
+        FetchedPieces(job, task.name());
+    if (!pieces.ok()) return pieces.status();
+    for (size_t input = 0; input < (*pieces)->size(); ++input) {
+      const std::string& register_name = task.inputs(static_cast<int>(input));
+      const std::vector<HostTensor>& received = (**pieces)[input];
+      for (size_t piece = 0; piece < received.size(); ++piece) {
+        std::string file_name = absl::StrCat(FileNamePart(task.name()), "_",
+                                             FileNamePart(register_name), "_", piece, ".npy");
+        std::string what =
+            absl::StrCat("sink '", task.name(), "' input '", register_name, "' piece ", piece);
+        auto [existing, inserted] = written.emplace(file_name, what);
+        if (!inserted) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("both ", existing->second, " and ", what, " would be written to '",
+                           file_name, "': rename a sink or register"));
+        }
+        std::string path = (std::filesystem::path(directory) / file_name).string();
+        if (absl::Status status = WriteNpyFile(received[piece], path); !status.ok()) {
+          return status;
+        }
+        paths.push_back(std::move(path));
+      }
+    }
+  }
+  return paths;
+}
+
+}  // namespace loom::loomctl

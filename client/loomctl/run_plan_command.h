@@ -1,0 +1,54 @@
+#ifndef LOOM_CLIENT_LOOMCTL_RUN_PLAN_COMMAND_H_
+#define LOOM_CLIENT_LOOMCTL_RUN_PLAN_COMMAND_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/loomctl/arguments.h"
+#include "client/loomctl/job_summary.h"
+#include "runtime/job_runtime.h"
+
+namespace loom::loomctl {
+
+// `loomctl run-plan PLAN [flags]`: runs a plan file on this machine with the CPU kernels, then
+// prints where every actor's time went.
+//
+// Exit codes: 0 when the job succeeded; 1 when it failed (its error, which names the culprit, goes
+// to stderr) or its results could not be written; 2 on a usage error or a plan that cannot be
+// read, is invalid or is rejected before it runs (unknown kernel, bad attribute, over a memory
+// budget).
+Subcommand RunPlanSubcommand();
+
+struct RunPlanOptions {
+  std::string plan_path;
+  // Empty: no trace.
+  std::string trace_path;
+  absl::Duration stall_timeout = absl::Seconds(10);
+  int blas_threads = 1;
+  OutputFormat output = OutputFormat::kText;
+  // Empty: fetch nothing.
+  std::string fetch_directory;
+  bool verbose = false;
+};
+
+// The flags of run-plan.
+ArgumentSpec RunPlanArgumentSpec();
+// INVALID_ARGUMENT naming the flag when a value is malformed.
+absl::StatusOr<RunPlanOptions> RunPlanOptionsFrom(const ParsedArguments& arguments);
+
+// The whole command on parsed options; returns the exit code.
+int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& error);
+
+// Writes every piece every sink kept as `<directory>/<sink>_<input>_<piece>.npy`, where <input> is
+// the register the sink read and <piece> the piece's position in what the sink received; creates
+// the directory. Returns the paths written.
+absl::StatusOr<std::vector<std::string>> WriteFetchedPieces(const JobRuntime& job,
+                                                            const std::string& directory);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_RUN_PLAN_COMMAND_H_
