@@ -24,6 +24,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/chrome_trace.h"
+#include "runtime/data_type.h"
 #include "runtime/job_options.h"
 
 namespace loom::loomctl {
@@ -134,7 +135,6 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   RunOptions options;
   options.job_path = arguments.positionals().at(0);
   options.actors = arguments.Switch("actors");
-  options.verbose = arguments.Switch("verbose");
 
   if (!arguments.Has("devices")) {
     return invalid("--devices is required: the devices to run on, e.g. --devices cpu:4");
@@ -149,58 +149,10 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
       return invalid(absl::StrCat("--steps must be a whole number >= 1, not '", steps, "'"));
     }
   }
-  if (arguments.Has("trace")) {
-    options.trace_path = arguments.Value("trace");
-    if (options.trace_path.empty()) return invalid("--trace needs a file path");
-  }
-  if (arguments.Has("fetch-dir")) {
-    options.fetch_directory = arguments.Value("fetch-dir");
-    if (options.fetch_directory.empty()) return invalid("--fetch-dir needs a directory");
-  }
-
-  std::string stall_timeout = arguments.Value("stall-timeout");
-  if (!absl::ParseDuration(stall_timeout, &options.stall_timeout)) {
-    return invalid(absl::StrCat("--stall-timeout: '", stall_timeout,
-                                "' is not a duration (write e.g. 500ms, 10s or 2m)"));
-  }
-  if (options.stall_timeout <= absl::ZeroDuration()) {
-    return invalid(absl::StrCat("--stall-timeout must be positive, not ", stall_timeout));
-  }
-
-  std::string blas_threads = arguments.Value("blas-threads");
-  if (!absl::SimpleAtoi(blas_threads, &options.blas_threads) || options.blas_threads < 1) {
-    return invalid(
-        absl::StrCat("--blas-threads must be a whole number >= 1, not '", blas_threads, "'"));
-  }
-
-  std::string output = arguments.Value("output");
-  if (output == "text") {
-    options.output = OutputFormat::kText;
-  } else if (output == "json") {
-    options.output = OutputFormat::kJson;
-  } else {
-    return invalid(absl::StrCat("--output must be 'text' or 'json', not '", output, "'"));
+  if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
+    return status;
   }
   return options;
-}
-
-std::string DataTypeName(plan::DataType data_type) {
-  switch (data_type) {
-    case plan::FLOAT32:
-      return "float32";
-    case plan::INT32:
-      return "int32";
-    case plan::INT64:
-      return "int64";
-    case plan::UINT8:
-      return "uint8";
-    case plan::UINT16:
-      return "uint16";
-    case plan::BFLOAT16:
-      return "bfloat16";
-    default:
-      return "unspecified";
-  }
 }
 
 absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/execution_options.h"
 #include "client/loomctl/job_summary.h"
 #include "runtime/tensor.h"
 
@@ -24,21 +25,13 @@ namespace loom::loomctl {
 // compile.
 Subcommand RunSubcommand();
 
-struct RunOptions {
+struct RunOptions : ExecutionOptions {
   std::string job_path;
   int cpus = 0;
   // 0: the job's num_steps.
   int64_t steps = 0;
-  // Empty: fetch nothing to files.
-  std::string fetch_directory;
-  // Empty: no trace.
-  std::string trace_path;
-  OutputFormat output = OutputFormat::kText;
-  absl::Duration stall_timeout = absl::Seconds(10);
-  int blas_threads = 1;
   // Print run-plan's per-actor table too (text output).
   bool actors = false;
-  bool verbose = false;
 };
 
 // The flags of run.
@@ -58,9 +51,6 @@ struct TensorStatistics {
 };
 // INVALID_ARGUMENT when the bytes do not match the shape and data type.
 absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor);
-
-// "float32", "int64", "bfloat16", ...
-std::string DataTypeName(plan::DataType data_type);
 
 // Fetched logical tensors by name, one per step (what RunPlanLocally returns).
 using FetchedTensors = std::map<std::string, std::vector<HostTensor>>;

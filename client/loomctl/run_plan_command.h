@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/execution_options.h"
 #include "client/loomctl/job_summary.h"
 #include "runtime/job_runtime.h"
 
@@ -23,16 +24,8 @@ namespace loom::loomctl {
 // budget).
 Subcommand RunPlanSubcommand();
 
-struct RunPlanOptions {
+struct RunPlanOptions : ExecutionOptions {
   std::string plan_path;
-  // Empty: no trace.
-  std::string trace_path;
-  absl::Duration stall_timeout = absl::Seconds(10);
-  int blas_threads = 1;
-  OutputFormat output = OutputFormat::kText;
-  // Empty: fetch nothing.
-  std::string fetch_directory;
-  bool verbose = false;
 };
 
 // The flags of run-plan.

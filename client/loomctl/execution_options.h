@@ -1,0 +1,32 @@
+#ifndef LOOM_CLIENT_LOOMCTL_EXECUTION_OPTIONS_H_
+#define LOOM_CLIENT_LOOMCTL_EXECUTION_OPTIONS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "client/loomctl/arguments.h"
+#include "client/loomctl/job_summary.h"
+
+namespace loom::loomctl {
+
+// What `run` and `run-plan` share: how the job executes and what it writes.
+struct ExecutionOptions {
+  // Empty: no trace.
+  std::string trace_path;
+  // Empty: write nothing to files.
+  std::string fetch_directory;
+  absl::Duration stall_timeout = absl::Seconds(10);
+  int blas_threads = 1;
+  OutputFormat output = OutputFormat::kText;
+  bool verbose = false;
+};
+
+// Reads --trace, --fetch-dir, --stall-timeout, --blas-threads, --output and --verbose into
+// `options`. INVALID_ARGUMENT naming the flag (and `command`) when a value is malformed.
+absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arguments,
+                                 ExecutionOptions* options);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_EXECUTION_OPTIONS_H_
