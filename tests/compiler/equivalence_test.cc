@@ -67,5 +67,33 @@ TEST(EquivalenceTest, TwoStages) {
   ExpectEquivalent(OnOneDevice(TwoStageMlp()), TwoStageMlp(), 4, "two-stage MLP");
 }
 
+// Stage 0 holds h split over 2 devices; stage 1 needs it whole on 3 devices: the general path
+// (gather on stage 0, copies to every device of stage 1).
+std::string UnevenStages() {
+  return R"pb(
+    name: "uneven_stages"
+    placement { devices: ["cpu:0", "cpu:1", "cpu:2", "cpu:3"] }
+    stage_placements { devices: ["cpu:0", "cpu:1"] }
+    stage_placements { devices: ["cpu:2", "cpu:3", "cpu:1"] }
+    num_steps: 2
+    inputs { name: "x" shape: [7, 6] sbp: "S(0)" placement { devices: ["cpu:0", "cpu:1"] }
+             random_normal { std: 1 seed: 1 } }
+    variables { name: "w" shape: [6, 5] sbp: "S(1)" initializer { normal { std: 1 seed: 2 } }
+                placement { devices: ["cpu:2", "cpu:3", "cpu:1"] } }
+    ops { name: "h" type: "relu" inputs: "x" outputs: "h" stage: 0 }
+    ops { name: "y" type: "matmul" inputs: ["h", "w"] outputs: "y" stage: 1 }
+    fetch: "y"
+  )pb";
+}
+
+TEST(EquivalenceTest, StagesOfDifferentSizes) {
+  job::Job job = ParseJob(UnevenStages());
+  auto compiled = CompileOn(job, 4);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(Collectives(compiled->plan, plan::ALL_GATHER).size(), 2u);
+  EXPECT_EQ(TasksOfKind(compiled->plan, plan::COPY).size(), 3u);
+  ExpectEquivalent(OnOneDevice(UnevenStages()), UnevenStages(), 4, "stages of 2 and 3 devices");
+}
+
 }  // namespace
 }  // namespace loom::compiler::testing
