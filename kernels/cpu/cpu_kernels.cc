@@ -7,18 +7,21 @@
 #include "kernels/cpu/bias_add_kernel.h"
 #include "kernels/cpu/binary_kernels.h"
 #include "kernels/cpu/cross_entropy_kernel.h"
+#include "kernels/cpu/data/data_kernels.h"
 #include "kernels/cpu/embedding_kernel.h"
 #include "kernels/cpu/fill_kernel.h"
+#include "kernels/cpu/gradients/gradient_kernels.h"
 #include "kernels/cpu/identity_kernel.h"
-#include "kernels/cpu/zeros_like_kernel.h"
 #include "kernels/cpu/layer_norm_kernel.h"
 #include "kernels/cpu/layout_kernels.h"
 #include "kernels/cpu/matmul_kernel.h"
+#include "kernels/cpu/optimizers/optimizer_kernels.h"
 #include "kernels/cpu/random_kernel.h"
 #include "kernels/cpu/reduce_kernels.h"
 #include "kernels/cpu/sleep_kernel.h"
 #include "kernels/cpu/softmax_kernel.h"
 #include "kernels/cpu/unary_kernels.h"
+#include "kernels/cpu/zeros_like_kernel.h"
 
 namespace loom {
 
@@ -62,7 +65,10 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
     absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);
     if (!status.ok()) return status;
   }
-  return absl::OkStatus();
+  // Groups with tables of their own: gradients, optimizers, data sources.
+  if (absl::Status status = RegisterCpuGradientKernels(registry); !status.ok()) return status;
+  if (absl::Status status = RegisterCpuOptimizerKernels(registry); !status.ok()) return status;
+  return RegisterCpuDataKernels(registry);
 }
 
 }  // namespace loom

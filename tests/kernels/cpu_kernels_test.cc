@@ -18,12 +18,15 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
   ASSERT_TRUE(RegisterCpuKernels(&registry).ok());
   EXPECT_THAT(
       registry.OpTypes(plan::CPU),
-      ::testing::ElementsAre("add", "bias_add", "causal_attention", "concat", "divide", "embedding",
-                             "fill", "gelu", "identity", "layer_norm", "log_softmax", "matmul",
-                             "multiply", "pad", "random", "random_integers", "reduce_mean",
-                             "reduce_sum", "relu", "reshape", "scale", "sleep", "slice", "softmax",
-                             "sparse_cross_entropy", "subtract", "tanh", "transpose",
-                             "zeros_like"));
+      ::testing::ElementsAre(
+          "adamw", "add", "bias_add", "broadcast_to", "causal_attention", "causal_attention_grad",
+          "clip_coefficient", "concat", "divide", "embedding", "embedding_grad", "fill", "gelu",
+          "gelu_grad", "identity", "layer_norm", "layer_norm_grad", "log_softmax",
+          "log_softmax_grad", "matmul", "multiply", "pad", "random", "random_integers",
+          "reduce_mean", "reduce_sum", "reduce_sum_to", "relu", "relu_grad", "reshape", "scale",
+          "scale_by", "sgd", "sleep", "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
+          "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",
+          "token_batch", "transpose", "zeros_like"));
   EXPECT_TRUE(registry.OpTypes(plan::CUDA).empty());
 }
 

@@ -1,0 +1,272 @@
+#include "kernels/cpu/data/token_batch_kernel.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/attributes.h"
+#include "kernels/cpu/kernel_checks.h"
+#include "runtime/data_type.h"
+#include "runtime/tensor.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr char kOpType[] = "token_batch";
+
+enum class TokenFormat { kBytes, kUint16 };
+
+absl::Status FileError(const std::string& path, const std::string& what, int error_number) {
+  return absl::ErrnoToStatus(error_number,
+                             absl::StrCat(kOpType, ": cannot ", what, " token file '", path, "'"));
+}
+
+// A token file mapped read-only into memory for the kernel's lifetime.
+class TokenFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path,
+                                                         TokenFormat format) {
+    const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (descriptor < 0) return FileError(path, "open", errno);
+    struct stat info;
+    if (::fstat(descriptor, &info) != 0) {
+      const int error_number = errno;
+      ::close(descriptor);
+      return FileError(path, "stat", error_number);
+    }
+    if (!S_ISREG(info.st_mode)) {
+      ::close(descriptor);
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOpType, ": token file '", path, "' is not a regular file"));
+    }
+    const size_t size = static_cast<size_t>(info.st_size);
+    if (size == 0) {
+      ::close(descriptor);
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOpType, ": token file '", path, "' is empty"));
+    }
+    if (format == TokenFormat::kUint16 && size % 2 != 0) {
+      ::close(descriptor);
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOpType, ": token file '", path, "' has ", size,
+                       " bytes, which is not a whole number of uint16 tokens"));
+    }
+    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, descriptor, 0);
+    const int error_number = errno;
+    ::close(descriptor);
+    if (mapping == MAP_FAILED) return FileError(path, "map", error_number);
+    return std::unique_ptr<TokenFile>(
+        new TokenFile(static_cast<const uint8_t*>(mapping), size, format));
+  }
+
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  ~TokenFile() { ::munmap(const_cast<uint8_t*>(bytes_), size_); }
+
+  int64_t num_tokens() const {
+    return static_cast<int64_t>(format_ == TokenFormat::kUint16 ? size_ / 2 : size_);
+  }
+
+  // Tokens [begin, begin + count) into `output` (the caller keeps them in range).
+  template <typename T>
+  void Copy(int64_t begin, int64_t count, T* output) const {
+    if (format_ == TokenFormat::kBytes) {
+      const uint8_t* tokens = bytes_ + begin;
+      for (int64_t k = 0; k < count; ++k) output[k] = static_cast<T>(tokens[k]);
+    } else {
+      const uint8_t* tokens = bytes_ + 2 * begin;
+      for (int64_t k = 0; k < count; ++k) {
+        output[k] = static_cast<T>(static_cast<uint32_t>(tokens[2 * k]) |
+                                   (static_cast<uint32_t>(tokens[2 * k + 1]) << 8));
+      }
+    }
+  }
+
+ private:
+  TokenFile(const uint8_t* bytes, size_t size, TokenFormat format)
+      : bytes_(bytes), size_(size), format_(format) {}
+
+  const uint8_t* bytes_;
+  size_t size_;
+  TokenFormat format_;
+};
+
+struct BatchOptions {
+  std::string path;
+  TokenFormat format = TokenFormat::kBytes;
+  int64_t global_batch = 0;
+  int64_t sequence = 0;
+  int64_t sample_begin = 0;
+  int64_t sample_count = 0;
+  int64_t micro_batches = 1;
+  // sample_count / micro_batches: the rows of each output.
+  int64_t samples_per_piece = 0;
+};
+
+absl::StatusOr<BatchOptions> ParseOptions(const plan::KernelConf& conf) {
+  Attributes attributes(conf);
+  BatchOptions options;
+  absl::StatusOr<std::string> path = attributes.GetString("path");
+  if (!path.ok()) return WithOpType(kOpType, path.status());
+  options.path = *std::move(path);
+
+  absl::StatusOr<std::string> format = attributes.GetString("format", "bytes");
+  if (!format.ok()) return WithOpType(kOpType, format.status());
+  if (*format == "bytes") {
+    options.format = TokenFormat::kBytes;
+  } else if (*format == "uint16") {
+    options.format = TokenFormat::kUint16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOpType, ": attribute 'format' must be \"bytes\" or \"uint16\", got \"", *format, "\""));
+  }
+
+  absl::StatusOr<int64_t> global_batch = attributes.GetInt("global_batch");
+  if (!global_batch.ok()) return WithOpType(kOpType, global_batch.status());
+  absl::StatusOr<int64_t> sequence = attributes.GetInt("sequence");
+  if (!sequence.ok()) return WithOpType(kOpType, sequence.status());
+  if (*global_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": attribute 'global_batch' must be >= 1, got ", *global_batch));
+  }
+  if (*sequence < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": attribute 'sequence' must be >= 1, got ", *sequence));
+  }
+  options.global_batch = *global_batch;
+  options.sequence = *sequence;
+
+  absl::StatusOr<int64_t> sample_begin = attributes.GetInt("sample_begin", 0);
+  if (!sample_begin.ok()) return WithOpType(kOpType, sample_begin.status());
+  absl::StatusOr<int64_t> sample_count = attributes.GetInt("sample_count", *global_batch);
+  if (!sample_count.ok()) return WithOpType(kOpType, sample_count.status());
+  if (*sample_begin < 0 || *sample_count < 0 || *sample_begin > *global_batch ||
+      *sample_count > *global_batch - *sample_begin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": sample_begin ", *sample_begin, " and sample_count ", *sample_count,
+                     " do not select a window of the global batch of ", *global_batch, " samples"));
+  }
+  options.sample_begin = *sample_begin;
+  options.sample_count = *sample_count;
+
+  absl::StatusOr<int64_t> micro_batches = attributes.GetInt("micro_batches", 1);
+  if (!micro_batches.ok()) return WithOpType(kOpType, micro_batches.status());
+  if (*micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": attribute 'micro_batches' must be >= 1, got ", *micro_batches));
+  }
+  if (options.sample_count % *micro_batches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kOpType, ": sample_count ", options.sample_count,
+                                                   " is not divisible by micro_batches ",
+                                                   *micro_batches));
+  }
+  options.micro_batches = *micro_batches;
+  options.samples_per_piece = options.sample_count / options.micro_batches;
+  return options;
+}
+
+// (a * b) mod m for a, b < m.
+uint64_t MultiplyMod(uint64_t a, uint64_t b, uint64_t m) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) % m);
+}
+
+class TokenBatchKernel : public Kernel {
+ public:
+  TokenBatchKernel(const KernelInit& init, BatchOptions options, std::unique_ptr<TokenFile> file)
+      : signature_(init),
+        options_(std::move(options)),
+        file_(std::move(file)),
+        modulus_(static_cast<uint64_t>(file_->num_tokens() - options_.sequence - 1)) {}
+
+  absl::Status Compute(const KernelContext& context) override {
+    absl::Status status = signature_.Check(kOpType, context);
+    if (!status.ok()) return status;
+    if (context.piece < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOpType, ": piece must be >= 0, got ", context.piece));
+    }
+    const int64_t step = context.piece / options_.micro_batches;
+    const int64_t micro_batch = context.piece % options_.micro_batches;
+    const int64_t first_sample = options_.sample_begin + micro_batch * options_.samples_per_piece;
+    const int64_t sequence = options_.sequence;
+    const uint64_t m = modulus_;
+    // (t * B) mod m; each sample adds i, then the whole is scaled by T.
+    const uint64_t step_base = MultiplyMod(static_cast<uint64_t>(step) % m,
+                                           static_cast<uint64_t>(options_.global_batch) % m, m);
+    const uint64_t sequence_mod = static_cast<uint64_t>(sequence) % m;
+    const TensorView& x = context.outputs[0];
+    const TensorView& y = context.outputs[1];
+    for (int64_t row = 0; row < options_.samples_per_piece; ++row) {
+      const uint64_t sample = static_cast<uint64_t>(first_sample + row) % m;
+      const int64_t offset =
+          static_cast<int64_t>(MultiplyMod((step_base + sample) % m, sequence_mod, m));
+      CopyRow(x, row, offset);
+      CopyRow(y, row, offset + 1);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void CopyRow(const TensorView& output, int64_t row, int64_t begin) const {
+    const int64_t sequence = options_.sequence;
+    if (output.data_type == plan::INT32) {
+      file_->Copy(begin, sequence, output.Data<int32_t>() + row * sequence);
+    } else {
+      file_->Copy(begin, sequence, output.Data<int64_t>() + row * sequence);
+    }
+  }
+
+  TensorSignature signature_;
+  BatchOptions options_;
+  std::unique_ptr<TokenFile> file_;
+  // N - T - 1 >= 1: the number of distinct sample offsets.
+  uint64_t modulus_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateTokenBatchKernel(const KernelInit& init) {
+  absl::Status status = CheckArity(kOpType, init, 0, 2);
+  if (!status.ok()) return status;
+  absl::StatusOr<BatchOptions> options = ParseOptions(*init.conf);
+  if (!options.ok()) return options.status();
+
+  const Shape expected({options->samples_per_piece, options->sequence});
+  const char* const kNames[] = {"x", "y"};
+  for (int index = 0; index < 2; ++index) {
+    const plan::TensorDesc& desc = init.outputs[index];
+    if (desc.data_type() != plan::INT32 && desc.data_type() != plan::INT64) {
+      return absl::InvalidArgumentError(absl::StrCat(kOpType, ": output '", kNames[index],
+                                                     "' must be int32 or int64, got ",
+                                                     DataTypeName(desc.data_type())));
+    }
+    const Shape shape = Shape::FromProto(desc);
+    if (shape != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOpType, ": output '", kNames[index], "' is ", DescribeTensor(desc),
+          " but must be [sample_count / micro_batches, sequence] = ", expected.ToString()));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<TokenFile>> file = TokenFile::Open(options->path, options->format);
+  if (!file.ok()) return file.status();
+  const int64_t num_tokens = (*file)->num_tokens();
+  if (num_tokens - 2 < options->sequence) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOpType, ": token file '", options->path, "' holds ", num_tokens, " tokens but sequence ",
+        options->sequence, " needs at least ", options->sequence + 2));
+  }
+  return std::make_unique<TokenBatchKernel>(init, *std::move(options), *std::move(file));
+}
+
+}  // namespace loom::cpu

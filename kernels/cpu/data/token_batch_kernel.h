@@ -1,0 +1,40 @@
+#ifndef LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_
+#define LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// "token_batch": no inputs; two outputs x and y (each int32 or int64) holding this task's share of
+// a language-model batch read from a token file: y is x shifted by one token.
+//
+// The file is memory-mapped once, when the kernel is built; building fails, naming the path, if it
+// cannot be opened or mapped, is not a regular file, is empty, has an odd size in "uint16" format,
+// or holds fewer than sequence + 2 tokens.
+//
+// Attributes:
+//   "path" (string, required): the token file;
+//   "format" (string, default "bytes"): "bytes" (one token per byte) or "uint16" (little-endian
+//     16-bit tokens);
+//   "global_batch" B (int, required, >= 1): samples per step over all data-parallel ranks;
+//   "sequence" T (int, required, >= 1): tokens per sample;
+//   "sample_begin" (int, default 0) and "sample_count" (int, default B): the contiguous window
+//     [sample_begin, sample_begin + sample_count) of the B samples that this task's data-parallel
+//     rank produces; it must lie inside [0, B);
+//   "micro_batches" M (int, default 1, >= 1): sample_count must be a multiple of M.
+//
+// Piece p is step t = p / M, micro-batch j = p % M; it produces the b = sample_count / M global
+// samples i = sample_begin + j * b + r for r in [0, b), so both outputs must be [b, T]. With N
+// tokens in the file, sample i of step t starts at
+//   offset = ((t * B + i) * T) mod (N - T - 1)
+// (computed without overflow for any piece), and row r is x = tokens[offset, offset + T),
+// y = tokens[offset + 1, offset + T + 1). Batches are thus a pure function of (file, B, T, t, i):
+// every split into ranks and micro-batches yields exactly the rows of the unsplit global batch.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateTokenBatchKernel(const KernelInit& init);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_

@@ -1,0 +1,109 @@
+#include "kernels/cpu/gradients/cross_entropy_grad_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/attributes.h"
+#include "kernels/cpu/kernel_checks.h"
+#include "runtime/data_type.h"
+#include "runtime/tensor.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr char kOpType[] = "sparse_cross_entropy_grad";
+
+template <typename Label>
+class SparseCrossEntropyGradKernel : public Kernel {
+ public:
+  SparseCrossEntropyGradKernel(const KernelInit& init, int64_t classes, int64_t ignore_index)
+      : signature_(init), classes_(classes), ignore_index_(ignore_index) {}
+
+  absl::Status Compute(const KernelContext& context) override {
+    absl::Status status = signature_.Check(kOpType, context);
+    if (!status.ok()) return status;
+    const float* logits = context.inputs[0].Data<const float>();
+    const TensorView& labels_view = context.inputs[1];
+    const Label* labels = labels_view.Data<const Label>();
+    const float* dloss = context.inputs[2].Data<const float>();
+    float* dlogits = context.outputs[0].Data<float>();
+    const int64_t samples = labels_view.NumElements();
+    const int64_t classes = classes_;
+    for (int64_t sample = 0; sample < samples; ++sample) {
+      const int64_t label = static_cast<int64_t>(labels[sample]);
+      float* out = dlogits + sample * classes;
+      if (label == ignore_index_) {
+        std::fill(out, out + classes, 0.0f);
+        continue;
+      }
+      if (label < 0 || label >= classes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOpType, ": label ", label, " at labels", DescribeIndex(labels_view.shape, sample),
+            " is outside [0, ", classes, ") (ignore_index is ", ignore_index_, ")"));
+      }
+      const float* row = logits + sample * classes;
+      const float maximum = *std::max_element(row, row + classes);
+      double sum = 0.0;
+      for (int64_t i = 0; i < classes; ++i) {
+        const double exponential = std::exp(static_cast<double>(row[i] - maximum));
+        out[i] = static_cast<float>(exponential);
+        sum += exponential;
+      }
+      const float inverse_sum = static_cast<float>(1.0 / sum);
+      const float scale = dloss[sample];
+      for (int64_t i = 0; i < classes; ++i) out[i] = out[i] * inverse_sum * scale;
+      out[label] -= scale;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TensorSignature signature_;
+  int64_t classes_;
+  int64_t ignore_index_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSparseCrossEntropyGradKernel(const KernelInit& init) {
+  absl::Status status = CheckArity(kOpType, init, 3, 1);
+  if (!status.ok()) return status;
+  status = CheckDataType(kOpType, "input 'logits'", init.inputs[0], plan::FLOAT32);
+  if (!status.ok()) return status;
+  const plan::DataType label_type = init.inputs[1].data_type();
+  if (label_type != plan::INT32 && label_type != plan::INT64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOpType, ": input 'labels' must be int32 or int64, got ", DataTypeName(label_type)));
+  }
+  status = CheckDataType(kOpType, "input 'dloss'", init.inputs[2], plan::FLOAT32);
+  if (!status.ok()) return status;
+  status = CheckDataType(kOpType, "output 'dlogits'", init.outputs[0], plan::FLOAT32);
+  if (!status.ok()) return status;
+  const Shape logits = Shape::FromProto(init.inputs[0]);
+  if (logits.rank() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": input 'logits' must have rank >= 1, got a scalar"));
+  }
+  const Shape samples(logits.dimensions().subspan(0, logits.rank() - 1));
+  status = CheckSameShape(kOpType, "logits without its last axis", samples, "input 'labels'",
+                          Shape::FromProto(init.inputs[1]));
+  if (!status.ok()) return status;
+  status = CheckSameShape(kOpType, "logits without its last axis", samples, "input 'dloss'",
+                          Shape::FromProto(init.inputs[2]));
+  if (!status.ok()) return status;
+  status = CheckSameShape(kOpType, "input 'logits'", logits, "output 'dlogits'",
+                          Shape::FromProto(init.outputs[0]));
+  if (!status.ok()) return status;
+  absl::StatusOr<int64_t> ignore_index = Attributes(*init.conf).GetInt("ignore_index", -100);
+  if (!ignore_index.ok()) return WithOpType(kOpType, ignore_index.status());
+  const int64_t classes = logits.dimension(logits.rank() - 1);
+  if (label_type == plan::INT32) {
+    return std::make_unique<SparseCrossEntropyGradKernel<int32_t>>(init, classes, *ignore_index);
+  }
+  return std::make_unique<SparseCrossEntropyGradKernel<int64_t>>(init, classes, *ignore_index);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,99 @@
+#include "kernels/cpu/optimizers/optimizer_checks.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/kernel_checks.h"
+#include "runtime/tensor.h"
+
+namespace loom::cpu {
+namespace {
+
+absl::StatusOr<double> CheckFinite(absl::string_view op_type, const std::string& name,
+                                   const absl::StatusOr<double>& value) {
+  if (!value.ok()) return WithOpType(op_type, value.status());
+  if (!std::isfinite(*value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute '", name, "' must be finite, got ", *value));
+  }
+  return *value;
+}
+
+}  // namespace
+
+absl::Status CheckElementwiseUpdate(absl::string_view op_type, const KernelInit& init,
+                                    const std::vector<absl::string_view>& input_names,
+                                    const std::vector<absl::string_view>& output_names) {
+  absl::Status status = CheckArity(op_type, init, static_cast<int>(input_names.size()),
+                                   static_cast<int>(output_names.size()));
+  if (!status.ok()) return status;
+  for (size_t index = 0; index < input_names.size(); ++index) {
+    status = CheckDataType(op_type, absl::StrCat("input '", input_names[index], "'"),
+                           init.inputs[index], plan::FLOAT32);
+    if (!status.ok()) return status;
+  }
+  for (size_t index = 0; index < output_names.size(); ++index) {
+    status = CheckDataType(op_type, absl::StrCat("output '", output_names[index], "'"),
+                           init.outputs[index], plan::FLOAT32);
+    if (!status.ok()) return status;
+  }
+  const Shape param = Shape::FromProto(init.inputs[0]);
+  const std::string param_name = absl::StrCat("input '", input_names[0], "'");
+  for (size_t index = 1; index < input_names.size(); ++index) {
+    status =
+        CheckSameShape(op_type, param_name, param, absl::StrCat("input '", input_names[index], "'"),
+                       Shape::FromProto(init.inputs[index]));
+    if (!status.ok()) return status;
+  }
+  for (size_t index = 0; index < output_names.size(); ++index) {
+    status = CheckSameShape(op_type, param_name, param,
+                            absl::StrCat("output '", output_names[index], "'"),
+                            Shape::FromProto(init.outputs[index]));
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStepPiece(absl::string_view op_type, int64_t piece) {
+  if (piece < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op_type, ": the piece is the index of the training step and must be >= 0, got ", piece));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
+                                      const std::string& name) {
+  return CheckFinite(op_type, name, attributes.GetFloat(name));
+}
+
+absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
+                                      const std::string& name, double default_value) {
+  return CheckFinite(op_type, name, attributes.GetFloat(name, default_value));
+}
+
+absl::Status CheckNonNegative(absl::string_view op_type, absl::string_view name, double value) {
+  if (!(value >= 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute '", name, "' must be >= 0, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(absl::string_view op_type, absl::string_view name, double value) {
+  if (!(value > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute '", name, "' must be > 0, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDecayRate(absl::string_view op_type, absl::string_view name, double value) {
+  if (!(value >= 0.0 && value < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute '", name, "' must be in [0, 1), got ", value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::cpu

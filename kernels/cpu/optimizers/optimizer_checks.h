@@ -1,0 +1,45 @@
+#ifndef LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
+#define LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/attributes.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// Checks shared by the optimizer kernel factories. Every message starts with the op type
+// ("sgd: ..."); the registry adds the task.
+
+// An element-wise update: `input_names.size()` inputs and `output_names.size()` outputs, all
+// float32 and all of the shape of input 0 (the parameter). The names are how messages refer to the
+// tensors, for example {"param", "grad"}.
+absl::Status CheckElementwiseUpdate(absl::string_view op_type, const KernelInit& init,
+                                    const std::vector<absl::string_view>& input_names,
+                                    const std::vector<absl::string_view>& output_names);
+
+// The piece of a training step is its index, so it must not be negative.
+absl::Status CheckStepPiece(absl::string_view op_type, int64_t piece);
+
+// The float attribute `name`, which is required and must be finite.
+absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
+                                      const std::string& name);
+// The float attribute `name`, or `default_value` when it is absent; it must be finite.
+absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
+                                      const std::string& name, double default_value);
+
+// `value` >= 0.
+absl::Status CheckNonNegative(absl::string_view op_type, absl::string_view name, double value);
+// `value` > 0.
+absl::Status CheckPositive(absl::string_view op_type, absl::string_view name, double value);
+// 0 <= `value` < 1 (an exponential decay rate).
+absl::Status CheckDecayRate(absl::string_view op_type, absl::string_view name, double value);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
