@@ -6,6 +6,7 @@
 #include "actors/copy_actor.h"
 #include "actors/micro_batch_actors.h"
 #include "actors/sink_actor.h"
+#include "actors/variable_actor.h"
 
 namespace loom {
 
@@ -28,6 +29,8 @@ ActorFactory MakeActorFactory() {
         return std::make_unique<AccumulateActor>(init);
       case plan::COLLECTIVE:
         return std::make_unique<CollectiveActor>(init);
+      case plan::VARIABLE:
+        return std::make_unique<VariableActor>(init);
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("task '", init.task->name(), "' has an unknown kind ",

@@ -6,7 +6,7 @@
 namespace loom {
 
 // Builds the standard actor kinds (compute, source, sink, copy, unpack, repeat, accumulate,
-// collective) from their tasks.
+// collective, variable) from their tasks.
 ActorFactory MakeActorFactory();
 
 }  // namespace loom

@@ -118,6 +118,43 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       return CheckArity(task, 0, 0, 1, -1, "source");
     case plan::SINK:
       return CheckArity(task, 1, -1, 0, 0, "sink");
+    case plan::VARIABLE: {
+      if (absl::Status status = CheckArity(task, 0, 1, 1, 1, "variable"); !status.ok()) {
+        return status;
+      }
+      if (task.num_pieces() < 0) {
+        return Invalid(absl::StrCat("task '", task.name(), "': num_pieces is negative"));
+      }
+      if (task.initializer().op_type().empty()) {
+        return Invalid(absl::StrCat("task '", task.name(),
+                                    "': a variable task needs initializer.op_type"));
+      }
+      const plan::RegisterDesc& value = desc(task.outputs(0));
+      if (value.num_slots() != 1) {
+        return Invalid(absl::StrCat("task '", task.name(), "': its value register '",
+                                    value.name(), "' must have exactly 1 slot, not ",
+                                    value.num_slots(), " (the value is updated in place)"));
+      }
+      if (task.inputs_size() == 1) {
+        if (task.kernel().op_type().empty()) {
+          return Invalid(absl::StrCat("task '", task.name(),
+                                      "': a variable with a gradient input needs kernel.op_type "
+                                      "(its optimizer)"));
+        }
+        const plan::TensorDesc& gradient = desc(task.inputs(0)).tensor();
+        if (gradient.data_type() != plan::FLOAT32 || value.tensor().data_type() != plan::FLOAT32 ||
+            Shape(gradient.shape()) != Shape(value.tensor().shape())) {
+          return Invalid(absl::StrCat(
+              "task '", task.name(), "': its gradient ", DataTypeName(gradient.data_type()),
+              Shape(gradient.shape()).ToString(), " must be float32 and shaped like its value ",
+              DataTypeName(value.tensor().data_type()), Shape(value.tensor().shape()).ToString()));
+        }
+      }
+      if (task.num_optimizer_states() < 0) {
+        return Invalid(absl::StrCat("task '", task.name(), "': num_optimizer_states is negative"));
+      }
+      return absl::OkStatus();
+    }
     case plan::COPY: {
       if (absl::Status status = CheckArity(task, 1, 1, 1, 1, "copy"); !status.ok()) return status;
       const plan::TensorDesc& in = desc(task.inputs(0)).tensor();
@@ -574,7 +611,9 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
                                     " reads register '", reg.name(), "' on ", DeviceName(from),
                                     ": a copy task must move it between these devices"));
       }
-      successors[producer[r]].push_back(consumer);
+      // A variable's gradient input is loop-carried (it updates the next step's value): it closes
+      // no cycle.
+      if (consumer_task.kind() != plan::VARIABLE) successors[producer[r]].push_back(consumer);
     }
   }
   for (const plan::Task& task : plan.tasks()) {

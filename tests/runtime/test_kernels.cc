@@ -69,9 +69,31 @@ class SpinKernel final : public Kernel {
   int64_t microseconds_;
 };
 
+class DescendKernel final : public Kernel {
+ public:
+  absl::Status Compute(const KernelContext& context) override {
+    const float* gradient = context.inputs[1].Data<float>();
+    float* value = context.outputs[0].Data<float>();
+    float* state = context.outputs[1].Data<float>();
+    for (int64_t i = 0; i < context.outputs[0].NumElements(); ++i) {
+      state[i] += gradient[i];
+      value[i] -= 0.5f * gradient[i] + 0.001f * static_cast<float>(context.piece + 1);
+    }
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 void RegisterTestKernels(KernelRegistry* registry) {
+  (void)registry->Register(
+      "test_descend", plan::CPU,
+      [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (init.inputs.size() != 3 || init.outputs.size() != 2) {
+          return absl::InvalidArgumentError("test_descend takes (value, gradient, state)");
+        }
+        return std::make_unique<DescendKernel>();
+      });
   (void)registry->Register("test_piece", plan::CPU, [](const KernelInit&) {
     return absl::StatusOr<std::unique_ptr<Kernel>>(std::make_unique<PieceKernel>());
   });

@@ -10,6 +10,8 @@ namespace loom::testing {
 //  "test_sum_plus_one": output = sum of inputs + 1.
 //  "test_fail": copies like test_sum_plus_one, but fails on piece `fail_piece`.
 //  "test_spin": busy-waits `microseconds`, then output = sum of inputs (no inputs: piece index).
+//  "test_descend": an optimizer with one state: inputs (value, gradient, state), outputs (value,
+//    state): state += gradient, value -= 0.5 * gradient + 0.001 * (piece + 1).
 void RegisterTestKernels(KernelRegistry* registry);
 
 }  // namespace loom::testing

@@ -1,0 +1,49 @@
+#ifndef LOOM_ACTORS_VARIABLE_ACTOR_H_
+#define LOOM_ACTORS_VARIABLE_ACTOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "runtime/actor.h"
+
+namespace loom {
+
+// A model variable (plan::VARIABLE). Its value lives in the one slot of its output register and
+// persists across steps:
+//   act 0       runs the initializer into the slot and publishes it as piece 0;
+//   act k >= 1  (with a gradient input) waits for gradient k-1 and for every reader to return the
+//               slot, runs the optimizer in place (piece k-1: update number k), and publishes the
+//               value as piece k, except after the last step's gradient, when it only updates;
+//   act k >= 1  (without a gradient input) republishes the value once the slot is back.
+// Optimizer states (moments) are buffers of the value's shape, zero at first, owned by the actor.
+class VariableActor final : public Actor {
+ public:
+  using Actor::Actor;
+  ~VariableActor() override;
+
+  absl::Status Initialize() override;
+
+  // The value and the optimizer states. Read them only when no act can run (after the job).
+  TensorView value() const;
+  const std::vector<TensorView>& states() const { return states_; }
+
+ protected:
+  bool CanAct() const override;
+  absl::Status DoAct() override;
+  bool IsExhausted() const override;
+
+ private:
+  bool has_gradient() const { return num_inputs() == 1; }
+  int64_t steps() const { return task().num_pieces(); }
+
+  std::unique_ptr<Kernel> initializer_;
+  std::unique_ptr<Kernel> optimizer_;
+  std::vector<TensorView> states_;
+  std::vector<TensorView> optimizer_inputs_;
+  std::vector<TensorView> optimizer_outputs_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_ACTORS_VARIABLE_ACTOR_H_
