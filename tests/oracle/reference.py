@@ -1,0 +1,396 @@
+#!/usr/bin/python3
+"""Plain-PyTorch reference trainer for Loom's oracle tests.
+
+Modes:
+  train (default)  reference.py --model gpt --init INIT.safetensors --data FILE
+                     --steps 20 --output losses.json [--save-final F] ...
+  write init       reference.py --model gpt --write-init INIT.safetensors --seed 0
+  timing           reference.py --model gpt --steps-timing 20 [--data FILE]
+
+See tests/oracle/README.md for the exact semantics.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=("gpt", "mlp"), required=True)
+    # modes / files
+    ap.add_argument("--init", help="initial parameters (safetensors, F32, by name)")
+    ap.add_argument("--write-init", metavar="PATH",
+                    help="write seeded initial parameters to PATH and exit")
+    ap.add_argument("--seed", type=int, default=0, help="seed for --write-init (default 0)")
+    ap.add_argument("--data", help="token file")
+    ap.add_argument("--data-format", choices=("bytes", "uint16"), default="bytes")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--output", help="JSON output: losses, grad_norms, config")
+    ap.add_argument("--save-final", metavar="PATH",
+                    help="write final parameters + optimizer state (safetensors)")
+    ap.add_argument("--save-grads", metavar="PATH",
+                    help="write the first step's gradients (before clipping) as grad.<name>")
+    ap.add_argument("--resume", action="store_true",
+                    help="--init also holds optimizer.* state (as written by --save-final); "
+                         "load it and continue from step optimizer.step")
+    ap.add_argument("--start-step", type=int, default=None,
+                    help="index t of the first batch (default 0, or optimizer.step with --resume)")
+    ap.add_argument("--steps-timing", type=int, metavar="N", default=None,
+                    help="timing mode: median wall time of N training steps after warm-up, "
+                         "plus torch's 1024^3 float32 GEMM GFLOP/s")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps for --steps-timing")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each step's loss")
+    # model configuration (defaults: the "tiny" GPT / the small MLP)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--context", type=int, default=64, help="sequence length T")
+    ap.add_argument("--width", type=int, default=None, help="gpt 128, mlp 64")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--mlp-width", type=int, default=None, help="gpt 512, mlp 128")
+    ap.add_argument("--ln-eps", type=float, default=1e-5)
+    ap.add_argument("--batch", type=int, default=16, help="global batch B")
+    # optimizer
+    ap.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--weight-decay", type=float, default=None,
+                    help="default 0.1 for adamw (decoupled), 0 for sgd (L2, added to grad)")
+    ap.add_argument("--momentum", type=float, default=0.0, help="sgd momentum")
+    ap.add_argument("--dampening", type=float, default=0.0, help="sgd dampening")
+    ap.add_argument("--nesterov", action="store_true", help="sgd nesterov momentum")
+    ap.add_argument("--max-norm", type=float, default=None,
+                    help="clip_grad_norm_ (global L2) before each optimizer step")
+    return ap
+
+
+def parse_args(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.width is None:
+        args.width = 128 if args.model == "gpt" else 64
+    if args.mlp_width is None:
+        args.mlp_width = 512 if args.model == "gpt" else 128
+    if args.weight_decay is None:
+        args.weight_decay = 0.1 if args.optimizer == "adamw" else 0.0
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
+    if args.write_init is None and args.steps_timing is None:
+        if not args.init:
+            ap.error("--init is required (or use --write-init / --steps-timing)")
+        if not args.data:
+            ap.error("--data is required")
+        if args.steps < 0:
+            ap.error("--steps must be >= 0")
+    if args.optimizer == "adamw" and (args.momentum or args.nesterov or args.dampening):
+        ap.error("--momentum/--nesterov/--dampening apply to --optimizer sgd only")
+    return args
+
+
+def set_threads(n):
+    """Pins BLAS/OpenMP thread counts; must run before torch is imported."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+# Everything below needs torch; imported lazily so set_threads() comes first.
+
+def model_parts(args):
+    from models import MODELS, GPTConfig, MLPConfig
+    cfg_cls, specs_fn, fwd = MODELS[args.model]
+    if args.model == "gpt":
+        cfg = GPTConfig(vocab=args.vocab, context=args.context, width=args.width,
+                        layers=args.layers, heads=args.heads, mlp_width=args.mlp_width,
+                        eps=args.ln_eps)
+    else:
+        cfg = MLPConfig(vocab=args.vocab, width=args.width, mlp_width=args.mlp_width)
+    cfg.validate()
+    return cfg, specs_fn(cfg), fwd
+
+
+def make_optimizer(args, params):
+    import torch
+    plist = list(params.values())
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(plist, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                                 weight_decay=args.weight_decay, amsgrad=False, foreach=False)
+    return torch.optim.SGD(plist, lr=args.lr, momentum=args.momentum, dampening=args.dampening,
+                           weight_decay=args.weight_decay, nesterov=args.nesterov, foreach=False)
+
+
+def optimizer_state_tensors(args, opt, params, step):
+    """Optimizer state as flat named tensors (for --save-final)."""
+    import torch
+    out = {}
+    kinds = ("exp_avg", "exp_avg_sq") if args.optimizer == "adamw" else ("momentum_buffer",)
+    for kind in kinds:
+        for name, p in params.items():
+            st = opt.state.get(p, {})
+            buf = st.get(kind)
+            if buf is None:
+                if args.optimizer == "sgd" and args.momentum == 0:
+                    continue
+                buf = torch.zeros_like(p)  # no step taken yet
+            out[f"optimizer.{kind}.{name}"] = buf.detach()
+    out["optimizer.step"] = torch.tensor(step, dtype=torch.int64)
+    return out
+
+
+def load_optimizer_state(args, opt, params, state, path):
+    """Inverse of optimizer_state_tensors; `state` holds the optimizer.* tensors."""
+    import torch
+    if "optimizer.step" not in state or state["optimizer.step"].numel() != 1:
+        raise ValueError(f"{path}: --resume needs a scalar optimizer.step")
+    step = int(state.pop("optimizer.step").reshape(-1)[0].item())
+    kinds = ("exp_avg", "exp_avg_sq") if args.optimizer == "adamw" else ("momentum_buffer",)
+    problems = []
+    bufs = {}
+    for kind in kinds:
+        if args.optimizer == "sgd" and args.momentum == 0:
+            continue
+        for name, p in params.items():
+            key = f"optimizer.{kind}.{name}"
+            t = state.pop(key, None)
+            if t is None:
+                problems.append(f"missing {key}")
+            elif list(t.shape) != list(p.shape) or t.dtype != torch.float32:
+                problems.append(f"{key}: {t.dtype}{list(t.shape)}, expected float32{list(p.shape)}")
+            else:
+                bufs[(kind, name)] = t.clone()
+    if state:
+        problems.append("unexpected optimizer entries: " + ", ".join(sorted(state)))
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    if step > 0:
+        for name, p in params.items():
+            if args.optimizer == "adamw":
+                opt.state[p] = {"step": torch.tensor(float(step)),
+                                "exp_avg": bufs[("exp_avg", name)],
+                                "exp_avg_sq": bufs[("exp_avg_sq", name)]}
+            elif args.momentum != 0:
+                opt.state[p] = {"momentum_buffer": bufs[("momentum_buffer", name)]}
+    return step
+
+
+def load_init(args, specs):
+    import safetensors_io
+    from models import check_params
+    tensors, _meta = safetensors_io.load(args.init)
+    opt_state = {k: v for k, v in tensors.items() if k.startswith("optimizer.")}
+    if args.resume:
+        tensors = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+    what = args.init
+    if opt_state and not args.resume:
+        what += " (holds optimizer.* state: pass --resume to continue from it)"
+    params = check_params(specs, tensors, what=what)
+    return params, opt_state
+
+
+def train_step(fwd, cfg, params, opt, x, y, max_norm, grads_out=None):
+    """One step. Returns (loss, grad norm before clipping). If grads_out is a
+    dict, the gradients (before clipping) are copied into it by name."""
+    import torch
+    opt.zero_grad(set_to_none=True)
+    loss, _ = fwd(params, cfg, x, y)
+    loss.backward()
+    plist = list(params.values())
+    if grads_out is not None:
+        for n, p in params.items():
+            grads_out[n] = p.grad.detach().clone()
+    if max_norm is not None:
+        gnorm = torch.nn.utils.clip_grad_norm_(plist, max_norm)
+    else:
+        with torch.no_grad():
+            gnorm = torch.norm(torch.stack([torch.norm(p.grad, 2.0) for p in plist]), 2.0)
+    opt.step()
+    return loss.detach(), gnorm
+
+
+def config_dict(args, cfg, extra=None):
+    import torch
+    from dataclasses import asdict
+    model_cfg = asdict(cfg)
+    if "eps" in model_cfg:
+        model_cfg["ln_eps"] = model_cfg.pop("eps")
+    c = {"model": args.model, **model_cfg, "batch": args.batch,
+         "seq_len": args.context, "optimizer": args.optimizer, "lr": args.lr,
+         "weight_decay": args.weight_decay, "max_norm": args.max_norm,
+         "threads": args.threads, "torch_version": torch.__version__}
+    if args.optimizer == "adamw":
+        c.update(betas=[args.beta1, args.beta2], eps=args.eps)
+    else:
+        c.update(momentum=args.momentum, dampening=args.dampening, nesterov=args.nesterov)
+    c.update(extra or {})
+    return c
+
+
+def run_write_init(args):
+    import safetensors_io
+    from dataclasses import asdict
+    from models import init_params
+    cfg, specs, _ = model_parts(args)
+    params = init_params(specs, args.seed)
+    meta = {"model": args.model, "seed": str(args.seed), "config": json.dumps(asdict(cfg))}
+    safetensors_io.save(args.write_init, params, metadata=meta)
+    print(f"wrote {len(params)} parameters to {args.write_init}")
+
+
+def run_train(args):
+    import torch
+    import data as data_mod
+    import safetensors_io
+    cfg, specs, fwd = model_parts(args)
+    params, opt_state = load_init(args, specs)
+    opt = make_optimizer(args, params)
+    start = 0
+    resumed_steps = 0  # optimizer steps already taken (AdamW bias-correction step)
+    if args.resume:
+        resumed_steps = start = load_optimizer_state(args, opt, params, opt_state, args.init)
+    if args.start_step is not None:
+        start = args.start_step
+    tokens = data_mod.load_tokens(args.data, args.data_format)
+    if tokens.numel() and int(tokens.max()) >= cfg.vocab:
+        raise ValueError(f"{args.data}: token {int(tokens.max())} >= vocab {cfg.vocab}")
+    T = args.context
+    losses, gnorms = [], []
+    for k in range(args.steps):
+        t = start + k
+        x, y = data_mod.get_batch(tokens, t, args.batch, T)
+        grads = {} if (k == 0 and args.save_grads) else None
+        loss, gnorm = train_step(fwd, cfg, params, opt, x, y, args.max_norm, grads)
+        loss_f = float(loss)
+        if grads is not None:
+            safetensors_io.save(args.save_grads, {f"grad.{n}": g for n, g in grads.items()},
+                                metadata={"step": str(t), "loss": repr(loss_f)})
+        if not math.isfinite(loss_f):
+            raise FloatingPointError(f"non-finite loss {loss_f} at step {t}")
+        losses.append(loss_f)
+        gnorms.append(float(gnorm))
+        if args.verbose:
+            print(f"step {t} loss {loss_f:.6f} grad_norm {float(gnorm):.6f}", flush=True)
+    end_step = start + args.steps
+    extra = {"steps": args.steps, "start_step": start, "data": args.data,
+             "data_format": args.data_format, "num_tokens": int(tokens.numel()),
+             "init": args.init, "resume": args.resume}
+    result = {"losses": losses, "grad_norms": gnorms, "config": config_dict(args, cfg, extra)}
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    else:
+        json.dump(result, sys.stdout)
+        print()
+    if args.save_final:
+        out = {n: p.detach() for n, p in params.items()}
+        # optimizer.step counts optimizer steps taken (AdamW's bias-correction
+        # step); --start-step moves only the batch index.
+        out.update(optimizer_state_tensors(args, opt, params, resumed_steps + args.steps))
+        safetensors_io.save(args.save_final, out,
+                            metadata={"model": args.model, "next_step": str(end_step),
+                                      "optimizer": args.optimizer})
+
+
+def gemm_gflops(reps=10):
+    import torch
+    n = 1024
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g)
+    b = torch.randn(n, n, generator=g)
+    c = torch.empty(n, n)
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    times, cpu = [], []
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        torch.mm(a, b, out=c)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    times.sort()
+    cpu.sort()
+    flop = 2.0 * n ** 3
+    return (flop / times[len(times) // 2] / 1e9, flop / times[0] / 1e9,
+            flop / cpu[len(cpu) // 2] / 1e9)
+
+
+def run_timing(args):
+    import torch
+    import data as data_mod
+    from models import init_params
+    cfg, specs, fwd = model_parts(args)
+    if args.init:
+        params, _ = load_init(args, specs)
+    else:
+        params = init_params(specs, args.seed)
+        params = {n: p.requires_grad_(True) for n, p in params.items()}
+    opt = make_optimizer(args, params)
+    if args.data:
+        tokens = data_mod.load_tokens(args.data, args.data_format)
+    else:
+        g = torch.Generator().manual_seed(args.seed)
+        tokens = torch.randint(0, cfg.vocab, (1 << 16,), generator=g, dtype=torch.int64)
+    times, cpu_times = [], []
+    for k in range(args.warmup + args.steps_timing):
+        x, y = data_mod.get_batch(tokens, k, args.batch, args.context)
+        t0, c0 = time.perf_counter(), time.process_time()
+        train_step(fwd, cfg, params, opt, x, y, args.max_norm)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        if k >= args.warmup:
+            times.append(dt)
+            cpu_times.append(dc)
+    n = len(times)
+    if n == 0:
+        raise ValueError("--steps-timing must be >= 1")
+
+    def median(v):
+        v = sorted(v)
+        return (v[(n - 1) // 2] + v[n // 2]) / 2
+
+    gf_med, gf_best, gf_cpu = gemm_gflops()
+    result = {"median_step_ms": median(times) * 1e3, "min_step_ms": min(times) * 1e3,
+              # process CPU time per step: less sensitive to other load on the
+              # machine when --threads 1 (sums all threads otherwise)
+              "median_step_cpu_ms": median(cpu_times) * 1e3,
+              "steps_timed": n, "warmup": args.warmup,
+              "gemm_1024_gflops": gf_med, "gemm_1024_gflops_best": gf_best,
+              "gemm_1024_gflops_cpu": gf_cpu,
+              "config": config_dict(args, cfg)}
+    print(f"median_step_ms {result['median_step_ms']:.3f}")
+    print(f"min_step_ms {result['min_step_ms']:.3f}")
+    print(f"median_step_cpu_ms {result['median_step_cpu_ms']:.3f}")
+    print(f"gemm_1024_gflops {gf_med:.2f}")
+    print(f"gemm_1024_gflops_cpu {gf_cpu:.2f}")
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_threads(args.threads)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        if args.write_init:
+            run_write_init(args)
+        elif args.steps_timing is not None:
+            run_timing(args)
+        else:
+            run_train(args)
+    except (ValueError, FloatingPointError, OSError) as e:
+        print(f"reference.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
