@@ -62,12 +62,13 @@ class Lowering {
  private:
   // --- Registers and tasks -------------------------------------------------------------------
 
-  std::string AddRegister(const std::string& name, const Shape& shape, plan::DataType type) {
+  std::string AddRegister(const std::string& name, const Shape& shape, plan::DataType type,
+                          int num_slots = 0) {
     plan::RegisterDesc* reg = plan_.add_registers();
     reg->set_name(name);
     for (int64_t extent : shape.dimensions()) reg->mutable_tensor()->add_shape(extent);
     reg->mutable_tensor()->set_data_type(type);
-    reg->set_num_slots(graph_.register_slots);
+    reg->set_num_slots(num_slots > 0 ? num_slots : graph_.register_slots);
     return name;
   }
 
@@ -93,20 +94,23 @@ class Lowering {
     std::vector<std::string>& registers = local_registers_[node.outputs[0]];
     for (int rank = 0; rank < node.placement.size(); ++rank) {
       LocalWindow window = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
-      std::string reg =
-          AddRegister(absl::StrCat(tensor.name, "@", rank), window.shape, tensor.type.data_type);
-      plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::SOURCE,
-                                 node.placement.device(rank), plan::STREAM_COMPUTE);
+      const bool is_variable = node.kind == LogicalNode::Kind::kVariable;
+      // A variable keeps its value in its task across steps: one slot, initialised once.
+      std::string reg = AddRegister(absl::StrCat(tensor.name, "@", rank), window.shape,
+                                    tensor.type.data_type, is_variable ? 1 : 0);
+      plan::Task* task =
+          AddTask(absl::StrCat(node.name, "@", rank), is_variable ? plan::VARIABLE : plan::SOURCE,
+                  node.placement.device(rank), plan::STREAM_COMPUTE);
       task->set_num_pieces(graph_.num_steps);
       task->add_outputs(reg);
-      plan::KernelConf* conf = task->mutable_kernel();
+      plan::KernelConf* conf = is_variable ? task->mutable_initializer() : task->mutable_kernel();
       std::vector<int64_t> logical(tensor.type.shape.dimensions().begin(),
                                    tensor.type.shape.dimensions().end());
       auto window_attributes = [&] {
         SetIntList(conf, "logical_shape", logical);
         SetIntList(conf, "slice_begin", window.begin);
       };
-      if (node.kind == LogicalNode::Kind::kVariable) {
+      if (is_variable) {
         const job::Initializer& init = node.variable->initializer();
         switch (init.kind_case()) {
           case job::Initializer::kConstant:
@@ -130,9 +134,6 @@ class Lowering {
             break;
           default:
             break;
-        }
-        if (conf->op_type() == "random") {
-          (*conf->mutable_attributes())["same_every_piece"].set_bool_value(true);
         }
       } else {
         const job::Input& input = *node.input;

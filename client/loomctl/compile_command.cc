@@ -263,9 +263,9 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
   for (const compiler::LogicalNode& node : result.graph.nodes) {
     if (node.kind == compiler::LogicalNode::Kind::kOp) ++ops;
   }
-  // Tasks by kind: the five main kinds always, any other kind when present.
-  std::vector<plan::TaskKind> kinds = {plan::COMPUTE, plan::SOURCE, plan::SINK, plan::COPY,
-                                       plan::COLLECTIVE};
+  // Tasks by kind: the six main kinds always, any other kind when present.
+  std::vector<plan::TaskKind> kinds = {plan::COMPUTE, plan::SOURCE, plan::VARIABLE,
+                                       plan::SINK,    plan::COPY,   plan::COLLECTIVE};
   std::vector<int64_t> counts(plan::TaskKind_ARRAYSIZE, 0);
   for (const plan::Task& task : result.plan.tasks()) ++counts[task.kind()];
   for (int kind = 0; kind < plan::TaskKind_ARRAYSIZE; ++kind) {

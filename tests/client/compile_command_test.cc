@@ -250,8 +250,9 @@ TEST(CompileCommandTest, SummaryCountsTasksByKind) {
   EXPECT_THAT(result.out, Not(HasSubstr("\n\n")));
   std::string paragraph = absl::StrReplaceAll(result.out, {{"\n", " "}});
   EXPECT_THAT(paragraph, HasSubstr("job 'megatron' compiled for 4 CPUs on 1 node: 5 ops"));
-  for (const char* part : {" compute, ", " source, ", "4 sink, ", "0 copy, ", "4 collective)",
-                           "1 communicator", "registers holding", "1 node plan."}) {
+  for (const char* part :
+       {" compute, ", "4 source, ", "16 variable, ", "4 sink, ", "0 copy, ", "4 collective)",
+        "1 communicator", "registers holding", "1 node plan."}) {
     EXPECT_THAT(paragraph, HasSubstr(part));
   }
   EXPECT_THAT(result.out, Not(HasSubstr("plan: ")));
