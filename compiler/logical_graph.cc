@@ -365,6 +365,25 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     graph.nodes.push_back(std::move(node));
   }
 
+  // Training: variables with a gradient tensor get updated by the optimizer.
+  if (job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET) {
+    graph.optimizer = &job.optimizer();
+    for (LogicalNode& node : graph.nodes) {
+      if (node.kind != LogicalNode::Kind::kVariable || node.variable->frozen()) continue;
+      auto gradient = graph.tensor_by_name.find(absl::StrCat("grad/", node.name));
+      if (gradient == graph.tensor_by_name.end()) continue;
+      const LogicalTensor& tensor = graph.tensors[gradient->second];
+      const TensorType& value = graph.tensors[node.outputs[0]].type;
+      if (tensor.type.shape != value.shape || tensor.type.data_type != plan::FLOAT32 ||
+          value.data_type != plan::FLOAT32) {
+        return Invalid(absl::StrCat("variable '", node.name, "': its gradient '", tensor.name,
+                                    "' is ", tensor.type.ToString(), ", not float32",
+                                    value.shape.ToString(), " like the variable"));
+      }
+      node.gradient = gradient->second;
+    }
+  }
+
   for (const std::string& name : job.fetch()) {
     auto found = graph.tensor_by_name.find(name);
     if (found == graph.tensor_by_name.end()) {

@@ -46,6 +46,10 @@ struct LogicalNode {
 
   // Set by SBP inference: what the chosen signature needs of each input.
   std::vector<NdSbp> input_sbp;
+
+  // Variables of a training job: the tensor holding this variable's gradient ("grad/<name>"),
+  // or -1 when it is not updated (no optimizer, frozen, or no gradient).
+  int gradient = -1;
 };
 
 // The job as a graph of logical ops over logical tensors, in topological order.
@@ -58,6 +62,8 @@ struct LogicalGraph {
   int64_t num_steps = 1;
   int32_t register_slots = 2;
   int64_t device_memory_budget_bytes = 0;
+  // Set when the job trains.
+  const job::Optimizer* optimizer = nullptr;
 
   const LogicalTensor& tensor(int id) const { return tensors[id]; }
 };

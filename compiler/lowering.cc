@@ -53,6 +53,11 @@ class Lowering {
       }
       if (!status.ok()) return status;
     }
+    for (const LogicalNode& node : graph_.nodes) {
+      if (node.kind == LogicalNode::Kind::kVariable && node.gradient >= 0) {
+        if (absl::Status status = ConnectGradient(node); !status.ok()) return status;
+      }
+    }
     for (int tensor : graph_.fetches) LowerFetch(tensor);
     for (auto& [name, communicator] : communicators_) *plan_.add_communicators() = communicator;
     for (int i = 0; i < plan_.tasks_size(); ++i) plan_.mutable_tasks(i)->set_index(i);
@@ -103,6 +108,7 @@ class Lowering {
                   node.placement.device(rank), plan::STREAM_COMPUTE);
       task->set_num_pieces(graph_.num_steps);
       task->add_outputs(reg);
+      if (is_variable) variable_tasks_[node.name].push_back(plan_.tasks_size() - 1);
       plan::KernelConf* conf = is_variable ? task->mutable_initializer() : task->mutable_kernel();
       std::vector<int64_t> logical(tensor.type.shape.dimensions().begin(),
                                    tensor.type.shape.dimensions().end());
@@ -162,6 +168,52 @@ class Lowering {
         window_attributes();
       }
       registers.push_back(reg);
+    }
+    return absl::OkStatus();
+  }
+
+  // --- Training ---------------------------------------------------------------------------------
+
+  // Feeds a variable's gradient, boxed to the variable's own placement and SBP, into each rank's
+  // VARIABLE task, with the job's optimizer as its kernel. For a replicated variable of a
+  // data-parallel job the gradient is partial: that boxing is the gradient all-reduce.
+  absl::Status ConnectGradient(const LogicalNode& node) {
+    const LogicalTensor& value = graph_.tensors[node.outputs[0]];
+    absl::StatusOr<std::vector<std::string>> gradient =
+        Materialize(node.gradient, node.placement, value.sbp);
+    if (!gradient.ok()) {
+      return absl::Status(gradient.status().code(),
+                          absl::StrCat("variable '", node.name, "': its gradient: ",
+                                       gradient.status().message()));
+    }
+    plan::KernelConf optimizer;
+    int states = 0;
+    const job::Optimizer& settings = *graph_.optimizer;
+    if (settings.has_sgd()) {
+      const job::SgdOptimizer& sgd = settings.sgd();
+      optimizer.set_op_type("sgd");
+      SetFloat(&optimizer, "lr", sgd.learning_rate());
+      SetFloat(&optimizer, "momentum", sgd.momentum());
+      SetFloat(&optimizer, "dampening", sgd.dampening());
+      SetFloat(&optimizer, "weight_decay", sgd.weight_decay());
+      (*optimizer.mutable_attributes())["nesterov"].set_bool_value(sgd.nesterov());
+      states = 1;
+    } else {
+      const job::AdamWOptimizer& adamw = settings.adamw();
+      optimizer.set_op_type("adamw");
+      SetFloat(&optimizer, "lr", adamw.learning_rate());
+      SetFloat(&optimizer, "beta1", adamw.beta1() != 0 ? adamw.beta1() : 0.9);
+      SetFloat(&optimizer, "beta2", adamw.beta2() != 0 ? adamw.beta2() : 0.999);
+      SetFloat(&optimizer, "epsilon", adamw.epsilon() != 0 ? adamw.epsilon() : 1e-8);
+      SetFloat(&optimizer, "weight_decay", adamw.weight_decay());
+      states = 2;
+    }
+    const std::vector<int>& tasks = variable_tasks_[node.name];
+    for (size_t rank = 0; rank < tasks.size(); ++rank) {
+      plan::Task* task = plan_.mutable_tasks(tasks[rank]);
+      task->add_inputs((*gradient)[rank]);
+      *task->mutable_kernel() = optimizer;
+      task->set_num_optimizer_states(states);
     }
     return absl::OkStatus();
   }
@@ -400,6 +452,8 @@ class Lowering {
   std::map<std::string, plan::Communicator> communicators_;
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int>> communication_streams_;
   absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
+  // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
+  absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
 };
 
 }  // namespace
