@@ -2,15 +2,12 @@
 
 #include <cblas.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "kernels/attributes.h"
+#include "kernels/cpu/attention_probabilities.h"
+#include "kernels/cpu/causal_attention_settings.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "runtime/tensor.h"
 
@@ -21,21 +18,15 @@ constexpr char kOpType[] = "causal_attention";
 
 class CausalAttentionKernel : public Kernel {
  public:
-  CausalAttentionKernel(const KernelInit& init, int64_t heads, int64_t length, int64_t head_size,
-                        float scale)
-      : signature_(init),
-        heads_(heads),
-        length_(length),
-        head_size_(head_size),
-        scale_(scale),
-        scores_(length * length) {}
+  CausalAttentionKernel(const KernelInit& init, const CausalAttentionSettings& settings)
+      : signature_(init), settings_(settings), scores_(settings.length * settings.length) {}
 
   absl::Status Compute(const KernelContext& context) override {
     absl::Status status = signature_.Check(kOpType, context);
     if (!status.ok()) return status;
-    const int64_t t_size = length_;
-    const int64_t d_size = head_size_;
-    if (heads_ == 0 || t_size == 0 || d_size == 0) return absl::OkStatus();
+    const int64_t t_size = settings_.length;
+    const int64_t d_size = settings_.head_size;
+    if (settings_.heads == 0 || t_size == 0 || d_size == 0) return absl::OkStatus();
     const float* q = context.inputs[0].Data<const float>();
     const float* k = context.inputs[1].Data<const float>();
     const float* v = context.inputs[2].Data<const float>();
@@ -44,25 +35,9 @@ class CausalAttentionKernel : public Kernel {
     const int d = static_cast<int>(d_size);
     const int64_t matrix = t_size * d_size;
     float* scores = scores_.data();
-    for (int64_t head = 0; head < heads_; ++head) {
+    for (int64_t head = 0; head < settings_.heads; ++head) {
       const int64_t offset = head * matrix;
-      // scores [T, T] = scale * q [T, Dh] @ k^T [Dh, T].
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, d, scale_, q + offset, d,
-                  k + offset, d, 0.0f, scores, t);
-      // Row i keeps columns 0..i: a stable softmax over them, zeros after.
-      for (int64_t row = 0; row < t_size; ++row) {
-        float* s = scores + row * t_size;
-        const int64_t visible = row + 1;
-        const float maximum = *std::max_element(s, s + visible);
-        double sum = 0.0;
-        for (int64_t j = 0; j < visible; ++j) {
-          s[j] = std::exp(s[j] - maximum);
-          sum += s[j];
-        }
-        const float inverse_sum = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < visible; ++j) s[j] *= inverse_sum;
-        std::fill(s + visible, s + t_size, 0.0f);
-      }
+      ComputeCausalAttentionProbabilities(q + offset, k + offset, t, d, settings_.scale, scores);
       // output [T, Dh] = probabilities [T, T] @ v [T, Dh].
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, 1.0f, scores, t, v + offset,
                   d, 0.0f, output + offset, d);
@@ -72,11 +47,7 @@ class CausalAttentionKernel : public Kernel {
 
  private:
   TensorSignature signature_;
-  // B * H.
-  int64_t heads_;
-  int64_t length_;
-  int64_t head_size_;
-  float scale_;
+  CausalAttentionSettings settings_;
   // Scratch: the [T, T] scores, then probabilities, of one (b, h).
   std::vector<float> scores_;
 };
@@ -87,37 +58,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCausalAttentionKernel(const Kernel
   absl::Status status = CheckArity(kOpType, init, 3, 1);
   if (!status.ok()) return status;
   const char* names[] = {"input 'q'", "input 'k'", "input 'v'", "output"};
-  const plan::TensorDesc* descs[] = {&init.inputs[0], &init.inputs[1], &init.inputs[2],
-                                     &init.outputs[0]};
-  for (int index = 0; index < 4; ++index) {
-    status = CheckDataType(kOpType, names[index], *descs[index], plan::FLOAT32);
-    if (!status.ok()) return status;
-  }
-  const Shape q = Shape::FromProto(init.inputs[0]);
-  if (q.rank() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOpType, ": q must have rank 4 [B, H, T, Dh], got ", q.ToString()));
-  }
-  for (int index = 1; index < 4; ++index) {
-    status = CheckSameShape(kOpType, "q", q, names[index], Shape::FromProto(*descs[index]));
-    if (!status.ok()) return status;
-  }
-  const int64_t length = q.dimension(2);
-  const int64_t head_size = q.dimension(3);
-  if (length > std::numeric_limits<int>::max() || head_size > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOpType, ": q ", q.ToString(),
-                                                   " exceeds what BLAS can index (",
-                                                   std::numeric_limits<int>::max(), ")"));
-  }
-  double default_scale = head_size > 0 ? 1.0 / std::sqrt(static_cast<double>(head_size)) : 1.0;
-  absl::StatusOr<double> scale = Attributes(*init.conf).GetFloat("scale", default_scale);
-  if (!scale.ok()) return WithOpType(kOpType, scale.status());
-  if (!std::isfinite(*scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOpType, ": attribute 'scale' must be finite, got ", *scale));
-  }
-  return std::make_unique<CausalAttentionKernel>(init, q.dimension(0) * q.dimension(1), length,
-                                                 head_size, static_cast<float>(*scale));
+  absl::StatusOr<CausalAttentionSettings> settings =
+      ReadCausalAttentionSettings(kOpType, init, names, "q");
+  if (!settings.ok()) return settings.status();
+  return std::make_unique<CausalAttentionKernel>(init, *settings);
 }
 
 }  // namespace loom::cpu

@@ -15,6 +15,7 @@
 #include "kernels/cpu/layer_norm_kernel.h"
 #include "kernels/cpu/layout_kernels.h"
 #include "kernels/cpu/matmul_kernel.h"
+#include "kernels/cpu/ones_like_kernel.h"
 #include "kernels/cpu/optimizers/optimizer_kernels.h"
 #include "kernels/cpu/random_kernel.h"
 #include "kernels/cpu/reduce_kernels.h"
@@ -46,6 +47,7 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"random", cpu::CreateRandomKernel},
       {"identity", cpu::CreateIdentityKernel},
       {"zeros_like", cpu::CreateZerosLikeKernel},
+      {"ones_like", cpu::CreateOnesLikeKernel},
       {"sleep", cpu::CreateSleepKernel},
       {"log_softmax", cpu::CreateLogSoftmaxKernel},
       {"layer_norm", cpu::CreateLayerNormKernel},

@@ -1,14 +1,12 @@
 #include "kernels/cpu/cross_entropy_kernel.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "kernels/attributes.h"
+#include "kernels/cpu/cross_entropy_rows.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/data_type.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
@@ -37,17 +35,12 @@ class SparseCrossEntropyKernel : public Kernel {
         loss[sample] = 0.0f;
         continue;
       }
-      if (label < 0 || label >= classes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            kOpType, ": label ", label, " at labels", DescribeIndex(labels_view.shape, sample),
-            " is outside [0, ", classes, ") (ignore_index is ", ignore_index_, ")"));
-      }
+      status = CheckSparseLabel(kOpType, label, classes, ignore_index_, labels_view.shape, sample);
+      if (!status.ok()) return status;
       const float* row = logits + sample * classes;
-      const float maximum = *std::max_element(row, row + classes);
-      double sum = 0.0;
-      for (int64_t i = 0; i < classes; ++i) sum += std::exp(static_cast<double>(row[i] - maximum));
+      const ShiftedExponentialSum sum = ComputeShiftedExponentialSum(row, classes, nullptr);
       loss[sample] =
-          static_cast<float>((static_cast<double>(maximum) - row[label]) + std::log(sum));
+          static_cast<float>((static_cast<double>(sum.maximum) - row[label]) + std::log(sum.sum));
     }
     return absl::OkStatus();
   }
@@ -65,28 +58,22 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSparseCrossEntropyKernel(const Ker
   if (!status.ok()) return status;
   status = CheckDataType(kOpType, "input 'logits'", init.inputs[0], plan::FLOAT32);
   if (!status.ok()) return status;
-  const plan::DataType label_type = init.inputs[1].data_type();
-  if (label_type != plan::INT32 && label_type != plan::INT64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOpType, ": input 'labels' must be int32 or int64, got ", DataTypeName(label_type)));
-  }
+  status = CheckIndexDataType(kOpType, "input 'labels'", init.inputs[1]);
+  if (!status.ok()) return status;
   status = CheckDataType(kOpType, "output", init.outputs[0], plan::FLOAT32);
   if (!status.ok()) return status;
   const Shape logits = Shape::FromProto(init.inputs[0]);
-  if (logits.rank() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOpType, ": input 'logits' must have rank >= 1, got a scalar"));
-  }
-  const Shape samples(logits.dimensions().subspan(0, logits.rank() - 1));
-  status = CheckSameShape(kOpType, "logits without its last axis", samples, "labels",
+  absl::StatusOr<Shape> samples = SampleShapeOfLogits(kOpType, logits);
+  if (!samples.ok()) return samples.status();
+  status = CheckSameShape(kOpType, "logits without its last axis", *samples, "labels",
                           Shape::FromProto(init.inputs[1]));
   if (!status.ok()) return status;
-  status = CheckSameShape(kOpType, "labels", samples, "output", Shape::FromProto(init.outputs[0]));
+  status = CheckSameShape(kOpType, "labels", *samples, "output", Shape::FromProto(init.outputs[0]));
   if (!status.ok()) return status;
   absl::StatusOr<int64_t> ignore_index = Attributes(*init.conf).GetInt("ignore_index", -100);
   if (!ignore_index.ok()) return WithOpType(kOpType, ignore_index.status());
   const int64_t classes = logits.dimension(logits.rank() - 1);
-  if (label_type == plan::INT32) {
+  if (init.inputs[1].data_type() == plan::INT32) {
     return std::make_unique<SparseCrossEntropyKernel<int32_t>>(init, classes, *ignore_index);
   }
   return std::make_unique<SparseCrossEntropyKernel<int64_t>>(init, classes, *ignore_index);

@@ -88,6 +88,16 @@ absl::Status CheckDataType(absl::string_view op_type, absl::string_view tensor_n
   return absl::OkStatus();
 }
 
+absl::Status CheckIndexDataType(absl::string_view op_type, absl::string_view tensor_name,
+                                const plan::TensorDesc& desc) {
+  if (desc.data_type() != plan::INT32 && desc.data_type() != plan::INT64) {
+    return absl::InvalidArgumentError(absl::StrCat(op_type, ": ", tensor_name,
+                                                   " must be int32 or int64, got ",
+                                                   DataTypeName(desc.data_type())));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAllFloat32(absl::string_view op_type, const KernelInit& init) {
   for (size_t index = 0; index < init.inputs.size(); ++index) {
     absl::Status status =

@@ -33,6 +33,10 @@ absl::Status CheckNoNegativeDimensions(absl::string_view op_type, const KernelIn
 absl::Status CheckDataType(absl::string_view op_type, absl::string_view tensor_name,
                            const plan::TensorDesc& desc, plan::DataType expected);
 
+// The tensor holds indices (ids, labels): int32 or int64.
+absl::Status CheckIndexDataType(absl::string_view op_type, absl::string_view tensor_name,
+                                const plan::TensorDesc& desc);
+
 // Every input and output is float32.
 absl::Status CheckAllFloat32(absl::string_view op_type, const KernelInit& init);
 

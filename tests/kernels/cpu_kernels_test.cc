@@ -22,7 +22,7 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
           "adamw", "add", "bias_add", "broadcast_to", "causal_attention", "causal_attention_grad",
           "clip_coefficient", "concat", "divide", "embedding", "embedding_grad", "fill", "gelu",
           "gelu_grad", "identity", "layer_norm", "layer_norm_grad", "log_softmax",
-          "log_softmax_grad", "matmul", "multiply", "pad", "random", "random_integers",
+          "log_softmax_grad", "matmul", "multiply", "ones_like", "pad", "random", "random_integers",
           "reduce_mean", "reduce_sum", "reduce_sum_to", "relu", "relu_grad", "reshape", "scale",
           "scale_by", "sgd", "sleep", "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
           "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",

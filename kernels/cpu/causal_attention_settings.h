@@ -1,0 +1,36 @@
+#ifndef LOOM_KERNELS_CPU_CAUSAL_ATTENTION_SETTINGS_H_
+#define LOOM_KERNELS_CPU_CAUSAL_ATTENTION_SETTINGS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/kernel.h"
+
+namespace loom::cpu {
+
+// What the causal attention kernel and its gradient are built for: q, k, v (and their gradients)
+// all have the shape [B, H, T, Dh].
+struct CausalAttentionSettings {
+  // B * H.
+  int64_t heads = 0;
+  // T.
+  int64_t length = 0;
+  // Dh.
+  int64_t head_size = 0;
+  // The attribute 'scale' (default 1 / sqrt(Dh)).
+  float scale = 1.0f;
+};
+
+// Checks that every input and output of `init` (the arity checked already) is float32 and has the
+// shape of input 0, q, which is [B, H, T, Dh] with T and Dh what BLAS can index; reads 'scale'.
+// `tensor_names` names the inputs, then the outputs, in messages; `q_name` names q where its shape
+// is compared with another tensor's.
+absl::StatusOr<CausalAttentionSettings> ReadCausalAttentionSettings(
+    absl::string_view op_type, const KernelInit& init, absl::Span<const char* const> tensor_names,
+    absl::string_view q_name);
+
+}  // namespace loom::cpu
+
+#endif  // LOOM_KERNELS_CPU_CAUSAL_ATTENTION_SETTINGS_H_
