@@ -11,6 +11,12 @@
 #include "absl/strings/str_split.h"
 
 namespace loom::loomctl {
+
+absl::Status UsageError(absl::string_view command, absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(command, ": ", message, " (see '", command, " --help')"));
+}
+
 namespace {
 
 bool IsHelp(const std::string& argument) { return argument == "--help" || argument == "-h"; }
@@ -103,18 +109,14 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
       return parsed;
     }
   }
-  auto error = [&](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(command_, ": ", message, " (see '", command_, " --help')"));
-  };
 
   bool flags_ended = false;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& argument = arguments[i];
     if (flags_ended || !absl::StartsWith(argument, "--")) {
       if (!flags_ended && absl::StartsWith(argument, "-") && argument.size() > 1) {
-        return error(absl::StrCat("unknown flag '", argument, "'; flags are written --name (",
-                                  FlagList(), ")"));
+        return UsageError(command_, absl::StrCat("unknown flag '", argument,
+                                                 "'; flags are written --name (", FlagList(), ")"));
       }
       parsed.positionals_.push_back(argument);
       continue;
@@ -131,11 +133,11 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
     }
     const Flag* flag = FindFlag(name);
     if (flag == nullptr) {
-      return error(
-          absl::StrCat("unknown flag '--", name, "'; ", command_, " accepts ", FlagList()));
+      return UsageError(command_, absl::StrCat("unknown flag '--", name, "'; ", command_,
+                                               " accepts ", FlagList()));
     }
     if (parsed.values_.contains(name)) {
-      return error(absl::StrCat("flag '--", name, "' is given twice"));
+      return UsageError(command_, absl::StrCat("flag '--", name, "' is given twice"));
     }
     if (flag->value_name.empty()) {
       // A switch: --name, --name=true or --name=false.
@@ -146,19 +148,21 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
       } else if (*value == "0") {
         value = "false";
       } else if (*value != "true" && *value != "false") {
-        return error(absl::StrCat("switch '--", name, "' takes no value (or =true / =false), not '",
-                                  *value, "'"));
+        return UsageError(command_,
+                          absl::StrCat("switch '--", name,
+                                       "' takes no value (or =true / =false), not '", *value, "'"));
       }
     } else if (!value.has_value()) {
       if (i + 1 >= arguments.size()) {
-        return error(
-            absl::StrCat("flag '--", name, "' needs a value: --", name, " ", flag->value_name));
+        return UsageError(command_, absl::StrCat("flag '--", name, "' needs a value: --", name, " ",
+                                                 flag->value_name));
       }
       const std::string& next = arguments[i + 1];
       if (absl::StartsWith(next, "--")) {
-        return error(absl::StrCat("flag '--", name, "' needs a value (--", name, " ",
-                                  flag->value_name, "), but the next argument is the flag '", next,
-                                  "'"));
+        return UsageError(
+            command_,
+            absl::StrCat("flag '--", name, "' needs a value (--", name, " ", flag->value_name,
+                         "), but the next argument is the flag '", next, "'"));
       }
       value = next;
       ++i;
@@ -173,11 +177,13 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
     for (size_t p = parsed.positionals_.size(); p < positionals_.size(); ++p) {
       if (!positionals_[p].optional) missing.push_back(positionals_[p].name);
     }
-    return error(absl::StrCat("missing ", absl::StrJoin(missing, " and "), "; usage: ", Usage()));
+    return UsageError(
+        command_, absl::StrCat("missing ", absl::StrJoin(missing, " and "), "; usage: ", Usage()));
   }
   if (parsed.positionals_.size() > positionals_.size()) {
-    return error(absl::StrCat("unexpected argument '", parsed.positionals_[positionals_.size()],
-                              "'; usage: ", Usage()));
+    return UsageError(
+        command_, absl::StrCat("unexpected argument '", parsed.positionals_[positionals_.size()],
+                               "'; usage: ", Usage()));
   }
   return parsed;
 }

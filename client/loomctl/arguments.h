@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace loom::loomctl {
 
@@ -97,6 +99,9 @@ class ParsedArguments {
   absl::flat_hash_map<std::string, std::string> values_;    // given flags
   absl::flat_hash_map<std::string, std::string> defaults_;  // every flag's default
 };
+
+// The INVALID_ARGUMENT error of a bad command line: "COMMAND: MESSAGE (see 'COMMAND --help')".
+absl::Status UsageError(absl::string_view command, absl::string_view message);
 
 // One loomctl subcommand: `loomctl NAME ARGUMENTS...`. `run` gets the arguments after the
 // subcommand's name and returns the process exit code; it writes results to `out` and

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/loomctl/job_summary.h"
+#include "client/loomctl/parse_options_and_run.h"
 #include "compiler/memory_plan.h"
 #include "compiler/op_definition.h"
 #include "compiler/placement.h"
@@ -79,22 +80,8 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
 
 int CompileFromArguments(const std::vector<std::string>& arguments, std::ostream& out,
                          std::ostream& error) {
-  ArgumentSpec spec = CompileArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
-  absl::StatusOr<CompileOptions> options = CompileOptionsFrom(*parsed);
-  if (!options.ok()) {
-    error << options.status().message() << "\n";
-    return kExitUsage;
-  }
-  return CompileJob(*options, out, error);
+  return ParseOptionsAndRun(CompileArgumentSpec(), arguments, CompileOptionsFrom, CompileJob, out,
+                            error);
 }
 
 }  // namespace
@@ -137,28 +124,22 @@ ArgumentSpec CompileArgumentSpec() {
 }
 
 absl::StatusOr<int> ParseCpuDevices(const std::string& command, const std::string& text) {
-  auto invalid = [&](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(command, ": ", message, " (see '", command, " --help')"));
-  };
   absl::string_view view(text);
   if (absl::StartsWith(view, "cuda:") || absl::StartsWith(view, "gpu:")) {
-    return invalid(absl::StrCat("--devices ", text,
-                                ": only CPU devices are supported for now; write --devices cpu:N"));
+    return UsageError(
+        command, absl::StrCat("--devices ", text,
+                              ": only CPU devices are supported for now; write --devices cpu:N"));
   }
   int count = 0;
   if (!absl::ConsumePrefix(&view, "cpu:") || !absl::SimpleAtoi(view, &count) || count < 1) {
-    return invalid(absl::StrCat("--devices must be cpu:N with N >= 1 (e.g. --devices cpu:4), not '",
-                                text, "'"));
+    return UsageError(
+        command, absl::StrCat("--devices must be cpu:N with N >= 1 (e.g. --devices cpu:4), not '",
+                              text, "'"));
   }
   return count;
 }
 
 absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& arguments) {
-  auto invalid = [](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCommand, ": ", message, " (see '", kCommand, " --help')"));
-  };
   CompileOptions options;
   options.list_ops = arguments.Switch("list-ops");
   options.explain = arguments.Switch("explain");
@@ -166,28 +147,31 @@ absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& argumen
   if (!arguments.positionals().empty()) options.job_path = arguments.positionals()[0];
   if (options.list_ops) {
     if (!options.job_path.empty()) {
-      return invalid("--list-ops lists the op types and compiles nothing: give it no JOB");
+      return UsageError(kCommand,
+                        "--list-ops lists the op types and compiles nothing: give it no JOB");
     }
     return options;
   }
   if (options.job_path.empty()) {
-    return invalid("missing JOB; usage: loomctl compile JOB --devices cpu:N [flags]");
+    return UsageError(kCommand, "missing JOB; usage: loomctl compile JOB --devices cpu:N [flags]");
   }
 
   if (!arguments.Has("devices")) {
-    return invalid("--devices is required: the devices to compile for, e.g. --devices cpu:4");
+    return UsageError(kCommand,
+                      "--devices is required: the devices to compile for, e.g. --devices cpu:4");
   }
   absl::StatusOr<int> cpus = ParseCpuDevices(kCommand, arguments.Value("devices"));
   if (!cpus.ok()) return cpus.status();
   options.cpus = *cpus;
   std::string nodes = arguments.Value("nodes");
   if (!absl::SimpleAtoi(nodes, &options.nodes) || options.nodes < 1) {
-    return invalid(absl::StrCat("--nodes must be a whole number >= 1, not '", nodes, "'"));
+    return UsageError(kCommand,
+                      absl::StrCat("--nodes must be a whole number >= 1, not '", nodes, "'"));
   }
   if (options.nodes > options.cpus) {
-    return invalid(absl::StrCat("--nodes ", options.nodes, " is more than the ", options.cpus,
-                                " devices of --devices cpu:", options.cpus,
-                                ": every node needs a device"));
+    return UsageError(kCommand, absl::StrCat("--nodes ", options.nodes, " is more than the ",
+                                             options.cpus, " devices of --devices cpu:",
+                                             options.cpus, ": every node needs a device"));
   }
 
   for (const auto& [flag, field] : std::vector<std::pair<std::string, std::string*>>{
@@ -196,7 +180,7 @@ absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& argumen
            {"dot", &options.dot_path}}) {
     if (!arguments.Has(flag)) continue;
     *field = arguments.Value(flag);
-    if (field->empty()) return invalid(absl::StrCat("--", flag, " needs a path"));
+    if (field->empty()) return UsageError(kCommand, absl::StrCat("--", flag, " needs a path"));
   }
   return options;
 }

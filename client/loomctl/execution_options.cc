@@ -7,33 +7,31 @@ namespace loom::loomctl {
 
 absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arguments,
                                  ExecutionOptions* options) {
-  auto invalid = [command](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(command, ": ", message, " (see '", command, " --help')"));
-  };
   options->verbose = arguments.Switch("verbose");
   if (arguments.Has("trace")) {
     options->trace_path = arguments.Value("trace");
-    if (options->trace_path.empty()) return invalid("--trace needs a file path");
+    if (options->trace_path.empty()) return UsageError(command, "--trace needs a file path");
   }
   if (arguments.Has("fetch-dir")) {
     options->fetch_directory = arguments.Value("fetch-dir");
-    if (options->fetch_directory.empty()) return invalid("--fetch-dir needs a directory");
+    if (options->fetch_directory.empty())
+      return UsageError(command, "--fetch-dir needs a directory");
   }
 
   std::string stall_timeout = arguments.Value("stall-timeout");
   if (!absl::ParseDuration(stall_timeout, &options->stall_timeout)) {
-    return invalid(absl::StrCat("--stall-timeout: '", stall_timeout,
-                                "' is not a duration (write e.g. 500ms, 10s or 2m)"));
+    return UsageError(command, absl::StrCat("--stall-timeout: '", stall_timeout,
+                                            "' is not a duration (write e.g. 500ms, 10s or 2m)"));
   }
   if (options->stall_timeout <= absl::ZeroDuration()) {
-    return invalid(absl::StrCat("--stall-timeout must be positive, not ", stall_timeout));
+    return UsageError(command,
+                      absl::StrCat("--stall-timeout must be positive, not ", stall_timeout));
   }
 
   std::string blas_threads = arguments.Value("blas-threads");
   if (!absl::SimpleAtoi(blas_threads, &options->blas_threads) || options->blas_threads < 1) {
-    return invalid(
-        absl::StrCat("--blas-threads must be a whole number >= 1, not '", blas_threads, "'"));
+    return UsageError(command, absl::StrCat("--blas-threads must be a whole number >= 1, not '",
+                                            blas_threads, "'"));
   }
 
   std::string output = arguments.Value("output");
@@ -42,7 +40,8 @@ absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arg
   } else if (output == "json") {
     options->output = OutputFormat::kJson;
   } else {
-    return invalid(absl::StrCat("--output must be 'text' or 'json', not '", output, "'"));
+    return UsageError(command,
+                      absl::StrCat("--output must be 'text' or 'json', not '", output, "'"));
   }
   return absl::OkStatus();
 }

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,7 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "client/local_run.h"
 #include "client/loomctl/compile_command.h"
+#include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/npy_writer.h"
+#include "client/loomctl/parse_options_and_run.h"
 #include "compiler/logical_graph.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
@@ -45,18 +46,41 @@ size_t StepCount(const FetchedTensors& fetched) {
   return steps;
 }
 
-// Reads `count` elements of type T from `bytes` and folds them into the statistics.
+// The running sums of ComputeStatistics.
+struct RunningStatistics {
+  double sum = 0;
+  double max_abs = 0;
+  bool saw_nan = false;
+};
+
+// Reads `count` elements of type T from `bytes` and folds them into `statistics`.
 template <typename T, typename Convert>
-void Accumulate(const std::vector<std::byte>& bytes, int64_t count, Convert convert, double* sum,
-                double* max_abs, bool* saw_nan) {
+void Accumulate(const std::vector<std::byte>& bytes, int64_t count, Convert convert,
+                RunningStatistics* statistics) {
   for (int64_t i = 0; i < count; ++i) {
     T raw;
     std::memcpy(&raw, bytes.data() + i * sizeof(T), sizeof(T));
     double value = convert(raw);
-    if (std::isnan(value)) *saw_nan = true;
-    *sum += value;
-    *max_abs = std::max(*max_abs, std::fabs(value));
+    if (std::isnan(value)) statistics->saw_nan = true;
+    statistics->sum += value;
+    statistics->max_abs = std::max(statistics->max_abs, std::fabs(value));
   }
+}
+
+// Accumulate for a type whose values convert to double as they are.
+template <typename T>
+void AccumulateNumbers(const std::vector<std::byte>& bytes, int64_t count,
+                       RunningStatistics* statistics) {
+  Accumulate<T>(
+      bytes, count, [](T x) { return static_cast<double>(x); }, statistics);
+}
+
+// The value of a bfloat16: its bits are the upper half of a float32's.
+double BFloat16ToDouble(uint16_t bits) {
+  uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &widened, sizeof(value));
+  return static_cast<double>(value);
 }
 
 std::string FormatNumber(double value) { return absl::StrFormat("%.6g", value); }
@@ -71,22 +95,7 @@ std::string JsonShape(const Shape& shape) {
 
 int RunFromArguments(const std::vector<std::string>& arguments, std::ostream& out,
                      std::ostream& error) {
-  ArgumentSpec spec = RunArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
-  absl::StatusOr<RunOptions> options = RunOptionsFrom(*parsed);
-  if (!options.ok()) {
-    error << options.status().message() << "\n";
-    return kExitUsage;
-  }
-  return RunJob(*options, out, error);
+  return ParseOptionsAndRun(RunArgumentSpec(), arguments, RunOptionsFrom, RunJob, out, error);
 }
 
 }  // namespace
@@ -128,16 +137,13 @@ ArgumentSpec RunArgumentSpec() {
 }
 
 absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
-  auto invalid = [](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCommand, ": ", message, " (see '", kCommand, " --help')"));
-  };
   RunOptions options;
   options.job_path = arguments.positionals().at(0);
   options.actors = arguments.Switch("actors");
 
   if (!arguments.Has("devices")) {
-    return invalid("--devices is required: the devices to run on, e.g. --devices cpu:4");
+    return UsageError(kCommand,
+                      "--devices is required: the devices to run on, e.g. --devices cpu:4");
   }
   absl::StatusOr<int> cpus = ParseCpuDevices(kCommand, arguments.Value("devices"));
   if (!cpus.ok()) return cpus.status();
@@ -146,7 +152,8 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   if (arguments.Has("steps")) {
     std::string steps = arguments.Value("steps");
     if (!absl::SimpleAtoi(steps, &options.steps) || options.steps < 1) {
-      return invalid(absl::StrCat("--steps must be a whole number >= 1, not '", steps, "'"));
+      return UsageError(kCommand,
+                        absl::StrCat("--steps must be a whole number >= 1, not '", steps, "'"));
     }
   }
   if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
@@ -187,63 +194,38 @@ absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor) {
     statistics.mean = statistics.max_abs = std::numeric_limits<double>::quiet_NaN();
     return statistics;
   }
-  double sum = 0;
-  double max_abs = 0;
-  bool saw_nan = false;
+  RunningStatistics running;
   const int64_t count = statistics.elements;
   switch (tensor.data_type) {
     case plan::FLOAT32:
-      Accumulate<float>(
-          tensor.bytes, count, [](float x) { return static_cast<double>(x); }, &sum, &max_abs,
-          &saw_nan);
+      AccumulateNumbers<float>(tensor.bytes, count, &running);
       break;
     case plan::INT32:
-      Accumulate<int32_t>(
-          tensor.bytes, count, [](int32_t x) { return static_cast<double>(x); }, &sum, &max_abs,
-          &saw_nan);
+      AccumulateNumbers<int32_t>(tensor.bytes, count, &running);
       break;
     case plan::INT64:
-      Accumulate<int64_t>(
-          tensor.bytes, count, [](int64_t x) { return static_cast<double>(x); }, &sum, &max_abs,
-          &saw_nan);
+      AccumulateNumbers<int64_t>(tensor.bytes, count, &running);
       break;
     case plan::UINT8:
-      Accumulate<uint8_t>(
-          tensor.bytes, count, [](uint8_t x) { return static_cast<double>(x); }, &sum, &max_abs,
-          &saw_nan);
+      AccumulateNumbers<uint8_t>(tensor.bytes, count, &running);
       break;
     case plan::UINT16:
-      Accumulate<uint16_t>(
-          tensor.bytes, count, [](uint16_t x) { return static_cast<double>(x); }, &sum, &max_abs,
-          &saw_nan);
+      AccumulateNumbers<uint16_t>(tensor.bytes, count, &running);
       break;
     case plan::BFLOAT16:
-      Accumulate<uint16_t>(
-          tensor.bytes, count,
-          [](uint16_t bits) {
-            uint32_t widened = static_cast<uint32_t>(bits) << 16;
-            float value;
-            std::memcpy(&value, &widened, sizeof(value));
-            return static_cast<double>(value);
-          },
-          &sum, &max_abs, &saw_nan);
+      Accumulate<uint16_t>(tensor.bytes, count, BFloat16ToDouble, &running);
       break;
     default:
       break;
   }
-  statistics.mean = sum / static_cast<double>(count);
-  statistics.max_abs = saw_nan ? std::numeric_limits<double>::quiet_NaN() : max_abs;
+  statistics.mean = running.sum / static_cast<double>(count);
+  statistics.max_abs = running.saw_nan ? std::numeric_limits<double>::quiet_NaN() : running.max_abs;
   return statistics;
 }
 
 absl::StatusOr<std::vector<std::string>> WriteFetchedTensors(const FetchedTensors& fetched,
                                                              const std::string& directory) {
-  std::error_code error_code;
-  std::filesystem::create_directories(directory, error_code);
-  if (error_code) {
-    return absl::UnavailableError(absl::StrCat("cannot create the fetch directory '", directory,
-                                               "': ", error_code.message()));
-  }
+  if (absl::Status status = CreateFetchDirectory(directory); !status.ok()) return status;
   // File name part -> the tensor it holds, to refuse two tensors landing on one file.
   absl::flat_hash_map<std::string, std::string> file_names;
   for (const auto& [name, tensors] : fetched) {

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <memory>
-#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -10,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "actors/actor_factory.h"
 #include "actors/sink_actor.h"
+#include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/npy_writer.h"
+#include "client/loomctl/parse_options_and_run.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -26,22 +27,8 @@ constexpr char kCommand[] = "loomctl run-plan";
 
 int RunPlanFromArguments(const std::vector<std::string>& arguments, std::ostream& out,
                          std::ostream& error) {
-  ArgumentSpec spec = RunPlanArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
-  absl::StatusOr<RunPlanOptions> options = RunPlanOptionsFrom(*parsed);
-  if (!options.ok()) {
-    error << options.status().message() << "\n";
-    return kExitUsage;
-  }
-  return RunPlan(*options, out, error);
+  return ParseOptionsAndRun(RunPlanArgumentSpec(), arguments, RunPlanOptionsFrom, RunPlan, out,
+                            error);
 }
 
 }  // namespace
@@ -74,10 +61,6 @@ ArgumentSpec RunPlanArgumentSpec() {
 }
 
 absl::StatusOr<RunPlanOptions> RunPlanOptionsFrom(const ParsedArguments& arguments) {
-  auto invalid = [](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCommand, ": ", message, " (see '", kCommand, " --help')"));
-  };
   RunPlanOptions options;
   options.plan_path = arguments.positionals().at(0);
 
@@ -168,12 +151,7 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
 
 absl::StatusOr<std::vector<std::string>> WriteFetchedPieces(const JobRuntime& job,
                                                             const std::string& directory) {
-  std::error_code error_code;
-  std::filesystem::create_directories(directory, error_code);
-  if (error_code) {
-    return absl::UnavailableError(absl::StrCat("cannot create the fetch directory '", directory,
-                                               "': ", error_code.message()));
-  }
+  if (absl::Status status = CreateFetchDirectory(directory); !status.ok()) return status;
   std::vector<std::string> paths;
   // File name -> what it holds, to refuse two pieces landing on one file.
   absl::flat_hash_map<std::string, std::string> written;

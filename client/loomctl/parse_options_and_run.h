@@ -1,0 +1,42 @@
+#ifndef LOOM_CLIENT_LOOMCTL_PARSE_OPTIONS_AND_RUN_H_
+#define LOOM_CLIENT_LOOMCTL_PARSE_OPTIONS_AND_RUN_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/loomctl/arguments.h"
+
+namespace loom::loomctl {
+
+// The body of a subcommand's Subcommand::run, shared by the loomctl subcommands: parses
+// `arguments` with `spec`, prints the help to `out` when --help is given, turns the parsed
+// arguments into the subcommand's options with `options_from` and runs `run` with them. A parse
+// or options error is written to `error` and returns kExitUsage; otherwise returns what `run`
+// returns.
+template <typename Options>
+int ParseOptionsAndRun(const ArgumentSpec& spec, const std::vector<std::string>& arguments,
+                       absl::StatusOr<Options> (*options_from)(const ParsedArguments&),
+                       int (*run)(const Options&, std::ostream&, std::ostream&), std::ostream& out,
+                       std::ostream& error) {
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  absl::StatusOr<Options> options = options_from(*parsed);
+  if (!options.ok()) {
+    error << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  return run(*options, out, error);
+}
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_PARSE_OPTIONS_AND_RUN_H_
