@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "compiler/autodiff.h"
 #include "compiler/boxing.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
@@ -22,7 +23,14 @@ namespace loom::compiler {
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices) {
   CompileResult result;
-  absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(job, registry, devices);
+  const job::Job* compiled = &job;
+  if (!job.loss().empty()) {
+    absl::StatusOr<job::Job> training = AddBackward(job, registry, devices, job.loss());
+    if (!training.ok()) return training.status();
+    result.training_job = std::make_unique<job::Job>(std::move(*training));
+    compiled = result.training_job.get();
+  }
+  absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(*compiled, registry, devices);
   if (!graph.ok()) return graph.status();
   result.graph = std::move(*graph);
   if (absl::Status status = InferSbp(&result.graph); !status.ok()) return status;

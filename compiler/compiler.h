@@ -1,6 +1,7 @@
 #ifndef LOOM_COMPILER_COMPILER_H_
 #define LOOM_COMPILER_COMPILER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,15 +14,18 @@
 namespace loom::compiler {
 
 struct CompileResult {
-  // Points into the compiled job: keep the job alive while the graph is used.
+  // The job with its backward ops when it names a loss (the graph points into it); null otherwise.
+  std::unique_ptr<job::Job> training_job;
+  // Points into the compiled job (the caller's, or training_job): keep it alive while the graph
+  // is used.
   LogicalGraph graph;
   // The whole job's plan, and its split per node.
   plan::Plan plan;
   std::vector<plan::Plan> node_plans;
 };
 
-// Runs every pass of DESIGN.md §5 that exists: validation and type inference, SBP inference,
-// boxing and lowering, the memory check, the split per node.
+// Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
+// job names a loss), SBP inference, boxing and lowering, the memory check, the split per node.
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices);
 

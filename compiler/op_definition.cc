@@ -76,6 +76,11 @@ absl::StatusOr<plan::KernelConf> OpDefinition::Lower(const std::string& op_type,
   return conf;
 }
 
+absl::StatusOr<std::vector<std::string>> OpDefinition::Gradient(const GradientRequest& request,
+                                                                GradientBuilder* builder) const {
+  return absl::UnimplementedError("op type has no gradient");
+}
+
 absl::Status OpRegistry::Register(const std::string& op_type,
                                   std::unique_ptr<OpDefinition> definition) {
   if (!definitions_.emplace(op_type, std::move(definition)).second) {

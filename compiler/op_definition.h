@@ -75,9 +75,27 @@ struct LoweringContext {
   std::vector<int64_t> hierarchy;
 };
 
+// Emits ops into a job while its gradient is being built (compiler/autodiff.h).
+class GradientBuilder {
+ public:
+  virtual ~GradientBuilder() = default;
+  // Emits an op of `op_type` reading `inputs` and returns the names of its `num_outputs` outputs.
+  virtual std::vector<std::string> Emit(const std::string& op_type, std::vector<std::string> inputs,
+                                        AttributeMap attributes, int num_outputs = 1) = 0;
+};
+
+// What a gradient function sees of one forward op.
+struct GradientRequest {
+  const OpContext* op = nullptr;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  // The gradient of each output; "" = none (the loss does not depend on it).
+  std::vector<std::string> output_gradients;
+  std::vector<bool> needs_input_gradient;
+};
+
 // The compiler's view of an op type: shape and data type inference on logical shapes, the SBP
 // signatures it can run with, a cost hint, and how a rank's slice is computed by a kernel.
-// Gradients: the training issue adds a gradient function to this interface.
 class OpDefinition {
  public:
   virtual ~OpDefinition() = default;
@@ -98,6 +116,12 @@ class OpDefinition {
   // same op type with the op's attributes.
   virtual absl::StatusOr<plan::KernelConf> Lower(const std::string& op_type,
                                                  const LoweringContext& context) const;
+
+  // Emits the ops computing the gradient of every input that needs one and returns one name per
+  // input ("" when not needed or not differentiable, e.g. integer ids and labels). The default:
+  // UNIMPLEMENTED "op type has no gradient".
+  virtual absl::StatusOr<std::vector<std::string>> Gradient(const GradientRequest& request,
+                                                            GradientBuilder* builder) const;
 };
 
 // Op definitions by op type: an explicit table (see RegisterStandardOps).

@@ -8,11 +8,7 @@
 namespace loom::compiler {
 namespace {
 
-absl::StatusOr<double> Scale(const OpContext& context) {
-  const int64_t head_dimension = context.inputs[0].shape.dimension(3);
-  return AttributesOf(context).GetFloat(
-      "scale", head_dimension > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dimension)) : 1.0);
-}
+absl::StatusOr<double> Scale(const OpContext& context) { return CausalAttentionScale(context); }
 
 class CausalAttentionOp final : public OpDefinition {
  public:
@@ -77,6 +73,12 @@ class CausalAttentionOp final : public OpDefinition {
 };
 
 }  // namespace
+
+absl::StatusOr<double> CausalAttentionScale(const OpContext& context) {
+  const int64_t head_dimension = context.inputs[0].shape.dimension(3);
+  return AttributesOf(context).GetFloat(
+      "scale", head_dimension > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dimension)) : 1.0);
+}
 
 std::unique_ptr<OpDefinition> MakeCausalAttentionOp() {
   return std::make_unique<CausalAttentionOp>();

@@ -13,6 +13,10 @@ namespace loom::compiler {
 // parallel); all B -> B.
 std::unique_ptr<OpDefinition> MakeCausalAttentionOp();
 
+// The attention scale of an op whose first input is q [B, H, T, Dh]: attribute "scale", default
+// 1 / sqrt(Dh). Shared with "causal_attention_grad".
+absl::StatusOr<double> CausalAttentionScale(const OpContext& context);
+
 }  // namespace loom::compiler
 
 #endif  // LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_

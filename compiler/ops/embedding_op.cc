@@ -56,24 +56,30 @@ class EmbeddingOp final : public OpDefinition {
 
   absl::StatusOr<plan::KernelConf> Lower(const std::string& op_type,
                                          const LoweringContext& context) const override {
-    const int64_t rows = context.op->inputs[0].shape.dimension(0);
-    const AxisRange local =
-        LocalRange(context.input_sbp[0], /*axis=*/0, rows, context.coordinates, context.hierarchy);
-    if (!context.local_inputs.empty() &&
-        context.local_inputs[0].shape.dimension(0) != local.size()) {
-      return absl::InternalError(
-          absl::StrCat("the local table has ", context.local_inputs[0].shape.dimension(0),
-                       " rows but the balanced split of ", rows, " rows under ",
-                       NdSbpToString(context.input_sbp[0]), " gives this device ", local.size()));
-    }
-    plan::KernelConf conf = EmptyKernelConf(op_type);
-    (*conf.mutable_attributes())["row_offset"] = IntAttribute(local.begin);
-    (*conf.mutable_attributes())["logical_rows"] = IntAttribute(rows);
-    return conf;
+    return LowerEmbeddingTable(
+        op_type, context.op->inputs[0].shape.dimension(0), context.input_sbp[0],
+        context.local_inputs.empty() ? nullptr : &context.local_inputs[0], context);
   }
 };
 
 }  // namespace
+
+absl::StatusOr<plan::KernelConf> LowerEmbeddingTable(const std::string& op_type, int64_t rows,
+                                                     const NdSbp& table_sbp,
+                                                     const TensorType* local_table,
+                                                     const LoweringContext& context) {
+  const AxisRange local =
+      LocalRange(table_sbp, /*axis=*/0, rows, context.coordinates, context.hierarchy);
+  if (local_table != nullptr && local_table->shape.dimension(0) != local.size()) {
+    return absl::InternalError(absl::StrCat(
+        "the local table has ", local_table->shape.dimension(0), " rows but the balanced split of ",
+        rows, " rows under ", NdSbpToString(table_sbp), " gives this device ", local.size()));
+  }
+  plan::KernelConf conf = EmptyKernelConf(op_type);
+  (*conf.mutable_attributes())["row_offset"] = IntAttribute(local.begin);
+  (*conf.mutable_attributes())["logical_rows"] = IntAttribute(rows);
+  return conf;
+}
 
 std::unique_ptr<OpDefinition> MakeEmbeddingOp() { return std::make_unique<EmbeddingOp>(); }
 

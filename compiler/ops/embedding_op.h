@@ -17,6 +17,14 @@ namespace loom::compiler {
 //  (B, B) -> B.
 std::unique_ptr<OpDefinition> MakeEmbeddingOp();
 
+// The kernel conf of "embedding" and "embedding_grad": "row_offset" = this device's first row of
+// the logical table of `rows` rows under `table_sbp`, and "logical_rows" = `rows`. `local_table`
+// (may be null) is checked against the balanced split.
+absl::StatusOr<plan::KernelConf> LowerEmbeddingTable(const std::string& op_type, int64_t rows,
+                                                     const NdSbp& table_sbp,
+                                                     const TensorType* local_table,
+                                                     const LoweringContext& context);
+
 }  // namespace loom::compiler
 
 #endif  // LOOM_COMPILER_OPS_EMBEDDING_OP_H_

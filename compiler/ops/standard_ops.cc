@@ -5,6 +5,8 @@
 #include "compiler/ops/concat_op.h"
 #include "compiler/ops/elementwise_ops.h"
 #include "compiler/ops/embedding_op.h"
+#include "compiler/ops/gradient_ops.h"
+#include "compiler/ops/gradients.h"
 #include "compiler/ops/layer_norm_op.h"
 #include "compiler/ops/matmul_op.h"
 #include "compiler/ops/reduce_ops.h"
@@ -45,7 +47,22 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"reduce_mean", MakeReduceMeanOp()});
   entries.push_back({"sparse_cross_entropy", MakeSparseCrossEntropyOp()});
   entries.push_back({"causal_attention", MakeCausalAttentionOp()});
+  // The ops autodiff emits (compiler/autodiff.h).
+  entries.push_back({"ones_like", MakeOnesLikeOp()});
+  for (const char* op_type : {"relu_grad", "gelu_grad", "tanh_grad"}) {
+    entries.push_back({op_type, MakeActivationGradOp()});
+  }
+  entries.push_back({"reduce_sum_to", MakeReduceSumToOp()});
+  entries.push_back({"broadcast_to", MakeBroadcastToOp()});
+  entries.push_back({"softmax_grad", MakeRowwiseGradOp()});
+  entries.push_back({"log_softmax_grad", MakeRowwiseGradOp()});
+  entries.push_back({"sparse_cross_entropy_grad", MakeSparseCrossEntropyGradOp()});
+  entries.push_back({"layer_norm_grad", MakeLayerNormGradOp()});
+  entries.push_back({"pad", MakePadOp()});
+  entries.push_back({"embedding_grad", MakeEmbeddingGradOp()});
+  entries.push_back({"causal_attention_grad", MakeCausalAttentionGradOp()});
   for (Entry& entry : entries) {
+    entry.definition = WithGradient(entry.op_type, std::move(entry.definition));
     if (absl::Status status = registry->Register(entry.op_type, std::move(entry.definition));
         !status.ok()) {
       return status;

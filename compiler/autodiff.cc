@@ -1,0 +1,181 @@
+#include "compiler/autodiff.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::compiler {
+namespace {
+
+// Emits ops into `job` under unique "grad/" names, on the placement and stage last set.
+class JobGradientBuilder final : public GradientBuilder {
+ public:
+  JobGradientBuilder(job::Job* job, absl::flat_hash_set<std::string> taken)
+      : job_(job), taken_(std::move(taken)) {}
+
+  void SetPlacement(const std::string& forward_name, const job::Placement* placement,
+                    std::optional<int> stage) {
+    forward_name_ = forward_name;
+    placement_ = placement;
+    stage_ = stage;
+  }
+
+  std::vector<std::string> Emit(const std::string& op_type, std::vector<std::string> inputs,
+                                AttributeMap attributes, int num_outputs = 1) override {
+    return EmitNamed(UniqueName(absl::StrCat("grad/", forward_name_, "/", op_type)), op_type,
+                     std::move(inputs), std::move(attributes), num_outputs);
+  }
+
+  std::vector<std::string> EmitNamed(const std::string& name, const std::string& op_type,
+                                     std::vector<std::string> inputs, AttributeMap attributes,
+                                     int num_outputs) {
+    job::Op* op = job_->add_ops();
+    op->set_name(name);
+    op->set_type(op_type);
+    for (std::string& input : inputs) op->add_inputs(std::move(input));
+    *op->mutable_attributes() = std::move(attributes);
+    if (placement_ != nullptr) *op->mutable_placement() = *placement_;
+    if (stage_.has_value()) op->set_stage(*stage_);
+    std::vector<std::string> outputs;
+    for (int i = 0; i < num_outputs; ++i) {
+      std::string output = num_outputs == 1 ? name : UniqueName(absl::StrCat(name, ":", i));
+      op->add_outputs(output);
+      outputs.push_back(std::move(output));
+    }
+    return outputs;
+  }
+
+  // The sum of `gradients` (at least one).
+  std::string Sum(const std::vector<std::string>& gradients) {
+    std::string sum = gradients[0];
+    for (size_t i = 1; i < gradients.size(); ++i) sum = Emit("add", {sum, gradients[i]}, {})[0];
+    return sum;
+  }
+
+ private:
+  std::string UniqueName(const std::string& base) {
+    for (int n = 0;; ++n) {
+      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
+      if (taken_.insert(name).second) return name;
+    }
+  }
+
+  job::Job* job_;
+  absl::flat_hash_set<std::string> taken_;
+  std::string forward_name_;
+  const job::Placement* placement_ = nullptr;
+  std::optional<int> stage_;
+};
+
+}  // namespace
+
+absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& registry,
+                                     const DeviceSet& devices, const std::string& loss) {
+  absl::StatusOr<LogicalGraph> built = BuildLogicalGraph(job, registry, devices);
+  if (!built.ok()) return built.status();
+  const LogicalGraph& graph = *built;
+  auto found = graph.tensor_by_name.find(loss);
+  if (found == graph.tensor_by_name.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss '", loss, "' is not a tensor of job '", job.name(), "'"));
+  }
+  const int loss_id = found->second;
+  const TensorType& loss_type = graph.tensor(loss_id).type;
+  if (loss_type.data_type != plan::FLOAT32 || loss_type.shape.rank() > 1 ||
+      loss_type.shape.NumElements() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss '", loss, "' must be a scalar, not ", loss_type.ToString()));
+  }
+
+  // Tensors that depend on a variable through float32 tensors: only they get gradients.
+  std::vector<bool> differentiable(graph.tensors.size(), false);
+  for (const LogicalNode& node : graph.nodes) {
+    bool depends = node.kind == LogicalNode::Kind::kVariable;
+    if (node.kind == LogicalNode::Kind::kOp) {
+      for (int input : node.inputs) depends = depends || differentiable[input];
+    }
+    for (int output : node.outputs) {
+      differentiable[output] = depends && graph.tensor(output).type.data_type == plan::FLOAT32;
+    }
+  }
+
+  job::Job result = job;
+  absl::flat_hash_set<std::string> taken;
+  for (const LogicalTensor& tensor : graph.tensors) taken.insert(tensor.name);
+  for (const job::Op& op : job.ops()) taken.insert(op.name());
+  for (const job::Variable& variable : job.variables()) {
+    taken.insert(variable.name());
+    taken.insert(absl::StrCat("grad/", variable.name()));
+  }
+  JobGradientBuilder builder(&result, std::move(taken));
+
+  // Gradients of each tensor, summed when the producer is reached.
+  std::vector<std::vector<std::string>> gradients(graph.tensors.size());
+  const LogicalNode& loss_producer = graph.nodes[graph.tensor(loss_id).producer];
+  builder.SetPlacement(loss_producer.name,
+                       loss_producer.op != nullptr && loss_producer.op->has_placement()
+                           ? &loss_producer.op->placement()
+                           : nullptr,
+                       loss_producer.stage);
+  gradients[loss_id].push_back(builder.Emit("ones_like", {loss}, {})[0]);
+
+  for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
+    const LogicalNode& node = *it;
+    const job::Placement* placement = nullptr;
+    if (node.op != nullptr && node.op->has_placement()) placement = &node.op->placement();
+    if (node.variable != nullptr && node.variable->has_placement()) {
+      placement = &node.variable->placement();
+    }
+    builder.SetPlacement(node.name, placement, node.stage);
+    GradientRequest request;
+    request.op = &node.context;
+    bool any_output_gradient = false;
+    for (int output : node.outputs) {
+      request.outputs.push_back(graph.tensor(output).name);
+      if (gradients[output].empty() || !differentiable[output]) {
+        request.output_gradients.emplace_back();
+      } else {
+        request.output_gradients.push_back(builder.Sum(gradients[output]));
+        any_output_gradient = true;
+      }
+    }
+    if (!any_output_gradient) continue;
+    if (node.kind == LogicalNode::Kind::kVariable) {
+      builder.EmitNamed(absl::StrCat("grad/", node.name), "identity", {request.output_gradients[0]},
+                        {}, 1);
+      continue;
+    }
+    if (node.kind != LogicalNode::Kind::kOp) continue;
+    bool any_input_needed = false;
+    for (int input : node.inputs) {
+      request.inputs.push_back(graph.tensor(input).name);
+      request.needs_input_gradient.push_back(differentiable[input]);
+      any_input_needed = any_input_needed || differentiable[input];
+    }
+    if (!any_input_needed) continue;
+    absl::StatusOr<std::vector<std::string>> input_gradients =
+        node.definition->Gradient(request, &builder);
+    if (!input_gradients.ok()) {
+      return absl::Status(input_gradients.status().code(),
+                          absl::StrCat("op '", node.name, "' (", node.op_type,
+                                       "): ", input_gradients.status().message()));
+    }
+    if (input_gradients->size() != node.inputs.size()) {
+      return absl::InternalError(absl::StrCat("op '", node.name, "' (", node.op_type,
+                                              "): ", input_gradients->size(), " gradients for ",
+                                              node.inputs.size(), " inputs"));
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!(*input_gradients)[i].empty() && differentiable[node.inputs[i]]) {
+        gradients[node.inputs[i]].push_back((*input_gradients)[i]);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,19 @@
+#ifndef LOOM_COMPILER_OPS_GRADIENTS_H_
+#define LOOM_COMPILER_OPS_GRADIENTS_H_
+
+#include <memory>
+#include <string>
+
+#include "compiler/op_definition.h"
+
+namespace loom::compiler {
+
+// Gradient functions of the forward ops, kept in one table (compiler/ops/gradients.cc) rather
+// than in every op's file: `definition` with OpDefinition::Gradient answered by the table's entry
+// for `op_type`. Returns `definition` unchanged when the table has none.
+std::unique_ptr<OpDefinition> WithGradient(const std::string& op_type,
+                                           std::unique_ptr<OpDefinition> definition);
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_OPS_GRADIENTS_H_
