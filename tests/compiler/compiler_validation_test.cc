@@ -9,7 +9,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char* kTwoDevices = R"pb(devices: [ "cpu:0", "cpu:1" ])pb";
 
 void ExpectError(const std::string& text, const std::string& message,
                  absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
