@@ -136,7 +136,9 @@ plan::AttributeValue BoolAttribute(bool value) {
 
 plan::AttributeValue IntListAttribute(std::vector<int64_t> values) {
   plan::AttributeValue attribute;
-  for (int64_t value : values) attribute.mutable_int_list()->add_values(value);
+  // Set the list even when it is empty, so that the attribute holds a list.
+  auto* list = attribute.mutable_int_list();
+  for (int64_t value : values) list->add_values(value);
   return attribute;
 }
 

@@ -68,12 +68,7 @@ job::Job BuildJob(const Case& test, int devices, double t) {
   absl::StrAppend(&text, "variables { name: \"r\" shape: ", test.y_shape,
                   " initializer { normal { std: 1 seed: 99 } } }\n");
   absl::StrAppend(&text, test.ops, Op("yr", "multiply", "[\"y\", \"r\"]"),
-                  test.y_shape == "[]"
-                      // reduce_sum does not lower on a rank-0 input: reshape instead.
-                      ? Op("loss", "reshape", "\"yr\"",
-                           "attributes { key: \"shape\" value { int_list { values: [1] } } }")
-                      : Op("loss", "reduce_sum", "\"yr\""),
-                  "fetch: \"loss\"\n");
+                  Op("loss", "reduce_sum", "\"yr\""), "fetch: \"loss\"\n");
   return ParseJob(text);
 }
 
