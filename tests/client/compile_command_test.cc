@@ -10,6 +10,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "runtime/plan_text.h"
+#include "tests/client/command_test_util.h"
 
 namespace loom::loomctl {
 namespace {
@@ -106,20 +107,8 @@ job::Job ParseJob(const std::string& text) {
   return job;
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string error;
-};
-
 CommandResult RunCommand(const std::vector<std::string>& arguments) {
-  std::ostringstream out;
-  std::ostringstream error;
-  CommandResult result;
-  result.exit_code = CompileSubcommand().run(arguments, out, error);
-  result.out = out.str();
-  result.error = error.str();
-  return result;
+  return RunSubcommandCapturing(CompileSubcommand(), arguments);
 }
 
 absl::StatusOr<CompileOptions> ParseOptions(const std::vector<std::string>& arguments) {

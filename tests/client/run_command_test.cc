@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/command_test_util.h"
 #include "tests/client/json_test_util.h"
 
 namespace loom::loomctl {
@@ -87,20 +88,8 @@ std::vector<float> NpyFloats(const std::string& path) {
   return values;
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string error;
-};
-
 CommandResult RunCommand(const std::vector<std::string>& arguments) {
-  std::ostringstream out;
-  std::ostringstream error;
-  CommandResult result;
-  result.exit_code = RunSubcommand().run(arguments, out, error);
-  result.out = out.str();
-  result.error = error.str();
-  return result;
+  return RunSubcommandCapturing(RunSubcommand(), arguments);
 }
 
 absl::StatusOr<RunOptions> ParseOptions(const std::vector<std::string>& arguments) {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/plan_builder.h"
 #include "runtime/plan_text.h"
+#include "tests/client/command_test_util.h"
 #include "tests/client/json_test_util.h"
 
 namespace loom::loomctl {
@@ -53,20 +54,8 @@ std::string WritePlan(const plan::Plan& plan, const std::string& name) {
   return path;
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string error;
-};
-
 CommandResult RunCommand(const std::vector<std::string>& arguments) {
-  std::ostringstream out;
-  std::ostringstream error;
-  CommandResult result;
-  result.exit_code = RunPlanSubcommand().run(arguments, out, error);
-  result.out = out.str();
-  result.error = error.str();
-  return result;
+  return RunSubcommandCapturing(RunPlanSubcommand(), arguments);
 }
 
 absl::StatusOr<RunPlanOptions> ParseOptions(const std::vector<std::string>& arguments) {
