@@ -36,6 +36,7 @@ class JobGradientBuilder final : public GradientBuilder {
     job::Op* op = job_->add_ops();
     op->set_name(name);
     op->set_type(op_type);
+    op->set_backward(true);
     for (std::string& input : inputs) op->add_inputs(std::move(input));
     *op->mutable_attributes() = std::move(attributes);
     if (placement_ != nullptr) *op->mutable_placement() = *placement_;
@@ -121,7 +122,15 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
                            ? &loss_producer.op->placement()
                            : nullptr,
                        loss_producer.stage);
-  gradients[loss_id].push_back(builder.Emit("ones_like", {loss}, {})[0]);
+  std::string seed = builder.Emit("ones_like", {loss}, {})[0];
+  if (job.num_micro_batches() > 1) {
+    // Each micro-batch's loss is the mean over its share of the batch; the step's gradient, the
+    // sum over micro-batches, must be that of the mean over the whole batch.
+    AttributeMap attributes;
+    attributes["scale"].set_float_value(1.0 / job.num_micro_batches());
+    seed = builder.Emit("scale", {seed}, std::move(attributes))[0];
+  }
+  gradients[loss_id].push_back(seed);
 
   for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
     const LogicalNode& node = *it;

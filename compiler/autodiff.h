@@ -13,10 +13,11 @@ namespace loom::compiler {
 // Reverse-mode autodiff as a job-to-job transformation: returns `job` with the ops computing the
 // gradient of the tensor `loss` (a float32 scalar: shape [] or [1]) with respect to every variable
 // the loss depends on, as a tensor named exactly "grad/<variable>". The backward pass is seeded
-// with "ones_like"(loss), walks the ops in reverse topological order calling each op definition's
+// with "ones_like"(loss) (scaled by 1 / num_micro_batches: the step's gradient is the sum of
+// its micro-batches'), walks the ops in reverse topological order calling each op definition's
 // Gradient, and sums the gradients of tensors used several times with "add". Emitted ops and
 // tensors are named "grad/..." (unique in the job) and run on their forward op's placement and
-// stage. Integer tensors get no gradient. Errors: INVALID_ARGUMENT for an unknown or non-scalar
+// stage, marked `backward`. Integer tensors get no gradient. Errors: INVALID_ARGUMENT for an unknown or non-scalar
 // loss and for an invalid job; an op type without a gradient keeps its code (UNIMPLEMENTED) and
 // names the op.
 absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& registry,

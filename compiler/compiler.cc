@@ -12,6 +12,7 @@
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
 #include "compiler/node_split.h"
+#include "compiler/gradient_clipping.h"
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -27,8 +28,14 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   if (!job.loss().empty()) {
     absl::StatusOr<job::Job> training = AddBackward(job, registry, devices, job.loss());
     if (!training.ok()) return training.status();
+    if (job.max_grad_norm() != 0) {
+      training = AddGradientClipping(*training, job.max_grad_norm());
+      if (!training.ok()) return training.status();
+    }
     result.training_job = std::make_unique<job::Job>(std::move(*training));
     compiled = result.training_job.get();
+  } else if (job.max_grad_norm() != 0) {
+    return absl::InvalidArgumentError("max_grad_norm is set, but the job has no loss to train");
   }
   absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(*compiled, registry, devices);
   if (!graph.ok()) return graph.status();

@@ -1,6 +1,8 @@
 #include "compiler/logical_graph.h"
 
+#include <algorithm>
 #include <deque>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -130,6 +132,17 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   graph.register_slots = job.register_slots() > 0 ? job.register_slots() : 2;
   graph.device_memory_budget_bytes = job.device_memory_budget_bytes();
   if (job.register_slots() < 0) return Invalid("register_slots must not be negative");
+  if (job.num_micro_batches() < 0) return Invalid("num_micro_batches must not be negative");
+  graph.num_micro_batches = std::max(job.num_micro_batches(), 1);
+  graph.pipeline_schedule = job.pipeline_schedule();
+  if (!job.initial_state().path().empty()) {
+    if (job.initial_state().first_step() < 0) {
+      return Invalid("initial_state.first_step must not be negative");
+    }
+    graph.initial_state = &job.initial_state();
+  } else if (job.initial_state().optimizer_state() || job.initial_state().first_step() != 0) {
+    return Invalid("initial_state has no path");
+  }
 
   // The job's placement: given, or every device as one axis.
   Placement job_placement(devices.devices, {});
@@ -206,7 +219,21 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
     plan::DataType type = OrFloat(input.data_type());
-    if (input.source_case() == job::Input::kRandomIntegersBelow) {
+    if (input.source_case() == job::Input::kTokenFile) {
+      const job::TokenFile& file = input.token_file();
+      if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {
+        return Invalid(absl::StrCat(who, ": token ids need data_type INT32 or INT64"));
+      }
+      if (input.shape_size() != 2) {
+        return Invalid(absl::StrCat(who, ": a token-file input is [batch, sequence], not rank ",
+                                    input.shape_size()));
+      }
+      if (file.path().empty()) return Invalid(absl::StrCat(who, ": token_file has no path"));
+      if (!file.format().empty() && file.format() != "bytes" && file.format() != "uint16") {
+        return Invalid(absl::StrCat(who, ": token_file format '", file.format(),
+                                    "' is neither \"bytes\" nor \"uint16\""));
+      }
+    } else if (input.source_case() == job::Input::kRandomIntegersBelow) {
       if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {
         return Invalid(absl::StrCat(who, ": random integers need data_type INT32 or INT64"));
       }
@@ -216,8 +243,18 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     } else if (type != plan::FLOAT32) {
       return Invalid(absl::StrCat(who, ": random values need data_type FLOAT32"));
     }
+    // With micro-batches the graph computes one micro-batch: the batch axis is divided.
+    std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
+    if (graph.num_micro_batches > 1) {
+      if (shape.empty() || shape[0] % graph.num_micro_batches != 0) {
+        return Invalid(absl::StrCat(
+            who, ": num_micro_batches ", graph.num_micro_batches,
+            " does not divide its batch (axis 0 of ", Shape(input.shape()).ToString(), ")"));
+      }
+      shape[0] /= graph.num_micro_batches;
+    }
     node.context.op_name = input.name();
-    node.context.outputs.push_back(TensorType{Shape(input.shape()), type});
+    node.context.outputs.push_back(TensorType{Shape(shape), type});
     nodes.push_back(std::move(node));
   }
   for (const job::Op& op : job.ops()) {
@@ -246,6 +283,8 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
       node.stage = op.stage();
       fallback = stage_placements[op.stage()];
     }
+    node.backward = op.backward();
+    node.once_per_step = op.once_per_step();
     absl::StatusOr<Placement> placement = ResolvePlacement(op.placement(), fallback, devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
@@ -277,6 +316,33 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
       }
       successors[found->second].push_back(static_cast<int>(n));
       ++in_degree[n];
+    }
+  }
+
+  // Pipeline stages: every stage up to the last one used has ops, and forward ops feed only the
+  // same or later stages.
+  std::map<int, std::string> first_op_of_stage;
+  for (const LogicalNode& node : nodes) {
+    if (node.stage.has_value()) first_op_of_stage.emplace(*node.stage, node.name);
+  }
+  int expected_stage = 0;
+  for (const auto& [stage, op_name] : first_op_of_stage) {
+    if (stage != expected_stage) {
+      return Invalid(absl::StrCat("op '", op_name, "' is on stage ", stage, ", but no op is on stage ",
+                                  expected_stage, ": stages must be numbered 0, 1, ... without gaps"));
+    }
+    ++expected_stage;
+  }
+  graph.num_stages = expected_stage;
+  for (const LogicalNode& node : nodes) {
+    if (node.kind != LogicalNode::Kind::kOp || node.backward || !node.stage.has_value()) continue;
+    for (const std::string& input : node.op->inputs()) {
+      const LogicalNode& producer = nodes[producer_node[input]];
+      if (!producer.backward && producer.stage.has_value() && *producer.stage > *node.stage) {
+        return Invalid(absl::StrCat("op '", node.name, "' on stage ", *node.stage, " reads '",
+                                    input, "' from stage ", *producer.stage,
+                                    ": forward ops may only feed the same or a later stage"));
+      }
     }
   }
 

@@ -42,6 +42,10 @@ struct LogicalNode {
   // Ops: one per output (empty: free).
   std::vector<std::optional<NdSbp>> output_hints;
   std::optional<int> stage;
+  // Ops: added by autodiff (acts before ready forward ops); runs once per step rather than once
+  // per micro-batch.
+  bool backward = false;
+  bool once_per_step = false;
   OpContext context;
 
   // Set by SBP inference: what the chosen signature needs of each input.
@@ -64,6 +68,13 @@ struct LogicalGraph {
   int64_t device_memory_budget_bytes = 0;
   // Set when the job trains.
   const job::Optimizer* optimizer = nullptr;
+  // Micro-batches per step (inputs' logical shapes are a micro-batch's: the batch axis divided
+  // by it), the number of pipeline stages that ops use (0: no pipeline) and the schedule.
+  int32_t num_micro_batches = 1;
+  int32_t num_stages = 0;
+  job::PipelineSchedule pipeline_schedule = job::ONE_F_ONE_B;
+  // Where variables start from; nullptr: their initializers.
+  const job::InitialState* initial_state = nullptr;
 
   const LogicalTensor& tensor(int id) const { return tensors[id]; }
 };

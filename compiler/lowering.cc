@@ -1,5 +1,6 @@
 #include "compiler/lowering.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
@@ -58,7 +59,11 @@ class Lowering {
         if (absl::Status status = ConnectGradient(node); !status.ok()) return status;
       }
     }
-    for (int tensor : graph_.fetches) LowerFetch(tensor);
+    for (int tensor : graph_.fetches) {
+      if (absl::Status status = LowerFetch(tensor); !status.ok()) return status;
+    }
+    SetStashSlots();
+    plan_.set_num_micro_batches(graph_.num_micro_batches);
     for (auto& [name, communicator] : communicators_) *plan_.add_communicators() = communicator;
     for (int i = 0; i < plan_.tasks_size(); ++i) plan_.mutable_tasks(i)->set_index(i);
     return std::move(plan_);
@@ -95,81 +100,171 @@ class Lowering {
   // --- Sources --------------------------------------------------------------------------------
 
   absl::Status LowerSource(const LogicalNode& node) {
+    const bool is_variable = node.kind == LogicalNode::Kind::kVariable;
     const LogicalTensor& tensor = graph_.tensors[node.outputs[0]];
+    // An input's source produces a whole step's batch, which an UNPACK task splits into
+    // micro-batches: the logical tensor is one micro-batch.
+    const int64_t factor = is_variable ? 1 : graph_.num_micro_batches;
+    std::vector<int64_t> logical(tensor.type.shape.dimensions().begin(),
+                                 tensor.type.shape.dimensions().end());
+    if (factor > 1) logical[0] *= factor;
+    const Shape step_shape(logical);
+    plan::VariableLayout* layout = nullptr;
+    if (is_variable) {
+      layout = plan_.add_variables();
+      layout->set_name(node.name);
+      for (int64_t extent : logical) layout->mutable_logical()->add_shape(extent);
+      layout->mutable_logical()->set_data_type(tensor.type.data_type);
+      for (int64_t extent : node.placement.hierarchy()) layout->add_hierarchy(extent);
+      for (const Sbp& sbp : tensor.sbp) layout->add_sbp(sbp.ToString());
+    }
     std::vector<std::string>& registers = local_registers_[node.outputs[0]];
     for (int rank = 0; rank < node.placement.size(); ++rank) {
-      LocalWindow window = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
-      const bool is_variable = node.kind == LogicalNode::Kind::kVariable;
+      const LocalWindow window = LocalWindowOf(step_shape, node.placement, tensor.sbp, rank);
+      const std::string task_name = absl::StrCat(node.name, "@", rank);
       // A variable keeps its value in its task across steps: one slot, initialised once.
-      std::string reg = AddRegister(absl::StrCat(tensor.name, "@", rank), window.shape,
-                                    tensor.type.data_type, is_variable ? 1 : 0);
-      plan::Task* task =
-          AddTask(absl::StrCat(node.name, "@", rank), is_variable ? plan::VARIABLE : plan::SOURCE,
-                  node.placement.device(rank), plan::STREAM_COMPUTE);
+      std::string reg = AddRegister(absl::StrCat(tensor.name, factor > 1 ? "~step" : "", "@", rank),
+                                    window.shape, tensor.type.data_type, is_variable ? 1 : 0);
+      plan::Task* task = AddTask(task_name, is_variable ? plan::VARIABLE : plan::SOURCE,
+                                 node.placement.device(rank), plan::STREAM_COMPUTE);
       task->set_num_pieces(graph_.num_steps);
       task->add_outputs(reg);
-      if (is_variable) variable_tasks_[node.name].push_back(plan_.tasks_size() - 1);
-      plan::KernelConf* conf = is_variable ? task->mutable_initializer() : task->mutable_kernel();
-      std::vector<int64_t> logical(tensor.type.shape.dimensions().begin(),
-                                   tensor.type.shape.dimensions().end());
-      auto window_attributes = [&] {
-        SetIntList(conf, "logical_shape", logical);
-        SetIntList(conf, "slice_begin", window.begin);
-      };
       if (is_variable) {
-        const job::Initializer& init = node.variable->initializer();
-        switch (init.kind_case()) {
-          case job::Initializer::kConstant:
-            conf->set_op_type("fill");
-            SetFloat(conf, "value", init.constant());
-            break;
-          case job::Initializer::kNormal:
-            conf->set_op_type("random");
-            (*conf->mutable_attributes())["distribution"].set_string_value("normal");
-            SetFloat(conf, "mean", init.normal().mean());
-            SetFloat(conf, "std", init.normal().std());
-            SetInt(conf, "seed", init.normal().seed());
-            window_attributes();
-            break;
-          case job::Initializer::kUniform:
-            conf->set_op_type("random");
-            SetFloat(conf, "low", init.uniform().low());
-            SetFloat(conf, "high", init.uniform().high());
-            SetInt(conf, "seed", init.uniform().seed());
-            window_attributes();
-            break;
-          default:
-            break;
-        }
+        variable_tasks_[node.name].push_back(plan_.tasks_size() - 1);
+        layout->add_tasks(task_name);
+        *task->mutable_initializer() = VariableInitializer(node, tensor.name, logical, window);
       } else {
-        const job::Input& input = *node.input;
-        switch (input.source_case()) {
-          case job::Input::kRandomNormal:
-            conf->set_op_type("random");
-            (*conf->mutable_attributes())["distribution"].set_string_value("normal");
-            SetFloat(conf, "mean", input.random_normal().mean());
-            SetFloat(conf, "std", input.random_normal().std());
-            SetInt(conf, "seed", input.random_normal().seed());
-            break;
-          case job::Input::kRandomUniform:
-            conf->set_op_type("random");
-            SetFloat(conf, "low", input.random_uniform().low());
-            SetFloat(conf, "high", input.random_uniform().high());
-            SetInt(conf, "seed", input.random_uniform().seed());
-            break;
-          case job::Input::kRandomIntegersBelow:
-            conf->set_op_type("random_integers");
-            SetInt(conf, "high", input.random_integers_below());
-            SetInt(conf, "seed", input.seed());
-            break;
-          default:
-            break;
+        absl::StatusOr<plan::KernelConf> kernel = InputKernel(*node.input, logical, window);
+        if (!kernel.ok()) return kernel.status();
+        *task->mutable_kernel() = std::move(*kernel);
+      }
+      if (factor > 1) {
+        const LocalWindow micro = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
+        if (window.shape.dimension(0) != factor * micro.shape.dimension(0)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input '", node.name, "': rank ", rank, " reads ", window.shape.dimension(0),
+              " samples per step, which num_micro_batches ", factor,
+              " does not divide into its micro-batches of ", micro.shape.dimension(0)));
         }
-        window_attributes();
+        std::string micro_register =
+            AddRegister(absl::StrCat(tensor.name, "@", rank), micro.shape, tensor.type.data_type);
+        plan::Task* unpack = AddTask(absl::StrCat("unpack:", task_name), plan::UNPACK,
+                                     node.placement.device(rank), plan::STREAM_COMPUTE);
+        unpack->set_factor(static_cast<int32_t>(factor));
+        unpack->add_inputs(reg);
+        unpack->add_outputs(micro_register);
+        reg = micro_register;
       }
       registers.push_back(reg);
     }
     return absl::OkStatus();
+  }
+
+  // The kernel writing a variable's initial value on one rank: from the job's initial state when
+  // it has one, else from the variable's initializer.
+  plan::KernelConf VariableInitializer(const LogicalNode& node, const std::string& checkpoint_name,
+                                       const std::vector<int64_t>& logical,
+                                       const LocalWindow& window) const {
+    plan::KernelConf conf;
+    if (graph_.initial_state != nullptr) {
+      return CheckpointSlice(checkpoint_name, logical, window);
+    }
+    auto window_attributes = [&] {
+      SetIntList(&conf, "logical_shape", logical);
+      SetIntList(&conf, "slice_begin", window.begin);
+    };
+    const job::Initializer& init = node.variable->initializer();
+    switch (init.kind_case()) {
+      case job::Initializer::kConstant:
+        conf.set_op_type("fill");
+        SetFloat(&conf, "value", init.constant());
+        break;
+      case job::Initializer::kNormal:
+        conf.set_op_type("random");
+        (*conf.mutable_attributes())["distribution"].set_string_value("normal");
+        SetFloat(&conf, "mean", init.normal().mean());
+        SetFloat(&conf, "std", init.normal().std());
+        SetInt(&conf, "seed", init.normal().seed());
+        window_attributes();
+        break;
+      case job::Initializer::kUniform:
+        conf.set_op_type("random");
+        SetFloat(&conf, "low", init.uniform().low());
+        SetFloat(&conf, "high", init.uniform().high());
+        SetInt(&conf, "seed", init.uniform().seed());
+        window_attributes();
+        break;
+      default:
+        break;
+    }
+    return conf;
+  }
+
+  // Reads this rank's window of the tensor `name` of the job's initial-state checkpoint.
+  plan::KernelConf CheckpointSlice(const std::string& name, const std::vector<int64_t>& logical,
+                                   const LocalWindow& window) const {
+    plan::KernelConf conf;
+    conf.set_op_type("safetensors_slice");
+    (*conf.mutable_attributes())["path"].set_string_value(graph_.initial_state->path());
+    (*conf.mutable_attributes())["tensor"].set_string_value(name);
+    SetIntList(&conf, "logical_shape", logical);
+    SetIntList(&conf, "slice_begin", window.begin);
+    return conf;
+  }
+
+  int64_t FirstStep() const {
+    return graph_.initial_state != nullptr ? graph_.initial_state->first_step() : 0;
+  }
+
+  // The source kernel of an input on one rank: the whole step's batch of that rank.
+  absl::StatusOr<plan::KernelConf> InputKernel(const job::Input& input,
+                                               const std::vector<int64_t>& logical,
+                                               const LocalWindow& window) const {
+    plan::KernelConf conf;
+    if (FirstStep() > 0) SetInt(&conf, "first_step", FirstStep());
+    switch (input.source_case()) {
+      case job::Input::kRandomNormal:
+        conf.set_op_type("random");
+        (*conf.mutable_attributes())["distribution"].set_string_value("normal");
+        SetFloat(&conf, "mean", input.random_normal().mean());
+        SetFloat(&conf, "std", input.random_normal().std());
+        SetInt(&conf, "seed", input.random_normal().seed());
+        break;
+      case job::Input::kRandomUniform:
+        conf.set_op_type("random");
+        SetFloat(&conf, "low", input.random_uniform().low());
+        SetFloat(&conf, "high", input.random_uniform().high());
+        SetInt(&conf, "seed", input.random_uniform().seed());
+        break;
+      case job::Input::kRandomIntegersBelow:
+        conf.set_op_type("random_integers");
+        SetInt(&conf, "high", input.random_integers_below());
+        SetInt(&conf, "seed", input.seed());
+        break;
+      case job::Input::kTokenFile: {
+        // Rows are samples: this rank's window must cover whole sequences.
+        if (window.begin[1] != 0 || window.shape.dimension(1) != logical[1]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input '", input.name(), "': a token-file input may be split only on its batch axis"));
+        }
+        conf.set_op_type("token_batch");
+        const job::TokenFile& file = input.token_file();
+        (*conf.mutable_attributes())["path"].set_string_value(file.path());
+        (*conf.mutable_attributes())["format"].set_string_value(
+            file.format().empty() ? "bytes" : file.format());
+        (*conf.mutable_attributes())["targets"].set_bool_value(file.targets());
+        SetInt(&conf, "global_batch", logical[0]);
+        SetInt(&conf, "sequence", logical[1]);
+        SetInt(&conf, "sample_begin", window.begin[0]);
+        SetInt(&conf, "sample_count", window.shape.dimension(0));
+        return conf;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("input '", input.name(), "' has no source"));
+    }
+    SetIntList(&conf, "logical_shape", logical);
+    SetIntList(&conf, "slice_begin", window.begin);
+    return conf;
   }
 
   // --- Training ---------------------------------------------------------------------------------
@@ -180,14 +275,15 @@ class Lowering {
   absl::Status ConnectGradient(const LogicalNode& node) {
     const LogicalTensor& value = graph_.tensors[node.outputs[0]];
     absl::StatusOr<std::vector<std::string>> gradient =
-        Materialize(node.gradient, node.placement, value.sbp);
+        Materialize(node.gradient, node.placement, value.sbp, /*per_step=*/true);
     if (!gradient.ok()) {
       return absl::Status(gradient.status().code(),
                           absl::StrCat("variable '", node.name, "': its gradient: ",
                                        gradient.status().message()));
     }
     plan::KernelConf optimizer;
-    int states = 0;
+    if (FirstStep() > 0) SetInt(&optimizer, "first_step", FirstStep());
+    std::vector<std::string> state_names;
     const job::Optimizer& settings = *graph_.optimizer;
     if (settings.has_sgd()) {
       const job::SgdOptimizer& sgd = settings.sgd();
@@ -197,7 +293,7 @@ class Lowering {
       SetFloat(&optimizer, "dampening", sgd.dampening());
       SetFloat(&optimizer, "weight_decay", sgd.weight_decay());
       (*optimizer.mutable_attributes())["nesterov"].set_bool_value(sgd.nesterov());
-      states = 1;
+      state_names = {"optimizer.momentum_buffer."};
     } else {
       const job::AdamWOptimizer& adamw = settings.adamw();
       optimizer.set_op_type("adamw");
@@ -206,14 +302,29 @@ class Lowering {
       SetFloat(&optimizer, "beta2", adamw.beta2() != 0 ? adamw.beta2() : 0.999);
       SetFloat(&optimizer, "epsilon", adamw.epsilon() != 0 ? adamw.epsilon() : 1e-8);
       SetFloat(&optimizer, "weight_decay", adamw.weight_decay());
-      states = 2;
+      state_names = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
     }
+    for (std::string& state : state_names) state += node.name;
+    plan::VariableLayout* layout = nullptr;
+    for (plan::VariableLayout& candidate : *plan_.mutable_variables()) {
+      if (candidate.name() == node.name) layout = &candidate;
+    }
+    for (const std::string& state : state_names) layout->add_state_names(state);
+    const std::vector<int64_t> logical(value.type.shape.dimensions().begin(),
+                                       value.type.shape.dimensions().end());
     const std::vector<int>& tasks = variable_tasks_[node.name];
     for (size_t rank = 0; rank < tasks.size(); ++rank) {
       plan::Task* task = plan_.mutable_tasks(tasks[rank]);
       task->add_inputs((*gradient)[rank]);
       *task->mutable_kernel() = optimizer;
-      task->set_num_optimizer_states(states);
+      task->set_num_optimizer_states(static_cast<int32_t>(state_names.size()));
+      if (graph_.initial_state != nullptr && graph_.initial_state->optimizer_state()) {
+        const LocalWindow window =
+            LocalWindowOf(value.type.shape, node.placement, value.sbp, static_cast<int>(rank));
+        for (const std::string& state : state_names) {
+          *task->add_state_initializers() = CheckpointSlice(state, logical, window);
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -224,7 +335,7 @@ class Lowering {
     std::vector<std::vector<std::string>> inputs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       absl::StatusOr<std::vector<std::string>> registers =
-          Materialize(node.inputs[i], node.placement, node.input_sbp[i]);
+          Materialize(node.inputs[i], node.placement, node.input_sbp[i], node.once_per_step);
       if (!registers.ok()) {
         return absl::Status(registers.status().code(),
                             absl::StrCat("op '", node.name, "': input '",
@@ -248,6 +359,9 @@ class Lowering {
       }
       plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
                                  node.placement.device(rank), plan::STREAM_COMPUTE);
+      // Backward first: with credits bounding the stashed activations, 1F1B emerges.
+      if (node.backward) task->set_priority(1);
+      op_of_task_[task->name()] = &node;
       for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);
       for (int output : node.outputs) {
         const LogicalTensor& tensor = graph_.tensors[output];
@@ -270,9 +384,13 @@ class Lowering {
     return absl::OkStatus();
   }
 
-  void LowerFetch(int tensor_id) {
+  // Every fetched tensor has one piece per micro-batch (a per-step tensor is repeated).
+  absl::Status LowerFetch(int tensor_id) {
     const LogicalTensor& tensor = graph_.tensors[tensor_id];
     const Placement& placement = PlacementOf(tensor_id);
+    absl::StatusOr<std::vector<std::string>> registers =
+        Materialize(tensor_id, placement, tensor.sbp, /*per_step=*/false);
+    if (!registers.ok()) return registers.status();
     plan::Fetch* fetch = plan_.add_fetches();
     fetch->set_tensor(tensor.name);
     for (int64_t extent : tensor.type.shape.dimensions()) fetch->mutable_logical()->add_shape(extent);
@@ -282,33 +400,120 @@ class Lowering {
     for (int rank = 0; rank < placement.size(); ++rank) {
       std::string name = absl::StrCat("fetch:", tensor.name, "@", rank);
       plan::Task* task = AddTask(name, plan::SINK, placement.device(rank), plan::STREAM_COMPUTE);
-      task->add_inputs(local_registers_[tensor_id][rank]);
+      task->add_inputs((*registers)[rank]);
       fetch->add_sinks(name);
     }
+    return absl::OkStatus();
   }
 
   // --- Boxing ---------------------------------------------------------------------------------
 
-  // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`; built once per
-  // distinct conversion and shared by every consumer that needs it.
+  static NdSbp Canonical(const Placement& placement, NdSbp sbp) {
+    for (size_t axis = 0; axis < sbp.size(); ++axis) {
+      if (placement.hierarchy()[axis] == 1) sbp[axis] = Sbp::Broadcast();
+    }
+    return sbp;
+  }
+
+  bool PerStep(int tensor_id) const {
+    const LogicalNode& producer = graph_.nodes[graph_.tensors[tensor_id].producer];
+    return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
+  }
+
+  // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`, once per step or
+  // once per micro-batch; built once per distinct conversion and shared by every consumer that
+  // needs it. With micro-batches, a per-micro-batch tensor read once per step is summed over the
+  // step's micro-batches (ACCUMULATE) before boxing, and a per-step tensor read per micro-batch is
+  // boxed, then repeated (REPEAT).
   absl::StatusOr<std::vector<std::string>> Materialize(int tensor_id, const Placement& to_placement,
-                                                       const NdSbp& to_sbp) {
+                                                       const NdSbp& to_sbp, bool per_step) {
+    const bool from_per_step = PerStep(tensor_id);
+    if (graph_.num_micro_batches == 1 || from_per_step == per_step) {
+      return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+    }
+    if (!from_per_step) return Box(tensor_id, /*accumulated=*/true, to_placement, to_sbp);
+    absl::StatusOr<std::vector<std::string>> boxed =
+        Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+    if (!boxed.ok()) return boxed.status();
+    const LogicalTensor& tensor = graph_.tensors[tensor_id];
+    std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
+                                   NdSbpToString(to_sbp), "|repeat");
+    auto cached = materialized_.find(key);
+    if (cached != materialized_.end()) return cached->second;
+    const std::string label = NextLabel(tensor.name);
+    std::vector<std::string> repeated;
+    for (int rank = 0; rank < to_placement.size(); ++rank) {
+      Shape local = LocalWindowOf(tensor.type.shape, to_placement, to_sbp, rank).shape;
+      std::string reg = AddRegister(absl::StrCat(tensor.name, "~", label, "@", rank), local,
+                                    tensor.type.data_type);
+      plan::Task* task = AddTask(absl::StrCat("repeat:", tensor.name, "~", label, "@", rank),
+                                 plan::REPEAT, to_placement.device(rank), plan::STREAM_COMPUTE);
+      task->set_factor(graph_.num_micro_batches);
+      task->add_inputs((*boxed)[rank]);
+      task->add_outputs(reg);
+      repeated.push_back(std::move(reg));
+    }
+    materialized_[key] = repeated;
+    return repeated;
+  }
+
+  // Per rank of the producer: the sum of the step's micro-batch pieces of a tensor.
+  absl::StatusOr<std::vector<std::string>> Accumulated(int tensor_id) {
+    auto cached = accumulated_.find(tensor_id);
+    if (cached != accumulated_.end()) return cached->second;
+    const LogicalTensor& tensor = graph_.tensors[tensor_id];
+    if (tensor.type.data_type != plan::FLOAT32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name, "' (", tensor.type.ToString(),
+          ") is produced per micro-batch and read once per step, but only float32 tensors can be "
+          "summed over micro-batches"));
+    }
+    const Placement& placement = PlacementOf(tensor_id);
+    std::vector<std::string> sums;
+    for (int rank = 0; rank < placement.size(); ++rank) {
+      Shape local = LocalWindowOf(tensor.type.shape, placement, tensor.sbp, rank).shape;
+      std::string reg =
+          AddRegister(absl::StrCat(tensor.name, "~sum@", rank), local, tensor.type.data_type);
+      plan::Task* task = AddTask(absl::StrCat("accumulate:", tensor.name, "@", rank),
+                                 plan::ACCUMULATE, placement.device(rank), plan::STREAM_COMPUTE);
+      task->set_factor(graph_.num_micro_batches);
+      task->add_inputs(local_registers_[tensor_id][rank]);
+      task->add_outputs(reg);
+      sums.push_back(std::move(reg));
+    }
+    accumulated_[tensor_id] = sums;
+    return sums;
+  }
+
+  // Boxing of `tensor` (its registers, or their per-step sums when `accumulated`) to
+  // `to_placement` and `to_sbp`.
+  absl::StatusOr<std::vector<std::string>> Box(int tensor_id, bool accumulated,
+                                               const Placement& to_placement, const NdSbp& to_sbp) {
     const LogicalTensor& tensor = graph_.tensors[tensor_id];
     const Placement& from_placement = PlacementOf(tensor_id);
-    if (from_placement == to_placement && tensor.sbp == to_sbp) {
-      return local_registers_[tensor_id];
+    std::vector<std::string> registers = local_registers_[tensor_id];
+    if (accumulated) {
+      absl::StatusOr<std::vector<std::string>> sums = Accumulated(tensor_id);
+      if (!sums.ok()) return sums.status();
+      registers = *sums;
     }
+    // On a hierarchy axis of one device every SBP lays the tensor out alike.
+    const NdSbp from_sbp = Canonical(from_placement, tensor.sbp);
+    const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
+    if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
     std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
-                                   NdSbpToString(to_sbp));
+                                   NdSbpToString(canonical_to_sbp), accumulated ? "|sum" : "");
     auto cached = materialized_.find(key);
     if (cached != materialized_.end()) return cached->second;
 
     absl::StatusOr<BoxingPlan> boxing =
-        PlanBoxing(tensor.type, from_placement, tensor.sbp, to_placement, to_sbp);
+        PlanBoxing(tensor.type, from_placement, from_sbp, to_placement, canonical_to_sbp);
     if (!boxing.ok()) return boxing.status();
-    std::vector<std::string> registers = local_registers_[tensor_id];
+    // Collectives of per-step and per-micro-batch tensors run different numbers of times per
+    // step, so they use different communicators (each runs its collectives in one fixed order).
+    const bool per_step = accumulated || PerStep(tensor_id);
     for (const BoxingStep& step : boxing->source_steps) {
-      registers = ApplyStep(tensor, from_placement, step, registers);
+      registers = ApplyStep(tensor, from_placement, step, registers, per_step);
     }
     if (boxing->crosses_placements) {
       std::string label = NextLabel(tensor.name);
@@ -327,22 +532,62 @@ class Lowering {
       }
       registers = std::move(copied);
       for (const BoxingStep& step : boxing->destination_steps) {
-        registers = ApplyStep(tensor, to_placement, step, registers);
+        registers = ApplyStep(tensor, to_placement, step, registers, per_step);
       }
     }
     materialized_[key] = registers;
     return registers;
   }
 
+  // Pipelines: a register holding forward data that a backward op of stage s reads is a stashed
+  // activation; it gets p - s slots (one-forward-one-backward) or num_micro_batches (GPipe), so
+  // that the credits alone bound the micro-batches in flight on each stage.
+  void SetStashSlots() {
+    if (graph_.num_stages < 1) return;
+    absl::flat_hash_map<std::string, const plan::Task*> producer;
+    for (const plan::Task& task : plan_.tasks()) {
+      for (const std::string& output : task.outputs()) producer[output] = &task;
+    }
+    auto is_backward = [&](const plan::Task& task) {
+      auto found = op_of_task_.find(task.name());
+      return found != op_of_task_.end() && found->second->backward;
+    };
+    absl::flat_hash_map<std::string, int> slots;
+    for (const plan::Task& task : plan_.tasks()) {
+      if (!is_backward(task)) continue;
+      const LogicalNode& node = *op_of_task_.at(task.name());
+      if (!node.stage.has_value()) continue;
+      const int stash = graph_.pipeline_schedule == job::GPIPE
+                            ? graph_.num_micro_batches
+                            : graph_.num_stages - *node.stage;
+      for (const std::string& input : task.inputs()) {
+        auto found = producer.find(input);
+        if (found == producer.end() || is_backward(*found->second)) continue;
+        int& count = slots[input];
+        count = std::max(count, stash);
+      }
+    }
+    for (plan::RegisterDesc& reg : *plan_.mutable_registers()) {
+      auto found = slots.find(reg.name());
+      // Variables keep their single slot.
+      if (found != slots.end() && producer.at(reg.name())->kind() != plan::VARIABLE) {
+        reg.set_num_slots(std::max(found->second, 1));
+      }
+    }
+  }
+
   std::string NextLabel(const std::string& tensor_name) {
     return absl::StrCat(++boxing_count_[tensor_name]);
   }
 
-  // The communicator of a group of ranks (created on first use) and its stream on `device`.
-  plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group) {
+  // The communicator of a group of ranks for per-step or per-micro-batch tensors (created on
+  // first use).
+  plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group,
+                                     bool per_step) {
     std::vector<std::string> keys;
     for (int rank : group) keys.push_back(DeviceKey(placement.device(rank)));
     std::string key = absl::StrJoin(keys, ",");
+    if (per_step && graph_.num_micro_batches > 1) key += "|step";
     auto found = communicators_.find(key);
     if (found != communicators_.end()) return found->second;
     plan::Communicator& communicator = communicators_[key];
@@ -362,7 +607,7 @@ class Lowering {
 
   std::vector<std::string> ApplyStep(const LogicalTensor& tensor, const Placement& placement,
                                      const BoxingStep& step,
-                                     const std::vector<std::string>& registers) {
+                                     const std::vector<std::string>& registers, bool per_step) {
     const std::string label = NextLabel(tensor.name);
     std::vector<std::string> result(placement.size());
     const int h = step.hierarchy_axis;
@@ -381,7 +626,7 @@ class Lowering {
       plan::Task* task;
       if (step.is_collective()) {
         std::vector<int> group = placement.GroupAlong(rank, h);
-        plan::Communicator& communicator = CommunicatorOf(placement, group);
+        plan::Communicator& communicator = CommunicatorOf(placement, group, per_step);
         int position = static_cast<int>(placement.Coordinates(rank)[h]);
         if (position == 0) {
           sequence_of_group_step_[absl::StrCat(label, "|", group[0])] =
@@ -454,6 +699,10 @@ class Lowering {
   absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
   // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
   absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
+  // Tensor id -> its per-step sums per rank.
+  absl::flat_hash_map<int, std::vector<std::string>> accumulated_;
+  // The logical op of each op task.
+  absl::flat_hash_map<std::string, const LogicalNode*> op_of_task_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "compiler/op_definition.h"
 #include "compiler/ops/bias_add_op.h"
 #include "compiler/ops/causal_attention_op.h"
+#include "compiler/ops/clip_ops.h"
 #include "compiler/ops/concat_op.h"
 #include "compiler/ops/elementwise_ops.h"
 #include "compiler/ops/embedding_op.h"
@@ -11,6 +12,7 @@
 #include "compiler/ops/matmul_op.h"
 #include "compiler/ops/reduce_ops.h"
 #include "compiler/ops/reshape_op.h"
+#include "compiler/ops/sleep_op.h"
 #include "compiler/ops/slice_op.h"
 #include "compiler/ops/softmax_ops.h"
 #include "compiler/ops/sparse_cross_entropy_op.h"
@@ -47,6 +49,7 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"reduce_mean", MakeReduceMeanOp()});
   entries.push_back({"sparse_cross_entropy", MakeSparseCrossEntropyOp()});
   entries.push_back({"causal_attention", MakeCausalAttentionOp()});
+  entries.push_back({"sleep", MakeSleepOp()});
   // The ops autodiff emits (compiler/autodiff.h).
   entries.push_back({"ones_like", MakeOnesLikeOp()});
   for (const char* op_type : {"relu_grad", "gelu_grad", "tanh_grad"}) {
@@ -61,6 +64,10 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"pad", MakePadOp()});
   entries.push_back({"embedding_grad", MakeEmbeddingGradOp()});
   entries.push_back({"causal_attention_grad", MakeCausalAttentionGradOp()});
+  // Gradient clipping (compiler/gradient_clipping.h).
+  entries.push_back({"squared_norm", MakeSquaredNormOp()});
+  entries.push_back({"clip_coefficient", MakeClipCoefficientOp()});
+  entries.push_back({"scale_by", MakeScaleByOp()});
   for (Entry& entry : entries) {
     entry.definition = WithGradient(entry.op_type, std::move(entry.definition));
     if (absl::Status status = registry->Register(entry.op_type, std::move(entry.definition));

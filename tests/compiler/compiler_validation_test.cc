@@ -174,5 +174,71 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
               absl::StatusCode::kResourceExhausted);
 }
 
+// --- Training jobs ----------------------------------------------------------------------------
+
+TEST(CompilerValidationTest, StageThatSkipsAStage) {
+  ExpectError(Base() + R"pb(stage_placements { devices: "cpu:0" }
+                            stage_placements { devices: "cpu:1" }
+                            stage_placements { devices: "cpu:1" }
+                            ops { name: "first" type: "relu" inputs: "x" outputs: "a" stage: 0 }
+                            ops { name: "third" type: "relu" inputs: "a" outputs: "b" stage: 2 })pb",
+              "op 'third' is on stage 2, but no op is on stage 1");
+}
+
+TEST(CompilerValidationTest, ForwardOpFeedingAnEarlierStage) {
+  ExpectError(Base() + R"pb(stage_placements { devices: "cpu:0" }
+                            stage_placements { devices: "cpu:1" }
+                            ops { name: "late" type: "relu" inputs: "x" outputs: "a" stage: 1 }
+                            ops { name: "early" type: "relu" inputs: "a" outputs: "b" stage: 0 })pb",
+              "op 'early' on stage 0 reads 'a' from stage 1");
+}
+
+TEST(CompilerValidationTest, MicroBatchesThatDoNotDivideTheBatch) {
+  ExpectError(Base() + R"pb(num_micro_batches: 3
+                            ops { name: "a" type: "relu" inputs: "x" outputs: "b" })pb",
+              "input 'x': num_micro_batches 3 does not divide its batch (axis 0 of [4, 6])");
+}
+
+TEST(CompilerValidationTest, MicroBatchesThatDoNotDivideARanksShare) {
+  // 6 samples over 2 ranks and 2 micro-batches: a micro-batch of 3 does not split evenly.
+  ExpectError(R"pb(name: "bad"
+                   placement { devices: [ "cpu:0", "cpu:1" ] }
+                   num_micro_batches: 2
+                   inputs { name: "x" shape: [ 6, 2 ] random_normal { std: 1 seed: 1 } }
+                   ops { name: "a" type: "relu" inputs: "x" outputs: "b" })pb",
+              "input 'x': rank 0 reads 3 samples per step, which num_micro_batches 2 does not "
+              "divide");
+}
+
+TEST(CompilerValidationTest, ClippingWithoutALoss) {
+  ExpectError(Base() + R"pb(max_grad_norm: 1
+                            ops { name: "a" type: "relu" inputs: "x" outputs: "b" })pb",
+              "max_grad_norm is set, but the job has no loss");
+}
+
+TEST(CompilerValidationTest, TokenFileInputs) {
+  const std::string base = R"pb(name: "bad" placement { devices: [ "cpu:0", "cpu:1" ] })pb";
+  ExpectError(base + R"pb(inputs {
+                            name: "tokens"
+                            shape: [ 4, 8 ]
+                            token_file { path: "/usr/share/common-licenses/GPL-3" }
+                          })pb",
+              "input 'tokens': token ids need data_type INT32 or INT64");
+  ExpectError(base + R"pb(inputs {
+                            name: "tokens"
+                            shape: [ 4, 8, 2 ]
+                            data_type: INT32
+                            token_file { path: "/usr/share/common-licenses/GPL-3" }
+                          })pb",
+              "input 'tokens': a token-file input is [batch, sequence], not rank 3");
+  ExpectError(base + R"pb(inputs {
+                            name: "tokens"
+                            shape: [ 4, 8 ]
+                            data_type: INT32
+                            token_file { path: "x" format: "utf8" }
+                          })pb",
+              "input 'tokens': token_file format 'utf8' is neither");
+}
+
 }  // namespace
 }  // namespace loom::compiler::testing
