@@ -1,6 +1,8 @@
 #include "actors/sink_actor.h"
 
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/job_runtime.h"
@@ -27,6 +29,13 @@ absl::Status SinkActor::DoAct() {
     tensor.bytes.resize(bytes);
     std::memcpy(tensor.bytes.data(), view.data, bytes);
     pieces_[i].push_back(std::move(tensor));
+    if (piece_callback_) {
+      if (absl::Status status =
+              piece_callback_(SinkPiece{name(), i, InputPiece(i), pieces_[i].back()});
+          !status.ok()) {
+        return status;
+      }
+    }
   }
   for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
   return absl::OkStatus();
@@ -39,6 +48,15 @@ absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(
     return absl::NotFoundError(absl::StrCat("the job has no sink task named '", sink_name, "'"));
   }
   return &sink->pieces();
+}
+
+ActorFactory WithSinkPieceCallback(ActorFactory factory, SinkPieceCallback callback) {
+  if (!callback) return factory;
+  return [factory = std::move(factory), callback = std::move(callback)](
+             const ActorInit& init) -> absl::StatusOr<std::unique_ptr<Actor>> {
+    if (init.task->kind() == plan::SINK) return std::make_unique<SinkActor>(init, callback);
+    return factory(init);
+  };
 }
 
 }  // namespace loom

@@ -2,21 +2,24 @@
 #define LOOM_ACTORS_SINK_ACTOR_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/actor.h"
+#include "runtime/job_options.h"
+#include "runtime/job_runtime.h"
 #include "runtime/tensor.h"
 
 namespace loom {
 
-class JobRuntime;
-
 // Keeps a host copy of every piece of every input, for the job to fetch. The copies are charged
-// to the sink's device memory budget.
+// to the sink's device memory budget. With a piece callback, it also reports every piece it keeps
+// (see SinkPieceCallback for the threading); an error from the callback fails the act.
 class SinkActor final : public Actor {
  public:
-  using Actor::Actor;
+  explicit SinkActor(const ActorInit& init, SinkPieceCallback piece_callback = {})
+      : Actor(init), piece_callback_(std::move(piece_callback)) {}
   ~SinkActor() override;
 
   // pieces()[input][k]: the k-th piece received on that input.
@@ -26,9 +29,15 @@ class SinkActor final : public Actor {
   absl::Status DoAct() override;
 
  private:
+  SinkPieceCallback piece_callback_;
   std::vector<std::vector<HostTensor>> pieces_;
   int64_t charged_bytes_ = 0;
 };
+
+// `factory`, except that SINK tasks get a SinkActor that reports its pieces to `callback`: how
+// JobOptions::sink_piece_callback reaches the sinks (actors are built from their tasks alone).
+// An unset callback returns `factory` unchanged.
+ActorFactory WithSinkPieceCallback(ActorFactory factory, SinkPieceCallback callback);
 
 // The pieces a job's sink task kept, by input; NOT_FOUND when there is no such sink.
 absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(

@@ -45,29 +45,37 @@ void ForEachRun(const Shape& logical, const Shape& window, const std::vector<int
 
 absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
                                          const std::vector<const HostTensor*>& pieces) {
-  std::vector<int64_t> hierarchy(fetch.hierarchy().begin(), fetch.hierarchy().end());
+  DistributedLayout layout;
+  layout.what = absl::StrCat("fetch '", fetch.tensor(), "'");
+  layout.logical = fetch.logical();
+  layout.hierarchy.assign(fetch.hierarchy().begin(), fetch.hierarchy().end());
+  layout.sbp.assign(fetch.sbp().begin(), fetch.sbp().end());
+  return AssembleLogicalTensor(layout, pieces);
+}
+
+absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout,
+                                                 const std::vector<const HostTensor*>& pieces) {
+  const std::vector<int64_t>& hierarchy = layout.hierarchy;
   int64_t ranks = 1;
   for (int64_t extent : hierarchy) ranks *= extent;
   if (static_cast<int64_t>(pieces.size()) != ranks) {
-    return absl::InvalidArgumentError(absl::StrCat("fetch '", fetch.tensor(), "': ", pieces.size(),
-                                                   " pieces for ", ranks, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(layout.what, ": ", pieces.size(), " pieces for ", ranks, " ranks"));
   }
-  absl::StatusOr<compiler::NdSbp> sbp = compiler::ParseNdSbp(
-      std::vector<std::string>(fetch.sbp().begin(), fetch.sbp().end()));
+  absl::StatusOr<compiler::NdSbp> sbp = compiler::ParseNdSbp(layout.sbp);
   if (!sbp.ok()) return sbp.status();
-  const plan::DataType data_type = fetch.logical().data_type();
+  const plan::DataType data_type = layout.logical.data_type();
   const int64_t element_size = DataTypeSize(data_type);
   bool partial = false;
   for (const compiler::Sbp& axis : *sbp) partial = partial || axis.is_partial();
   if (partial && data_type != plan::FLOAT32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fetch '", fetch.tensor(), "': partial values of ",
-                     DataTypeName(data_type), " cannot be summed"));
+    return absl::InvalidArgumentError(absl::StrCat(layout.what, ": partial values of ",
+                                                   DataTypeName(data_type), " cannot be summed"));
   }
 
   HostTensor result;
   result.data_type = data_type;
-  result.shape = Shape(fetch.logical().shape());
+  result.shape = Shape(layout.logical.shape());
   result.bytes.assign(result.shape.NumElements() * element_size, std::byte{0});
   compiler::Placement placement(std::vector<plan::Device>(ranks), hierarchy);
   for (int rank = 0; rank < ranks; ++rank) {
@@ -78,11 +86,15 @@ absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
     }
     if (!first_of_broadcast) continue;
     compiler::LocalWindow window = compiler::LocalWindowOf(result.shape, placement, *sbp, rank);
+    if (pieces[rank] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(layout.what, ": rank ", rank, " has no piece"));
+    }
     const HostTensor& piece = *pieces[rank];
     if (piece.shape != window.shape || piece.data_type != data_type) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fetch '", fetch.tensor(), "': rank ", rank, " holds ", DataTypeName(piece.data_type),
-          piece.shape.ToString(), " but its window is ", window.shape.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(layout.what, ": rank ", rank, " holds ", DataTypeName(piece.data_type),
+                       piece.shape.ToString(), " but its window is ", window.shape.ToString()));
     }
     ForEachRun(result.shape, window.shape, window.begin,
                [&](int64_t offset, int64_t local, int64_t run) {

@@ -1,6 +1,8 @@
 #ifndef LOOM_CLIENT_FETCH_ASSEMBLY_H_
 #define LOOM_CLIENT_FETCH_ASSEMBLY_H_
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,6 +17,21 @@ namespace loom {
 // its rank holds.
 absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
                                          const std::vector<const HostTensor*>& pieces);
+
+// Where the ranks' local pieces sit in a logical tensor (what plan::Fetch and
+// plan::VariableLayout both say). `what` names the tensor in errors ("fetch 'y'").
+struct DistributedLayout {
+  std::string what;
+  plan::TensorDesc logical;
+  std::vector<int64_t> hierarchy;
+  // One per hierarchy axis: "S(0)", "B", "P".
+  std::vector<std::string> sbp;
+};
+
+// AssembleFetch on any layout: pieces[rank] in rank order; a rank whose coordinate is not 0 on
+// some broadcast axis is not read (its piece may be null).
+absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout,
+                                                 const std::vector<const HostTensor*>& pieces);
 
 }  // namespace loom
 

@@ -20,7 +20,8 @@ struct LocalRunResult {
   std::map<std::string, std::vector<HostTensor>> fetched;
 };
 
-// Runs a whole plan (every device in this process) and assembles its fetches.
+// Runs a whole plan (every device in this process) and assembles its fetches. Honours
+// options.sink_piece_callback (its sinks report every piece as they keep it).
 absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
                                               const KernelRegistry& kernels, JobOptions options);
 

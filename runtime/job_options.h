@@ -1,16 +1,39 @@
 #ifndef LOOM_RUNTIME_JOB_OPTIONS_H_
 #define LOOM_RUNTIME_JOB_OPTIONS_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
 #include "runtime/stream_context.h"
+#include "runtime/tensor.h"
 
 namespace loom {
+
+// A piece a sink task has just kept: the task, which of its inputs, the piece index (0, 1, ... in
+// the order the sink receives them: with micro-batches, num_micro_batches pieces per step) and the
+// host copy the sink keeps (valid only during the call: copy what you need).
+struct SinkPiece {
+  const std::string& sink;
+  int input;
+  int64_t piece;
+  const HostTensor& tensor;
+};
+
+// Called by a sink for every piece it keeps, for live output (per-step losses, progress).
+//
+// Threading: it runs on the sink actor's stream thread, inside the sink's act, after the copy is
+// kept and before the sink returns the input slot to its producer. Sinks on different streams call
+// it concurrently, so it must be thread-safe; the pieces of one sink arrive in piece order. It
+// must be quick (the sink's stream waits for it) and must not block on other actors. An error it
+// returns fails the job, like a kernel error of that sink at that piece.
+using SinkPieceCallback = std::function<absl::Status(const SinkPiece&)>;
 
 struct JobOptions {
   // A job in which no actor has acted or received a message for this long, with no kernel
@@ -33,6 +56,12 @@ struct JobOptions {
   std::function<absl::StatusOr<std::unique_ptr<CollectiveBackend>>(const plan::Communicator&,
                                                                    const plan::Plan&)>
       collective_backend_factory;
+  // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
+  // SinkPieceCallback). Actors are built from their tasks alone, so this reaches the sinks through
+  // the actor factory: RunPlanLocally (client/local_run.h) builds its sinks with it
+  // (WithSinkPieceCallback in actors/sink_actor.h); a runtime built with plain MakeActorFactory()
+  // ignores it.
+  SinkPieceCallback sink_piece_callback;
 };
 
 }  // namespace loom

@@ -219,17 +219,21 @@ std::string FitJobToDevices(const compiler::DeviceSet& devices, job::Job* job) {
   return note;
 }
 
-absl::StatusOr<std::unique_ptr<CompiledJob>> ReadAndCompileJob(const std::string& path,
-                                                               const compiler::DeviceSet& devices,
-                                                               int64_t steps, std::string* note) {
+absl::StatusOr<job::Job> ReadJobForDevices(const std::string& path,
+                                           const compiler::DeviceSet& devices, int64_t steps,
+                                           std::string* note) {
   absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
   if (!job.ok()) return job.status();
-  auto compiled = std::make_unique<CompiledJob>();
-  compiled->job = std::move(*job);
-  std::string fitted = FitJobToDevices(devices, &compiled->job);
+  std::string fitted = FitJobToDevices(devices, &*job);
   if (note != nullptr) *note = std::move(fitted);
-  if (steps > 0) compiled->job.set_num_steps(steps);
+  if (steps > 0) job->set_num_steps(steps);
+  return job;
+}
 
+absl::StatusOr<std::unique_ptr<CompiledJob>> CompileJobWithStandardOps(
+    job::Job job, const compiler::DeviceSet& devices) {
+  auto compiled = std::make_unique<CompiledJob>();
+  compiled->job = std::move(job);
   if (absl::Status status = compiler::RegisterStandardOps(&compiled->registry); !status.ok()) {
     return absl::InternalError(
         absl::StrCat("cannot register the standard ops: ", status.message()));
@@ -239,6 +243,14 @@ absl::StatusOr<std::unique_ptr<CompiledJob>> ReadAndCompileJob(const std::string
   if (!result.ok()) return result.status();
   compiled->result = std::move(*result);
   return compiled;
+}
+
+absl::StatusOr<std::unique_ptr<CompiledJob>> ReadAndCompileJob(const std::string& path,
+                                                               const compiler::DeviceSet& devices,
+                                                               int64_t steps, std::string* note) {
+  absl::StatusOr<job::Job> job = ReadJobForDevices(path, devices, steps, note);
+  if (!job.ok()) return job.status();
+  return CompileJobWithStandardOps(std::move(*job), devices);
 }
 
 std::string FormatPlanSummary(const compiler::CompileResult& result,

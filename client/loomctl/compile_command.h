@@ -73,6 +73,14 @@ absl::StatusOr<std::unique_ptr<CompiledJob>> ReadAndCompileJob(const std::string
                                                                const compiler::DeviceSet& devices,
                                                                int64_t steps, std::string* note);
 
+// ReadAndCompileJob in two halves, for callers that change the job before compiling it: the job
+// read, fitted and with its steps overridden; and the compilation of a job with the standard ops.
+absl::StatusOr<job::Job> ReadJobForDevices(const std::string& path,
+                                           const compiler::DeviceSet& devices, int64_t steps,
+                                           std::string* note);
+absl::StatusOr<std::unique_ptr<CompiledJob>> CompileJobWithStandardOps(
+    job::Job job, const compiler::DeviceSet& devices);
+
 // One paragraph: ops, tasks by kind (compute, source, sink, copy, collective, and any other kind
 // present), communicators, registers and their total memory (every slot counted), ending with a
 // newline.

@@ -1,9 +1,12 @@
 #include "client/loomctl/run_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -14,16 +17,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/checkpoint_assembly.h"
+#include "client/initial_state.h"
 #include "client/local_run.h"
+#include "client/loomctl/checkpoint_directory.h"
 #include "client/loomctl/compile_command.h"
 #include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/step_reporter.h"
 #include "compiler/logical_graph.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "runtime/chrome_trace.h"
 #include "runtime/data_type.h"
 #include "runtime/job_options.h"
@@ -114,13 +122,19 @@ ArgumentSpec RunArgumentSpec() {
       "shape, mean and largest magnitude, then the makespan, the acts and every device's peak\n"
       "memory. A job placed on devices outside --devices is re-placed as 'loomctl compile' does\n"
       "(see 'loomctl compile --help').\n\n"
+      "A training job (one with a loss) prints instead one line per step as it finishes: step,\n"
+      "loss (the mean over the step's micro-batches), step time and tokens/s (with --output json\n"
+      "one object per step), with a progress bar on stderr when it is a terminal. --init starts\n"
+      "from a checkpoint; --save-dir writes DIR/step-<k>.safetensors, the state after k steps.\n\n"
       "Exit codes: 0 the job succeeded; 1 the job failed (its error names the culprit) or its\n"
       "results could not be written; 2 usage error, or the job cannot be read or does not\n"
       "compile.");
   spec.AddPositional("JOB", "the job: protobuf text format (.pbtxt) or binary (.pb)")
       .AddFlag("devices", "cpu:N", "",
                "run on N CPU devices (required; cuda:N is not supported yet)")
-      .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)")
+      .AddFlag("steps", "S", "",
+               "run S steps (default: the job's num_steps); after --init they follow the "
+               "checkpoint's steps")
       .AddFlag("fetch-dir", "DIR", "",
                "write every fetched logical tensor of every step to DIR/<tensor>_step<k>.npy")
       .AddFlag("trace", "PATH", "",
@@ -128,6 +142,15 @@ ArgumentSpec RunArgumentSpec() {
                "ui.perfetto.dev or chrome://tracing)")
       .AddFlag("output", "text|json", "text",
                "output format; json: one object per step and line, then the summary")
+      .AddFlag("init", "PATH", "",
+               "start from the safetensors checkpoint PATH: every variable by name, and the "
+               "optimizer state when it holds one (then the run continues at step "
+               "optimizer.step)")
+      .AddFlag("save-dir", "DIR", "",
+               "write checkpoints DIR/step-<k>.safetensors (every --save-every steps and at the "
+               "end) and DIR/latest.safetensors, a link to the last")
+      .AddFlag("save-every", "K", "0",
+               "with --save-dir, also checkpoint every K steps (0: only at the end)")
       .AddFlag("stall-timeout", "DURATION", "10s",
                "fail the job when no actor acts for this long (e.g. 500ms, 10s, 2m)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
@@ -158,6 +181,24 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   }
   if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
     return status;
+  }
+  if (arguments.Has("init")) {
+    options.init_path = arguments.Value("init");
+    if (options.init_path.empty()) return UsageError(kCommand, "--init needs a checkpoint path");
+  }
+  if (arguments.Has("save-dir")) {
+    options.save_directory = arguments.Value("save-dir");
+    if (options.save_directory.empty()) return UsageError(kCommand, "--save-dir needs a directory");
+  }
+  if (arguments.Has("save-every")) {
+    std::string every = arguments.Value("save-every");
+    if (!absl::SimpleAtoi(every, &options.save_every) || options.save_every < 0) {
+      return UsageError(
+          kCommand, absl::StrCat("--save-every must be a whole number >= 0, not '", every, "'"));
+    }
+    if (options.save_every > 0 && options.save_directory.empty()) {
+      return UsageError(kCommand, "--save-every needs --save-dir: where to write the checkpoints");
+    }
   }
   return options;
 }
@@ -311,14 +352,48 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
   compiler::DeviceSet devices = compiler::DeviceSet::Cpus(options.cpus, 1);
   std::string note;
-  absl::StatusOr<std::unique_ptr<CompiledJob>> compiled =
-      ReadAndCompileJob(options.job_path, devices, options.steps, &note);
+  absl::StatusOr<job::Job> job = ReadJobForDevices(options.job_path, devices, options.steps, &note);
   if (!note.empty()) error << kCommand << ": note: " << note << "\n";
-  if (!compiled.ok()) {
-    error << kCommand << ": " << options.job_path << ": " << compiled.status().message() << "\n";
+  if (!job.ok()) {
+    error << kCommand << ": " << options.job_path << ": " << job.status().message() << "\n";
     return kExitUsage;
   }
-  const plan::Plan& plan = (*compiled)->result.plan;
+  const bool training = !job->loss().empty();
+  if (training &&
+      std::find(job->fetch().begin(), job->fetch().end(), job->loss()) == job->fetch().end()) {
+    job->add_fetch(job->loss());
+  }
+  const bool has_optimizer = job->optimizer().kind_case() != job::Optimizer::KIND_NOT_SET;
+  const int64_t steps = std::max<int64_t>(job->num_steps(), 1);
+
+  // --init: check the file against the job before compiling anything.
+  checkpoint::Checkpoint initial;
+  if (!options.init_path.empty()) {
+    absl::StatusOr<checkpoint::Checkpoint> read = checkpoint::ReadSafetensors(options.init_path);
+    if (!read.ok()) {
+      error << kCommand << ": --init: " << read.status().message() << "\n";
+      return kExitUsage;
+    }
+    initial = std::move(*read);
+    absl::StatusOr<job::InitialState> state =
+        InitialStateFromCheckpoint(options.init_path, initial, *job);
+    if (!state.ok()) {
+      error << kCommand << ": --init: " << state.status().message() << "\n";
+      return kExitUsage;
+    }
+    *job->mutable_initial_state() = std::move(*state);
+  }
+  const int64_t first_step = job->initial_state().first_step();
+
+  if (!options.save_directory.empty()) {
+    std::error_code error_code;
+    std::filesystem::create_directories(options.save_directory, error_code);
+    if (error_code) {
+      error << kCommand << ": cannot create the checkpoint directory '" << options.save_directory
+            << "': " << error_code.message() << "\n";
+      return kExitFailure;
+    }
+  }
 
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) {
@@ -327,31 +402,146 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   }
   SetBlasThreads(options.blas_threads);
 
-  JobOptions job_options;
-  job_options.stall_timeout = options.stall_timeout;
-  LOG(INFO) << "running job '" << plan.job_name() << "' from " << options.job_path << ": "
-            << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices";
-  absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, job_options);
-  if (!run.ok()) {
-    error << kCommand << ": job '" << plan.job_name() << "' failed: " << run.status() << "\n";
-    if (!options.trace_path.empty()) {
-      error << kCommand << ": no trace written: a failed local run keeps no runtime to trace\n";
-    }
-    if (json) {
-      out << "{\"job_name\":" << JsonString(plan.job_name()) << ",\"status\":\"failed\""
-          << ",\"error\":" << JsonString(run.status().ToString()) << "}\n";
-    }
-    out.flush();
-    return kExitFailure;
+  std::unique_ptr<StepReporter> reporter;
+  if (training) {
+    StepReporter::Options reporter_options;
+    reporter_options.last_step = first_step + steps;
+    reporter_options.tokens_per_step = TokensPerStep(*job);
+    reporter_options.json = json;
+    reporter_options.out = &out;
+    // The bar is for a person watching a terminal: never into a captured stream.
+    if (&error == &std::cerr && isatty(STDERR_FILENO)) reporter_options.progress = &error;
+    reporter = std::make_unique<StepReporter>(std::move(reporter_options));
   }
-  const JobRuntime& job = *run->runtime;
+
+  // Segments of --save-every steps (one segment without it), each starting from the checkpoint
+  // the previous one wrote.
+  const int64_t segment_steps =
+      options.save_every > 0 ? std::min(options.save_every, steps) : steps;
+  FetchedTensors fetched;
+  std::unique_ptr<CompiledJob> compiled;
+  LocalRunResult run;
+  std::string last_checkpoint;
+  for (int64_t done = 0; done < steps;) {
+    const int64_t length = std::min(segment_steps, steps - done);
+    job::Job segment = *job;
+    segment.set_num_steps(length);
+    if (done > 0) {
+      job::InitialState* state = segment.mutable_initial_state();
+      state->set_path(last_checkpoint);
+      state->set_optimizer_state(has_optimizer);
+      state->set_first_step(first_step + done);
+    }
+    absl::StatusOr<std::unique_ptr<CompiledJob>> compiled_segment =
+        CompileJobWithStandardOps(std::move(segment), devices);
+    if (!compiled_segment.ok()) {
+      error << kCommand << ": " << options.job_path << ": " << compiled_segment.status().message()
+            << "\n";
+      return kExitUsage;
+    }
+    compiled = std::move(*compiled_segment);
+    const plan::Plan& plan = compiled->result.plan;
+    if (done == 0 && job->initial_state().optimizer_state()) {
+      if (absl::Status status = CheckOptimizerStates(options.init_path, initial, *job, plan);
+          !status.ok()) {
+        error << kCommand << ": --init: " << status.message() << "\n";
+        return kExitUsage;
+      }
+    }
+    if (!options.save_directory.empty() && job->variables_size() > 0 &&
+        plan.variables_size() == 0) {
+      error << kCommand << ": --save-dir: the compiled plan of job '" << plan.job_name()
+            << "' does not say where its variables live (Plan.variables), so they cannot be "
+               "saved\n";
+      return kExitFailure;
+    }
+
+    JobOptions job_options;
+    job_options.stall_timeout = options.stall_timeout;
+    if (reporter != nullptr) {
+      const plan::Fetch* loss = nullptr;
+      for (const plan::Fetch& fetch : plan.fetches()) {
+        if (fetch.tensor() == job->loss()) loss = &fetch;
+      }
+      absl::Status status =
+          loss == nullptr
+              ? absl::InternalError(
+                    absl::StrCat("the plan does not fetch the loss '", job->loss(), "'"))
+              : reporter->BeginSegment(*loss, plan.num_micro_batches(), first_step + done);
+      if (!status.ok()) {
+        error << kCommand << ": " << options.job_path << ": " << status.message() << "\n";
+        return kExitUsage;
+      }
+      job_options.sink_piece_callback = reporter->Callback();
+    }
+    LOG(INFO) << "running job '" << plan.job_name() << "' from " << options.job_path << ": "
+              << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices, steps "
+              << first_step + done + 1 << " to " << first_step + done + length;
+    absl::StatusOr<LocalRunResult> segment_run = RunPlanLocally(plan, kernels, job_options);
+    absl::Status status = segment_run.status();
+    if (status.ok() && reporter != nullptr) status = reporter->EndSegment(length);
+    if (!status.ok()) {
+      error << kCommand << ": job '" << plan.job_name() << "' failed: " << status << "\n";
+      if (!options.trace_path.empty()) {
+        error << kCommand << ": no trace written: a failed local run keeps no runtime to trace\n";
+      }
+      if (json) {
+        out << "{\"job_name\":" << JsonString(plan.job_name()) << ",\"status\":\"failed\""
+            << ",\"error\":" << JsonString(status.ToString()) << "}\n";
+      }
+      out.flush();
+      return kExitFailure;
+    }
+    run = std::move(*segment_run);
+    for (auto& [name, tensors] : run.fetched) {
+      std::vector<HostTensor>& all = fetched[name];
+      for (HostTensor& tensor : tensors) all.push_back(std::move(tensor));
+    }
+    run.fetched.clear();
+    done += length;
+
+    if (!options.save_directory.empty()) {
+      CheckpointProgress progress;
+      progress.steps_taken = first_step + done;
+      progress.optimizer = has_optimizer;
+      progress.metadata["job"] = plan.job_name();
+      if (has_optimizer) {
+        progress.metadata["optimizer"] =
+            job->optimizer().kind_case() == job::Optimizer::kAdamw ? "adamw" : "sgd";
+      }
+      absl::StatusOr<std::string> path =
+          SaveCheckpoint(plan, *run.runtime, progress, options.save_directory);
+      if (!path.ok()) {
+        error << kCommand << ": --save-dir: " << path.status().message() << "\n";
+        return kExitFailure;
+      }
+      last_checkpoint = *path;
+      LOG(INFO) << "wrote the checkpoint of step " << progress.steps_taken << " to " << *path;
+      if (json) {
+        out << "{\"checkpoint\":" << JsonString(*path) << ",\"step\":" << progress.steps_taken
+            << "}\n";
+      } else {
+        out << "checkpoint: " << *path << "\n";
+      }
+      out.flush();
+    }
+  }
+  const JobRuntime& job_runtime = *run.runtime;
 
   int exit_code = kExitSuccess;
+  if (!last_checkpoint.empty()) {
+    if (absl::Status status = PointLatestCheckpoint(options.save_directory, last_checkpoint);
+        !status.ok()) {
+      error << kCommand << ": --save-dir: " << status.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
   std::string trace_path;
   if (!options.trace_path.empty()) {
-    if (absl::Status trace = WriteChromeTrace(job, options.trace_path); trace.ok()) {
+    if (absl::Status trace = WriteChromeTrace(job_runtime, options.trace_path); trace.ok()) {
       trace_path = options.trace_path;
-      LOG(INFO) << "wrote a Chrome trace of " << job.events().size() << " acts to " << trace_path;
+      LOG(INFO) << "wrote a Chrome trace of " << job_runtime.events().size() << " acts to "
+                << trace_path;
     } else {
       error << kCommand << ": " << trace.message() << "\n";
       exit_code = kExitFailure;
@@ -361,7 +551,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   std::vector<std::string> fetched_files;
   if (!options.fetch_directory.empty()) {
     absl::StatusOr<std::vector<std::string>> written =
-        WriteFetchedTensors(run->fetched, options.fetch_directory);
+        WriteFetchedTensors(fetched, options.fetch_directory);
     if (written.ok()) {
       fetched_files = std::move(*written);
       LOG(INFO) << "wrote " << fetched_files.size() << " .npy files to " << options.fetch_directory;
@@ -371,22 +561,25 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     }
   }
 
-  absl::StatusOr<std::string> steps =
-      json ? FormatStepsJson(run->fetched, fetched_files.empty() ? "" : options.fetch_directory)
-           : FormatStepsText(run->fetched);
-  if (!steps.ok()) {
-    error << kCommand << ": " << steps.status().message() << "\n";
-    exit_code = kExitFailure;
-  } else {
-    out << *steps;
+  // Training jobs printed their steps as they finished.
+  if (!training) {
+    absl::StatusOr<std::string> step_lines =
+        json ? FormatStepsJson(fetched, fetched_files.empty() ? "" : options.fetch_directory)
+             : FormatStepsText(fetched);
+    if (!step_lines.ok()) {
+      error << kCommand << ": " << step_lines.status().message() << "\n";
+      exit_code = kExitFailure;
+    } else {
+      out << *step_lines;
+    }
   }
   if (json) {
-    out << FormatSummaryJson(job, absl::OkStatus(), trace_path, fetched_files,
+    out << FormatSummaryJson(job_runtime, absl::OkStatus(), trace_path, fetched_files,
                              JsonLayout::kOneLine);
   } else {
     out << "\n";
-    if (options.actors) out << FormatActorTable(job) << "\n";
-    out << FormatSummaryFooter(job);
+    if (options.actors) out << FormatActorTable(job_runtime) << "\n";
+    out << FormatSummaryFooter(job_runtime);
     if (!trace_path.empty()) out << "trace: " << trace_path << "\n";
     if (!fetched_files.empty()) {
       out << "fetched: " << fetched_files.size() << " .npy files in " << options.fetch_directory

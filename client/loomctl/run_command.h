@@ -20,6 +20,17 @@ namespace loom::loomctl {
 // the whole plan in this process with the CPU kernels; prints every fetched logical tensor's
 // shape and a short summary per step, then the makespan, the acts and every device's peak memory.
 //
+// Training jobs (Job.loss set) print instead one line per step as the step finishes (the loss is
+// fetched even when the job does not ask for it): "step 3/20  loss 5.43210  time 85.2 ms
+// tokens/s 12020", or with --output json {"step":3,"loss":5.4321,"step_time_ms":85.2,
+// "tokens_per_second":12020.0} (see StepReporter), and draw a progress bar on stderr when stderr
+// is a terminal. --init starts from a checkpoint (InitialStateFromCheckpoint); --save-dir DIR
+// writes DIR/step-<k>.safetensors every --save-every steps and at the end, and points
+// DIR/latest.safetensors (a symbolic link) at the last one. With --save-every K the run is made of
+// segments of K steps, each compiled to start from the checkpoint the previous one wrote, so it
+// computes exactly what one uninterrupted run computes. The trace and the summary then describe
+// the last segment.
+//
 // Exit codes: 0 the job succeeded; 1 it failed (its error goes to stderr) or its results could
 // not be written; 2 on a usage error, a job file that cannot be read, or a job that does not
 // compile.
@@ -32,6 +43,12 @@ struct RunOptions : ExecutionOptions {
   int64_t steps = 0;
   // Print run-plan's per-actor table too (text output).
   bool actors = false;
+  // --init: a safetensors checkpoint to start from (empty: the job's initializers).
+  std::string init_path;
+  // --save-dir: where checkpoints go (empty: none are written).
+  std::string save_directory;
+  // --save-every: also checkpoint every this many steps (0: only at the end).
+  int64_t save_every = 0;
 };
 
 // The flags of run.

@@ -1,0 +1,120 @@
+#include "client/checkpoint_assembly.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "actors/variable_actor.h"
+#include "client/fetch_assembly.h"
+
+namespace loom {
+namespace {
+
+DistributedLayout LayoutOf(const plan::VariableLayout& variable, const std::string& what) {
+  DistributedLayout layout;
+  layout.what = what;
+  layout.logical = variable.logical();
+  layout.hierarchy.assign(variable.hierarchy().begin(), variable.hierarchy().end());
+  layout.sbp.assign(variable.sbp().begin(), variable.sbp().end());
+  return layout;
+}
+
+HostTensor CopyToHost(const TensorView& view) {
+  HostTensor tensor;
+  tensor.data_type = view.data_type;
+  tensor.shape = view.shape;
+  tensor.bytes.resize(view.ByteSize());
+  if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
+  return tensor;
+}
+
+HostTensor ScalarInt64(int64_t value) {
+  HostTensor tensor;
+  tensor.data_type = plan::INT64;
+  tensor.shape = Shape();
+  tensor.bytes.resize(sizeof(value));
+  std::memcpy(tensor.bytes.data(), &value, sizeof(value));
+  return tensor;
+}
+
+}  // namespace
+
+absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
+                                     const std::vector<const HostTensor*>& values,
+                                     const std::vector<std::vector<const HostTensor*>>& states,
+                                     checkpoint::Checkpoint* checkpoint) {
+  if (states.size() != static_cast<size_t>(layout.state_names_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", layout.name(),
+                                                   "': ", states.size(), " optimizer states for ",
+                                                   layout.state_names_size(), " state names"));
+  }
+  absl::StatusOr<HostTensor> value = AssembleLogicalTensor(
+      LayoutOf(layout, absl::StrCat("variable '", layout.name(), "'")), values);
+  if (!value.ok()) return value.status();
+  checkpoint->tensors[layout.name()] = std::move(*value);
+  for (size_t state = 0; state < states.size(); ++state) {
+    const std::string& name = layout.state_names(static_cast<int>(state));
+    absl::StatusOr<HostTensor> tensor = AssembleLogicalTensor(
+        LayoutOf(layout,
+                 absl::StrCat("optimizer state '", name, "' of variable '", layout.name(), "'")),
+        states[state]);
+    if (!tensor.ok()) return tensor.status();
+    checkpoint->tensors[name] = std::move(*tensor);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan,
+                                                          const JobRuntime& job,
+                                                          const CheckpointProgress& progress) {
+  if (plan.variables_size() == 0) {
+    for (const plan::Task& task : plan.tasks()) {
+      if (task.kind() == plan::VARIABLE) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the plan of job '", plan.job_name(), "' has VARIABLE tasks ('", task.name(),
+            "', ...) but no variable layouts (Plan.variables): it cannot be saved; compile it "
+            "with a compiler that records them"));
+      }
+    }
+  }
+  checkpoint::Checkpoint result;
+  for (const plan::VariableLayout& layout : plan.variables()) {
+    // Host copies of every rank's value and states; the pointers below point into them.
+    std::vector<HostTensor> values;
+    std::vector<std::vector<HostTensor>> states(layout.state_names_size());
+    for (const std::string& task : layout.tasks()) {
+      const auto* actor = dynamic_cast<const VariableActor*>(job.FindActor(task));
+      if (actor == nullptr) {
+        return absl::NotFoundError(absl::StrCat("variable '", layout.name(), "': the job has no ",
+                                                "variable task named '", task, "'"));
+      }
+      if (actor->states().size() != states.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "variable '", layout.name(), "': task '", task, "' keeps ", actor->states().size(),
+            " optimizer states but the plan names ", states.size()));
+      }
+      values.push_back(CopyToHost(actor->value()));
+      for (size_t state = 0; state < states.size(); ++state) {
+        states[state].push_back(CopyToHost(actor->states()[state]));
+      }
+    }
+    std::vector<const HostTensor*> value_pointers;
+    for (const HostTensor& value : values) value_pointers.push_back(&value);
+    std::vector<std::vector<const HostTensor*>> state_pointers(states.size());
+    for (size_t state = 0; state < states.size(); ++state) {
+      for (const HostTensor& piece : states[state]) state_pointers[state].push_back(&piece);
+    }
+    if (absl::Status status =
+            AddVariableToCheckpoint(layout, value_pointers, state_pointers, &result);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (progress.optimizer) result.tensors["optimizer.step"] = ScalarInt64(progress.steps_taken);
+  result.metadata = progress.metadata;
+  result.metadata["step"] = absl::StrCat(progress.steps_taken);
+  result.metadata["next_step"] = absl::StrCat(progress.steps_taken);
+  return result;
+}
+
+}  // namespace loom

@@ -1,0 +1,50 @@
+#ifndef LOOM_CLIENT_CHECKPOINT_ASSEMBLY_H_
+#define LOOM_CLIENT_CHECKPOINT_ASSEMBLY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/job_runtime.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+// What a checkpoint records besides the tensors.
+struct CheckpointProgress {
+  // The optimizer steps taken so far: the run's InitialState.first_step plus the steps it ran.
+  // Written as metadata "step" (and "next_step", the index of the next batch, as the PyTorch
+  // oracle names it) and, with `optimizer`, as the tensor "optimizer.step" (I64, shape []).
+  int64_t steps_taken = 0;
+  // The job has an optimizer (PyTorch always saves its step counter, even when it keeps no state).
+  bool optimizer = false;
+  // More metadata ("job", "optimizer", ...); "step" and "next_step" are set from steps_taken.
+  std::map<std::string, std::string> metadata;
+};
+
+// One variable's logical value and optimizer states from its ranks: values[rank] and
+// states[state][rank], in the layout's rank order and state_names order. A variable is never
+// partial: split axes place windows, broadcast axes are read from the ranks with coordinate 0
+// (AssembleLogicalTensor). Adds the tensors to `checkpoint` under the variable's name and its
+// state names. INVALID_ARGUMENT naming the variable when a count or a piece's shape is wrong.
+absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
+                                     const std::vector<const HostTensor*>& values,
+                                     const std::vector<std::vector<const HostTensor*>>& states,
+                                     checkpoint::Checkpoint* checkpoint);
+
+// After a run (no act can run any more): the checkpoint of every variable of plan.variables,
+// read from the job's VARIABLE actors (VariableActor::value() and states()), with the progress.
+// NOT_FOUND naming the task when a layout names a task the job lacks or that is no variable;
+// FAILED_PRECONDITION when the plan has no variable layouts but VARIABLE tasks (a plan compiled
+// without them cannot be saved).
+absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan,
+                                                          const JobRuntime& job,
+                                                          const CheckpointProgress& progress);
+
+}  // namespace loom
+
+#endif  // LOOM_CLIENT_CHECKPOINT_ASSEMBLY_H_

@@ -1,0 +1,108 @@
+#ifndef LOOM_CLIENT_LOOMCTL_STEP_REPORTER_H_
+#define LOOM_CLIENT_LOOMCTL_STEP_REPORTER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+#include "runtime/job_options.h"
+#include "runtime/tensor.h"
+
+namespace loom::loomctl {
+
+// One finished training step, as `loomctl run` prints it.
+struct StepLine {
+  // 1-based and counting the steps of earlier runs (a resumed run's first step is first_step + 1):
+  // the state after step k is what DIR/step-<k>.safetensors holds.
+  int64_t step = 0;
+  int64_t last_step = 0;
+  // The mean over the step's micro-batch pieces of the assembled (partial-summed) loss.
+  double loss = 0;
+  double step_time_ms = 0;
+  // Unset when the job reads no tokens (no token_file input).
+  std::optional<double> tokens_per_second;
+};
+
+// "step 3/20  loss 5.43210  time 85.2 ms  tokens/s 12020", without a newline.
+std::string FormatStepLineText(const StepLine& line);
+// {"step":3,"loss":5.4321,"step_time_ms":85.2,"tokens_per_second":12020.0}, without a newline;
+// tokens_per_second null when unset, a non-finite loss as null.
+std::string FormatStepLineJson(const StepLine& line);
+
+// The tokens one step reads: over the job's inputs read from a token file as model inputs (not
+// targets), the product of their shapes ([B, T]: B * T). Unset when there are none.
+std::optional<int64_t> TokensPerStep(const job::Job& job);
+
+// Prints a line per training step as soon as the step's loss pieces have reached every sink,
+// from the sinks' callbacks (Callback()), and draws a progress bar. A run may be made of
+// segments (one compiled plan each, the state carried over by checkpoints); steps are numbered
+// across them.
+//
+// Thread-safe: OnPiece runs on the sinks' stream threads; the lines are written under a lock,
+// each flushed when written.
+class StepReporter {
+ public:
+  struct Options {
+    // The number of the last step of the whole run (first_step + steps).
+    int64_t last_step = 0;
+    std::optional<int64_t> tokens_per_step;
+    bool json = false;
+    // Not null: where the lines go.
+    std::ostream* out = nullptr;
+    // Null: no progress bar. Else a terminal: the bar is redrawn in place on it after each step.
+    std::ostream* progress = nullptr;
+  };
+
+  explicit StepReporter(Options options) : options_(std::move(options)) {}
+
+  // Starts a segment: its plan's fetch of the loss, its pieces per step (Plan.num_micro_batches,
+  // 0 meaning 1), and the steps taken before it. The step clock starts here. INVALID_ARGUMENT when
+  // the loss fetch is not a scalar.
+  absl::Status BeginSegment(const plan::Fetch& loss, int micro_batches_per_step,
+                            int64_t first_step);
+  // The callback to put in JobOptions::sink_piece_callback for the segment. It ignores sinks of
+  // other fetches; an error (a piece that does not assemble) fails the job.
+  SinkPieceCallback Callback();
+  absl::Status OnPiece(const SinkPiece& piece);
+  // Ends a segment: FAILED_PRECONDITION when some of its steps were never complete. Clears the
+  // progress bar.
+  absl::Status EndSegment(int64_t steps);
+
+  // Every step's loss so far, in step order.
+  std::vector<double> losses() const;
+
+ private:
+  void EmitReadySteps();  // with mutex_ held
+  void DrawProgress();    // with mutex_ held
+  void ClearProgress();   // with mutex_ held
+
+  const Options options_;
+  mutable std::mutex mutex_;
+  // The segment (guarded by mutex_).
+  plan::Fetch loss_;
+  int micro_batches_ = 1;
+  int64_t first_step_ = 0;
+  absl::flat_hash_map<std::string, int> rank_of_sink_;
+  // Pieces that have not reached every rank yet: piece -> per rank.
+  std::map<int64_t, std::vector<std::optional<HostTensor>>> pending_;
+  // Assembled losses of the segment's steps: step (segment-relative) -> losses of its pieces.
+  std::map<int64_t, std::vector<double>> piece_losses_;
+  int64_t next_step_ = 0;  // segment-relative: the next step to print
+  std::chrono::steady_clock::time_point last_completion_;
+  // The whole run.
+  std::vector<double> losses_;
+  bool progress_drawn_ = false;
+};
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_STEP_REPORTER_H_

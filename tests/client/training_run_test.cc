@@ -1,0 +1,415 @@
+// `loomctl run` on training jobs: per-step lines, checkpoints (--save-dir, --save-every) and
+// starting from one (--init).
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/loomctl/checkpoint_directory.h"
+#include "client/loomctl/run_command.h"
+#include "client/loomctl/step_reporter.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "tests/client/command_test_util.h"
+#include "tests/client/json_test_util.h"
+
+namespace loom::loomctl {
+namespace {
+
+using ::loom::testing::JsonValue;
+using ::loom::testing::ParseJson;
+using ::testing::ContainsRegex;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::MatchesRegex;
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
+
+// A fresh, empty directory under the test's temporary directory.
+std::string FreshDirectory(const std::string& name) {
+  std::string path = TempPath(name);
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// An MLP regression trained with AdamW, data parallel over the devices: a fresh random batch
+// every step, so that resuming must also continue the data.
+constexpr char kTrainingJob[] = R"pb(
+  name: "mlp_regression"
+  placement { devices: [ "cpu:0", "cpu:1" ] }
+  num_steps: 6
+  optimizer { adamw { learning_rate: 0.01 weight_decay: 0.1 } }
+  loss: "loss"
+  inputs {
+    name: "x"
+    shape: [ 8, 4 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 1 }
+  }
+  inputs {
+    name: "target"
+    shape: [ 8, 2 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 3 }
+  }
+  variables {
+    name: "w1"
+    shape: [ 4, 16 ]
+    initializer { normal { std: 0.5 seed: 2 } }
+  }
+  variables {
+    name: "w2"
+    shape: [ 16, 2 ]
+    initializer { normal { std: 0.5 seed: 4 } }
+  }
+  ops {
+    name: "h"
+    type: "matmul"
+    inputs: [ "x", "w1" ]
+    outputs: "h"
+  }
+  ops { name: "a" type: "gelu" inputs: "h" outputs: "a" }
+  ops {
+    name: "y"
+    type: "matmul"
+    inputs: [ "a", "w2" ]
+    outputs: "y"
+  }
+  ops {
+    name: "error"
+    type: "subtract"
+    inputs: [ "y", "target" ]
+    outputs: "error"
+  }
+  ops {
+    name: "squared"
+    type: "multiply"
+    inputs: [ "error", "error" ]
+    outputs: "squared"
+  }
+  ops { name: "loss" type: "reduce_mean" inputs: "squared" outputs: "loss" }
+)pb";
+
+std::string TrainingJobPath() {
+  static const std::string path = WriteFile("mlp_regression.pbtxt", kTrainingJob);
+  return path;
+}
+
+CommandResult RunTraining(std::vector<std::string> arguments) {
+  std::vector<std::string> all = {TrainingJobPath(), "--devices", "cpu:2"};
+  all.insert(all.end(), arguments.begin(), arguments.end());
+  return RunSubcommandCapturing(RunSubcommand(), all);
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// The step objects of a --output json run, in order.
+struct JsonStep {
+  int64_t step = 0;
+  double loss = 0;
+  std::string loss_text;  // as printed: exact comparisons compare these
+  double step_time_ms = 0;
+  JsonValue::Type tokens_per_second_type = JsonValue::Type::kNull;
+};
+
+std::vector<JsonStep> JsonSteps(const std::string& out) {
+  std::vector<JsonStep> steps;
+  for (const std::string& line : Lines(out)) {
+    absl::StatusOr<JsonValue> json = ParseJson(line);
+    EXPECT_TRUE(json.ok()) << line << ": " << json.status();
+    if (!json.ok() || json->Find("loss") == nullptr) continue;
+    JsonStep step;
+    step.step = static_cast<int64_t>(json->Find("step")->number);
+    step.loss = json->Find("loss")->number;
+    size_t begin = line.find("\"loss\":") + 7;
+    step.loss_text = line.substr(begin, line.find(',', begin) - begin);
+    const JsonValue* time = json->Find("step_time_ms");
+    EXPECT_NE(time, nullptr) << line;
+    if (time != nullptr) step.step_time_ms = time->number;
+    const JsonValue* tokens = json->Find("tokens_per_second");
+    EXPECT_NE(tokens, nullptr) << line;
+    if (tokens != nullptr) step.tokens_per_second_type = tokens->type;
+    steps.push_back(step);
+  }
+  return steps;
+}
+
+std::vector<std::string> LossTexts(const std::vector<JsonStep>& steps) {
+  std::vector<std::string> losses;
+  for (const JsonStep& step : steps) losses.push_back(step.loss_text);
+  return losses;
+}
+
+TEST(StepLineTest, TextAndJson) {
+  StepLine line;
+  line.step = 3;
+  line.last_step = 20;
+  line.loss = 5.4321;
+  line.step_time_ms = 85.2;
+  line.tokens_per_second = 12020;
+  EXPECT_EQ(FormatStepLineText(line), "step 3/20  loss 5.43210  time 85.2 ms  tokens/s 12020");
+  EXPECT_EQ(FormatStepLineJson(line),
+            "{\"step\":3,\"loss\":5.4321,\"step_time_ms\":85.2,\"tokens_per_second\":12020.0}");
+  line.tokens_per_second.reset();
+  line.loss = NAN;
+  EXPECT_EQ(FormatStepLineText(line), "step 3/20  loss nan  time 85.2 ms");
+  EXPECT_EQ(FormatStepLineJson(line),
+            "{\"step\":3,\"loss\":null,\"step_time_ms\":85.2,\"tokens_per_second\":null}");
+}
+
+TEST(TokensPerStepTest, ModelInputsFromTokenFilesOnly) {
+  job::Job job;
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(R"pb(
+                                                      inputs {
+                                                        name: "x"
+                                                        shape: [ 16, 64 ]
+                                                        token_file { path: "data" }
+                                                      }
+                                                      inputs {
+                                                        name: "y"
+                                                        shape: [ 16, 64 ]
+                                                        token_file { path: "data" targets: true }
+                                                      }
+                                                      inputs {
+                                                        name: "noise"
+                                                        shape: [ 16, 8 ]
+                                                        random_normal { std: 1 }
+                                                      }
+                                                    )pb",
+                                                    &job));
+  EXPECT_EQ(TokensPerStep(job), 16 * 64);
+  job.mutable_inputs(0)->clear_token_file();
+  EXPECT_EQ(TokensPerStep(job), std::nullopt);
+}
+
+TEST(TrainingRunOptionsTest, CheckpointFlags) {
+  absl::StatusOr<ParsedArguments> parsed =
+      RunArgumentSpec().Parse({"job", "--devices", "cpu:1", "--init", "a.safetensors", "--save-dir",
+                               "out", "--save-every", "5"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<RunOptions> options = RunOptionsFrom(*parsed);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->init_path, "a.safetensors");
+  EXPECT_EQ(options->save_directory, "out");
+  EXPECT_EQ(options->save_every, 5);
+
+  parsed = RunArgumentSpec().Parse({"job", "--devices", "cpu:1", "--save-every", "5"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(RunOptionsFrom(*parsed).status().message(), HasSubstr("--save-every needs"));
+  parsed = RunArgumentSpec().Parse(
+      {"job", "--devices", "cpu:1", "--save-dir", "d", "--save-every", "-1"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(RunOptionsFrom(*parsed).status().message(), HasSubstr("--save-every must be"));
+}
+
+TEST(TrainingRunTest, JsonPrintsOneObjectPerStep) {
+  CommandResult result = RunTraining({"--steps", "4", "--output", "json"});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  std::vector<JsonStep> steps = JsonSteps(result.out);
+  ASSERT_EQ(steps.size(), 4u) << result.out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].step, static_cast<int64_t>(i) + 1);
+    EXPECT_TRUE(std::isfinite(steps[i].loss));
+    EXPECT_GT(steps[i].loss, 0);
+    EXPECT_GT(steps[i].step_time_ms, 0);
+    EXPECT_EQ(steps[i].tokens_per_second_type, JsonValue::Type::kNull) << "no token file";
+  }
+  // The steps, then the summary.
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 5u);
+  absl::StatusOr<JsonValue> summary = ParseJson(lines.back());
+  ASSERT_TRUE(summary.ok());
+  EXPECT_NE(summary->Find("makespan_ms"), nullptr) << lines.back();
+  EXPECT_THAT(result.error, IsEmpty());
+}
+
+TEST(TrainingRunTest, TextPrintsOneLinePerStep) {
+  CommandResult result = RunTraining({"--steps", "3"});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_GE(lines.size(), 3u);
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_THAT(lines[step - 1], MatchesRegex(absl::StrCat("step ", step,
+                                                           "/3  loss [0-9]+\\.[0-9]{5}  time "
+                                                           "[0-9]+\\.[0-9] ms")));
+  }
+  EXPECT_THAT(result.out, HasSubstr("makespan"));
+}
+
+TEST(TrainingRunTest, SavingEveryKStepsChangesNoLoss) {
+  CommandResult plain = RunTraining({"--output", "json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.error;
+  std::vector<JsonStep> expected = JsonSteps(plain.out);
+  ASSERT_EQ(expected.size(), 6u);
+
+  const std::string directory = FreshDirectory("save_every_2");
+  CommandResult saved =
+      RunTraining({"--output", "json", "--save-dir", directory, "--save-every", "2"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.error;
+  std::vector<JsonStep> actual = JsonSteps(saved.out);
+  ASSERT_EQ(actual.size(), 6u) << saved.out;
+  EXPECT_EQ(LossTexts(actual), LossTexts(expected));
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_EQ(actual[i].step, expected[i].step);
+
+  for (int step : {2, 4, 6}) {
+    std::string path = CheckpointPath(directory, step);
+    absl::StatusOr<checkpoint::Checkpoint> written = checkpoint::ReadSafetensors(path);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(written->metadata.at("step"), absl::StrCat(step));
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : written->tensors) names.push_back(name);
+    EXPECT_THAT(names, ElementsAre("optimizer.exp_avg.w1", "optimizer.exp_avg.w2",
+                                   "optimizer.exp_avg_sq.w1", "optimizer.exp_avg_sq.w2",
+                                   "optimizer.step", "w1", "w2"));
+    EXPECT_EQ(written->tensors.at("optimizer.step").Values<int64_t>()[0], step);
+    EXPECT_EQ(written->tensors.at("w1").shape, Shape({4, 16}));
+  }
+  EXPECT_EQ(std::filesystem::read_symlink(std::filesystem::path(directory) / kLatestCheckpoint),
+            "step-6.safetensors");
+  EXPECT_THAT(saved.out, HasSubstr(absl::StrCat("{\"checkpoint\":\"", CheckpointPath(directory, 4),
+                                                "\",\"step\":4}")));
+}
+
+TEST(TrainingRunTest, StartingFromAMidCheckpointContinuesExactly) {
+  CommandResult plain = RunTraining({"--output", "json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.error;
+  std::vector<JsonStep> expected = JsonSteps(plain.out);
+  ASSERT_EQ(expected.size(), 6u);
+
+  // Only a final checkpoint, after 3 steps.
+  const std::string first = FreshDirectory("first_three");
+  CommandResult head = RunTraining({"--output", "json", "--steps", "3", "--save-dir", first});
+  ASSERT_EQ(head.exit_code, 0) << head.error;
+  EXPECT_TRUE(std::filesystem::exists(CheckpointPath(first, 3)));
+
+  const std::string second = FreshDirectory("last_three");
+  CommandResult tail = RunTraining({"--output", "json", "--steps", "3", "--init",
+                                    CheckpointPath(first, 3), "--save-dir", second});
+  ASSERT_EQ(tail.exit_code, 0) << tail.error;
+  std::vector<JsonStep> resumed = JsonSteps(tail.out);
+  ASSERT_EQ(resumed.size(), 3u) << tail.out;
+  EXPECT_EQ(resumed[0].step, 4);
+  EXPECT_EQ(resumed[2].step, 6);
+  EXPECT_EQ(LossTexts(resumed),
+            (std::vector<std::string>{expected[3].loss_text, expected[4].loss_text,
+                                      expected[5].loss_text}));
+  // The resumed run numbers its checkpoints from the start of training.
+  EXPECT_TRUE(std::filesystem::exists(CheckpointPath(second, 6)));
+
+  // Text output numbers the steps the same way.
+  CommandResult text = RunTraining({"--steps", "1", "--init", CheckpointPath(first, 3)});
+  ASSERT_EQ(text.exit_code, 0) << text.error;
+  EXPECT_THAT(text.out, ContainsRegex("^step 4/4  loss "));
+}
+
+TEST(TrainingRunTest, ParametersWithoutOptimizerStateStartAFreshOptimizer) {
+  // Only the parameters: the first step of the run sees them (same loss as the checkpoint's run
+  // would compute for step 1, since the data also starts at step 0).
+  const std::string directory = FreshDirectory("parameters_only");
+  CommandResult head = RunTraining({"--output", "json", "--steps", "1", "--save-dir", directory});
+  ASSERT_EQ(head.exit_code, 0) << head.error;
+  absl::StatusOr<checkpoint::Checkpoint> saved =
+      checkpoint::ReadSafetensors(CheckpointPath(directory, 1));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  checkpoint::Checkpoint parameters;
+  parameters.tensors["w1"] = saved->tensors.at("w1");
+  parameters.tensors["w2"] = saved->tensors.at("w2");
+  std::string path = TempPath("parameters_only.safetensors");
+  ASSERT_TRUE(checkpoint::WriteSafetensors(path, parameters).ok());
+  CommandResult run = RunTraining({"--output", "json", "--steps", "1", "--init", path});
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  std::vector<JsonStep> steps = JsonSteps(run.out);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].step, 1) << "a fresh optimizer starts at step 0";
+}
+
+// A checkpoint of the training job's variables, with `change` applied.
+std::string WriteBadCheckpoint(const std::string& name, void (*change)(checkpoint::Checkpoint*)) {
+  auto zeros = [](Shape shape) {
+    HostTensor tensor;
+    tensor.data_type = plan::FLOAT32;
+    tensor.shape = shape;
+    tensor.bytes.assign(shape.NumElements() * sizeof(float), std::byte{0});
+    return tensor;
+  };
+  checkpoint::Checkpoint checkpoint;
+  checkpoint.tensors["w1"] = zeros({4, 16});
+  checkpoint.tensors["w2"] = zeros({16, 2});
+  change(&checkpoint);
+  std::string path = TempPath(name);
+  absl::Status status = checkpoint::WriteSafetensors(path, checkpoint);
+  EXPECT_TRUE(status.ok()) << status;
+  return path;
+}
+
+TEST(TrainingRunTest, BadInitFilesNameTheFileAndTheTensor) {
+  std::string missing = WriteBadCheckpoint(
+      "missing_variable.safetensors", [](checkpoint::Checkpoint* c) { c->tensors.erase("w2"); });
+  CommandResult result = RunTraining({"--init", missing});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr(missing));
+  EXPECT_THAT(result.error, HasSubstr("variable 'w2' is missing"));
+  EXPECT_THAT(result.out, IsEmpty());
+
+  std::string wrong_shape =
+      WriteBadCheckpoint("wrong_shape.safetensors", [](checkpoint::Checkpoint* c) {
+        c->tensors["w1"].shape = Shape({16, 4});
+      });
+  result = RunTraining({"--init", wrong_shape});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr(wrong_shape));
+  EXPECT_THAT(result.error, HasSubstr("variable 'w1' is float32[16, 4] but the job's is "
+                                      "float32[4, 16]"));
+
+  // AdamW needs both moments of every variable; this file has one.
+  std::string partial =
+      WriteBadCheckpoint("partial_state.safetensors", [](checkpoint::Checkpoint* c) {
+        c->tensors["optimizer.exp_avg.w1"] = c->tensors["w1"];
+        c->tensors["optimizer.exp_avg_sq.w1"] = c->tensors["w1"];
+        c->tensors["optimizer.exp_avg.w2"] = c->tensors["w2"];
+        HostTensor step;
+        step.data_type = plan::INT64;
+        step.bytes.assign(sizeof(int64_t), std::byte{0});
+        c->tensors["optimizer.step"] = step;
+      });
+  result = RunTraining({"--init", partial});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr(partial));
+  EXPECT_THAT(result.error, HasSubstr("optimizer.exp_avg_sq.w2 is missing"));
+
+  std::string no_step = WriteBadCheckpoint("no_step.safetensors", [](checkpoint::Checkpoint* c) {
+    c->tensors["optimizer.exp_avg.w1"] = c->tensors["w1"];
+  });
+  result = RunTraining({"--init", no_step});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr("no 'optimizer.step'"));
+
+  result = RunTraining({"--init", TempPath("no-such-file.safetensors")});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr("no-such-file.safetensors"));
+
+  std::string not_safetensors = WriteFile("not_safetensors.safetensors", "hello");
+  result = RunTraining({"--init", not_safetensors});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr(not_safetensors));
+}
+
+}  // namespace
+}  // namespace loom::loomctl
