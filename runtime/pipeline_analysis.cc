@@ -66,7 +66,8 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
       if (end > from) schedule.busy_nanoseconds += end - from;
       covered_end = std::max(covered_end, end);
     }
-    schedule.span_nanoseconds = covered_end - acts.front().first;
+    schedule.first_start_nanoseconds = acts.front().first;
+    schedule.last_end_nanoseconds = covered_end;
   }
   return schedules;
 }

@@ -24,10 +24,11 @@ struct StageSchedule {
   // The stage's passes in the order they began: "F" for a micro-batch's first forward act,
   // "B" for its first backward act, e.g. "FFFBFBFBBB".
   std::string order;
-  // The union of the stage's act intervals, and the span from its first act's start to its last
-  // act's end, in nanoseconds.
+  // The union of the stage's act intervals; its first act's start and its last act's end
+  // (nanoseconds since the job started).
   int64_t busy_nanoseconds = 0;
-  int64_t span_nanoseconds = 0;
+  int64_t first_start_nanoseconds = 0;
+  int64_t last_end_nanoseconds = 0;
 };
 
 // Per stage 0..num_stages-1. `roles` is indexed by task index (events' task_index).
