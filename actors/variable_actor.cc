@@ -38,6 +38,29 @@ absl::Status VariableActor::Initialize() {
     if (!buffer.ok()) return buffer.status();
     states_.push_back(TensorView{*buffer, value.data_type(), value.shape()});
   }
+
+  if (task().state_initializers_size() > 0) {
+    if (task().state_initializers_size() != task().num_optimizer_states()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task '", name(), "': ", task().state_initializers_size(), " state_initializers for ",
+          task().num_optimizer_states(),
+          " optimizer states; give one per state, or none to start the states at zero"));
+    }
+    for (int i = 0; i < task().state_initializers_size(); ++i) {
+      KernelInit state_init;
+      state_init.task_name = name();
+      state_init.conf = &task().state_initializers(i);
+      state_init.outputs.push_back(value_desc);
+      absl::StatusOr<std::unique_ptr<Kernel>> kernel =
+          init().kernels->Create(init().device_type, state_init);
+      if (!kernel.ok()) {
+        return absl::Status(kernel.status().code(),
+                            absl::StrCat("the initializer of optimizer state ", i, ": ",
+                                         kernel.status().message()));
+      }
+      state_initializers_.push_back(std::move(*kernel));
+    }
+  }
   if (!has_gradient()) return absl::OkStatus();
 
   KernelInit optimizer_init;
@@ -80,6 +103,13 @@ absl::Status VariableActor::DoAct() {
     TensorView view = OutputView(0);
     KernelContext context{{}, absl::MakeConstSpan(&view, 1), 0};
     if (absl::Status status = initializer_->Compute(context); !status.ok()) return status;
+    for (size_t i = 0; i < state_initializers_.size(); ++i) {
+      KernelContext state_context{{}, absl::MakeConstSpan(&states_[i], 1), 0};
+      if (absl::Status status = state_initializers_[i]->Compute(state_context); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("the initializer of optimizer state ", i,
+                                                        ": ", status.message()));
+      }
+    }
   } else if (has_gradient()) {
     set_current_piece(act - 1);
     TensorView view = OutputView(0);

@@ -16,7 +16,9 @@ namespace loom {
 //               slot, runs the optimizer in place (piece k-1: update number k), and publishes the
 //               value as piece k, except after the last step's gradient, when it only updates;
 //   act k >= 1  (without a gradient input) republishes the value once the slot is back.
-// Optimizer states (moments) are buffers of the value's shape, zero at first, owned by the actor.
+// Optimizer states (moments) are buffers of the value's shape owned by the actor: zero at first,
+// or, when the task has state_initializers (one per state; a job resumed from a checkpoint), filled
+// by them in act 0 right after the initializer.
 class VariableActor final : public Actor {
  public:
   using Actor::Actor;
@@ -38,6 +40,8 @@ class VariableActor final : public Actor {
   int64_t steps() const { return task().num_pieces(); }
 
   std::unique_ptr<Kernel> initializer_;
+  // One per optimizer state, or none (the states stay zero).
+  std::vector<std::unique_ptr<Kernel>> state_initializers_;
   std::unique_ptr<Kernel> optimizer_;
   std::vector<TensorView> states_;
   std::vector<TensorView> optimizer_inputs_;

@@ -153,6 +153,20 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       if (task.num_optimizer_states() < 0) {
         return Invalid(absl::StrCat("task '", task.name(), "': num_optimizer_states is negative"));
       }
+      if (task.state_initializers_size() > 0) {
+        if (task.state_initializers_size() != task.num_optimizer_states()) {
+          return Invalid(absl::StrCat(
+              "task '", task.name(), "': ", task.state_initializers_size(),
+              " state_initializers for ", task.num_optimizer_states(),
+              " optimizer states; give one per state, or none to start the states at zero"));
+        }
+        for (int i = 0; i < task.state_initializers_size(); ++i) {
+          if (task.state_initializers(i).op_type().empty()) {
+            return Invalid(absl::StrCat("task '", task.name(), "': state_initializers[", i,
+                                        "] needs op_type"));
+          }
+        }
+      }
       return absl::OkStatus();
     }
     case plan::COPY: {

@@ -105,10 +105,12 @@ class CounterWindow {
 struct StreamOptions {
   uint64_t seed = 0;
   bool same_every_piece = false;
+  // Piece p is step first_step + p of the stream (a resumed job continues it).
+  uint64_t first_step = 0;
   CounterWindow window;
 
   uint64_t Key(int64_t piece) const {
-    return RandomStreamKey(seed, same_every_piece ? 0 : static_cast<uint64_t>(piece));
+    return RandomStreamKey(seed, same_every_piece ? 0 : first_step + static_cast<uint64_t>(piece));
   }
 };
 
@@ -116,8 +118,8 @@ std::string DescribeList(const std::vector<int64_t>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
-// "seed", "offset", "same_every_piece", "logical_shape" and "slice_begin" for an output of
-// `output`.
+// "seed", "offset", "same_every_piece", "first_step", "logical_shape" and "slice_begin" for an
+// output of `output`.
 absl::StatusOr<StreamOptions> ParseStream(const char* op_type, const plan::KernelConf& conf,
                                           const Shape& output) {
   Attributes attributes(conf);
@@ -136,6 +138,14 @@ absl::StatusOr<StreamOptions> ParseStream(const char* op_type, const plan::Kerne
   absl::StatusOr<bool> same_every_piece = attributes.GetBool("same_every_piece", false);
   if (!same_every_piece.ok()) return WithOpType(op_type, same_every_piece.status());
   options.same_every_piece = *same_every_piece;
+
+  absl::StatusOr<int64_t> first_step = attributes.GetInt("first_step", 0);
+  if (!first_step.ok()) return WithOpType(op_type, first_step.status());
+  if (*first_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute 'first_step' must be >= 0, got ", *first_step));
+  }
+  options.first_step = static_cast<uint64_t>(*first_step);
 
   if (!attributes.Has("logical_shape")) {
     if (attributes.Has("slice_begin")) {

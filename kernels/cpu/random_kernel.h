@@ -23,14 +23,17 @@ namespace loom::cpu {
 //     logical tensor. Every split of a tensor, along any axes and however uneven, thus generates
 //     exactly the values the unsplit tensor has there;
 //   "same_every_piece" (bool, default false): when true every piece gets the same values
-//     (variable initialisation); otherwise the piece index is part of the stream.
-// Element i is a pure function of (seed, piece, counter): see counter_random.h.
+//     (variable initialisation); otherwise the step is part of the stream;
+//   "first_step" (int >= 0, default 0): piece p is step first_step + p, so that a job resumed
+//     after first_step steps draws exactly the values the uninterrupted run drew at each step
+//     (ignored with same_every_piece).
+// Element i is a pure function of (seed, step, counter): see counter_random.h.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRandomKernel(const KernelInit& init);
 
 // "random_integers": no inputs, one int32 or int64 output of integers uniform in [0, high)
 // (token ids, labels), seeded and deterministic. Attributes "seed" (int, required), "high" (int,
-// required, >= 1, at most 2^31 for int32), and "offset", "logical_shape", "slice_begin" and
-// "same_every_piece" as for "random". The value of element counter c is
+// required, >= 1, at most 2^31 for int32), and "offset", "logical_shape", "slice_begin",
+// "same_every_piece" and "first_step" as for "random". The value of element counter c is
 // floor(RandomBits(key, c, 0) * high / 2^64).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRandomIntegersKernel(const KernelInit& init);
 

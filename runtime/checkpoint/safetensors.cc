@@ -286,7 +286,15 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const JsonValue& value
   return entry;
 }
 
-absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
+// A validated header: the metadata, the tensor entries (sorted by data offsets) and where the
+// data buffer starts in the file.
+struct Header {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;
+  uint64_t data_start = 0;
+};
+
+absl::StatusOr<Header> ReadHeader(ByteSource& file, absl::string_view name) {
   std::string source = Quote(name);
   uint64_t file_size = file.size();
   if (file_size < kLengthSize) {
@@ -319,10 +327,10 @@ absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
                    absl::StrCat("the header must be a JSON object, not ", json->Describe()));
   }
 
-  const uint64_t data_start = kLengthSize + header_size;
-  const uint64_t buffer_size = file_size - data_start;
-  Checkpoint checkpoint;
-  std::vector<Entry> entries;
+  Header result;
+  result.data_start = kLengthSize + header_size;
+  const uint64_t buffer_size = file_size - result.data_start;
+  std::vector<Entry>& entries = result.entries;
   for (const auto& [key, value] : json->members()) {
     if (key == kMetadataKey) {
       if (!value.is_object()) {
@@ -335,7 +343,7 @@ absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
               source, absl::StrCat("__metadata__ values must be strings, but ", Quote(metadata_key),
                                    " is ", metadata_value.Describe()));
         }
-        checkpoint.metadata.emplace(metadata_key, metadata_value.string_value());
+        result.metadata.emplace(metadata_key, metadata_value.string_value());
       }
       continue;
     }
@@ -368,8 +376,16 @@ absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
     return Invalid(source, absl::StrCat("the last ", buffer_size - covered, " of the ", buffer_size,
                                         " bytes of data belong to no tensor"));
   }
+  return result;
+}
 
-  for (const Entry& entry : entries) {
+absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
+  absl::StatusOr<Header> header = ReadHeader(file, name);
+  if (!header.ok()) return header.status();
+  const uint64_t data_start = header->data_start;
+  Checkpoint checkpoint;
+  checkpoint.metadata = std::move(header->metadata);
+  for (const Entry& entry : header->entries) {
     HostTensor tensor;
     tensor.data_type = entry.data_type;
     tensor.shape = entry.shape;
@@ -537,6 +553,30 @@ absl::Status SyncParentDirectory(const std::string& path) {
   return status;
 }
 
+// A regular file opened for reading, and its size.
+struct OpenFile {
+  int fd = -1;
+  uint64_t size = 0;
+};
+
+absl::StatusOr<OpenFile> OpenForReading(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", Quote(path)));
+  struct stat info;
+  absl::Status status;
+  if (::fstat(fd, &info) != 0) {
+    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", Quote(path)));
+  } else if (!S_ISREG(info.st_mode)) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(Quote(path), ": not a regular file, so not a safetensors file"));
+  }
+  if (!status.ok()) {
+    ::close(fd);
+    return status;
+  }
+  return OpenFile{fd, static_cast<uint64_t>(info.st_size)};
+}
+
 std::atomic<uint64_t> temporary_counter{0};
 
 }  // namespace
@@ -637,21 +677,124 @@ absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpo
 }
 
 absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", Quote(path)));
-  struct stat info;
-  absl::StatusOr<Checkpoint> checkpoint;
-  if (::fstat(fd, &info) != 0) {
-    checkpoint = absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", Quote(path)));
-  } else if (!S_ISREG(info.st_mode)) {
-    checkpoint = absl::InvalidArgumentError(
-        absl::StrCat(Quote(path), ": not a regular file, so not a safetensors file"));
-  } else {
-    FileSource file(fd, static_cast<uint64_t>(info.st_size), path);
-    checkpoint = ReadFrom(file, path);
-  }
-  ::close(fd);
+  absl::StatusOr<OpenFile> file = OpenForReading(path);
+  if (!file.ok()) return file.status();
+  FileSource source(file->fd, file->size, path);
+  absl::StatusOr<Checkpoint> checkpoint = ReadFrom(source, path);
+  ::close(file->fd);
   return checkpoint;
+}
+
+SafetensorsReader::SafetensorsReader(int fd, uint64_t size, std::string path)
+    : fd_(fd), size_(size), path_(std::move(path)) {}
+
+SafetensorsReader::~SafetensorsReader() { ::close(fd_); }
+
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
+    const std::string& path) {
+  absl::StatusOr<OpenFile> file = OpenForReading(path);
+  if (!file.ok()) return file.status();
+  // Owns the descriptor from here on, so every return below closes it.
+  std::unique_ptr<SafetensorsReader> reader(new SafetensorsReader(file->fd, file->size, path));
+  FileSource source(reader->fd_, reader->size_, reader->path_);
+  absl::StatusOr<Header> header = ReadHeader(source, reader->path_);
+  if (!header.ok()) return header.status();
+  reader->metadata_ = std::move(header->metadata);
+  for (const Entry& entry : header->entries) {
+    reader->tensors_[entry.name] = SafetensorsTensorInfo{entry.data_type, entry.shape};
+    reader->locations_[entry.name] =
+        Location{header->data_start + entry.begin, header->data_start + entry.end};
+  }
+  return reader;
+}
+
+const SafetensorsTensorInfo* SafetensorsReader::Find(const std::string& name) const {
+  auto found = tensors_.find(name);
+  return found == tensors_.end() ? nullptr : &found->second;
+}
+
+absl::StatusOr<HostTensor> SafetensorsReader::ReadTensor(const std::string& name) {
+  const SafetensorsTensorInfo* info = Find(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", Quote(path_), " has no tensor ", Quote(name)));
+  }
+  std::vector<int64_t> begin(info->shape.rank(), 0);
+  return ReadWindow(name, begin, info->shape);
+}
+
+absl::StatusOr<HostTensor> SafetensorsReader::ReadWindow(const std::string& name,
+                                                         absl::Span<const int64_t> begin,
+                                                         const Shape& shape) {
+  const SafetensorsTensorInfo* info = Find(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", Quote(path_), " has no tensor ", Quote(name)));
+  }
+  const Shape& full = info->shape;
+  const int rank = full.rank();
+  auto window_text = [&] {
+    return absl::StrCat("the window at [", absl::StrJoin(begin, ", "), "] of shape ",
+                        shape.ToString(), " of tensor ", Quote(name), " ",
+                        DataTypeName(info->data_type), full.ToString(), " in checkpoint ",
+                        Quote(path_));
+  };
+  if (static_cast<int>(begin.size()) != rank || shape.rank() != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(window_text(), " has another rank than the tensor"));
+  }
+  for (int axis = 0; axis < rank; ++axis) {
+    if (begin[axis] < 0 || shape.dimension(axis) < 0 ||
+        begin[axis] > full.dimension(axis) - shape.dimension(axis)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(window_text(), " does not lie inside the tensor (axis ", axis, ")"));
+    }
+  }
+
+  HostTensor tensor;
+  tensor.data_type = info->data_type;
+  tensor.shape = shape;
+  const int64_t element_size = DataTypeSize(info->data_type);
+  tensor.bytes.resize(static_cast<size_t>(shape.NumElements() * element_size));
+  if (tensor.bytes.empty()) return tensor;
+
+  // Row-major element strides of the whole tensor.
+  std::vector<int64_t> strides(rank, 1);
+  for (int axis = rank - 2; axis >= 0; --axis) {
+    strides[axis] = strides[axis + 1] * full.dimension(axis + 1);
+  }
+  // Axes after `inner` span the whole tensor, so that the window is contiguous from axis `inner`
+  // inwards: each run covers shape[inner] * strides[inner] elements.
+  int inner = 0;
+  for (int axis = rank - 1; axis >= 0; --axis) {
+    if (shape.dimension(axis) != full.dimension(axis)) {
+      inner = axis;
+      break;
+    }
+  }
+  const int64_t run_elements = rank == 0 ? 1 : shape.dimension(inner) * strides[inner];
+  const size_t run_bytes = static_cast<size_t>(run_elements * element_size);
+  const uint64_t tensor_begin = locations_.at(name).begin;
+
+  FileSource source(fd_, size_, path_);
+  std::vector<int64_t> index(inner, 0);  // over the axes before `inner`
+  std::byte* output = tensor.bytes.data();
+  while (true) {
+    int64_t element = 0;
+    for (int axis = 0; axis < rank; ++axis) {
+      element += (begin[axis] + (axis < inner ? index[axis] : 0)) * strides[axis];
+    }
+    if (absl::Status status = source.Read(
+            tensor_begin + static_cast<uint64_t>(element * element_size), output, run_bytes);
+        !status.ok()) {
+      return status;
+    }
+    output += run_bytes;
+    int axis = inner - 1;
+    while (axis >= 0 && ++index[axis] == shape.dimension(axis)) index[axis--] = 0;
+    if (axis < 0) break;
+  }
+  return tensor;
 }
 
 }  // namespace loom::checkpoint

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/plan.pb.h"
 #include "runtime/tensor.h"
 
@@ -72,6 +74,57 @@ absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path);
 absl::StatusOr<std::string> SerializeSafetensors(const Checkpoint& checkpoint);
 absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents,
                                             absl::string_view source = "<memory>");
+
+// One tensor of a safetensors file as its header describes it.
+struct SafetensorsTensorInfo {
+  plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;
+  Shape shape;
+};
+
+// A safetensors file opened to read single tensors, or windows of them, without loading the rest:
+// what a rank needs of a sharded checkpoint. Open reads and validates the whole header exactly as
+// ReadSafetensors does (the same errors, and a file ReadSafetensors rejects is rejected here);
+// the reads then fetch only the bytes asked for. The file stays open until the reader is
+// destroyed. Not thread-safe.
+class SafetensorsReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(const std::string& path);
+
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+  ~SafetensorsReader();
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::map<std::string, SafetensorsTensorInfo>& tensors() const { return tensors_; }
+  // The tensor `name`, or nullptr when the file has none of that name.
+  const SafetensorsTensorInfo* Find(const std::string& name) const;
+
+  // The whole tensor `name`: NOT_FOUND ("checkpoint '<path>' has no tensor '<name>'") when there
+  // is none.
+  absl::StatusOr<HostTensor> ReadTensor(const std::string& name);
+  // The window [begin, begin + shape) of tensor `name`, as a dense row-major tensor of `shape`:
+  // NOT_FOUND as above; INVALID_ARGUMENT, naming the tensor, when `begin` or `shape` has another
+  // rank than the tensor or the window does not lie inside it. Reads one contiguous run of bytes
+  // per row of the window (rows merged where the window spans whole inner axes).
+  absl::StatusOr<HostTensor> ReadWindow(const std::string& name, absl::Span<const int64_t> begin,
+                                        const Shape& shape);
+
+ private:
+  struct Location {
+    uint64_t begin = 0;  // in the file
+    uint64_t end = 0;
+  };
+
+  SafetensorsReader(int fd, uint64_t size, std::string path);
+
+  int fd_;
+  uint64_t size_;
+  std::string path_;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, SafetensorsTensorInfo> tensors_;
+  std::map<std::string, Location> locations_;
+};
 
 }  // namespace loom::checkpoint
 

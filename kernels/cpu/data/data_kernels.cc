@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/data/safetensors_slice_kernel.h"
 #include "kernels/cpu/data/token_batch_kernel.h"
 
 namespace loom {
@@ -13,6 +14,7 @@ absl::Status RegisterCpuDataKernels(KernelRegistry* registry) {
     absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
   };
   static constexpr Entry kEntries[] = {
+      {"safetensors_slice", cpu::CreateSafetensorsSliceKernel},
       {"token_batch", cpu::CreateTokenBatchKernel},
   };
   for (const Entry& entry : kEntries) {

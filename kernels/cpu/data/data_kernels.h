@@ -6,10 +6,10 @@
 
 namespace loom {
 
-// Registers the CPU kernels that read training data in `registry` under (op type, plan::CPU):
-// "token_batch". Fails with ALREADY_EXISTS at the first op type that is already registered for
-// CPU (the ones before it stay registered). Separate from RegisterCpuKernels: a runtime that
-// trains calls both.
+// Registers the CPU kernels that read files (training data, checkpoints) in `registry` under
+// (op type, plan::CPU): "safetensors_slice" and "token_batch". Fails with ALREADY_EXISTS at the
+// first op type that is already registered for CPU (the ones before it stay registered). Separate
+// from RegisterCpuKernels: a runtime that trains calls both.
 absl::Status RegisterCpuDataKernels(KernelRegistry* registry);
 
 }  // namespace loom

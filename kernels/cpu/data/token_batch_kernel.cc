@@ -109,11 +109,15 @@ struct BatchOptions {
   int64_t sample_begin = 0;
   int64_t sample_count = 0;
   int64_t micro_batches = 1;
+  // The steps taken before piece 0 (a resumed job): piece p is step first_step + p / M.
+  int64_t first_step = 0;
+  // The one-output form: true when its output is y (the targets), false when it is x.
+  bool targets = false;
   // sample_count / micro_batches: the rows of each output.
   int64_t samples_per_piece = 0;
 };
 
-absl::StatusOr<BatchOptions> ParseOptions(const plan::KernelConf& conf) {
+absl::StatusOr<BatchOptions> ParseOptions(const plan::KernelConf& conf, int num_outputs) {
   Attributes attributes(conf);
   BatchOptions options;
   absl::StatusOr<std::string> path = attributes.GetString("path");
@@ -172,6 +176,24 @@ absl::StatusOr<BatchOptions> ParseOptions(const plan::KernelConf& conf) {
   }
   options.micro_batches = *micro_batches;
   options.samples_per_piece = options.sample_count / options.micro_batches;
+
+  absl::StatusOr<int64_t> first_step = attributes.GetInt("first_step", 0);
+  if (!first_step.ok()) return WithOpType(kOpType, first_step.status());
+  if (*first_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": attribute 'first_step' must be >= 0, got ", *first_step));
+  }
+  options.first_step = *first_step;
+
+  if (num_outputs == 2 && attributes.Has("targets")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOpType,
+        ": attribute 'targets' selects the output of the one-output form, but this task "
+        "has two outputs (x and y)"));
+  }
+  absl::StatusOr<bool> targets = attributes.GetBool("targets", false);
+  if (!targets.ok()) return WithOpType(kOpType, targets.status());
+  options.targets = *targets;
   return options;
 }
 
@@ -195,23 +217,28 @@ class TokenBatchKernel : public Kernel {
       return absl::InvalidArgumentError(
           absl::StrCat(kOpType, ": piece must be >= 0, got ", context.piece));
     }
-    const int64_t step = context.piece / options_.micro_batches;
     const int64_t micro_batch = context.piece % options_.micro_batches;
     const int64_t first_sample = options_.sample_begin + micro_batch * options_.samples_per_piece;
     const int64_t sequence = options_.sequence;
     const uint64_t m = modulus_;
+    // t mod m for t = first_step + piece / M, which may exceed int64 for a huge first_step.
+    const uint64_t step_mod = (static_cast<uint64_t>(options_.first_step) % m +
+                               static_cast<uint64_t>(context.piece / options_.micro_batches) % m) %
+                              m;
     // (t * B) mod m; each sample adds i, then the whole is scaled by T.
-    const uint64_t step_base = MultiplyMod(static_cast<uint64_t>(step) % m,
-                                           static_cast<uint64_t>(options_.global_batch) % m, m);
+    const uint64_t step_base =
+        MultiplyMod(step_mod, static_cast<uint64_t>(options_.global_batch) % m, m);
     const uint64_t sequence_mod = static_cast<uint64_t>(sequence) % m;
-    const TensorView& x = context.outputs[0];
-    const TensorView& y = context.outputs[1];
     for (int64_t row = 0; row < options_.samples_per_piece; ++row) {
       const uint64_t sample = static_cast<uint64_t>(first_sample + row) % m;
       const int64_t offset =
           static_cast<int64_t>(MultiplyMod((step_base + sample) % m, sequence_mod, m));
-      CopyRow(x, row, offset);
-      CopyRow(y, row, offset + 1);
+      if (context.outputs.size() == 2) {
+        CopyRow(context.outputs[0], row, offset);
+        CopyRow(context.outputs[1], row, offset + 1);
+      } else {
+        CopyRow(context.outputs[0], row, options_.targets ? offset + 1 : offset);
+      }
     }
     return absl::OkStatus();
   }
@@ -236,24 +263,27 @@ class TokenBatchKernel : public Kernel {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateTokenBatchKernel(const KernelInit& init) {
-  absl::Status status = CheckArity(kOpType, init, 0, 2);
+  // Two outputs (x, y), or one (x, or y with "targets").
+  const int num_outputs = init.outputs.size() == 1 ? 1 : 2;
+  absl::Status status = CheckArity(kOpType, init, 0, num_outputs);
   if (!status.ok()) return status;
-  absl::StatusOr<BatchOptions> options = ParseOptions(*init.conf);
+  absl::StatusOr<BatchOptions> options = ParseOptions(*init.conf, num_outputs);
   if (!options.ok()) return options.status();
 
   const Shape expected({options->samples_per_piece, options->sequence});
   const char* const kNames[] = {"x", "y"};
-  for (int index = 0; index < 2; ++index) {
+  for (int index = 0; index < num_outputs; ++index) {
+    const char* name = num_outputs == 1 && options->targets ? kNames[1] : kNames[index];
     const plan::TensorDesc& desc = init.outputs[index];
     if (desc.data_type() != plan::INT32 && desc.data_type() != plan::INT64) {
-      return absl::InvalidArgumentError(absl::StrCat(kOpType, ": output '", kNames[index],
+      return absl::InvalidArgumentError(absl::StrCat(kOpType, ": output '", name,
                                                      "' must be int32 or int64, got ",
                                                      DataTypeName(desc.data_type())));
     }
     const Shape shape = Shape::FromProto(desc);
     if (shape != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          kOpType, ": output '", kNames[index], "' is ", DescribeTensor(desc),
+          kOpType, ": output '", name, "' is ", DescribeTensor(desc),
           " but must be [sample_count / micro_batches, sequence] = ", expected.ToString()));
     }
   }

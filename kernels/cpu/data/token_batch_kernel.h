@@ -8,8 +8,10 @@
 
 namespace loom::cpu {
 
-// "token_batch": no inputs; two outputs x and y (each int32 or int64) holding this task's share of
-// a language-model batch read from a token file: y is x shifted by one token.
+// "token_batch": no inputs; two outputs x and y, or one output, x or y (each int32 or int64),
+// holding this task's share of a language-model batch read from a token file: y is x shifted by
+// one token. The one-output form is what a job input with a token-file source lowers to: the
+// model's tokens and its targets are then two SOURCE tasks reading the same file.
 //
 // The file is memory-mapped once, when the kernel is built; building fails, naming the path, if it
 // cannot be opened or mapped, is not a regular file, is empty, has an odd size in "uint16" format,
@@ -24,10 +26,15 @@ namespace loom::cpu {
 //   "sample_begin" (int, default 0) and "sample_count" (int, default B): the contiguous window
 //     [sample_begin, sample_begin + sample_count) of the B samples that this task's data-parallel
 //     rank produces; it must lie inside [0, B);
-//   "micro_batches" M (int, default 1, >= 1): sample_count must be a multiple of M.
+//   "micro_batches" M (int, default 1, >= 1): sample_count must be a multiple of M;
+//   "first_step" (int, default 0, >= 0): the steps a resumed job has already taken, so that its
+//     batches continue where the interrupted run's stopped;
+//   "targets" (bool, default false; only in the one-output form): the output is y when true,
+//     x when false.
 //
-// Piece p is step t = p / M, micro-batch j = p % M; it produces the b = sample_count / M global
-// samples i = sample_begin + j * b + r for r in [0, b), so both outputs must be [b, T]. With N
+// Piece p is step t = first_step + p / M, micro-batch j = p % M; it produces the
+// b = sample_count / M global samples i = sample_begin + j * b + r for r in [0, b), so every
+// output must be [b, T]. With N
 // tokens in the file, sample i of step t starts at
 //   offset = ((t * B + i) * T) mod (N - T - 1)
 // (computed without overflow for any piece), and row r is x = tokens[offset, offset + T),

@@ -20,6 +20,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double epsilon = 1e-8;
   double weight_decay = 0.01;
+  int64_t first_step = 0;
 };
 
 // PyTorch's _single_tensor_adamw computes its scalars as Python floats (double) and the tensor
@@ -45,7 +46,8 @@ class AdamWKernel : public Kernel {
     status = CheckStepPiece(kAdamW, context.piece);
     if (!status.ok()) return status;
     // Python floats: the step is a float (state_steps hold float tensors) and ** is C pow.
-    const double step = static_cast<double>(context.piece) + 1.0;
+    const double step =
+        static_cast<double>(options_.first_step) + static_cast<double>(context.piece) + 1.0;
     const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
     const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
     const double step_size = options_.lr / bias_correction1;
@@ -116,6 +118,9 @@ absl::StatusOr<AdamWOptions> ReadOptions(const plan::KernelConf& conf) {
   options.weight_decay = *value;
   status = CheckNonNegative(kAdamW, "weight_decay", options.weight_decay);
   if (!status.ok()) return status;
+  absl::StatusOr<int64_t> first_step = GetFirstStep(kAdamW, attributes);
+  if (!first_step.ok()) return first_step.status();
+  options.first_step = *first_step;
   return options;
 }
 

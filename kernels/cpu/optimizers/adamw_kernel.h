@@ -10,9 +10,10 @@ namespace loom::cpu {
 
 // "adamw": one step of torch.optim.AdamW (PyTorch 1.13, amsgrad=False, maximize=False, the
 // single-tensor path) on float32 tensors of one shape. Inputs param, grad, exp_avg, exp_avg_sq;
-// outputs param_out, exp_avg_out, exp_avg_sq_out. Piece p is step t = p + 1. Attributes: "lr"
-// (required, >= 0), "beta1" (0.9) and "beta2" (0.999) in [0, 1), "epsilon" (1e-8, >= 0),
-// "weight_decay" (0.01, >= 0). Per element:
+// outputs param_out, exp_avg_out, exp_avg_sq_out. Piece p is step t = first_step + p + 1.
+// Attributes: "lr" (required, >= 0), "beta1" (0.9) and "beta2" (0.999) in [0, 1), "epsilon"
+// (1e-8, >= 0), "weight_decay" (0.01, >= 0), "first_step" (0, >= 0: the steps already taken, when
+// a job resumes with its saved moments). Per element:
 //   param *= 1 - lr * weight_decay
 //   exp_avg = beta1 * exp_avg + (1 - beta1) * grad
 //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad * grad

@@ -62,6 +62,16 @@ absl::Status CheckStepPiece(absl::string_view op_type, int64_t piece) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> GetFirstStep(absl::string_view op_type, const Attributes& attributes) {
+  absl::StatusOr<int64_t> first_step = attributes.GetInt("first_step", 0);
+  if (!first_step.ok()) return WithOpType(op_type, first_step.status());
+  if (*first_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op_type, ": attribute 'first_step' must be >= 0, got ", *first_step));
+  }
+  return *first_step;
+}
+
 absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
                                       const std::string& name) {
   return CheckFinite(op_type, name, attributes.GetFloat(name));

@@ -26,6 +26,10 @@ absl::Status CheckElementwiseUpdate(absl::string_view op_type, const KernelInit&
 // The piece of a training step is its index, so it must not be negative.
 absl::Status CheckStepPiece(absl::string_view op_type, int64_t piece);
 
+// The int attribute "first_step" (default 0, must be >= 0): the steps the optimizer took before
+// piece 0, when a job resumes from a checkpoint.
+absl::StatusOr<int64_t> GetFirstStep(absl::string_view op_type, const Attributes& attributes);
+
 // The float attribute `name`, which is required and must be finite.
 absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
                                       const std::string& name);

@@ -20,6 +20,7 @@ struct SgdOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+  int64_t first_step = 0;
 };
 
 // PyTorch computes in float32 with its Python-float hyperparameters rounded to float32:
@@ -36,6 +37,7 @@ class SgdKernel : public Kernel {
         use_weight_decay_(options.weight_decay != 0.0),
         use_momentum_(options.momentum != 0.0),
         nesterov_(options.nesterov),
+        first_step_(options.first_step),
         weight_decay_(static_cast<float>(options.weight_decay)),
         momentum_(static_cast<float>(options.momentum)),
         one_minus_dampening_(static_cast<float>(1.0 - options.dampening)),
@@ -52,7 +54,9 @@ class SgdKernel : public Kernel {
     float* param_out = context.outputs[0].Data<float>();
     float* buffer_out = context.outputs[1].Data<float>();
     const int64_t count = context.outputs[0].NumElements();
-    const bool first_step = context.piece == 0;
+    // PyTorch sets the buffer to the gradient on the very first step only; a resumed run
+    // (first_step > 0) continues from the buffer it was given.
+    const bool first_step = first_step_ == 0 && context.piece == 0;
     for (int64_t i = 0; i < count; ++i) {
       // Read everything this element needs before writing: outputs may alias inputs.
       const float p = param[i];
@@ -75,6 +79,7 @@ class SgdKernel : public Kernel {
   bool use_weight_decay_;
   bool use_momentum_;
   bool nesterov_;
+  int64_t first_step_;
   float weight_decay_;
   float momentum_;
   float one_minus_dampening_;
@@ -105,6 +110,9 @@ absl::StatusOr<SgdOptions> ReadOptions(const plan::KernelConf& conf) {
   absl::StatusOr<bool> nesterov = attributes.GetBool("nesterov", false);
   if (!nesterov.ok()) return WithOpType(kSgd, nesterov.status());
   options.nesterov = *nesterov;
+  absl::StatusOr<int64_t> first_step = GetFirstStep(kSgd, attributes);
+  if (!first_step.ok()) return first_step.status();
+  options.first_step = *first_step;
   if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0)) {
     return absl::InvalidArgumentError(
         "sgd: nesterov momentum requires a positive 'momentum' and zero 'dampening'");

@@ -10,10 +10,13 @@ namespace loom::cpu {
 
 // "sgd": one step of torch.optim.SGD (PyTorch 1.13, maximize=False) on float32 tensors of one
 // shape. Inputs param, grad, momentum_buffer; outputs param_out, momentum_buffer_out. Piece p is
-// step p + 1. Attributes: "lr" (required, >= 0), "momentum" (0, >= 0), "dampening" (0),
-// "weight_decay" (0, >= 0), "nesterov" (false; needs momentum > 0 and dampening 0). Per element:
+// step first_step + p + 1. Attributes: "lr" (required, >= 0), "momentum" (0, >= 0), "dampening"
+// (0), "weight_decay" (0, >= 0), "nesterov" (false; needs momentum > 0 and dampening 0),
+// "first_step" (0, >= 0: the steps already taken, when a job resumes with its saved momentum
+// buffer). Per element:
 //   g = grad + weight_decay * param                       (when weight_decay != 0)
-//   buf = g on piece 0, else momentum * buf + (1 - dampening) * g   (when momentum != 0)
+//   buf = g on step 1 (piece 0 with first_step 0),
+//         else momentum * buf + (1 - dampening) * g       (when momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf                (when momentum != 0)
 //   param -= lr * g
 // With momentum 0 the buffer is passed through unchanged. Each output may be the same buffer as

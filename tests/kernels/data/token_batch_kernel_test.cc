@@ -466,12 +466,15 @@ TEST_F(TokenBatchTest, AttributeAndArityErrors) {
   EXPECT_THAT(BuildError({.path = path_, .sequence = 0}).message(),
               HasSubstr("'sequence' must be >= 1"));
 
-  OpCall one_output("token_batch");
-  one_output.Attribute("path", StringAttribute(path_))
+  // One output (x, or y with "targets") and two (x, y) are the forms; three is neither.
+  OpCall three_outputs("token_batch");
+  three_outputs.Attribute("path", StringAttribute(path_))
       .Attribute("global_batch", IntAttribute(2))
       .Attribute("sequence", IntAttribute(4))
+      .Output({2, 4}, plan::INT32)
+      .Output({2, 4}, plan::INT32)
       .Output({2, 4}, plan::INT32);
-  EXPECT_THAT(BuildDataKernel(one_output).status().message(),
+  EXPECT_THAT(BuildDataKernel(three_outputs).status().message(),
               HasSubstr("expects 0 inputs and 2 outputs"));
 
   OpCall with_input("token_batch");
