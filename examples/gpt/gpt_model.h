@@ -1,0 +1,105 @@
+#ifndef LOOM_EXAMPLES_GPT_GPT_MODEL_H_
+#define LOOM_EXAMPLES_GPT_GPT_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace loom::gpt {
+
+// The reference GPT of the training work (tests/oracle/models.py is the same model in PyTorch):
+// byte-level, pre-LayerNorm blocks, GELU (erf), learned position embedding, causal attention,
+// untied output head without bias, mean cross-entropy over every token of the global batch,
+// AdamW on every parameter. The defaults are the "tiny" model.
+struct GptConfig {
+  // Model.
+  int64_t vocab = 256;
+  int64_t context = 64;  // T: also the sequence length of every batch
+  int64_t width = 128;   // D
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t mlp_width = 512;  // F
+  double layer_norm_epsilon = 1e-5;
+
+  // Training.
+  int64_t batch = 16;  // global batch B
+  int64_t steps = 20;
+  double learning_rate = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+  double weight_decay = 0.1;
+  // > 0: clip the gradients' global L2 norm to this before each update.
+  double max_grad_norm = 0;
+
+  // Data: a token file read by the job itself (Input.token_file).
+  std::string data_path = "/usr/share/common-licenses/GPL-3";
+  std::string data_format = "bytes";  // or "uint16"
+
+  // Parallelism: pipeline_stages x data_parallel x tensor_parallel devices. Stage s runs on
+  // devices [s * dp * tp, (s + 1) * dp * tp), seen as [dp, tp] when both exceed 1.
+  int64_t data_parallel = 1;
+  int64_t tensor_parallel = 1;
+  int64_t pipeline_stages = 1;
+  int64_t micro_batches = 1;
+  job::PipelineSchedule schedule = job::ONE_F_ONE_B;
+
+  // Seed of the initial weights (the job's initializers and WriteGptInitialWeights).
+  int64_t seed = 0;
+};
+
+// How a parameter starts.
+enum class ParameterInit { kNormal, kZeros, kOnes };
+
+// One parameter of the model, in the canonical order of tests/oracle/models.py.
+struct GptParameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  ParameterInit init = ParameterInit::kZeros;
+  double std = 0;  // for kNormal
+  // Its SBP on the tensor-parallel axis (Megatron layout): "S(1)" for the q, k, v and c_fc
+  // weights and their biases' "S(0)", "S(0)" for the c_proj weights, "B" otherwise.
+  std::string tensor_parallel_sbp = "B";
+  int stage = 0;  // the pipeline stage that holds it
+};
+
+// OK, or INVALID_ARGUMENT saying which setting is wrong and what would be valid.
+absl::Status ValidateGptConfig(const GptConfig& config);
+
+// The number of devices the job runs on: pipeline_stages * data_parallel * tensor_parallel.
+int64_t GptDeviceCount(const GptConfig& config);
+
+// The first layer of stage `stage` (the layers are split evenly, earlier stages taking one more
+// when they do not divide); GptFirstLayer(config, pipeline_stages) is `layers`.
+int64_t GptFirstLayer(const GptConfig& config, int64_t stage);
+
+// Every parameter, in canonical order (requires a valid config).
+std::vector<GptParameter> GptParameters(const GptConfig& config);
+
+// The training job: variables named as GptParameters, inputs "x" and "y" (int32 [B, T], read from
+// the token file), loss "loss" (fetched every step), the AdamW optimizer, and the parallel layout
+// of the config. INVALID_ARGUMENT for an invalid config.
+absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config);
+
+// The initial value of element `index` of a parameter with normal initialisation: the value the
+// job's initializer (seed `seed`) gives it, float(std * N(0, 1)) of Loom's counter-based
+// generator.
+float InitialNormalValue(double std, int64_t seed, int64_t index);
+
+// The seed of the `position`-th parameter (canonical order) under the config's seed.
+int64_t ParameterSeed(const GptConfig& config, int64_t position);
+
+// Writes the initial parameters, as the job's initializers draw them, to a safetensors file
+// (F32, by name; metadata "model" = "gpt", "seed", "config").
+absl::Status WriteGptInitialWeights(const GptConfig& config, const std::string& path);
+
+// The config as one line of JSON (the metadata of WriteGptInitialWeights).
+std::string GptConfigJson(const GptConfig& config);
+
+}  // namespace loom::gpt
+
+#endif  // LOOM_EXAMPLES_GPT_GPT_MODEL_H_

@@ -1,0 +1,341 @@
+#!/usr/bin/python3
+"""Oracle test: Loom trains a model as PyTorch does (tests/oracle/README.md).
+
+In a temporary directory:
+  1. initial weights: `loom-gpt --write-init` (GPT) or `reference.py --write-init` (MLP);
+  2. the job: `loom-gpt --emit` with the parallel layout asked for (GPT), or the MLP job
+     written here (data parallel over --dp devices);
+  3. Loom:    loomctl run JOB --devices cpu:N --steps S --init INIT --output json --save-dir DIR
+  4. PyTorch: reference.py --model M --init INIT --data DATA --steps S --output ref.json
+              --save-final ref.safetensors [--max-norm X]
+  5. checks: every step's loss within relative --loss-tolerance (1e-4), every final parameter
+     within --weight-tolerance (1e-3) of its scale: max|loom - torch| <= tol * max|torch|.
+
+Exit status 0 when everything matches, 1 on a mismatch (with a table of the differences), 2
+when a step could not run (the failing command and its output are printed).
+
+  check_gpt_training.py --loom-gpt build/bin/loom-gpt --loomctl build/bin/loomctl --dp 2 --tp 2
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE = os.path.join(HERE, "reference.py")
+DEFAULT_DATA = "/usr/share/common-licenses/GPL-3"
+
+
+class StepFailed(Exception):
+    pass
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
+    ap.add_argument("--loom-gpt", help="the loom-gpt binary (needed for --model gpt)")
+    ap.add_argument("--loomctl", required=True, help="the loomctl binary")
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--micro-batches", type=int, default=1)
+    ap.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    ap.add_argument("--max-grad-norm", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--loss-tolerance", type=float, default=1e-4)
+    ap.add_argument("--weight-tolerance", type=float, default=1e-3,
+                    help="relative to each parameter's max |torch| (default 1e-3)")
+    ap.add_argument("--absolute-tolerance", type=float, default=2.5e-4,
+                    help="added to the weight tolerance (default 2.5e-4 = lr / 4): AdamW's "
+                         "update lr * g / (|g| + eps) of an element whose gradient is near eps "
+                         "(1e-8) turns the gradient's last-bit rounding into differences of a "
+                         "fraction of lr, in any two correct implementations (see the README)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per command")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if args.model == "gpt" and not args.loom_gpt:
+        ap.error("--model gpt needs --loom-gpt")
+    if args.model == "mlp" and (args.tp > 1 or args.pp > 1 or args.micro_batches > 1):
+        ap.error("the MLP job here is data parallel only")
+    return args
+
+
+def run(command, what, timeout, cwd=None):
+    """Runs `command`; returns its stdout. Raises StepFailed with its output on failure."""
+    print(f"$ {' '.join(command)}", flush=True)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise StepFailed(f"{what}: timed out after {timeout:.0f} s\n"
+                         f"--- stdout ---\n{e.stdout or ''}\n--- stderr ---\n{e.stderr or ''}")
+    print(f"  ({what}: {time.monotonic() - start:.1f} s, exit {done.returncode})", flush=True)
+    if done.returncode != 0:
+        raise StepFailed(f"{what} failed with exit status {done.returncode}\n"
+                         f"command: {' '.join(command)}\n"
+                         f"--- stdout (tail) ---\n{done.stdout[-4000:]}\n"
+                         f"--- stderr (tail) ---\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def mlp_job_text(args, devices):
+    """The MLP of models.py as a data-parallel Loom job (width 64, MLP 128, vocab 256)."""
+    V, D, F, B, T = 256, 64, 128, 16, 64
+    names = ", ".join(f'"cpu:{i}"' for i in range(devices))
+    data = json.dumps(args.data)
+
+    def token_input(name, targets):
+        return (f'inputs {{ name: "{name}" shape: [{B}, {T}] data_type: INT32 sbp: "S(0)" '
+                f'token_file {{ path: {data} format: "bytes" targets: {str(targets).lower()} }} }}\n')
+
+    def variable(name, shape):
+        dims = ", ".join(str(d) for d in shape)
+        return (f'variables {{ name: "{name}" shape: [{dims}] sbp: "B" '
+                f'initializer {{ constant: 0 }} }}\n')
+
+    def op(name, kind, inputs):
+        ins = ", ".join(f'"{i}"' for i in inputs)
+        return f'ops {{ name: "{name}" type: "{kind}" inputs: [{ins}] outputs: "{name}" }}\n'
+
+    text = (f'# The oracle MLP (tests/oracle/models.py), written by check_gpt_training.py\n'
+            f'name: "mlp" placement {{ devices: [{names}] }} num_steps: {args.steps}\n'
+            f'loss: "loss" fetch: "loss"\n'
+            f'optimizer {{ adamw {{ learning_rate: 0.001 beta1: 0.9 beta2: 0.95 '
+            f'epsilon: 1e-08 weight_decay: 0.1 }} }}\n')
+    if args.max_grad_norm is not None:
+        text += f"max_grad_norm: {args.max_grad_norm}\n"
+    text += token_input("x", False) + token_input("y", True)
+    text += (variable("wte", [V, D]) + variable("fc1.weight", [D, F]) + variable("fc1.bias", [F])
+             + variable("fc2.weight", [F, V]) + variable("fc2.bias", [V]))
+    text += (op("e", "embedding", ["wte", "x"]) + op("h1", "matmul", ["e", "fc1.weight"])
+             + op("h1b", "bias_add", ["h1", "fc1.bias"]) + op("g", "gelu", ["h1b"])
+             + op("logits0", "matmul", ["g", "fc2.weight"])
+             + op("logits", "bias_add", ["logits0", "fc2.bias"])
+             + op("token_loss", "sparse_cross_entropy", ["logits", "y"])
+             + op("loss", "reduce_mean", ["token_loss"]))
+    return text
+
+
+def read_step_losses(stdout):
+    """Losses from `loomctl run --output json`: one JSON object per step with "step" and "loss"
+    (other lines are ignored)."""
+    losses = {}
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "step" in record and "loss" in record:
+            losses[int(record["step"])] = float(record["loss"])
+    if not losses:
+        raise StepFailed("loomctl run --output json printed no {\"step\", \"loss\"} objects; "
+                         f"its stdout was:\n{stdout[-4000:]}")
+    first = min(losses)
+    return [losses[k] for k in sorted(losses)], first
+
+
+def find_saved_checkpoint(save_dir):
+    """The checkpoint `loomctl run --save-dir` wrote: the only one, the one named "final", or
+    the one with the highest step number in its name."""
+    files = sorted(glob.glob(os.path.join(save_dir, "**", "*.safetensors"), recursive=True))
+    if not files:
+        listing = "\n".join(sorted(os.listdir(save_dir))) if os.path.isdir(save_dir) else "(none)"
+        raise StepFailed(f"loomctl run --save-dir {save_dir} wrote no .safetensors file; "
+                         f"the directory holds:\n{listing}")
+    if len(files) == 1:
+        return files[0]
+    finals = [f for f in files if "final" in os.path.basename(f)]
+    if len(finals) == 1:
+        return finals[0]
+
+    def step_of(path):
+        numbers = re.findall(r"\d+", os.path.basename(path))
+        return int(numbers[-1]) if numbers else -1
+
+    return max(files, key=step_of)
+
+
+def compare_losses(loom, ref, tolerance):
+    problems, rows = [], []
+    if len(loom) != len(ref):
+        problems.append(f"Loom reported {len(loom)} step losses, PyTorch {len(ref)}")
+    for step, (a, b) in enumerate(zip(loom, ref)):
+        rel = abs(a - b) / max(abs(b), 1e-30)
+        bad = not (rel <= tolerance)
+        rows.append(f"  step {step:3d}  loom {a:.7f}  torch {b:.7f}  rel {rel:.2e}"
+                    f"{'  <-- MISMATCH' if bad else ''}")
+        if bad:
+            problems.append(f"step {step}: loss {a!r} vs torch {b!r} (relative {rel:.3e} > "
+                            f"{tolerance:g})")
+    return problems, rows
+
+
+def compare_weights(loom, ref, tolerance, absolute):
+    """Every parameter: max|loom - torch| <= tolerance * max|torch| + absolute. Rows note, per
+    parameter, how many elements exceed the relative part alone (see --absolute-tolerance)."""
+    import torch
+    problems, rows, strict_failures = [], [], []
+    names = [n for n in ref if not n.startswith("optimizer.")]
+    missing = [n for n in names if n not in loom]
+    if missing:
+        problems.append("Loom's checkpoint lacks: " + ", ".join(missing))
+    worst = (0.0, None)
+    for name in names:
+        if name not in loom:
+            continue
+        a, b = loom[name], ref[name]
+        if list(a.shape) != list(b.shape):
+            problems.append(f"{name}: Loom shape {list(a.shape)}, torch {list(b.shape)}")
+            continue
+        a = a.to(torch.float64).reshape(-1)
+        b = b.to(torch.float64).reshape(-1)
+        if b.numel() == 0:
+            continue
+        differences = (a - b).abs()
+        diff = float(differences.max())
+        scale = float(b.abs().max())
+        ratio = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+        if ratio > worst[0]:
+            worst = (ratio, name)
+        beyond_relative = int((differences > tolerance * scale).sum())
+        bad = not (diff <= tolerance * scale + absolute)
+        note = ""
+        if beyond_relative:
+            strict_failures.append(f"{name} ({beyond_relative} of {b.numel()})")
+            note = f"  {beyond_relative} element(s) beyond {tolerance:g} x scale"
+        if bad:
+            index = int(differences.argmax())
+            problems.append(f"{name}: max |loom - torch| = {diff:.3e} > {tolerance:g} x "
+                            f"max|torch| + {absolute:g} = {tolerance * scale + absolute:.3e} "
+                            f"(worst at flat index {index}: loom {float(a[index]):.7g}, "
+                            f"torch {float(b[index]):.7g})")
+        rows.append(f"  {name:28s} max|diff| {diff:.3e}  max|torch| {scale:.3e}  "
+                    f"ratio {ratio:.2e}{note}{'  <-- MISMATCH' if bad else ''}")
+    return problems, rows, worst, strict_failures
+
+
+def describe(args):
+    parts = [args.model, f"dp={args.dp}", f"tp={args.tp}", f"pp={args.pp}"]
+    if args.micro_batches > 1:
+        parts.append(f"micro-batches={args.micro_batches} ({args.schedule})")
+    if args.max_grad_norm is not None:
+        parts.append(f"max-grad-norm={args.max_grad_norm:g}")
+    return " ".join(parts)
+
+
+def check(args, work):
+    sys.path.insert(0, HERE)
+    import safetensors_io
+
+    devices = args.dp * args.tp * args.pp
+    init = os.path.join(work, "init.safetensors")
+    job_path = os.path.join(work, "job.pbtxt")
+    save_dir = os.path.join(work, "loom_save")
+    ref_json = os.path.join(work, "ref.json")
+    ref_final = os.path.join(work, "ref.safetensors")
+
+    if args.model == "gpt":
+        layout = ["--dp", str(args.dp), "--tp", str(args.tp), "--pp", str(args.pp),
+                  "--micro-batches", str(args.micro_batches), "--schedule", args.schedule,
+                  "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
+        if args.max_grad_norm is not None:
+            layout += ["--max-grad-norm", repr(args.max_grad_norm)]
+        run([args.loom_gpt, "--write-init", init, "--emit", job_path] + layout,
+            "loom-gpt (initial weights and job)", args.timeout)
+    else:
+        run([sys.executable, REFERENCE, "--model", "mlp", "--write-init", init,
+             "--seed", str(args.seed)], "reference.py --write-init", args.timeout)
+        with open(job_path, "w") as f:
+            f.write(mlp_job_text(args, devices))
+
+    reference = [sys.executable, REFERENCE, "--model", args.model, "--init", init,
+                 "--data", args.data, "--steps", str(args.steps), "--output", ref_json,
+                 "--save-final", ref_final]
+    if args.max_grad_norm is not None:
+        reference += ["--max-norm", repr(args.max_grad_norm)]
+    run(reference, "PyTorch reference", args.timeout)
+    with open(ref_json) as f:
+        ref = json.load(f)
+
+    stdout = run([args.loomctl, "run", job_path, "--devices", f"cpu:{devices}",
+                  "--steps", str(args.steps), "--init", init, "--output", "json",
+                  "--save-dir", save_dir], "loomctl run", args.timeout)
+    loom_losses, first_step = read_step_losses(stdout)
+
+    problems = []
+    if first_step != 0:
+        print(f"note: Loom's steps are numbered from {first_step}")
+    loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)
+    problems += loss_problems
+
+    checkpoint = find_saved_checkpoint(save_dir)
+    print(f"Loom's final checkpoint: {checkpoint}")
+    loom_final, _ = safetensors_io.load(checkpoint)
+    ref_tensors, _ = safetensors_io.load(ref_final)
+    weight_problems, weight_rows, worst, strict = compare_weights(
+        loom_final, ref_tensors, args.weight_tolerance, args.absolute_tolerance)
+    problems += weight_problems
+
+    if args.max_grad_norm is not None:
+        clipped = sum(1 for g in ref["grad_norms"] if g > args.max_grad_norm)
+        print(f"clipping: {clipped} of {len(ref['grad_norms'])} steps have a gradient norm "
+              f"above {args.max_grad_norm:g} (PyTorch's grad_norms)")
+        if clipped == 0:
+            problems.append(f"--max-grad-norm {args.max_grad_norm:g} never clips: the test "
+                            "would not exercise clipping; choose a smaller value")
+
+    print("losses (Loom vs PyTorch):")
+    print("\n".join(loss_rows))
+    if problems:
+        print("final parameters (max |loom - torch| vs max |torch|):")
+        print("\n".join(weight_rows))
+    else:
+        print(f"final parameters: all {len(weight_rows)} within {args.weight_tolerance:g} x "
+              f"their scale + {args.absolute_tolerance:g} (worst ratio {worst[0]:.2e}, "
+              f"{worst[1]})")
+    if strict:
+        print(f"note: beyond {args.weight_tolerance:g} x scale alone (AdamW eps-level "
+              f"elements): " + ", ".join(strict))
+    return problems
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    print(f"oracle: {describe(args)}, {args.steps} steps", flush=True)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        work, cleanup = args.keep, None
+    else:
+        cleanup = tempfile.TemporaryDirectory(prefix="loom-oracle-")
+        work = cleanup.name
+    try:
+        problems = check(args, work)
+    except StepFailed as e:
+        print(f"FAILED ({describe(args)}): {e}", file=sys.stderr)
+        return 2
+    finally:
+        if cleanup is not None:
+            cleanup.cleanup()
+    if problems:
+        print(f"FAILED ({describe(args)}): {len(problems)} mismatch(es):", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    print(f"PASSED ({describe(args)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
