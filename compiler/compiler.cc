@@ -9,15 +9,15 @@
 #include "absl/strings/str_replace.h"
 #include "compiler/autodiff.h"
 #include "compiler/boxing.h"
+#include "compiler/gradient_clipping.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
 #include "compiler/node_split.h"
-#include "compiler/gradient_clipping.h"
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "runtime/format_bytes.h"
 #include "runtime/device_name.h"
+#include "runtime/format_bytes.h"
 
 namespace loom::compiler {
 
@@ -84,8 +84,8 @@ std::string Explain(const CompileResult& result) {
       }
       if (boxing->crosses_placements) {
         absl::StrAppend(&text, "    ",
-                        boxing->one_to_one ? "one-to-one copies" : "copies from source rank 0",
-                        " ", from.ToString(), " -> ", node.placement.ToString(), "\n");
+                        boxing->one_to_one ? "one-to-one copies" : "copies from source rank 0", " ",
+                        from.ToString(), " -> ", node.placement.ToString(), "\n");
       }
       for (const BoxingStep& step : boxing->destination_steps) {
         absl::StrAppend(&text, "    ", step.ToString(), ": ",

@@ -62,9 +62,8 @@ absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_nor
   }
   std::string total = squared_norms[0];
   for (size_t i = 1; i < squared_norms.size(); ++i) {
-    const std::string name = i + 1 == squared_norms.size()
-                                 ? std::string("clip/total_squared_norm")
-                                 : absl::StrCat("clip/partial_sum_", i);
+    const std::string name = i + 1 == squared_norms.size() ? std::string("clip/total_squared_norm")
+                                                           : absl::StrCat("clip/partial_sum_", i);
     AddOnceStepOp(&result, name, "add", {total, squared_norms[i]}, nullptr);
     total = name;
   }
@@ -74,9 +73,9 @@ absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_nor
   for (const auto& [variable, position] : clipped) {
     const job::Op like = result.ops(position);
     const std::string gradient = absl::StrCat("grad/", variable);
-    job::Op* scale = AddOnceStepOp(&result, absl::StrCat("clip/", variable), "scale_by",
-                                   {absl::StrCat(gradient, "/unclipped"), "clip/coefficient"},
-                                   &like);
+    job::Op* scale =
+        AddOnceStepOp(&result, absl::StrCat("clip/", variable), "scale_by",
+                      {absl::StrCat(gradient, "/unclipped"), "clip/coefficient"}, &like);
     scale->set_outputs(0, gradient);
   }
   return result;

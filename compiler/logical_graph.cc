@@ -49,10 +49,10 @@ absl::StatusOr<NdSbp> ResolveSbp(const std::vector<std::string>& texts, const Te
   absl::StatusOr<NdSbp> sbp = ParseNdSbp(texts);
   if (!sbp.ok()) return Prefixed(who, sbp.status());
   if (static_cast<int>(sbp->size()) != placement.num_axes()) {
-    return Invalid(absl::StrCat(who, ": SBP ", NdSbpToString(*sbp), " has ", sbp->size(),
-                                " entries but the placement's hierarchy has ",
-                                placement.num_axes(), " axes ",
-                                absl::StrCat("[", absl::StrJoin(placement.hierarchy(), ", "), "]")));
+    return Invalid(
+        absl::StrCat(who, ": SBP ", NdSbpToString(*sbp), " has ", sbp->size(),
+                     " entries but the placement's hierarchy has ", placement.num_axes(), " axes ",
+                     absl::StrCat("[", absl::StrJoin(placement.hierarchy(), ", "), "]")));
   }
   absl::flat_hash_map<int, int64_t> parts_per_axis;
   for (size_t h = 0; h < sbp->size(); ++h) {
@@ -85,8 +85,8 @@ absl::Status CheckShape(const google::protobuf::RepeatedField<int64_t>& shape,
                         const std::string& who) {
   for (int64_t extent : shape) {
     if (extent < 1) {
-      return Invalid(absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "),
-                                  "] has an extent below 1"));
+      return Invalid(
+          absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "), "] has an extent below 1"));
     }
   }
   return absl::OkStatus();
@@ -154,8 +154,8 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   }
   std::vector<Placement> stage_placements;
   for (int s = 0; s < job.stage_placements_size(); ++s) {
-    absl::StatusOr<Placement> placement = ResolvePlacement(
-        job.stage_placements(s), job_placement, devices, absl::StrCat("stage ", s));
+    absl::StatusOr<Placement> placement = ResolvePlacement(job.stage_placements(s), job_placement,
+                                                           devices, absl::StrCat("stage ", s));
     if (!placement.ok()) return placement.status();
     stage_placements.push_back(*placement);
   }
@@ -247,9 +247,9 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
     if (graph.num_micro_batches > 1) {
       if (shape.empty() || shape[0] % graph.num_micro_batches != 0) {
-        return Invalid(absl::StrCat(
-            who, ": num_micro_batches ", graph.num_micro_batches,
-            " does not divide its batch (axis 0 of ", Shape(input.shape()).ToString(), ")"));
+        return Invalid(absl::StrCat(who, ": num_micro_batches ", graph.num_micro_batches,
+                                    " does not divide its batch (axis 0 of ",
+                                    Shape(input.shape()).ToString(), ")"));
       }
       shape[0] /= graph.num_micro_batches;
     }
@@ -267,8 +267,8 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     node.op_type = op.type();
     node.definition = registry.Find(op.type());
     if (node.definition == nullptr) {
-      return Invalid(absl::StrCat(who, ": unknown op type '", op.type(), "' (known: ",
-                                  absl::StrJoin(registry.OpTypes(), ", "), ")"));
+      return Invalid(absl::StrCat(who, ": unknown op type '", op.type(),
+                                  "' (known: ", absl::StrJoin(registry.OpTypes(), ", "), ")"));
     }
     if (op.outputs().empty()) return Invalid(absl::StrCat(who, " has no outputs"));
     for (const std::string& output : op.outputs()) {
@@ -328,8 +328,9 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   int expected_stage = 0;
   for (const auto& [stage, op_name] : first_op_of_stage) {
     if (stage != expected_stage) {
-      return Invalid(absl::StrCat("op '", op_name, "' is on stage ", stage, ", but no op is on stage ",
-                                  expected_stage, ": stages must be numbered 0, 1, ... without gaps"));
+      return Invalid(absl::StrCat("op '", op_name, "' is on stage ", stage,
+                                  ", but no op is on stage ", expected_stage,
+                                  ": stages must be numbered 0, 1, ... without gaps"));
     }
     ++expected_stage;
   }
@@ -396,11 +397,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
       for (int i = 0; i < node.op->output_sbp_size(); ++i) {
         const auto& texts = node.op->output_sbp(i).sbp();
         if (texts.empty()) continue;
-        absl::StatusOr<NdSbp> hint =
-            ResolveSbp(std::vector<std::string>(texts.begin(), texts.end()), (*types)[i],
-                       node.placement,
-                       absl::StrCat(who, ": SBP hint for output '", node.op->outputs(i), "'"),
-                       /*allow_partial=*/true);
+        absl::StatusOr<NdSbp> hint = ResolveSbp(
+            std::vector<std::string>(texts.begin(), texts.end()), (*types)[i], node.placement,
+            absl::StrCat(who, ": SBP hint for output '", node.op->outputs(i), "'"),
+            /*allow_partial=*/true);
         if (!hint.ok()) return hint.status();
         node.output_hints[i] = *hint;
       }

@@ -139,7 +139,8 @@ class Lowering {
         *task->mutable_kernel() = std::move(*kernel);
       }
       if (factor > 1) {
-        const LocalWindow micro = LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
+        const LocalWindow micro =
+            LocalWindowOf(tensor.type.shape, node.placement, tensor.sbp, rank);
         if (window.shape.dimension(0) != factor * micro.shape.dimension(0)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "input '", node.name, "': rank ", rank, " reads ", window.shape.dimension(0),
@@ -244,8 +245,9 @@ class Lowering {
       case job::Input::kTokenFile: {
         // Rows are samples: this rank's window must cover whole sequences.
         if (window.begin[1] != 0 || window.shape.dimension(1) != logical[1]) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "input '", input.name(), "': a token-file input may be split only on its batch axis"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", input.name(),
+                           "': a token-file input may be split only on its batch axis"));
         }
         conf.set_op_type("token_batch");
         const job::TokenFile& file = input.token_file();
@@ -277,9 +279,9 @@ class Lowering {
     absl::StatusOr<std::vector<std::string>> gradient =
         Materialize(node.gradient, node.placement, value.sbp, /*per_step=*/true);
     if (!gradient.ok()) {
-      return absl::Status(gradient.status().code(),
-                          absl::StrCat("variable '", node.name, "': its gradient: ",
-                                       gradient.status().message()));
+      return absl::Status(
+          gradient.status().code(),
+          absl::StrCat("variable '", node.name, "': its gradient: ", gradient.status().message()));
     }
     plan::KernelConf optimizer;
     if (FirstStep() > 0) SetInt(&optimizer, "first_step", FirstStep());
@@ -337,10 +339,10 @@ class Lowering {
       absl::StatusOr<std::vector<std::string>> registers =
           Materialize(node.inputs[i], node.placement, node.input_sbp[i], node.once_per_step);
       if (!registers.ok()) {
-        return absl::Status(registers.status().code(),
-                            absl::StrCat("op '", node.name, "': input '",
-                                         graph_.tensors[node.inputs[i]].name,
-                                         "': ", registers.status().message()));
+        return absl::Status(
+            registers.status().code(),
+            absl::StrCat("op '", node.name, "': input '", graph_.tensors[node.inputs[i]].name,
+                         "': ", registers.status().message()));
       }
       inputs.push_back(std::move(*registers));
     }
@@ -353,9 +355,9 @@ class Lowering {
       context.hierarchy = node.placement.hierarchy();
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         const TensorType& type = node.context.inputs[i];
-        context.local_inputs.push_back(TensorType{
-            LocalWindowOf(type.shape, node.placement, node.input_sbp[i], rank).shape,
-            type.data_type});
+        context.local_inputs.push_back(
+            TensorType{LocalWindowOf(type.shape, node.placement, node.input_sbp[i], rank).shape,
+                       type.data_type});
       }
       plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
                                  node.placement.device(rank), plan::STREAM_COMPUTE);
@@ -375,9 +377,9 @@ class Lowering {
       }
       absl::StatusOr<plan::KernelConf> kernel = node.definition->Lower(node.op_type, context);
       if (!kernel.ok()) {
-        return absl::Status(kernel.status().code(), absl::StrCat("op '", node.name, "' (",
-                                                                 node.op_type, "): ",
-                                                                 kernel.status().message()));
+        return absl::Status(
+            kernel.status().code(),
+            absl::StrCat("op '", node.name, "' (", node.op_type, "): ", kernel.status().message()));
       }
       *task->mutable_kernel() = std::move(*kernel);
     }
@@ -393,7 +395,8 @@ class Lowering {
     if (!registers.ok()) return registers.status();
     plan::Fetch* fetch = plan_.add_fetches();
     fetch->set_tensor(tensor.name);
-    for (int64_t extent : tensor.type.shape.dimensions()) fetch->mutable_logical()->add_shape(extent);
+    for (int64_t extent : tensor.type.shape.dimensions())
+      fetch->mutable_logical()->add_shape(extent);
     fetch->mutable_logical()->set_data_type(tensor.type.data_type);
     for (int64_t extent : placement.hierarchy()) fetch->add_hierarchy(extent);
     for (const Sbp& sbp : tensor.sbp) fetch->add_sbp(sbp.ToString());
@@ -557,9 +560,8 @@ class Lowering {
       if (!is_backward(task)) continue;
       const LogicalNode& node = *op_of_task_.at(task.name());
       if (!node.stage.has_value()) continue;
-      const int stash = graph_.pipeline_schedule == job::GPIPE
-                            ? graph_.num_micro_batches
-                            : graph_.num_stages - *node.stage;
+      const int stash = graph_.pipeline_schedule == job::GPIPE ? graph_.num_micro_batches
+                                                               : graph_.num_stages - *node.stage;
       for (const std::string& input : task.inputs()) {
         auto found = producer.find(input);
         if (found == producer.end() || is_backward(*found->second)) continue;

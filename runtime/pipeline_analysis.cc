@@ -17,8 +17,7 @@ struct PieceSpan {
 }  // namespace
 
 std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
-                                           const std::vector<PipelineRole>& roles,
-                                           int num_stages) {
+                                           const std::vector<PipelineRole>& roles, int num_stages) {
   std::vector<StageSchedule> schedules(num_stages);
   std::vector<std::map<int64_t, PieceSpan>> pieces(num_stages);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> intervals(num_stages);

@@ -33,8 +33,7 @@ struct StageSchedule {
 
 // Per stage 0..num_stages-1. `roles` is indexed by task index (events' task_index).
 std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
-                                           const std::vector<PipelineRole>& roles,
-                                           int num_stages);
+                                           const std::vector<PipelineRole>& roles, int num_stages);
 
 // One-forward-one-backward's order of a stage that may hold `in_flight` micro-batches, for `m`
 // micro-batches: min(in_flight, m) forwards, then alternating backward and forward while forwards

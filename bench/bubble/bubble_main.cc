@@ -48,8 +48,8 @@ job::Job BubbleJob(int micro_batches) {
     job::Initializer initializer;
     initializer.mutable_normal()->set_std(0.3);
     initializer.mutable_normal()->set_seed(10 + s);
-    std::string weight = builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, {},
-                                          {absl::StrCat("cpu:", s)});
+    std::string weight =
+        builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, {}, {absl::StrCat("cpu:", s)});
     JobBuilder::OpOptions on_stage;
     on_stage.stage = s;
     activation = builder.Matmul(absl::StrCat("mm", s), activation, weight, false, false, on_stage);
@@ -82,8 +82,7 @@ Measurement RunOnce(const plan::Plan& plan, const KernelRegistry& kernels) {
     if (task.kind() != plan::COMPUTE) continue;
     roles[task.index()] = PipelineRole{task.stream().device().index(), task.priority() > 0};
   }
-  const std::vector<StageSchedule> stages =
-      AnalyzePipeline(run->runtime->events(), roles, kStages);
+  const std::vector<StageSchedule> stages = AnalyzePipeline(run->runtime->events(), roles, kStages);
   int64_t begin = stages[0].first_start_nanoseconds;
   int64_t end = stages[0].last_end_nanoseconds;
   for (const StageSchedule& stage : stages) {
@@ -105,12 +104,13 @@ int Main() {
   ExitIfError(RegisterCpuKernels(&kernels), "registering the CPU kernels");
   compiler::OpRegistry ops;
   ExitIfError(compiler::RegisterStandardOps(&ops), "registering the ops");
-  std::printf("bubble: %d stages on cpu:0..%d, sleep %lld us forward / %lld us backward, "
-              "%d runs per M (medians)\n",
-              kStages, kStages - 1, static_cast<long long>(kForwardMicroseconds),
-              static_cast<long long>(kBackwardMicroseconds), kRepetitions);
-  std::printf("%4s  %10s  %10s  %6s  %-16s  %-16s\n", "M", "idle", "formula", "ratio",
-              "peak stash", "bound (P - s)");
+  std::printf(
+      "bubble: %d stages on cpu:0..%d, sleep %lld us forward / %lld us backward, "
+      "%d runs per M (medians)\n",
+      kStages, kStages - 1, static_cast<long long>(kForwardMicroseconds),
+      static_cast<long long>(kBackwardMicroseconds), kRepetitions);
+  std::printf("%4s  %10s  %10s  %6s  %-16s  %-16s\n", "M", "idle", "formula", "ratio", "peak stash",
+              "bound (P - s)");
   double worst_ratio = 0;
   double worst_idle = 0;
   double worst_formula = 0;
@@ -148,8 +148,9 @@ int Main() {
   }
   std::printf("peak stashed activations %s the 1F1B bound on every stage (worst over runs)\n",
               peaks_within_bound ? "equal" : "DIFFER FROM");
-  std::printf("goal: idle fraction within %.0f%% of (P - 1) / (M + P - 1) for every M; worst M = %d\n",
-              (kGoalRatio - 1) * 100, worst_m);
+  std::printf(
+      "goal: idle fraction within %.0f%% of (P - 1) / (M + P - 1) for every M; worst M = %d\n",
+      (kGoalRatio - 1) * 100, worst_m);
   PrintResult("bubble", absl::StrCat("idle_fraction_M", worst_m), worst_idle, "formula",
               worst_formula);
   return 0;

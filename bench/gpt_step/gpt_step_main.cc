@@ -109,8 +109,8 @@ LoomSteps RunLoom(const KernelRegistry& kernels) {
 std::string RunPyTorch(const std::string& reference, int steps) {
   const std::string output = "/tmp/loom_bench_gpt_step_torch.json";
   const std::string command =
-      absl::StrCat("/usr/bin/python3 ", reference, " --model gpt --threads 1 --steps-timing ", steps,
-                   " --warmup ", kWarmupSteps, " --output ", output, " > /dev/null");
+      absl::StrCat("/usr/bin/python3 ", reference, " --model gpt --threads 1 --steps-timing ",
+                   steps, " --warmup ", kWarmupSteps, " --output ", output, " > /dev/null");
   if (std::system(command.c_str()) != 0) {
     ExitIfError(absl::InternalError(absl::StrCat("'", command, "' failed")), "PyTorch");
   }
@@ -136,18 +136,20 @@ int Main(int argc, char** argv) {
   SetBlasThreads(1);
   KernelRegistry kernels;
   ExitIfError(RegisterCpuKernels(&kernels), "registering the CPU kernels");
-  std::printf("gpt-step: tiny GPT (V=256 T=64 D=128 L=4 H=4 F=512, batch 16, AdamW), one CPU "
-              "device, 1 thread each side; %d warm-up + %d measured steps\n",
-              kWarmupSteps, kMeasuredSteps);
+  std::printf(
+      "gpt-step: tiny GPT (V=256 T=64 D=128 L=4 H=4 F=512, batch 16, AdamW), one CPU "
+      "device, 1 thread each side; %d warm-up + %d measured steps\n",
+      kWarmupSteps, kMeasuredSteps);
   const double loom_gemm = LoomGemmGflops(kernels);
   const LoomSteps loom = RunLoom(kernels);
   const double loom_median = Median(loom.step_milliseconds);
   const std::string torch = RunPyTorch(reference, kMeasuredSteps);
   const double torch_median = JsonNumber(torch, "median_step_ms");
   const double torch_gemm = JsonNumber(torch, "gemm_1024_gflops");
-  std::printf("GEMM 1024^3 float32: loom (OpenBLAS via its matmul kernel) %.1f GFLOP/s, "
-              "pytorch (torch.mm) %.1f GFLOP/s\n",
-              loom_gemm, torch_gemm);
+  std::printf(
+      "GEMM 1024^3 float32: loom (OpenBLAS via its matmul kernel) %.1f GFLOP/s, "
+      "pytorch (torch.mm) %.1f GFLOP/s\n",
+      loom_gemm, torch_gemm);
   std::printf("loom step ms: median %.2f  (steps: %s)\n", loom_median,
               JoinValues(loom.step_milliseconds, 1).c_str());
   std::printf("pytorch step ms: median %.2f  min %.2f\n", torch_median,

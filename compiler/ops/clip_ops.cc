@@ -89,8 +89,7 @@ class ScaleByOp final : public OpDefinition {
             SbpSignature{{Sbp::Split(axis), Sbp::Broadcast()}, {Sbp::Split(axis)}});
       }
     }
-    signatures.push_back(
-        SbpSignature{{Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}});
+    signatures.push_back(SbpSignature{{Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}});
     signatures.push_back(SbpSignature{{Sbp::Broadcast(), Sbp::Broadcast()}, {Sbp::Broadcast()}});
     return signatures;
   }

@@ -9,7 +9,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
 void ExpectError(const std::string& text, const std::string& message,
                  absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
   job::Job job = ParseJob(text);
@@ -177,20 +176,22 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
 // --- Training jobs ----------------------------------------------------------------------------
 
 TEST(CompilerValidationTest, StageThatSkipsAStage) {
-  ExpectError(Base() + R"pb(stage_placements { devices: "cpu:0" }
-                            stage_placements { devices: "cpu:1" }
-                            stage_placements { devices: "cpu:1" }
-                            ops { name: "first" type: "relu" inputs: "x" outputs: "a" stage: 0 }
-                            ops { name: "third" type: "relu" inputs: "a" outputs: "b" stage: 2 })pb",
-              "op 'third' is on stage 2, but no op is on stage 1");
+  ExpectError(
+      Base() + R"pb(stage_placements { devices: "cpu:0" }
+                    stage_placements { devices: "cpu:1" }
+                    stage_placements { devices: "cpu:1" }
+                    ops { name: "first" type: "relu" inputs: "x" outputs: "a" stage: 0 }
+                    ops { name: "third" type: "relu" inputs: "a" outputs: "b" stage: 2 })pb",
+      "op 'third' is on stage 2, but no op is on stage 1");
 }
 
 TEST(CompilerValidationTest, ForwardOpFeedingAnEarlierStage) {
-  ExpectError(Base() + R"pb(stage_placements { devices: "cpu:0" }
-                            stage_placements { devices: "cpu:1" }
-                            ops { name: "late" type: "relu" inputs: "x" outputs: "a" stage: 1 }
-                            ops { name: "early" type: "relu" inputs: "a" outputs: "b" stage: 0 })pb",
-              "op 'early' on stage 0 reads 'a' from stage 1");
+  ExpectError(
+      Base() + R"pb(stage_placements { devices: "cpu:0" }
+                    stage_placements { devices: "cpu:1" }
+                    ops { name: "late" type: "relu" inputs: "x" outputs: "a" stage: 1 }
+                    ops { name: "early" type: "relu" inputs: "a" outputs: "b" stage: 0 })pb",
+      "op 'early' on stage 0 reads 'a' from stage 1");
 }
 
 TEST(CompilerValidationTest, MicroBatchesThatDoNotDivideTheBatch) {
@@ -204,7 +205,11 @@ TEST(CompilerValidationTest, MicroBatchesThatDoNotDivideARanksShare) {
   ExpectError(R"pb(name: "bad"
                    placement { devices: [ "cpu:0", "cpu:1" ] }
                    num_micro_batches: 2
-                   inputs { name: "x" shape: [ 6, 2 ] random_normal { std: 1 seed: 1 } }
+                   inputs {
+                     name: "x"
+                     shape: [ 6, 2 ]
+                     random_normal { std: 1 seed: 1 }
+                   }
                    ops { name: "a" type: "relu" inputs: "x" outputs: "b" })pb",
               "input 'x': rank 0 reads 3 samples per step, which num_micro_batches 2 does not "
               "divide");
@@ -217,7 +222,8 @@ TEST(CompilerValidationTest, ClippingWithoutALoss) {
 }
 
 TEST(CompilerValidationTest, TokenFileInputs) {
-  const std::string base = R"pb(name: "bad" placement { devices: [ "cpu:0", "cpu:1" ] })pb";
+  const std::string base = R"pb(name: "bad"
+                                placement { devices: [ "cpu:0", "cpu:1" ] })pb";
   ExpectError(base + R"pb(inputs {
                             name: "tokens"
                             shape: [ 4, 8 ]

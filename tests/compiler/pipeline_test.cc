@@ -40,17 +40,15 @@ job::Job Mlp(const Layout& layout) {
     return layout.stages > 1 ? absl::StrCat(" stage: ", stage) : std::string();
   };
   auto placement_of = [&](int stage) {
-    return absl::StrCat("placement { ", DeviceList(layout.stages > 1 ? stage * per_stage : 0,
-                                                   per_stage),
-                        " }");
+    return absl::StrCat("placement { ",
+                        DeviceList(layout.stages > 1 ? stage * per_stage : 0, per_stage), " }");
   };
   std::string text = absl::StrCat(
       "name: \"mlp\" ", placement_of(0), " num_steps: 5\n",
       "optimizer { adamw { learning_rate: 0.01 weight_decay: 0.1 } }\nloss: \"loss\"\n",
       "num_micro_batches: ", layout.micro_batches, "\n", "max_grad_norm: ", layout.max_grad_norm,
-      "\n",
-      "inputs { name: \"x\" shape: [16, 4] random_normal { std: 1 seed: 1 } ", placement_of(0),
-      " }\n",
+      "\n", "inputs { name: \"x\" shape: [16, 4] random_normal { std: 1 seed: 1 } ",
+      placement_of(0), " }\n",
       "inputs { name: \"target\" shape: [16, 2] random_normal { std: 1 seed: 3 } ",
       placement_of(layout.stages - 1), " }\n",
       "variables { name: \"w1\" shape: [4, 16] initializer { normal { std: 0.5 seed: 2 } } ",
@@ -58,8 +56,8 @@ job::Job Mlp(const Layout& layout) {
       "variables { name: \"w2\" shape: [16, 2] initializer { normal { std: 0.5 seed: 4 } } ",
       placement_of(layout.stages - 1), " }\n",
       "ops { name: \"h\" type: \"matmul\" inputs: [\"x\", \"w1\"] outputs: \"h\"",
+      stage_attribute(0), " }\n", "ops { name: \"a\" type: \"gelu\" inputs: \"h\" outputs: \"a\"",
       stage_attribute(0), " }\n",
-      "ops { name: \"a\" type: \"gelu\" inputs: \"h\" outputs: \"a\"", stage_attribute(0), " }\n",
       "ops { name: \"y\" type: \"matmul\" inputs: [\"a\", \"w2\"] outputs: \"y\"",
       stage_attribute(layout.stages - 1), " }\n",
       "ops { name: \"error\" type: \"subtract\" inputs: [\"y\", \"target\"] outputs: \"error\"",
@@ -68,8 +66,7 @@ job::Job Mlp(const Layout& layout) {
       "\"squared\"",
       stage_attribute(layout.stages - 1), " }\n",
       "ops { name: \"loss\" type: \"reduce_mean\" inputs: \"squared\" outputs: \"loss\"",
-      stage_attribute(layout.stages - 1), " }\n",
-      "fetch: [\"loss\", \"w1\", \"w2\"]\n");
+      stage_attribute(layout.stages - 1), " }\n", "fetch: [\"loss\", \"w1\", \"w2\"]\n");
   for (int stage = 0; stage < layout.stages && layout.stages > 1; ++stage) {
     text += absl::StrCat("stage_placements { ", DeviceList(stage * per_stage, per_stage), " }\n");
   }
@@ -112,8 +109,8 @@ void ExpectSameTrajectory(const Trajectory& expected, const Trajectory& actual,
   for (size_t step = 0; step < expected.losses.size(); ++step) {
     EXPECT_NEAR(actual.losses[step], expected.losses[step], 1e-5 * std::fabs(expected.losses[step]))
         << what << ": loss of step " << step;
-    for (const auto& [want, got] : {std::pair{&expected.w1, &actual.w1},
-                                    std::pair{&expected.w2, &actual.w2}}) {
+    for (const auto& [want, got] :
+         {std::pair{&expected.w1, &actual.w1}, std::pair{&expected.w2, &actual.w2}}) {
       absl::Span<const float> a = (*want)[step].Values<float>();
       absl::Span<const float> b = (*got)[step].Values<float>();
       ASSERT_EQ(a.size(), b.size());
@@ -146,27 +143,27 @@ TEST(MicroBatchTest, ClippingUsesTheWholeStepsGradientNorm) {
   // the weights, which move differently from the second step on).
   double difference = 0;
   for (size_t i = 0; i < clipped.w1[2].Values<float>().size(); ++i) {
-    difference = std::max(difference, std::fabs(static_cast<double>(clipped.w1[2].Values<float>()[i]) -
-                                                 unclipped.w1[2].Values<float>()[i]));
+    difference =
+        std::max(difference, std::fabs(static_cast<double>(clipped.w1[2].Values<float>()[i]) -
+                                       unclipped.w1[2].Values<float>()[i]));
   }
   EXPECT_GT(difference, 1e-6);
-  ExpectSameTrajectory(clipped, Train({.micro_batches = 4, .max_grad_norm = 0.05}),
-                       "clipped, M=4");
-  ExpectSameTrajectory(clipped, Train({.data_parallel = 2, .stages = 2, .micro_batches = 2,
-                                       .max_grad_norm = 0.05}),
-                       "clipped, DP=2 x PP=2, M=2");
+  ExpectSameTrajectory(clipped, Train({.micro_batches = 4, .max_grad_norm = 0.05}), "clipped, M=4");
+  ExpectSameTrajectory(
+      clipped, Train({.data_parallel = 2, .stages = 2, .micro_batches = 2, .max_grad_norm = 0.05}),
+      "clipped, DP=2 x PP=2, M=2");
 }
 
 // --- Schedules ---------------------------------------------------------------------------------
 
 // p stages of equal cost on p devices: stage s is matmul then sleep (forward 1 ms, backward 2 ms).
 job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule schedule) {
-  std::string text = absl::StrCat(
-      "name: \"pipeline\" placement { ", DeviceList(0, stages), " } num_steps: 1\n",
-      "optimizer { sgd { learning_rate: 0.01 } }\nloss: \"loss\"\nnum_micro_batches: ",
-      micro_batches, "\npipeline_schedule: ", job::PipelineSchedule_Name(schedule), "\n",
-      "inputs { name: \"x\" shape: [", 2 * micro_batches,
-      ", 8] random_normal { std: 1 seed: 1 } placement { devices: \"cpu:0\" } }\n");
+  std::string text =
+      absl::StrCat("name: \"pipeline\" placement { ", DeviceList(0, stages), " } num_steps: 1\n",
+                   "optimizer { sgd { learning_rate: 0.01 } }\nloss: \"loss\"\nnum_micro_batches: ",
+                   micro_batches, "\npipeline_schedule: ", job::PipelineSchedule_Name(schedule),
+                   "\n", "inputs { name: \"x\" shape: [", 2 * micro_batches,
+                   ", 8] random_normal { std: 1 seed: 1 } placement { devices: \"cpu:0\" } }\n");
   std::string input = "x";
   for (int s = 0; s < stages; ++s) {
     text += absl::StrCat(
@@ -253,7 +250,8 @@ TEST(PipelineScheduleTest, StashedActivationsGetTheirSlots) {
       for (int s = 0; s < 4; ++s) {
         if (task.name() == absl::StrCat("mm", s, "@0")) stash_slots[s] = slots.at(task.inputs(0));
         if (task.name() == absl::StrCat("grad/mm", s, "/matmul_1@0")) {
-          EXPECT_EQ(task.inputs(0), FindTask(compiled->plan, absl::StrCat("mm", s, "@0")).inputs(0));
+          EXPECT_EQ(task.inputs(0),
+                    FindTask(compiled->plan, absl::StrCat("mm", s, "@0")).inputs(0));
         }
       }
     }
