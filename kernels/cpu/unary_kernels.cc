@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/vector_math.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
@@ -17,13 +18,18 @@ struct ReluFunction {
   float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
 };
 
+// gelu(x) = x/2 (1 + erf(x / sqrt(2))), with the vectorised erf (as PyTorch's CPU GELU).
 struct GeluFunction {
   static constexpr char kOpType[] = "gelu";
-  float operator()(float x) const {
-    constexpr float kInverseSquareRootOfTwo = 0.70710678118654752440f;
-    return 0.5f * x * (1.0f + std::erf(x * kInverseSquareRootOfTwo));
-  }
 };
+
+LOOM_VECTORIZED_LOOP void GeluLoop(const float* input, float* output, int64_t count) {
+  constexpr float kInverseSquareRootOfTwo = 0.70710678118654752440f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = input[i];
+    output[i] = 0.5f * x * (1.0f + VectorErf(x * kInverseSquareRootOfTwo));
+  }
+}
 
 struct TanhFunction {
   static constexpr char kOpType[] = "tanh";
@@ -36,6 +42,16 @@ struct ScaleFunction {
   float operator()(float x) const { return x * scale; }
 };
 
+// output[i] = function(input[i]); `output` may be `input`.
+template <typename Function>
+void ApplyUnary(const Function& function, const float* input, float* output, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) output[i] = function(input[i]);
+}
+
+void ApplyUnary(const GeluFunction&, const float* input, float* output, int64_t count) {
+  GeluLoop(input, output, count);
+}
+
 template <typename Function>
 class UnaryKernel : public Kernel {
  public:
@@ -47,8 +63,7 @@ class UnaryKernel : public Kernel {
     const float* input = context.inputs[0].Data<const float>();
     float* output = context.outputs[0].Data<float>();
     const int64_t count = context.outputs[0].NumElements();
-    const Function function = function_;
-    for (int64_t i = 0; i < count; ++i) output[i] = function(input[i]);
+    ApplyUnary(function_, input, output, count);
     return absl::OkStatus();
   }
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/vector_math.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
@@ -16,23 +17,40 @@ struct ReluGradFunction {
   float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
 };
 
+// dx = dy (Phi(x) + x phi(x)), with the vectorised erf and exp.
 struct GeluGradFunction {
   static constexpr char kOpType[] = "gelu_grad";
   static constexpr char kForwardName[] = "input 'x'";
-  float operator()(float x, float dy) const {
-    constexpr float kInverseSquareRootOfTwo = 0.70710678118654752440f;
-    constexpr float kInverseSquareRootOfTwoPi = 0.39894228040143267794f;
-    const float cdf = 0.5f * (1.0f + std::erf(x * kInverseSquareRootOfTwo));
-    const float density = kInverseSquareRootOfTwoPi * std::exp(-0.5f * x * x);
-    return dy * (cdf + x * density);
-  }
 };
+
+LOOM_VECTORIZED_LOOP void GeluGradLoop(const float* x, const float* dy, float* dx, int64_t count) {
+  constexpr float kInverseSquareRootOfTwo = 0.70710678118654752440f;
+  constexpr float kInverseSquareRootOfTwoPi = 0.39894228040143267794f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float value = x[i];
+    const float cdf = 0.5f * (1.0f + VectorErf(value * kInverseSquareRootOfTwo));
+    const float density = kInverseSquareRootOfTwoPi * VectorExp(-0.5f * value * value);
+    dx[i] = dy[i] * (cdf + value * density);
+  }
+}
 
 struct TanhGradFunction {
   static constexpr char kOpType[] = "tanh_grad";
   static constexpr char kForwardName[] = "input 'y'";
   float operator()(float y, float dy) const { return dy * (1.0f - y * y); }
 };
+
+// dx[i] = function(forward[i], dy[i]); `dx` may be `forward` or `dy`.
+template <typename Function>
+void ApplyActivationGrad(const Function& function, const float* forward, const float* dy,
+                         float* dx, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dx[i] = function(forward[i], dy[i]);
+}
+
+void ApplyActivationGrad(const GeluGradFunction&, const float* x, const float* dy, float* dx,
+                         int64_t count) {
+  GeluGradLoop(x, dy, dx, count);
+}
 
 template <typename Function>
 class ActivationGradKernel : public Kernel {
@@ -46,8 +64,7 @@ class ActivationGradKernel : public Kernel {
     const float* dy = context.inputs[1].Data<const float>();
     float* dx = context.outputs[0].Data<float>();
     const int64_t count = context.outputs[0].NumElements();
-    const Function function{};
-    for (int64_t i = 0; i < count; ++i) dx[i] = function(forward[i], dy[i]);
+    ApplyActivationGrad(Function{}, forward, dy, dx, count);
     return absl::OkStatus();
   }
 
