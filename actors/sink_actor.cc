@@ -29,9 +29,9 @@ absl::Status SinkActor::DoAct() {
     tensor.bytes.resize(bytes);
     std::memcpy(tensor.bytes.data(), view.data, bytes);
     pieces_[i].push_back(std::move(tensor));
-    if (piece_callback_) {
-      if (absl::Status status =
-              piece_callback_(SinkPiece{name(), i, InputPiece(i), pieces_[i].back()});
+    const SinkPieceCallback* callback = init().sink_piece_callback;
+    if (callback != nullptr && *callback) {
+      if (absl::Status status = (*callback)(SinkPiece{name(), i, InputPiece(i), pieces_[i].back()});
           !status.ok()) {
         return status;
       }
@@ -48,15 +48,6 @@ absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(
     return absl::NotFoundError(absl::StrCat("the job has no sink task named '", sink_name, "'"));
   }
   return &sink->pieces();
-}
-
-ActorFactory WithSinkPieceCallback(ActorFactory factory, SinkPieceCallback callback) {
-  if (!callback) return factory;
-  return [factory = std::move(factory), callback = std::move(callback)](
-             const ActorInit& init) -> absl::StatusOr<std::unique_ptr<Actor>> {
-    if (init.task->kind() == plan::SINK) return std::make_unique<SinkActor>(init, callback);
-    return factory(init);
-  };
 }
 
 }  // namespace loom

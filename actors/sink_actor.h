@@ -18,8 +18,7 @@ namespace loom {
 // (see SinkPieceCallback for the threading); an error from the callback fails the act.
 class SinkActor final : public Actor {
  public:
-  explicit SinkActor(const ActorInit& init, SinkPieceCallback piece_callback = {})
-      : Actor(init), piece_callback_(std::move(piece_callback)) {}
+  using Actor::Actor;
   ~SinkActor() override;
 
   // pieces()[input][k]: the k-th piece received on that input.
@@ -29,15 +28,9 @@ class SinkActor final : public Actor {
   absl::Status DoAct() override;
 
  private:
-  SinkPieceCallback piece_callback_;
   std::vector<std::vector<HostTensor>> pieces_;
   int64_t charged_bytes_ = 0;
 };
-
-// `factory`, except that SINK tasks get a SinkActor that reports its pieces to `callback`: how
-// JobOptions::sink_piece_callback reaches the sinks (actors are built from their tasks alone).
-// An unset callback returns `factory` unchanged.
-ActorFactory WithSinkPieceCallback(ActorFactory factory, SinkPieceCallback callback);
 
 // The pieces a job's sink task kept, by input; NOT_FOUND when there is no such sink.
 absl::StatusOr<const std::vector<std::vector<HostTensor>>*> FetchedPieces(

@@ -10,9 +10,8 @@ namespace loom {
 absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
                                               const KernelRegistry& kernels, JobOptions options) {
   LocalRunResult result;
-  ActorFactory factory = WithSinkPieceCallback(MakeActorFactory(), options.sink_piece_callback);
   absl::StatusOr<std::unique_ptr<JobRuntime>> runtime =
-      JobRuntime::Create(plan, &kernels, std::move(factory), std::move(options));
+      JobRuntime::Create(plan, &kernels, MakeActorFactory(), std::move(options));
   if (!runtime.ok()) return runtime.status();
   result.runtime = std::move(*runtime);
   if (absl::Status status = result.runtime->Run(); !status.ok()) return status;

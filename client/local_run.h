@@ -20,8 +20,7 @@ struct LocalRunResult {
   std::map<std::string, std::vector<HostTensor>> fetched;
 };
 
-// Runs a whole plan (every device in this process) and assembles its fetches. Honours
-// options.sink_piece_callback (its sinks report every piece as they keep it).
+// Runs a whole plan (every device in this process) and assembles its fetches.
 absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
                                               const KernelRegistry& kernels, JobOptions options);
 

@@ -11,6 +11,7 @@
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
 #include "runtime/event_record.h"
+#include "runtime/job_options.h"
 #include "runtime/message.h"
 #include "runtime/register.h"
 #include "runtime/stream_context.h"
@@ -46,6 +47,8 @@ struct ActorInit {
   // communicator's collective actors on this stream. Null for other kinds.
   CollectiveBackend* collectives = nullptr;
   CollectiveTurn* collective_turn = nullptr;
+  // SINK tasks: JobOptions::sink_piece_callback (null or empty: none).
+  const SinkPieceCallback* sink_piece_callback = nullptr;
 };
 
 // The base of every actor kind. It implements the act rule of DESIGN.md §3: an actor acts when

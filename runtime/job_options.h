@@ -57,10 +57,7 @@ struct JobOptions {
                                                                    const plan::Plan&)>
       collective_backend_factory;
   // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
-  // SinkPieceCallback). Actors are built from their tasks alone, so this reaches the sinks through
-  // the actor factory: RunPlanLocally (client/local_run.h) builds its sinks with it
-  // (WithSinkPieceCallback in actors/sink_actor.h); a runtime built with plain MakeActorFactory()
-  // ignores it.
+  // SinkPieceCallback); the runtime hands it to the sinks in their ActorInit.
   SinkPieceCallback sink_piece_callback;
 };
 

@@ -132,6 +132,7 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.memory = memory_of(task.stream().device());
     init.kernels = kernels;
     init.task_names = &task_names_;
+    if (task.kind() == plan::SINK) init.sink_piece_callback = &options_.sink_piece_callback;
     if (task.kind() == plan::COLLECTIVE) {
       // ValidatePlan checked that the communicator exists.
       const std::string& communicator = task.collective().communicator();
