@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/vector_math.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
@@ -86,6 +87,34 @@ void Accumulate(const BroadcastPlan& plan, size_t axis, const float* large, doub
   }
 }
 
+// Columns of one tile of the row-sum below: its float and double accumulators stay in L1.
+constexpr int64_t kColumnTile = 512;
+// Rows summed in float before the partial sum is added to the double one.
+constexpr int64_t kFloatRows = 16;
+
+// sums[j] = sum over the `rows` rows of the row-major [rows, columns] `large` of large[row, j]:
+// the bias gradient and the batch sum of a batched weight gradient. Blocks of kFloatRows rows are
+// summed in float (vectorised), the blocks' sums in double.
+LOOM_VECTORIZED_LOOP void SumRows(const float* large, int64_t rows, int64_t columns,
+                                  double* sums) {
+  float partial[kColumnTile];
+  for (int64_t first_column = 0; first_column < columns; first_column += kColumnTile) {
+    const int64_t width = std::min(kColumnTile, columns - first_column);
+    double* tile_sums = sums + first_column;
+    for (int64_t j = 0; j < width; ++j) tile_sums[j] = 0.0;
+    for (int64_t first_row = 0; first_row < rows; first_row += kFloatRows) {
+      const int64_t last_row = std::min(rows, first_row + kFloatRows);
+      const float* row = large + first_row * columns + first_column;
+      for (int64_t j = 0; j < width; ++j) partial[j] = row[j];
+      for (int64_t index = first_row + 1; index < last_row; ++index) {
+        row += columns;
+        for (int64_t j = 0; j < width; ++j) partial[j] += row[j];
+      }
+      for (int64_t j = 0; j < width; ++j) tile_sums[j] += partial[j];
+    }
+  }
+}
+
 // Writes `small` times `scale` to `large` from axis `axis` inwards.
 void Broadcast(const BroadcastPlan& plan, size_t axis, const float* small, float scale,
                float* large) {
@@ -117,9 +146,16 @@ class ReduceSumToKernel : public Kernel {
   absl::Status Compute(const KernelContext& context) override {
     absl::Status status = signature_.Check(kReduceSumTo, context);
     if (!status.ok()) return status;
-    std::fill(sums_.begin(), sums_.end(), 0.0);
-    if (context.inputs[0].NumElements() > 0) {
-      Accumulate(plan_, 0, context.inputs[0].Data<const float>(), sums_.data());
+    const float* input = context.inputs[0].Data<const float>();
+    if (context.inputs[0].NumElements() == 0) {
+      std::fill(sums_.begin(), sums_.end(), 0.0);
+    } else if (plan_.dimensions.size() == 2 && plan_.small_strides[0] == 0 &&
+               plan_.small_strides[1] == 1) {
+      // The output is the input's rows summed.
+      SumRows(input, plan_.dimensions[0], plan_.dimensions[1], sums_.data());
+    } else {
+      std::fill(sums_.begin(), sums_.end(), 0.0);
+      Accumulate(plan_, 0, input, sums_.data());
     }
     float* output = context.outputs[0].Data<float>();
     for (size_t i = 0; i < sums_.size(); ++i) output[i] = static_cast<float>(sums_[i]);
