@@ -8,12 +8,33 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/layer_norm_statistics.h"
+#include "kernels/cpu/vector_math.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {
 
 constexpr char kOpType[] = "layer_norm";
+
+// y = (x - mean) * rstd * gamma + beta for each of `rows` rows of `n`; `means` and `rstds` (when
+// not null) get the rows' statistics.
+LOOM_VECTORIZED_LOOP void NormalizeRows(const float* x, const float* gamma, const float* beta,
+                                        int64_t rows, int64_t n, double epsilon, float* y,
+                                        float* means, float* rstds) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* x_row = x + row * n;
+    float* y_row = y + row * n;
+    const RowStatistics statistics = ComputeRowStatistics(x_row, n, epsilon);
+    const float mean = statistics.mean;
+    const float rstd = statistics.rstd;
+    for (int64_t i = 0; i < n; ++i) y_row[i] = (x_row[i] - mean) * rstd * gamma[i] + beta[i];
+    if (means != nullptr) {
+      means[row] = mean;
+      rstds[row] = rstd;
+    }
+  }
+}
 
 class LayerNormKernel : public Kernel {
  public:
@@ -35,29 +56,7 @@ class LayerNormKernel : public Kernel {
     const int64_t n = row_length_;
     const int64_t rows = statistics_ ? context.outputs[1].NumElements()
                                      : (n == 0 ? 0 : context.inputs[0].NumElements() / n);
-    for (int64_t row = 0; row < rows; ++row) {
-      const float* x_row = x + row * n;
-      float* y_row = y + row * n;
-      double sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += x_row[i];
-      const double mean = n == 0 ? 0.0 : sum / static_cast<double>(n);
-      double squares = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double centred = x_row[i] - mean;
-        squares += centred * centred;
-      }
-      const double variance = n == 0 ? 0.0 : squares / static_cast<double>(n);
-      const double rstd = 1.0 / std::sqrt(variance + epsilon_);
-      const float mean_float = static_cast<float>(mean);
-      const float rstd_float = static_cast<float>(rstd);
-      for (int64_t i = 0; i < n; ++i) {
-        y_row[i] = static_cast<float>((x_row[i] - mean) * rstd) * gamma[i] + beta[i];
-      }
-      if (statistics_) {
-        means[row] = mean_float;
-        rstds[row] = rstd_float;
-      }
-    }
+    NormalizeRows(x, gamma, beta, rows, n, epsilon_, y, means, rstds);
     return absl::OkStatus();
   }
 

@@ -9,12 +9,63 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cpu/layer_norm_statistics.h"
+#include "kernels/cpu/vector_math.h"
 #include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {
 
 constexpr char kOpType[] = "layer_norm_grad";
+
+// For each of `rows` rows of `n`, with g = dy * gamma and xhat = (x - mean) * rstd:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); adds dy * xhat to `gamma_sums` and dy to
+// `beta_sums`. `xhat` is scratch of `n` floats.
+LOOM_VECTORIZED_LOOP void LayerNormGradRows(const float* x, const float* gamma, const float* dy,
+                                            int64_t rows, int64_t n, double epsilon, float* dx,
+                                            double* gamma_sums, double* beta_sums, float* xhat) {
+  const int64_t whole = n - n % kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* x_row = x + row * n;
+    const float* dy_row = dy + row * n;
+    float* dx_row = dx + row * n;
+    // The forward's statistics, the same way.
+    const RowStatistics statistics = ComputeRowStatistics(x_row, n, epsilon);
+    const float mean = statistics.mean;
+    const float rstd = statistics.rstd;
+    for (int64_t i = 0; i < n; ++i) {
+      xhat[i] = (x_row[i] - mean) * rstd;
+      gamma_sums[i] += dy_row[i] * xhat[i];
+      beta_sums[i] += dy_row[i];
+    }
+    // Row sums of g and g * xhat.
+    float g_lanes[kLanes] = {};
+    float g_xhat_lanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes) {
+      for (int64_t lane = 0; lane < kLanes; ++lane) {
+        const float g = dy_row[i + lane] * gamma[i + lane];
+        g_lanes[lane] += g;
+        g_xhat_lanes[lane] += g * xhat[i + lane];
+      }
+    }
+    double g_sum = 0.0;
+    double g_xhat_sum = 0.0;
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      g_sum += g_lanes[lane];
+      g_xhat_sum += g_xhat_lanes[lane];
+    }
+    for (int64_t i = whole; i < n; ++i) {
+      const float g = dy_row[i] * gamma[i];
+      g_sum += g;
+      g_xhat_sum += g * xhat[i];
+    }
+    const float g_mean = static_cast<float>(g_sum / static_cast<double>(n));
+    const float g_xhat_mean = static_cast<float>(g_xhat_sum / static_cast<double>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      dx_row[i] = rstd * (dy_row[i] * gamma[i] - g_mean - xhat[i] * g_xhat_mean);
+    }
+  }
+}
 
 class LayerNormGradKernel : public Kernel {
  public:
@@ -23,7 +74,8 @@ class LayerNormGradKernel : public Kernel {
         row_length_(row_length),
         epsilon_(epsilon),
         gamma_sums_(row_length),
-        beta_sums_(row_length) {}
+        beta_sums_(row_length),
+        xhat_(row_length) {}
 
   absl::Status Compute(const KernelContext& context) override {
     absl::Status status = signature_.Check(kOpType, context);
@@ -36,47 +88,13 @@ class LayerNormGradKernel : public Kernel {
     float* dbeta = context.outputs[2].Data<float>();
     const int64_t n = row_length_;
     const int64_t rows = n == 0 ? 0 : context.inputs[0].NumElements() / n;
-    double* gamma_sums = gamma_sums_.data();
-    double* beta_sums = beta_sums_.data();
     std::fill(gamma_sums_.begin(), gamma_sums_.end(), 0.0);
     std::fill(beta_sums_.begin(), beta_sums_.end(), 0.0);
-    for (int64_t row = 0; row < rows; ++row) {
-      const float* x_row = x + row * n;
-      const float* dy_row = dy + row * n;
-      float* dx_row = dx + row * n;
-      // The forward's statistics, the same way.
-      double sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += x_row[i];
-      const double mean = sum / static_cast<double>(n);
-      double squares = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double centred = x_row[i] - mean;
-        squares += centred * centred;
-      }
-      const double variance = squares / static_cast<double>(n);
-      const double rstd = 1.0 / std::sqrt(variance + epsilon_);
-      // Row sums of g = dy * gamma and g * xhat, and the column sums for dgamma and dbeta.
-      double g_sum = 0.0;
-      double g_xhat_sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double xhat = (x_row[i] - mean) * rstd;
-        const double g = static_cast<double>(dy_row[i]) * gamma[i];
-        g_sum += g;
-        g_xhat_sum += g * xhat;
-        gamma_sums[i] += dy_row[i] * xhat;
-        beta_sums[i] += dy_row[i];
-      }
-      const double g_mean = g_sum / static_cast<double>(n);
-      const double g_xhat_mean = g_xhat_sum / static_cast<double>(n);
-      for (int64_t i = 0; i < n; ++i) {
-        const double xhat = (x_row[i] - mean) * rstd;
-        const double g = static_cast<double>(dy_row[i]) * gamma[i];
-        dx_row[i] = static_cast<float>(rstd * (g - g_mean - xhat * g_xhat_mean));
-      }
-    }
+    LayerNormGradRows(x, gamma, dy, rows, n, epsilon_, dx, gamma_sums_.data(), beta_sums_.data(),
+                      xhat_.data());
     for (int64_t i = 0; i < n; ++i) {
-      dgamma[i] = static_cast<float>(gamma_sums[i]);
-      dbeta[i] = static_cast<float>(beta_sums[i]);
+      dgamma[i] = static_cast<float>(gamma_sums_[i]);
+      dbeta[i] = static_cast<float>(beta_sums_[i]);
     }
     return absl::OkStatus();
   }
@@ -88,6 +106,8 @@ class LayerNormGradKernel : public Kernel {
   // Scratch: the double column sums behind dgamma and dbeta.
   std::vector<double> gamma_sums_;
   std::vector<double> beta_sums_;
+  // Scratch: xhat of one row.
+  std::vector<float> xhat_;
 };
 
 }  // namespace
