@@ -28,6 +28,21 @@ void SetIntList(plan::KernelConf* conf, const std::string& name,
   for (int64_t value : values) list->add_values(value);
 }
 
+// The "random" kernel drawing from a distribution.
+void SetNormal(plan::KernelConf* conf, const job::NormalInitializer& normal) {
+  conf->set_op_type("random");
+  (*conf->mutable_attributes())["distribution"].set_string_value("normal");
+  SetFloat(conf, "mean", normal.mean());
+  SetFloat(conf, "std", normal.std());
+  SetInt(conf, "seed", normal.seed());
+}
+void SetUniform(plan::KernelConf* conf, const job::UniformInitializer& uniform) {
+  conf->set_op_type("random");
+  SetFloat(conf, "low", uniform.low());
+  SetFloat(conf, "high", uniform.high());
+  SetInt(conf, "seed", uniform.seed());
+}
+
 class Lowering {
  public:
   Lowering(const LogicalGraph& graph, const DeviceSet& devices)
@@ -181,18 +196,11 @@ class Lowering {
         SetFloat(&conf, "value", init.constant());
         break;
       case job::Initializer::kNormal:
-        conf.set_op_type("random");
-        (*conf.mutable_attributes())["distribution"].set_string_value("normal");
-        SetFloat(&conf, "mean", init.normal().mean());
-        SetFloat(&conf, "std", init.normal().std());
-        SetInt(&conf, "seed", init.normal().seed());
+        SetNormal(&conf, init.normal());
         window_attributes();
         break;
       case job::Initializer::kUniform:
-        conf.set_op_type("random");
-        SetFloat(&conf, "low", init.uniform().low());
-        SetFloat(&conf, "high", init.uniform().high());
-        SetInt(&conf, "seed", init.uniform().seed());
+        SetUniform(&conf, init.uniform());
         window_attributes();
         break;
       default:
@@ -225,17 +233,10 @@ class Lowering {
     if (FirstStep() > 0) SetInt(&conf, "first_step", FirstStep());
     switch (input.source_case()) {
       case job::Input::kRandomNormal:
-        conf.set_op_type("random");
-        (*conf.mutable_attributes())["distribution"].set_string_value("normal");
-        SetFloat(&conf, "mean", input.random_normal().mean());
-        SetFloat(&conf, "std", input.random_normal().std());
-        SetInt(&conf, "seed", input.random_normal().seed());
+        SetNormal(&conf, input.random_normal());
         break;
       case job::Input::kRandomUniform:
-        conf.set_op_type("random");
-        SetFloat(&conf, "low", input.random_uniform().low());
-        SetFloat(&conf, "high", input.random_uniform().high());
-        SetInt(&conf, "seed", input.random_uniform().seed());
+        SetUniform(&conf, input.random_uniform());
         break;
       case job::Input::kRandomIntegersBelow:
         conf.set_op_type("random_integers");
