@@ -156,7 +156,11 @@ TEST(MicroBatchTest, ClippingUsesTheWholeStepsGradientNorm) {
 
 // --- Schedules ---------------------------------------------------------------------------------
 
-// p stages of equal cost on p devices: stage s is matmul then sleep (forward 1 ms, backward 2 ms).
+// p stages of equal cost on p devices: stage s is matmul then sleep (forward 5 ms, backward 10 ms).
+// In 1F1B's steady state a stage's next forward input arrives just as it needs it, and its next
+// backward input a forward and a backward later, so only a thread starved for longer than that
+// (15 ms) could reorder its passes: long enough for a busy 2-core machine running tests in
+// parallel.
 job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule schedule) {
   std::string text =
       absl::StrCat("name: \"pipeline\" placement { ", DeviceList(0, stages), " } num_steps: 1\n",
@@ -173,8 +177,8 @@ job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule sche
         "\" type: \"matmul\" inputs: [\"", input, "\", \"w", s, "\"] outputs: \"mm", s,
         "\" stage: ", s, " }\n", "ops { name: \"slow", s, "\" type: \"sleep\" inputs: \"mm", s,
         "\" outputs: \"slow", s, "\" stage: ", s,
-        " attributes { key: \"microseconds\" value { int_value: 1000 } }",
-        " attributes { key: \"backward_microseconds\" value { int_value: 2000 } } }\n");
+        " attributes { key: \"microseconds\" value { int_value: 5000 } }",
+        " attributes { key: \"backward_microseconds\" value { int_value: 10000 } } }\n");
     input = absl::StrCat("slow", s);
   }
   text += absl::StrCat("ops { name: \"loss\" type: \"reduce_mean\" inputs: \"", input,
