@@ -174,7 +174,21 @@ absl::StatusOr<Names> MatmulGradient(const GradientRequest& r, GradientBuilder* 
     }
     gradients[0] = sum_to(da, 0, product_shape(0));
   }
-  if (r.needs_input_gradient[1]) {
+  if (r.needs_input_gradient[1] && !*transpose_a && InputShape(r, 1).rank() == 2 &&
+      InputShape(r, 0).rank() > 2) {
+    // A weight applied to a batch of matrices: its gradient is one GEMM over all the batch's rows
+    // (a reshape merges the leading axes), not a product per batch element summed afterwards.
+    const auto rows = [&](const std::string& x, int64_t columns) {
+      AttributeMap map;
+      map["shape"] = IntListAttribute({-1, columns});
+      return b->Emit("reshape", {x}, std::move(map))[0];
+    };
+    const Shape& a_shape = InputShape(r, 0);
+    const std::string a_rows = rows(a, a_shape.dimension(a_shape.rank() - 1));
+    const std::string dy_rows = rows(dy, out.dimension(out.rank() - 1));
+    gradients[1] =
+        *transpose_b ? matmul(dy_rows, a_rows, true, false) : matmul(a_rows, dy_rows, true, false);
+  } else if (r.needs_input_gradient[1]) {
     std::string dw;
     if (!*transpose_b) {
       dw = *transpose_a ? matmul(a, dy, false, false) : matmul(a, dy, true, false);
