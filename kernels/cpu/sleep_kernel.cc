@@ -1,6 +1,5 @@
 #include "kernels/cpu/sleep_kernel.h"
 
-#include <sys/prctl.h>
 #include <time.h>
 
 #include <cerrno>
@@ -36,10 +35,6 @@ class SleepKernel : public Kernel {
       }
     }
     if (microseconds_ == 0) return absl::OkStatus();
-    // Linux lets a sleeping thread oversleep by its timer slack (50 us by default), which would
-    // make every act of a "1 ms" op last 1.05 ms. This thread runs only Loom actors, whose timed
-    // waits are deadlines anyway: ask for the finest slack the kernel gives.
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     const int64_t nanoseconds = deadline.tv_nsec + (microseconds_ % 1'000'000) * 1'000;
     deadline.tv_sec += microseconds_ / 1'000'000 + nanoseconds / kNanosecondsPerSecond;
     deadline.tv_nsec = nanoseconds % kNanosecondsPerSecond;

@@ -10,10 +10,9 @@ namespace loom::cpu {
 
 // "sleep": a synthetic op for benchmarks and tests. Each Compute takes "microseconds" (int >= 0,
 // required) in all: it sleeps until the absolute deadline start + microseconds on
-// CLOCK_MONOTONIC, with the calling thread's timer slack set to the minimum (PR_SET_TIMERSLACK), so
-// it does not oversleep by Linux's default 50 us. Any number of inputs and outputs of any data type
-// and shape; when there is an input and an output and input 0 has the byte size of output 0, input
-// 0 is copied to output 0 (within the time). Other outputs are left as they are.
+// CLOCK_MONOTONIC. Any number of inputs and outputs of any data type and shape; when there is an
+// input and an output and input 0 has the byte size of output 0, input 0 is copied to output 0
+// (within the time). Other outputs are left as they are.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSleepKernel(const KernelInit& init);
 
 }  // namespace loom::cpu
