@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/op_checks.h"
 
 namespace loom::compiler {
 namespace {
@@ -28,6 +29,7 @@ class SquaredNormOp final : public OpDefinition {
  public:
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 1, 1); !status.ok()) return status;
+    if (absl::Status status = CheckKnownAttributes(context, {}); !status.ok()) return status;
     if (absl::Status status = CheckFloat(context.inputs[0], "the input"); !status.ok()) {
       return status;
     }
@@ -55,6 +57,9 @@ class ClipCoefficientOp final : public OpDefinition {
  public:
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 1, 1); !status.ok()) return status;
+    if (absl::Status status = CheckKnownAttributes(context, {"max_norm"}); !status.ok()) {
+      return status;
+    }
     if (absl::Status status = CheckScalar(context.inputs[0], "the total"); !status.ok()) {
       return status;
     }
@@ -73,6 +78,7 @@ class ScaleByOp final : public OpDefinition {
  public:
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 2, 2); !status.ok()) return status;
+    if (absl::Status status = CheckKnownAttributes(context, {}); !status.ok()) return status;
     if (absl::Status status = CheckFloat(context.inputs[0], "x"); !status.ok()) return status;
     if (absl::Status status = CheckScalar(context.inputs[1], "the coefficient"); !status.ok()) {
       return status;

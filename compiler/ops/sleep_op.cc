@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/op_checks.h"
 #include "compiler/ops/signature_helpers.h"
 
 namespace loom::compiler {
@@ -14,6 +15,11 @@ class SleepOp final : public OpDefinition {
  public:
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 1, 1); !status.ok()) return status;
+    if (absl::Status status =
+            CheckKnownAttributes(context, {"microseconds", "backward_microseconds"});
+        !status.ok()) {
+      return status;
+    }
     if (context.inputs[0].data_type != plan::FLOAT32) {
       return OpError(absl::StrCat("the input must be float32, not ", context.inputs[0].ToString()));
     }

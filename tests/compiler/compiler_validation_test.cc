@@ -246,5 +246,33 @@ TEST(CompilerValidationTest, TokenFileInputs) {
               "input 'tokens': token_file format 'utf8' is neither");
 }
 
+TEST(CompilerValidationTest, ClippingAndSleepOps) {
+  ExpectError(
+      Base() +
+          R"pb(ops { name: "norm" type: "squared_norm" inputs: "x" outputs: "n" }
+               ops { name: "coefficient" type: "clip_coefficient" inputs: "n" outputs: "c" })pb",
+      "op 'coefficient' (clip_coefficient): attribute 'max_norm' must be positive");
+  ExpectError(Base() + R"pb(ops {
+                              name: "scaled"
+                              type: "scale_by"
+                              inputs: [ "x", "x" ]
+                              outputs: "y"
+                            })pb",
+              "op 'scaled' (scale_by): the coefficient must be float32[1], not float32[4, 6]");
+  ExpectError(Base() + R"pb(ops { name: "nap" type: "sleep" inputs: "x" outputs: "y" })pb",
+              "op 'nap' (sleep): attribute 'microseconds' is required");
+  ExpectError(Base() + R"pb(ops {
+                              name: "nap"
+                              type: "sleep"
+                              inputs: "x"
+                              outputs: "y"
+                              attributes {
+                                key: "milliseconds"
+                                value { int_value: 1 }
+                              }
+                            })pb",
+              "op 'nap' (sleep): unknown attribute 'milliseconds'");
+}
+
 }  // namespace
 }  // namespace loom::compiler::testing
