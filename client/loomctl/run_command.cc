@@ -346,6 +346,117 @@ absl::StatusOr<std::string> FormatStepsJson(const FetchedTensors& fetched,
   return json;
 }
 
+namespace {
+
+// The per-step lines of a training job, with a progress bar when `error` is a terminal.
+std::unique_ptr<StepReporter> MakeStepReporter(const job::Job& job, int64_t last_step, bool json,
+                                               std::ostream& out, std::ostream& error) {
+  StepReporter::Options reporter_options;
+  reporter_options.last_step = last_step;
+  reporter_options.tokens_per_step = TokensPerStep(job);
+  reporter_options.json = json;
+  reporter_options.out = &out;
+  // The bar is for a person watching a terminal: never into a captured stream.
+  if (&error == &std::cerr && isatty(STDERR_FILENO)) reporter_options.progress = &error;
+  return std::make_unique<StepReporter>(std::move(reporter_options));
+}
+
+// Writes the state after `steps_taken` steps to `directory` and says so on `out`; the path.
+absl::StatusOr<std::string> SaveSegmentCheckpoint(const job::Job& job, const plan::Plan& plan,
+                                                  const JobRuntime& runtime, int64_t steps_taken,
+                                                  const std::string& directory, bool json,
+                                                  std::ostream& out) {
+  CheckpointProgress progress;
+  progress.steps_taken = steps_taken;
+  progress.optimizer = job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET;
+  progress.metadata["job"] = plan.job_name();
+  if (progress.optimizer) {
+    progress.metadata["optimizer"] =
+        job.optimizer().kind_case() == job::Optimizer::kAdamw ? "adamw" : "sgd";
+  }
+  absl::StatusOr<std::string> path = SaveCheckpoint(plan, runtime, progress, directory);
+  if (!path.ok()) return path.status();
+  LOG(INFO) << "wrote the checkpoint of step " << steps_taken << " to " << *path;
+  if (json) {
+    out << "{\"checkpoint\":" << JsonString(*path) << ",\"step\":" << steps_taken << "}\n";
+  } else {
+    out << "checkpoint: " << *path << "\n";
+  }
+  out.flush();
+  return path;
+}
+
+// After the last segment: the latest-checkpoint link, the trace, the fetched tensors' files, the
+// steps of a job that does not train, and the summary. Returns the exit code.
+int PrintResults(const RunOptions& options, bool training, const FetchedTensors& fetched,
+                 const JobRuntime& job_runtime, const std::string& last_checkpoint,
+                 std::ostream& out, std::ostream& error) {
+  const bool json = options.output == OutputFormat::kJson;
+
+  int exit_code = kExitSuccess;
+  if (!last_checkpoint.empty()) {
+    if (absl::Status status = PointLatestCheckpoint(options.save_directory, last_checkpoint);
+        !status.ok()) {
+      error << kCommand << ": --save-dir: " << status.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+  std::string trace_path;
+  if (!options.trace_path.empty()) {
+    if (absl::Status trace = WriteChromeTrace(job_runtime, options.trace_path); trace.ok()) {
+      trace_path = options.trace_path;
+      LOG(INFO) << "wrote a Chrome trace of " << job_runtime.events().size() << " acts to "
+                << trace_path;
+    } else {
+      error << kCommand << ": " << trace.message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+
+  std::vector<std::string> fetched_files;
+  if (!options.fetch_directory.empty()) {
+    absl::StatusOr<std::vector<std::string>> written =
+        WriteFetchedTensors(fetched, options.fetch_directory);
+    if (written.ok()) {
+      fetched_files = std::move(*written);
+      LOG(INFO) << "wrote " << fetched_files.size() << " .npy files to " << options.fetch_directory;
+    } else {
+      error << kCommand << ": " << written.status().message() << "\n";
+      exit_code = kExitFailure;
+    }
+  }
+
+  // Training jobs printed their steps as they finished.
+  if (!training) {
+    absl::StatusOr<std::string> step_lines =
+        json ? FormatStepsJson(fetched, fetched_files.empty() ? "" : options.fetch_directory)
+             : FormatStepsText(fetched);
+    if (!step_lines.ok()) {
+      error << kCommand << ": " << step_lines.status().message() << "\n";
+      exit_code = kExitFailure;
+    } else {
+      out << *step_lines;
+    }
+  }
+  if (json) {
+    out << FormatSummaryJson(job_runtime, absl::OkStatus(), trace_path, fetched_files,
+                             JsonLayout::kOneLine);
+  } else {
+    out << "\n";
+    if (options.actors) out << FormatActorTable(job_runtime) << "\n";
+    out << FormatSummaryFooter(job_runtime);
+    if (!trace_path.empty()) out << "trace: " << trace_path << "\n";
+    if (!fetched_files.empty()) {
+      out << "fetched: " << fetched_files.size() << " .npy files in " << options.fetch_directory
+          << "\n";
+    }
+  }
+  out.flush();
+  return exit_code;
+}
+
+}  // namespace
+
 int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   SetLogVerbosity(options.verbose);
   const bool json = options.output == OutputFormat::kJson;
@@ -403,16 +514,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   SetBlasThreads(options.blas_threads);
 
   std::unique_ptr<StepReporter> reporter;
-  if (training) {
-    StepReporter::Options reporter_options;
-    reporter_options.last_step = first_step + steps;
-    reporter_options.tokens_per_step = TokensPerStep(*job);
-    reporter_options.json = json;
-    reporter_options.out = &out;
-    // The bar is for a person watching a terminal: never into a captured stream.
-    if (&error == &std::cerr && isatty(STDERR_FILENO)) reporter_options.progress = &error;
-    reporter = std::make_unique<StepReporter>(std::move(reporter_options));
-  }
+  if (training) reporter = MakeStepReporter(*job, first_step + steps, json, out, error);
 
   // Segments of --save-every steps (one segment without it), each starting from the checkpoint
   // the previous one wrote.
@@ -501,93 +603,16 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     done += length;
 
     if (!options.save_directory.empty()) {
-      CheckpointProgress progress;
-      progress.steps_taken = first_step + done;
-      progress.optimizer = has_optimizer;
-      progress.metadata["job"] = plan.job_name();
-      if (has_optimizer) {
-        progress.metadata["optimizer"] =
-            job->optimizer().kind_case() == job::Optimizer::kAdamw ? "adamw" : "sgd";
-      }
-      absl::StatusOr<std::string> path =
-          SaveCheckpoint(plan, *run.runtime, progress, options.save_directory);
+      absl::StatusOr<std::string> path = SaveSegmentCheckpoint(
+          *job, plan, *run.runtime, first_step + done, options.save_directory, json, out);
       if (!path.ok()) {
         error << kCommand << ": --save-dir: " << path.status().message() << "\n";
         return kExitFailure;
       }
       last_checkpoint = *path;
-      LOG(INFO) << "wrote the checkpoint of step " << progress.steps_taken << " to " << *path;
-      if (json) {
-        out << "{\"checkpoint\":" << JsonString(*path) << ",\"step\":" << progress.steps_taken
-            << "}\n";
-      } else {
-        out << "checkpoint: " << *path << "\n";
-      }
-      out.flush();
     }
   }
-  const JobRuntime& job_runtime = *run.runtime;
-
-  int exit_code = kExitSuccess;
-  if (!last_checkpoint.empty()) {
-    if (absl::Status status = PointLatestCheckpoint(options.save_directory, last_checkpoint);
-        !status.ok()) {
-      error << kCommand << ": --save-dir: " << status.message() << "\n";
-      exit_code = kExitFailure;
-    }
-  }
-  std::string trace_path;
-  if (!options.trace_path.empty()) {
-    if (absl::Status trace = WriteChromeTrace(job_runtime, options.trace_path); trace.ok()) {
-      trace_path = options.trace_path;
-      LOG(INFO) << "wrote a Chrome trace of " << job_runtime.events().size() << " acts to "
-                << trace_path;
-    } else {
-      error << kCommand << ": " << trace.message() << "\n";
-      exit_code = kExitFailure;
-    }
-  }
-
-  std::vector<std::string> fetched_files;
-  if (!options.fetch_directory.empty()) {
-    absl::StatusOr<std::vector<std::string>> written =
-        WriteFetchedTensors(fetched, options.fetch_directory);
-    if (written.ok()) {
-      fetched_files = std::move(*written);
-      LOG(INFO) << "wrote " << fetched_files.size() << " .npy files to " << options.fetch_directory;
-    } else {
-      error << kCommand << ": " << written.status().message() << "\n";
-      exit_code = kExitFailure;
-    }
-  }
-
-  // Training jobs printed their steps as they finished.
-  if (!training) {
-    absl::StatusOr<std::string> step_lines =
-        json ? FormatStepsJson(fetched, fetched_files.empty() ? "" : options.fetch_directory)
-             : FormatStepsText(fetched);
-    if (!step_lines.ok()) {
-      error << kCommand << ": " << step_lines.status().message() << "\n";
-      exit_code = kExitFailure;
-    } else {
-      out << *step_lines;
-    }
-  }
-  if (json) {
-    out << FormatSummaryJson(job_runtime, absl::OkStatus(), trace_path, fetched_files,
-                             JsonLayout::kOneLine);
-  } else {
-    out << "\n";
-    if (options.actors) out << FormatActorTable(job_runtime) << "\n";
-    out << FormatSummaryFooter(job_runtime);
-    if (!trace_path.empty()) out << "trace: " << trace_path << "\n";
-    if (!fetched_files.empty()) {
-      out << "fetched: " << fetched_files.size() << " .npy files in " << options.fetch_directory
-          << "\n";
-    }
-  }
-  out.flush();
-  return exit_code;
+  return PrintResults(options, training, fetched, *run.runtime, last_checkpoint, out, error);
 }
 
 }  // namespace loom::loomctl
