@@ -14,7 +14,11 @@ namespace loom::cpu {
 // (AVX2, FMA: 8 floats a vector) and for the baseline (SSE2: 4), and picks one when the program
 // loads from what the CPU supports. The FMA clone may fuse a * b + c, so results can differ in
 // the last bit between machines; kernels that must be bit exact (the optimizers) do not use it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+//
+// Not under the sanitizers: target_clones resolves through an ifunc, which the dynamic loader runs
+// before ThreadSanitizer's runtime is up (the binary crashes at start).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define LOOM_VECTORIZED_LOOP __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define LOOM_VECTORIZED_LOOP
