@@ -1,0 +1,254 @@
+// A Transport in this process and one in a forked child, exchanging addresses through pipes the
+// way the coordinator will in a cluster. Each test forks before creating any UCX context (ctest
+// runs every test in a fresh process), and the child ends with _exit, never returning into
+// GoogleTest.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/transport/transport_test_util.h"
+#include "transport/transport.h"
+
+namespace loom::transport {
+namespace {
+
+using ::loom::transport::testing::Completion;
+using ::loom::transport::testing::Inbox;
+using ::loom::transport::testing::MakeTransport;
+using ::loom::transport::testing::PatternByte;
+
+constexpr absl::Duration kDeadline = absl::Seconds(10);
+constexpr size_t kDataSize = 64 << 20;
+constexpr DataTag kDataTag = 77;
+constexpr int kMessages = 200;
+
+bool WriteAll(int fd, const void* data, size_t size) {
+  const char* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t written = write(fd, bytes, size);
+    if (written <= 0) return false;
+    bytes += written;
+    size -= written;
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t size, absl::Time deadline) {
+  char* bytes = static_cast<char*>(data);
+  while (size > 0) {
+    pollfd descriptor{fd, POLLIN, 0};
+    int remaining_ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (remaining_ms <= 0 || poll(&descriptor, 1, remaining_ms) <= 0) return false;
+    ssize_t got = read(fd, bytes, size);
+    if (got <= 0) return false;
+    bytes += got;
+    size -= got;
+  }
+  return true;
+}
+
+// Length-prefixed address exchange over pipes.
+bool WriteAddress(int fd, const std::string& address) {
+  uint32_t size = address.size();
+  return WriteAll(fd, &size, sizeof(size)) && WriteAll(fd, address.data(), address.size());
+}
+
+bool ReadAddress(int fd, std::string* address) {
+  absl::Time deadline = absl::Now() + kDeadline;
+  uint32_t size = 0;
+  if (!ReadAll(fd, &size, sizeof(size), deadline) || size > (1u << 20)) return false;
+  address->resize(size);
+  return ReadAll(fd, address->data(), size, deadline);
+}
+
+// A forked child with pipes both ways; the child runs `body` and exits with its return value.
+struct Child {
+  pid_t pid = -1;
+  int to_child = -1;
+  int from_child = -1;
+};
+
+template <typename Body>
+Child Fork(Body body) {
+  int down[2], up[2];
+  CHECK_EQ(pipe(down), 0);
+  CHECK_EQ(pipe(up), 0);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0) {
+    close(down[1]);
+    close(up[0]);
+    alarm(30);  // a child that hangs dies
+    int code = body(down[0], up[1]);
+    _exit(code);
+  }
+  close(down[0]);
+  close(up[1]);
+  return Child{pid, down[1], up[0]};
+}
+
+// Waits for the child to exit; kills it after `deadline`. Returns its exit status as waitpid's.
+int WaitForChild(pid_t pid, absl::Duration deadline) {
+  absl::Time end = absl::Now() + deadline;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (absl::Now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return status;
+}
+
+// The child of the exchange test: echoes messages, receives the buffer, checks it, says "ok",
+// and waits for "bye". Exit codes name the step that failed.
+int EchoChild(int from_parent, int to_parent) {
+  testing::UseTcpTransports();
+  Inbox inbox;
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox);
+  if (!transport.ok()) return 10;
+  std::string parent_address;
+  if (!WriteAddress(to_parent, (*transport)->address())) return 11;
+  if (!ReadAddress(from_parent, &parent_address)) return 12;
+  if (!(*transport)->AddPeer(0, parent_address).ok()) return 13;
+
+  std::vector<unsigned char> buffer(kDataSize);
+  Completion<absl::StatusOr<size_t>> received;
+  if (!(*transport)
+           ->ReceiveData(kDataTag, buffer.data(), buffer.size(),
+                         [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); })
+           .ok()) {
+    return 14;
+  }
+  if (!inbox.WaitForMessages(kMessages, kDeadline)) return 15;
+  std::vector<std::pair<PeerId, std::string>> messages = inbox.messages();
+  for (int i = 0; i < kMessages; ++i) {
+    if (messages[i].first != 0 || messages[i].second != absl::StrCat("message ", i)) return 16;
+    if (!(*transport)->Send(0, absl::StrCat("echo ", i)).ok()) return 17;
+  }
+  absl::StatusOr<absl::StatusOr<size_t>> result = received.Wait(kDeadline);
+  if (!result.ok() || !result->ok() || **result != kDataSize) return 18;
+  for (size_t i = 0; i < kDataSize; ++i) {
+    if (buffer[i] != PatternByte(i, 3)) return 19;
+  }
+  if (!(*transport)->Send(0, "ok").ok()) return 20;
+  if (!inbox.WaitForMessages(kMessages + 1, kDeadline)) return 21;
+  if (inbox.messages().back().second != "bye") return 22;
+  (*transport)->Stop();
+  return 0;
+}
+
+TEST(TransportProcessTest, TwoProcessesExchangeMessagesAndData) {
+  Child child = Fork(EchoChild);
+  testing::UseTcpTransports();
+  Inbox inbox;
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  std::string child_address;
+  ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
+  ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
+  ASSERT_TRUE((*transport)->AddPeer(1, child_address).ok());
+
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE((*transport)->Send(1, absl::StrCat("message ", i)).ok());
+  }
+  std::vector<unsigned char> data(kDataSize);
+  for (size_t i = 0; i < kDataSize; ++i) data[i] = PatternByte(i, 3);
+  Completion<absl::Status> sent;
+  ASSERT_TRUE((*transport)
+                  ->SendData(1, kDataTag, data.data(), data.size(),
+                             [&](absl::Status status) { sent.Set(status); })
+                  .ok());
+  absl::StatusOr<absl::Status> send_result = sent.Wait(kDeadline);
+  ASSERT_TRUE(send_result.ok()) << send_result.status();
+  EXPECT_TRUE(send_result->ok()) << *send_result;
+
+  ASSERT_TRUE(inbox.WaitForMessages(kMessages + 1, kDeadline))
+      << inbox.messages().size() << " messages arrived";
+  std::vector<std::pair<PeerId, std::string>> messages = inbox.messages();
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(messages[i], std::make_pair(PeerId{1}, absl::StrCat("echo ", i)));
+  }
+  EXPECT_EQ(messages[kMessages].second, "ok") << "the child found the data wrong";
+  ASSERT_TRUE((*transport)->Send(1, "bye").ok());
+  int status = WaitForChild(child.pid, kDeadline);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "child status " << status << " (exit code " << WEXITSTATUS(status) << ")";
+  (*transport)->Stop();
+}
+
+// The child of the failure test: connects, says "ready", and waits to be killed.
+int WaitingChild(int from_parent, int to_parent) {
+  testing::UseTcpTransports();
+  Inbox inbox;
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox);
+  if (!transport.ok()) return 10;
+  std::string parent_address;
+  if (!WriteAddress(to_parent, (*transport)->address())) return 11;
+  if (!ReadAddress(from_parent, &parent_address)) return 12;
+  if (!(*transport)->AddPeer(0, parent_address).ok()) return 13;
+  if (!(*transport)->Send(0, "ready").ok()) return 14;
+  absl::SleepFor(absl::Seconds(20));
+  return 15;
+}
+
+TEST(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
+  Child child = Fork(WaitingChild);
+  testing::UseTcpTransports();
+  Inbox inbox;
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  std::string child_address;
+  ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
+  ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
+  ASSERT_TRUE((*transport)->AddPeer(1, child_address).ok());
+  ASSERT_TRUE(inbox.WaitForMessages(1, kDeadline));
+  ASSERT_EQ(inbox.messages()[0].second, "ready");
+  // A receive that the dead peer will never satisfy stays pending until Stop.
+  char buffer[16];
+  Completion<absl::StatusOr<size_t>> pending_receive;
+  ASSERT_TRUE((*transport)
+                  ->ReceiveData(5, buffer, sizeof(buffer),
+                                [&](absl::StatusOr<size_t> bytes) { pending_receive.Set(bytes); })
+                  .ok());
+
+  absl::Time killed_at = absl::Now();
+  ASSERT_EQ(kill(child.pid, SIGKILL), 0);
+  ASSERT_TRUE(inbox.WaitForErrors(1, absl::Seconds(5))) << "the dead peer was not reported";
+  absl::Duration detection = absl::Now() - killed_at;
+  std::vector<std::pair<PeerId, absl::Status>> errors = inbox.errors();
+  EXPECT_EQ(errors[0].first, 1u);
+  EXPECT_THAT(errors[0].second.message(), ::testing::HasSubstr("peer 1"));
+  LOG(INFO) << "peer failure detected after " << detection << ": " << errors[0].second;
+  WaitForChild(child.pid, kDeadline);
+
+  // Operations towards the dead peer fail at once, naming it.
+  char byte = 1;
+  Completion<absl::Status> sent;
+  ASSERT_TRUE((*transport)->SendData(1, 6, &byte, 1, [&](absl::Status s) { sent.Set(s); }).ok());
+  absl::StatusOr<absl::Status> send_result = sent.Wait(kDeadline);
+  ASSERT_TRUE(send_result.ok());
+  EXPECT_EQ(send_result->code(), absl::StatusCode::kUnavailable) << *send_result;
+  EXPECT_THAT(send_result->message(), ::testing::HasSubstr("peer 1"));
+
+  (*transport)->Stop();
+  absl::StatusOr<absl::StatusOr<size_t>> receive_result = pending_receive.Wait(absl::Seconds(1));
+  ASSERT_TRUE(receive_result.ok());
+  EXPECT_EQ(receive_result->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(inbox.errors().size(), 1u) << "the peer was reported more than once";
+}
+
+}  // namespace
+}  // namespace loom::transport

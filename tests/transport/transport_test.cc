@@ -1,0 +1,233 @@
+// Two or three Transports in one process, connected over TCP loopback.
+#include "transport/transport.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/transport/transport_test_util.h"
+
+namespace loom::transport {
+namespace {
+
+using ::loom::transport::testing::Completion;
+using ::loom::transport::testing::Inbox;
+using ::loom::transport::testing::MakeTransport;
+using ::loom::transport::testing::PatternByte;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kDeadline = absl::Seconds(10);
+
+class TransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::UseTcpTransports(); }
+
+  // Creates transports 0..count-1, each connected to every other one.
+  void Connect(int count) {
+    inboxes_.resize(count);
+    for (int i = 0; i < count; ++i) {
+      inboxes_[i] = std::make_unique<Inbox>();
+      absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(i, inboxes_[i].get());
+      ASSERT_TRUE(transport.ok()) << transport.status();
+      transports_.push_back(*std::move(transport));
+    }
+    for (int i = 0; i < count; ++i) {
+      for (int j = 0; j < count; ++j) {
+        if (i == j) continue;
+        ASSERT_TRUE(transports_[i]->AddPeer(j, transports_[j]->address()).ok());
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<Inbox>> inboxes_;
+  std::vector<std::unique_ptr<Transport>> transports_;
+};
+
+TEST_F(TransportTest, MessagesGoBothWays) {
+  Connect(2);
+  ASSERT_TRUE(transports_[0]->Send(1, "hello from 0").ok());
+  ASSERT_TRUE(transports_[1]->Send(0, "hello from 1").ok());
+  ASSERT_TRUE(inboxes_[1]->WaitForMessages(1, kDeadline));
+  ASSERT_TRUE(inboxes_[0]->WaitForMessages(1, kDeadline));
+  EXPECT_EQ(inboxes_[1]->messages()[0], std::make_pair(PeerId{0}, std::string("hello from 0")));
+  EXPECT_EQ(inboxes_[0]->messages()[0], std::make_pair(PeerId{1}, std::string("hello from 1")));
+  // An empty message and one of the largest size also arrive.
+  std::string largest(Transport::kMaxMessageBytes, 'x');
+  ASSERT_TRUE(transports_[0]->Send(1, "").ok());
+  ASSERT_TRUE(transports_[0]->Send(1, largest).ok());
+  ASSERT_TRUE(inboxes_[1]->WaitForMessages(3, kDeadline));
+  EXPECT_EQ(inboxes_[1]->messages()[1].second, "");
+  EXPECT_EQ(inboxes_[1]->messages()[2].second, largest);
+  EXPECT_TRUE(inboxes_[0]->errors().empty());
+  EXPECT_TRUE(inboxes_[1]->errors().empty());
+}
+
+TEST_F(TransportTest, TransfersA64MebibyteBufferByteForByte) {
+  Connect(2);
+  constexpr size_t kSize = 64 << 20;
+  std::vector<unsigned char> source(kSize);
+  for (size_t i = 0; i < kSize; ++i) source[i] = PatternByte(i, 7);
+  std::vector<unsigned char> destination(kSize, 0);
+
+  Completion<absl::StatusOr<size_t>> received;
+  Completion<absl::Status> sent;
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(/*tag=*/42, destination.data(), destination.size(),
+                                [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); })
+                  .ok());
+  ASSERT_TRUE(transports_[0]
+                  ->SendData(1, /*tag=*/42, source.data(), source.size(),
+                             [&](absl::Status status) { sent.Set(status); })
+                  .ok());
+  absl::StatusOr<absl::Status> send_result = sent.Wait(kDeadline);
+  ASSERT_TRUE(send_result.ok()) << send_result.status();
+  EXPECT_TRUE(send_result->ok()) << *send_result;
+  absl::StatusOr<absl::StatusOr<size_t>> receive_result = received.Wait(kDeadline);
+  ASSERT_TRUE(receive_result.ok()) << receive_result.status();
+  ASSERT_TRUE(receive_result->ok()) << receive_result->status();
+  EXPECT_EQ(**receive_result, kSize);
+  EXPECT_EQ(std::memcmp(source.data(), destination.data(), kSize), 0);
+
+  // And back, into a receive posted after the send (UCX keeps the unexpected message).
+  std::vector<unsigned char> reply(4096);
+  for (size_t i = 0; i < reply.size(); ++i) reply[i] = PatternByte(i, 11);
+  std::vector<unsigned char> reply_destination(reply.size());
+  Completion<absl::Status> reply_sent;
+  Completion<absl::StatusOr<size_t>> reply_received;
+  ASSERT_TRUE(transports_[1]
+                  ->SendData(0, /*tag=*/43, reply.data(), reply.size(),
+                             [&](absl::Status status) { reply_sent.Set(status); })
+                  .ok());
+  ASSERT_TRUE(transports_[0]
+                  ->ReceiveData(/*tag=*/43, reply_destination.data(), reply_destination.size(),
+                                [&](absl::StatusOr<size_t> bytes) { reply_received.Set(bytes); })
+                  .ok());
+  ASSERT_TRUE(reply_sent.Wait(kDeadline).ok());
+  absl::StatusOr<absl::StatusOr<size_t>> reply_result = reply_received.Wait(kDeadline);
+  ASSERT_TRUE(reply_result.ok() && reply_result->ok());
+  EXPECT_EQ(**reply_result, reply.size());
+  EXPECT_EQ(reply, reply_destination);
+}
+
+TEST_F(TransportTest, ManyMessagesArriveInOrderPerPeer) {
+  Connect(3);
+  constexpr int kCount = 5000;
+  // Peers 0 and 2 both stream numbered messages to peer 1, interleaved at the receiver.
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(transports_[0]->Send(1, absl::StrCat("0:", i)).ok());
+    ASSERT_TRUE(transports_[2]->Send(1, absl::StrCat("2:", i)).ok());
+  }
+  ASSERT_TRUE(inboxes_[1]->WaitForMessages(2 * kCount, kDeadline))
+      << inboxes_[1]->messages().size() << " arrived";
+  int next[3] = {0, 0, 0};
+  for (const auto& [from, bytes] : inboxes_[1]->messages()) {
+    ASSERT_TRUE(from == 0 || from == 2) << from;
+    ASSERT_EQ(bytes, absl::StrCat(from, ":", next[from])) << "out of order from peer " << from;
+    ++next[from];
+  }
+  EXPECT_EQ(next[0], kCount);
+  EXPECT_EQ(next[2], kCount);
+}
+
+TEST_F(TransportTest, ReportsErrorsNamingPeerAndOperation) {
+  Connect(2);
+  // Too large for a message.
+  absl::Status too_large =
+      transports_[0]->Send(1, std::string(Transport::kMaxMessageBytes + 1, 'x'));
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_large.message(), HasSubstr("peer 1"));
+
+  // No such peer.
+  char byte = 0;
+  Completion<absl::Status> unknown;
+  ASSERT_TRUE(
+      transports_[0]->SendData(5, 1, &byte, 1, [&](absl::Status s) { unknown.Set(s); }).ok());
+  absl::StatusOr<absl::Status> unknown_result = unknown.Wait(kDeadline);
+  ASSERT_TRUE(unknown_result.ok());
+  EXPECT_EQ(unknown_result->code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown_result->message(), HasSubstr("peer 5"));
+
+  // A transfer larger than the posted buffer.
+  std::vector<char> source(1000, 'a');
+  std::vector<char> destination(10);
+  Completion<absl::StatusOr<size_t>> truncated;
+  Completion<absl::Status> sent;
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(9, destination.data(), destination.size(),
+                                [&](absl::StatusOr<size_t> bytes) { truncated.Set(bytes); })
+                  .ok());
+  ASSERT_TRUE(
+      transports_[0]
+          ->SendData(1, 9, source.data(), source.size(), [&](absl::Status s) { sent.Set(s); })
+          .ok());
+  absl::StatusOr<absl::StatusOr<size_t>> truncated_result = truncated.Wait(kDeadline);
+  ASSERT_TRUE(truncated_result.ok());
+  EXPECT_FALSE(truncated_result->ok());
+  EXPECT_THAT(truncated_result->status().message(), HasSubstr("tag 9"));
+  ASSERT_TRUE(sent.Wait(kDeadline).ok());
+
+  // Adding a peer twice.
+  EXPECT_EQ(transports_[0]->AddPeer(1, transports_[1]->address()).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(TransportTest, StopCancelsPendingReceivesAndSends) {
+  Connect(2);
+  constexpr int kReceives = 3;
+  std::vector<char> buffers(kReceives * 64);
+  std::vector<Completion<absl::StatusOr<size_t>>> completions(kReceives);
+  for (int i = 0; i < kReceives; ++i) {
+    ASSERT_TRUE(
+        transports_[1]
+            ->ReceiveData(100 + i, &buffers[i * 64], 64,
+                          [&, i](absl::StatusOr<size_t> bytes) { completions[i].Set(bytes); })
+            .ok());
+  }
+  // A large transfer to a peer that never posts its receive: rendezvous waits for the receiver.
+  std::vector<char> unwanted(4 << 20, 'u');
+  Completion<absl::Status> unwanted_sent;
+  ASSERT_TRUE(transports_[1]
+                  ->SendData(0, /*tag=*/999, unwanted.data(), unwanted.size(),
+                             [&](absl::Status status) { unwanted_sent.Set(status); })
+                  .ok());
+  // A message round trip makes sure the operations were started before Stop.
+  ASSERT_TRUE(transports_[1]->Send(0, "ping").ok());
+  ASSERT_TRUE(inboxes_[0]->WaitForMessages(1, kDeadline));
+
+  absl::Time start = absl::Now();
+  transports_[1]->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  for (int i = 0; i < kReceives; ++i) {
+    absl::StatusOr<absl::StatusOr<size_t>> result = completions[i].Wait(absl::Seconds(1));
+    ASSERT_TRUE(result.ok()) << "receive " << i << " was not reported";
+    EXPECT_EQ(result->status().code(), absl::StatusCode::kCancelled) << result->status();
+    EXPECT_THAT(result->status().message(), HasSubstr(absl::StrCat("tag ", 100 + i)));
+  }
+  absl::StatusOr<absl::Status> unwanted_result = unwanted_sent.Wait(absl::Seconds(1));
+  ASSERT_TRUE(unwanted_result.ok()) << "the pending send was not reported";
+  EXPECT_EQ(unwanted_result->code(), absl::StatusCode::kCancelled) << *unwanted_result;
+  EXPECT_THAT(unwanted_result->message(), HasSubstr("tag 999 to peer 0"));
+  EXPECT_EQ(transports_[1]->Send(0, "late").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(transports_[1]->ReceiveData(1, buffers.data(), 1, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  transports_[1]->Stop();  // idempotent
+
+  // The survivor learns that its peer went away.
+  EXPECT_TRUE(inboxes_[0]->WaitForErrors(1, absl::Seconds(5)));
+}
+
+TEST(UcxContextTest, AppliesConfigurationAndRejectsBadValues) {
+  UcxContextOptions options;
+  options.configuration = {{"TLS", "tcp,self"}};
+  EXPECT_TRUE(UcxContext::Create(options).ok());
+  options.configuration = {{"RNDV_THRESH", "not-a-size"}};
+  absl::StatusOr<std::unique_ptr<UcxContext>> context = UcxContext::Create(options);
+  ASSERT_FALSE(context.ok());
+  EXPECT_THAT(context.status().message(), HasSubstr("RNDV_THRESH=not-a-size"));
+}
+
+}  // namespace
+}  // namespace loom::transport

@@ -1,0 +1,112 @@
+#ifndef LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
+#define LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
+
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace loom::transport::testing {
+
+// Makes UCX use TCP (and `self` for a worker talking to itself), whatever the machine offers.
+// Tests only: production code passes UcxContextOptions::configuration and never touches the
+// environment. Must run before the first context is created; UCX reads UCX_TLS in ucp_config_read.
+inline void UseTcpTransports() { setenv("UCX_TLS", "tcp,self", /*overwrite=*/1); }
+
+// Collects what a Transport delivers (messages and peer errors) and waits for it with deadlines.
+class Inbox {
+ public:
+  void AddMessage(PeerId from, absl::string_view bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    messages_.emplace_back(from, std::string(bytes));
+    changed_.notify_all();
+  }
+  void AddError(PeerId peer, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    errors_.emplace_back(peer, status);
+    changed_.notify_all();
+  }
+  // Returns whether at least `count` messages arrived within `deadline`.
+  bool WaitForMessages(size_t count, absl::Duration deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, absl::ToChronoMilliseconds(deadline),
+                             [&] { return messages_.size() >= count; });
+  }
+  bool WaitForErrors(size_t count, absl::Duration deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, absl::ToChronoMilliseconds(deadline),
+                             [&] { return errors_.size() >= count; });
+  }
+  std::vector<std::pair<PeerId, std::string>> messages() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return messages_;
+  }
+  std::vector<std::pair<PeerId, absl::Status>> errors() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return errors_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::pair<PeerId, std::string>> messages_;
+  std::vector<std::pair<PeerId, absl::Status>> errors_;
+};
+
+inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inbox* inbox) {
+  TransportOptions options;
+  options.self = self;
+  options.on_message = [inbox](PeerId from, absl::string_view bytes) {
+    inbox->AddMessage(from, bytes);
+  };
+  options.on_peer_error = [inbox](PeerId peer, const absl::Status& status) {
+    inbox->AddError(peer, status);
+  };
+  return Transport::Create(std::move(options));
+}
+
+// A one-shot result set from a callback, waited for with a deadline.
+template <typename T>
+class Completion {
+ public:
+  void Set(T value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    value_ = std::move(value);
+    done_ = true;
+    changed_.notify_all();
+  }
+  // The value, or DeadlineExceeded after `deadline`.
+  absl::StatusOr<T> Wait(absl::Duration deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!changed_.wait_for(lock, absl::ToChronoMilliseconds(deadline), [&] { return done_; })) {
+      return absl::DeadlineExceededError("the operation did not complete in time");
+    }
+    return value_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  T value_{};
+};
+
+// A byte pattern that differs between offsets and seeds, to check transfers byte for byte.
+inline unsigned char PatternByte(size_t offset, unsigned seed) {
+  uint64_t x = (offset + 1) * 0x9E3779B97F4A7C15ull + seed;
+  return static_cast<unsigned char>((x >> 29) ^ (x >> 47));
+}
+
+}  // namespace loom::transport::testing
+
+#endif  // LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_

@@ -1,0 +1,510 @@
+#include "transport/transport.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "glog/logging.h"
+#include "runtime/format_bytes.h"
+#include "transport/ucx_status.h"
+
+namespace loom::transport {
+namespace {
+
+// The active message id of actor messages; every message carries its sender in the header.
+constexpr unsigned kActorMessageId = 1;
+
+struct MessageHeader {
+  PeerId sender;
+};
+
+}  // namespace
+
+struct Transport::AddPeerResult {
+  absl::Notification done;
+  absl::Status status;
+};
+
+struct Transport::Peer {
+  Transport* transport;
+  PeerId id;
+  std::unique_ptr<UcxEndpoint> endpoint;
+  bool failed = false;
+};
+
+struct Transport::Operation {
+  enum class Kind { kMessage, kSendData, kReceiveData };
+  Kind kind;
+  PeerId peer = 0;  // not for kReceiveData
+  DataTag tag = 0;
+  const void* send_buffer = nullptr;
+  void* receive_buffer = nullptr;
+  size_t size = 0;
+  MessageHeader header{};
+  std::string message;
+  SendCallback send_callback;
+  ReceiveCallback receive_callback;
+  Transport* transport = nullptr;
+  void* request = nullptr;
+  // A receive's callback can run inside ucp_tag_recv_nbx (UCP_OP_ATTR_FLAG_NO_IMM_CMPL); while the
+  // call is in progress the completion is only recorded, and handled when the call returns.
+  bool starting = false;
+  bool completed_while_starting = false;
+  ucs_status_t early_status = UCS_OK;
+  size_t early_length = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions options) {
+  absl::StatusOr<std::unique_ptr<UcxContext>> context = UcxContext::Create(options.context);
+  if (!context.ok()) return context.status();
+  absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create(**context);
+  if (!worker.ok()) return worker.status();
+  int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("creating the transport's wake-up eventfd: ", std::strerror(errno)));
+  }
+  auto transport = std::unique_ptr<Transport>(
+      new Transport(std::move(options), *std::move(context), *std::move(worker), wake_fd));
+
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.id = kActorMessageId;
+  handler.cb = &Transport::OnActiveMessage;
+  handler.arg = transport.get();
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  ucs_status_t status = ucp_worker_set_am_recv_handler(transport->worker_->handle(), &handler);
+  if (status != UCS_OK) {
+    return UcxStatusToStatus(status, "registering the actor message handler");
+  }
+  // The worker is handed to the progress thread here; no other thread touches it from now on.
+  transport->progress_thread_ = std::thread([t = transport.get()] { t->ProgressLoop(); });
+  return transport;
+}
+
+Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
+                     std::unique_ptr<UcxWorker> worker, int wake_fd)
+    : self_(options.self),
+      on_message_(std::move(options.on_message)),
+      on_peer_error_(std::move(options.on_peer_error)),
+      options_(std::move(options)),
+      context_(std::move(context)),
+      worker_(std::move(worker)),
+      address_(worker_->address()),
+      wake_fd_(wake_fd) {}
+
+Transport::~Transport() {
+  Stop();
+  worker_.reset();  // normally done by the progress thread; not when Create failed before it ran
+  context_.reset();
+  close(wake_fd_);
+}
+
+void Transport::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mutex_);
+  CHECK(std::this_thread::get_id() != progress_thread_.get_id())
+      << "Transport::Stop called from a transport callback";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_requested_ = true;
+  }
+  has_commands_.store(true);
+  Wake();
+  if (progress_thread_.joinable()) progress_thread_.join();
+}
+
+absl::Status Transport::AddPeer(PeerId peer, absl::string_view address) {
+  auto result = std::make_shared<AddPeerResult>();
+  absl::Status queued = Enqueue(AddPeerCommand{peer, std::string(address), result});
+  if (!queued.ok()) return queued;
+  if (!result->done.WaitForNotificationWithTimeout(options_.add_peer_deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("node ", self_, ": connecting to peer ", peer, " took longer than ",
+                     absl::FormatDuration(options_.add_peer_deadline)));
+  }
+  return result->status;
+}
+
+absl::Status Transport::Send(PeerId peer, absl::string_view bytes) {
+  if (bytes.size() > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", self_, ": a message to peer ", peer, " has ", bytes.size(),
+        " bytes, more than the ", kMaxMessageBytes, " a message may have; send data instead"));
+  }
+  auto operation = std::make_unique<Operation>();
+  operation->kind = Operation::Kind::kMessage;
+  operation->peer = peer;
+  operation->header.sender = self_;
+  operation->message.assign(bytes.data(), bytes.size());
+  return Enqueue(std::move(operation));
+}
+
+absl::Status Transport::SendData(PeerId peer, DataTag tag, const void* buffer, size_t size,
+                                 SendCallback callback) {
+  auto operation = std::make_unique<Operation>();
+  operation->kind = Operation::Kind::kSendData;
+  operation->peer = peer;
+  operation->tag = tag;
+  operation->send_buffer = buffer;
+  operation->size = size;
+  operation->send_callback = std::move(callback);
+  return Enqueue(std::move(operation));
+}
+
+absl::Status Transport::ReceiveData(DataTag tag, void* buffer, size_t size,
+                                    ReceiveCallback callback) {
+  auto operation = std::make_unique<Operation>();
+  operation->kind = Operation::Kind::kReceiveData;
+  operation->tag = tag;
+  operation->receive_buffer = buffer;
+  operation->size = size;
+  operation->receive_callback = std::move(callback);
+  return Enqueue(std::move(operation));
+}
+
+absl::Status Transport::Enqueue(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_requested_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", self_, ": the transport is stopped"));
+    }
+    commands_.push_back(std::move(command));
+  }
+  has_commands_.store(true);
+  if (sleeping_.load()) Wake();
+  return absl::OkStatus();
+}
+
+void Transport::Wake() {
+  uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    PLOG(ERROR) << "node " << self_ << ": waking the transport's progress thread";
+  }
+}
+
+void Transport::ProgressLoop() {
+  absl::Time last_activity = absl::Now();
+  while (true) {
+    bool busy = false;
+    if (has_commands_.load()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_requested_) break;
+      }
+      busy = RunCommands();
+    }
+    while (worker_->Progress()) busy = true;
+    if (!failed_to_close_.empty()) CloseFailedEndpoints();
+    absl::Time now = absl::Now();
+    if (busy) {
+      last_activity = now;
+      continue;
+    }
+    if (now - last_activity < options_.progress_spin) continue;
+
+    // Park on the worker's events and the wake-up eventfd. sleeping_ is set before the last look
+    // at has_commands_, and Enqueue sets has_commands_ before looking at sleeping_: one of the two
+    // sees the other (sequentially consistent atomics).
+    sleeping_.store(true);
+    if (has_commands_.load()) {
+      sleeping_.store(false);
+      continue;
+    }
+    absl::StatusOr<bool> armed = worker_->Arm();
+    if (!armed.ok()) LOG(ERROR) << "node " << self_ << ": " << armed.status();
+    if (armed.ok() && *armed) {
+      pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.park_timeout));
+      if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
+        PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
+      }
+      uint64_t count;
+      while (read(wake_fd_, &count, sizeof(count)) > 0) {
+      }
+    }
+    sleeping_.store(false);
+    last_activity = absl::Now();  // spin a little after every wake-up
+  }
+  Shutdown();
+}
+
+bool Transport::RunCommands() {
+  std::deque<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands.swap(commands_);
+    has_commands_.store(false);
+  }
+  for (Command& command : commands) RunCommand(std::move(command));
+  return !commands.empty();
+}
+
+void Transport::RunCommand(Command command) {
+  if (auto* add_peer = std::get_if<AddPeerCommand>(&command)) {
+    AddPeerNow(*add_peer);
+    return;
+  }
+  StartOperation(std::move(std::get<std::unique_ptr<Operation>>(command)));
+}
+
+void Transport::AddPeerNow(AddPeerCommand& command) {
+  absl::Status& status = command.result->status;
+  if (shutting_down_) {
+    status =
+        absl::CancelledError(absl::StrCat("node ", self_, ": connecting to peer ", command.peer,
+                                          " was cancelled: the transport stopped"));
+  } else if (peers_.contains(command.peer)) {
+    status = absl::AlreadyExistsError(
+        absl::StrCat("node ", self_, ": peer ", command.peer, " was already added"));
+  } else {
+    auto peer = std::make_unique<Peer>();
+    peer->transport = this;
+    peer->id = command.peer;
+    absl::StatusOr<std::unique_ptr<UcxEndpoint>> endpoint =
+        UcxEndpoint::Create(*worker_, command.address, &Transport::OnEndpointError, peer.get());
+    if (endpoint.ok()) {
+      peer->endpoint = *std::move(endpoint);
+      peers_.emplace(command.peer, std::move(peer));
+    } else {
+      status = absl::Status(endpoint.status().code(),
+                            absl::StrCat("node ", self_, ": connecting to peer ", command.peer,
+                                         ": ", endpoint.status().message()));
+    }
+  }
+  command.result->done.Notify();
+}
+
+std::string Transport::Describe(const Operation& operation) const {
+  switch (operation.kind) {
+    case Operation::Kind::kMessage:
+      return absl::StrCat("node ", self_, ": sending a ", operation.message.size(),
+                          "-byte message to peer ", operation.peer);
+    case Operation::Kind::kSendData:
+      return absl::StrCat("node ", self_, ": sending ", FormatBytes(operation.size),
+                          " of data with tag ", operation.tag, " to peer ", operation.peer);
+    case Operation::Kind::kReceiveData:
+      return absl::StrCat("node ", self_, ": receiving data with tag ", operation.tag,
+                          " into a buffer of ", FormatBytes(operation.size));
+  }
+  return "";
+}
+
+void Transport::StartOperation(std::unique_ptr<Operation> operation) {
+  if (shutting_down_) {
+    absl::Status cancelled = absl::CancelledError(
+        absl::StrCat(Describe(*operation), " was cancelled: the transport stopped"));
+    Finish(std::move(operation), std::move(cancelled), 0);
+    return;
+  }
+  operation->transport = this;
+  operation->starting = true;
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  params.user_data = operation.get();
+  ucs_status_ptr_t request = nullptr;
+
+  if (operation->kind == Operation::Kind::kReceiveData) {
+    // Always through the callback, which reports the received length: with an immediate
+    // completion UCX 1.13 sometimes left the length in recv_info at 0.
+    params.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    params.cb.recv = &Transport::OnReceiveDone;
+    request = ucp_tag_recv_nbx(worker_->handle(), operation->receive_buffer, operation->size,
+                               operation->tag, /*tag_mask=*/~ucp_tag_t{0}, &params);
+  } else {
+    auto found = peers_.find(operation->peer);
+    if (found == peers_.end() || found->second->failed) {
+      std::string description = Describe(*operation);
+      absl::Status status =
+          found == peers_.end()
+              ? absl::NotFoundError(absl::StrCat(description, ": no such peer (AddPeer first)"))
+              : absl::UnavailableError(absl::StrCat(description, ": the peer failed earlier"));
+      Finish(std::move(operation), status, 0);
+      return;
+    }
+    ucp_ep_h endpoint = found->second->endpoint->handle();
+    params.cb.send = &Transport::OnSendDone;
+    if (operation->kind == Operation::Kind::kMessage) {
+      params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+      params.flags = UCP_AM_SEND_FLAG_EAGER;
+      request =
+          ucp_am_send_nbx(endpoint, kActorMessageId, &operation->header, sizeof(operation->header),
+                          operation->message.data(), operation->message.size(), &params);
+    } else {
+      request = ucp_tag_send_nbx(endpoint, operation->send_buffer, operation->size, operation->tag,
+                                 &params);
+    }
+  }
+
+  operation->starting = false;
+  if (UCS_PTR_IS_ERR(request)) {
+    Complete(operation.release(), UCS_PTR_STATUS(request), 0);
+  } else if (request == nullptr) {  // a send that completed at once
+    Complete(operation.release(), UCS_OK, 0);
+  } else if (operation->completed_while_starting) {
+    operation->request = request;
+    ucs_status_t status = operation->early_status;
+    size_t length = operation->early_length;
+    Complete(operation.release(), status, length);
+  } else {
+    operation->request = request;
+    pending_.insert(operation.release());
+  }
+}
+
+void Transport::OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  auto* operation = static_cast<Operation*>(user_data);
+  operation->transport->Complete(operation, status, 0);
+}
+
+void Transport::OnReceiveDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user_data) {
+  auto* operation = static_cast<Operation*>(user_data);
+  operation->transport->Complete(operation, status, info != nullptr ? info->length : 0);
+}
+
+void Transport::Complete(Operation* raw, ucs_status_t status, size_t received_bytes) {
+  if (raw->starting) {
+    raw->completed_while_starting = true;
+    raw->early_status = status;
+    raw->early_length = received_bytes;
+    return;
+  }
+  std::unique_ptr<Operation> operation(raw);
+  pending_.erase(raw);
+  if (operation->request != nullptr) {
+    ucp_request_free(operation->request);
+    operation->request = nullptr;
+  }
+  absl::Status result;
+  if (status != UCS_OK) {
+    result = shutting_down_ ? absl::CancelledError(absl::StrCat(
+                                  Describe(*operation), " was cancelled: the transport stopped"))
+                            : UcxStatusToStatus(status, Describe(*operation));
+  }
+  Finish(std::move(operation), std::move(result), received_bytes);
+}
+
+void Transport::Finish(std::unique_ptr<Operation> operation, absl::Status status,
+                       size_t received_bytes) {
+  switch (operation->kind) {
+    case Operation::Kind::kMessage:
+      if (!status.ok() && !shutting_down_) {
+        auto found = peers_.find(operation->peer);
+        if (found != peers_.end()) {
+          OnPeerFailed(found->second.get(), status);
+        } else {
+          LOG(ERROR) << status;
+        }
+      }
+      break;
+    case Operation::Kind::kSendData:
+      if (operation->send_callback) operation->send_callback(std::move(status));
+      break;
+    case Operation::Kind::kReceiveData:
+      if (operation->receive_callback) {
+        if (status.ok()) {
+          operation->receive_callback(received_bytes);
+        } else {
+          operation->receive_callback(std::move(status));
+        }
+      }
+      break;
+  }
+}
+
+void Transport::OnEndpointError(void* argument, ucp_ep_h endpoint, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(argument);
+  Transport* transport = peer->transport;
+  transport->OnPeerFailed(
+      peer, UcxStatusToStatus(status,
+                              absl::StrCat("node ", transport->self_, ": the connection to peer ",
+                                           peer->id, " failed (the peer died or is unreachable)")));
+}
+
+void Transport::OnPeerFailed(Peer* peer, const absl::Status& status) {
+  if (peer->failed) return;
+  peer->failed = true;
+  // UCX requires a failed endpoint to be closed with the force mode; not from inside its callback.
+  failed_to_close_.push_back(peer);
+  if (shutting_down_) return;
+  LOG(WARNING) << status;
+  if (on_peer_error_) on_peer_error_(peer->id, status);
+}
+
+void Transport::CloseFailedEndpoints() {
+  std::vector<Peer*> peers;
+  peers.swap(failed_to_close_);
+  for (Peer* peer : peers) peer->endpoint->Close(/*force=*/true);
+}
+
+ucs_status_t Transport::OnActiveMessage(void* argument, const void* header, size_t header_length,
+                                        void* data, size_t length,
+                                        const ucp_am_recv_param_t* param) {
+  auto* transport = static_cast<Transport*>(argument);
+  if (header_length != sizeof(MessageHeader)) {
+    LOG(ERROR) << "node " << transport->self_ << ": dropped a message with a " << header_length
+               << "-byte header (expected " << sizeof(MessageHeader) << ")";
+    return UCS_OK;
+  }
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    // Cannot happen: messages are sent with UCP_AM_SEND_FLAG_EAGER.
+    LOG(ERROR) << "node " << transport->self_ << ": dropped a rendezvous message";
+    return UCS_OK;
+  }
+  MessageHeader message_header;
+  std::memcpy(&message_header, header, sizeof(message_header));
+  if (!transport->shutting_down_ && transport->on_message_) {
+    transport->on_message_(message_header.sender,
+                           absl::string_view(static_cast<const char*>(data), length));
+  }
+  return UCS_OK;
+}
+
+void Transport::Shutdown() {
+  shutting_down_ = true;
+  std::deque<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands.swap(commands_);
+  }
+  for (Command& command : commands) RunCommand(std::move(command));  // each is cancelled
+
+  std::vector<Operation*> receives;
+  for (Operation* operation : pending_) {
+    if (operation->kind == Operation::Kind::kReceiveData) receives.push_back(operation);
+  }
+  for (Operation* operation : receives) ucp_request_cancel(worker_->handle(), operation->request);
+  for (auto& [id, peer] : peers_) peer->endpoint->Close(/*force=*/true);
+
+  absl::Time deadline = absl::Now() + options_.stop_deadline;
+  auto all_closed = [this] {
+    for (auto& [id, peer] : peers_) {
+      if (!peer->endpoint->IsClosed()) return false;
+    }
+    return true;
+  };
+  while ((!pending_.empty() || !all_closed()) && absl::Now() < deadline) {
+    if (!worker_->Progress()) std::this_thread::yield();
+  }
+  if (!pending_.empty()) {
+    LOG(ERROR) << "node " << self_ << ": " << pending_.size()
+               << " operations did not complete within the stop deadline of "
+               << absl::FormatDuration(options_.stop_deadline) << "; reporting them cancelled";
+    std::vector<Operation*> leftovers(pending_.begin(), pending_.end());
+    for (Operation* operation : leftovers) Complete(operation, UCS_ERR_CANCELED, 0);
+  }
+  peers_.clear();  // closes endpoints still open (bounded by a second each)
+  // Destroying the worker closes its sockets, which is how the peers learn that this node left
+  // (a forced endpoint close does not tell the peer).
+  worker_.reset();
+}
+
+}  // namespace loom::transport
