@@ -1,0 +1,59 @@
+#ifndef LOOM_DAEMON_DAEMON_H_
+#define LOOM_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/cluster_service.h"
+#include "daemon/daemon_options.h"
+#include "daemon/job_manager.h"
+#include "daemon/job_service.h"
+#include "grpcpp/server.h"
+#include "kernels/kernel_registry.h"
+
+namespace loom::daemon {
+
+// One loomd: the gRPC server (loom.v1 JobService and ClusterService, grpc.health.v1.Health, server
+// reflection) over the job manager of a one-node cluster, which it coordinates and works for.
+//
+//   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+//   ... (*daemon)->port() ...
+//   (*daemon)->Shutdown(absl::Seconds(20));
+class Daemon {
+ public:
+  // Registers the CPU kernels, starts the job worker and serves on options.listen_address.
+  // UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
+  // Shutdown(zero grace) when it was not called.
+  ~Daemon();
+
+  // Graceful: health turns NOT_SERVING, new jobs are refused, pending jobs are cancelled, the
+  // running job gets `grace` to finish (then it is cancelled), watchers see the jobs end, then the
+  // server stops. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+  // The port the server listens on (the one picked for port 0).
+  int port() const { return port_; }
+  // HOST:PORT with that port.
+  const std::string& address() const { return address_; }
+  JobManager& jobs() { return *manager_; }
+
+ private:
+  Daemon() = default;
+
+  DaemonOptions options_;
+  KernelRegistry kernels_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<ClusterServiceImpl> cluster_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+  bool shut_down_ = false;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_DAEMON_H_

@@ -1,0 +1,179 @@
+#include "daemon/daemon_options.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/loomctl/compile_command.h"
+
+namespace loom::daemon {
+namespace {
+
+constexpr char kCommand[] = "loomd";
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "node0";
+  return name;
+}
+
+absl::StatusOr<absl::Duration> ParseDurationFlag(const loomctl::ParsedArguments& arguments,
+                                                 const std::string& flag) {
+  absl::Duration duration;
+  const std::string text = arguments.Value(flag);
+  if (!absl::ParseDuration(text, &duration) || duration < absl::ZeroDuration()) {
+    return loomctl::UsageError(kCommand, absl::StrCat("--", flag,
+                                                      " must be a duration >= 0 (e.g. "
+                                                      "500ms, 10s, 2m), not '",
+                                                      text, "'"));
+  }
+  return duration;
+}
+
+absl::StatusOr<int> ParsePositiveFlag(const loomctl::ParsedArguments& arguments,
+                                      const std::string& flag) {
+  int value = 0;
+  const std::string text = arguments.Value(flag);
+  if (!absl::SimpleAtoi(text, &value) || value < 1) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--", flag, " must be a whole number >= 1, not '", text, "'"));
+  }
+  return value;
+}
+
+}  // namespace
+
+loomctl::ArgumentSpec DaemonArgumentSpec() {
+  loomctl::ArgumentSpec spec(
+      kCommand,
+      "The Loom daemon. Serves the gRPC API loom.v1 (JobService: SubmitJob, GetJob, ListJobs,\n"
+      "CancelJob, WatchJob, GetPlan; ClusterService: ListNodes), the standard grpc.health.v1\n"
+      "Health service and server reflection. Without --coordinator this daemon is the\n"
+      "coordinator of a one-node cluster and also its worker: it compiles every submitted job\n"
+      "for its --devices, queues the jobs first in, first out and runs one at a time with the CPU\n"
+      "kernels, streaming each training step's loss and time to WatchJob.\n\n"
+      "SIGTERM or SIGINT: stop taking jobs, cancel the queued ones, give the running one\n"
+      "--shutdown-grace to finish (then cancel it), and exit 0.");
+  spec.AddFlag("listen", "HOST:PORT", "127.0.0.1:7070",
+               "the address to serve on; port 0 picks a free port (printed at start)")
+      .AddFlag("coordinator", "HOST:PORT", "",
+               "the coordinator to join as a worker; absent: this daemon is the coordinator "
+               "(joining is not supported yet)")
+      .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
+      .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
+      .AddFlag("memory-budget-per-device", "BYTES", "0",
+               "the memory a job may use on each device, e.g. 4GiB; 0: no limit. A job over it "
+               "is refused (RESOURCE_EXHAUSTED naming the device)")
+      .AddFlag("stall-timeout", "DURATION", "10s",
+               "fail a job when none of its actors acts for this long")
+      .AddFlag("shutdown-grace", "DURATION", "20s",
+               "on SIGTERM, how long the running job may go on before it is cancelled")
+      .AddFlag("max-message-size", "BYTES", "64MiB",
+               "the largest gRPC message received or sent (larger: RESOURCE_EXHAUSTED)")
+      .AddFlag("max-finished-jobs", "N", "1000",
+               "finished jobs remembered for GetJob, ListJobs, WatchJob and GetPlan")
+      .AddFlag("max-events-per-job", "N", "10000",
+               "step events kept per job for late watchers (older ones are dropped)")
+      .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
+      .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  return spec;
+}
+
+absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments) {
+  DaemonOptions options;
+  options.listen_address = arguments.Value("listen");
+  if (options.listen_address.empty() || options.listen_address.find(':') == std::string::npos) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--listen must be HOST:PORT, not '", options.listen_address, "'"));
+  }
+  options.coordinator_address = arguments.Value("coordinator");
+  if (!options.coordinator_address.empty()) {
+    return loomctl::UsageError(
+        kCommand,
+        "--coordinator: joining a coordinator (a multi-node cluster) is not supported yet; "
+        "leave it out to run a one-node cluster whose daemon is its own coordinator");
+  }
+  options.node_name = arguments.Value("node-name");
+  if (options.node_name.empty()) options.node_name = HostName();
+
+  absl::StatusOr<int> cpus = loomctl::ParseCpuDevices(kCommand, arguments.Value("devices"));
+  if (!cpus.ok()) return cpus.status();
+  options.cpu_devices = *cpus;
+
+  absl::StatusOr<int64_t> budget = ParseByteSize(arguments.Value("memory-budget-per-device"));
+  if (!budget.ok()) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--memory-budget-per-device: ", budget.status().message()));
+  }
+  options.memory_budget_per_device_bytes = *budget;
+
+  absl::StatusOr<int64_t> message_bytes = ParseByteSize(arguments.Value("max-message-size"));
+  if (!message_bytes.ok() || *message_bytes < 1024 ||
+      *message_bytes > std::numeric_limits<int>::max()) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--max-message-size must be a size from 1KiB to 2GiB, not '",
+                               arguments.Value("max-message-size"), "'"));
+  }
+  options.max_message_bytes = static_cast<int>(*message_bytes);
+
+  for (auto [flag, target] : std::vector<std::pair<const char*, absl::Duration*>>{
+           {"stall-timeout", &options.stall_timeout},
+           {"shutdown-grace", &options.shutdown_grace}}) {
+    absl::StatusOr<absl::Duration> duration = ParseDurationFlag(arguments, flag);
+    if (!duration.ok()) return duration.status();
+    *target = *duration;
+  }
+  for (auto [flag, target] : std::vector<std::pair<const char*, int*>>{
+           {"max-finished-jobs", &options.max_finished_jobs},
+           {"max-events-per-job", &options.max_events_per_job},
+           {"blas-threads", &options.blas_threads}}) {
+    absl::StatusOr<int> value = ParsePositiveFlag(arguments, flag);
+    if (!value.ok()) return value.status();
+    *target = *value;
+  }
+  options.verbose = arguments.Switch("verbose");
+  return options;
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  std::string trimmed(absl::StripAsciiWhitespace(text));
+  size_t unit_start = 0;
+  while (unit_start < trimmed.size() &&
+         (absl::ascii_isdigit(trimmed[unit_start]) || trimmed[unit_start] == '.')) {
+    ++unit_start;
+  }
+  const std::string number = trimmed.substr(0, unit_start);
+  std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(trimmed.substr(unit_start)));
+  double value = 0;
+  if (number.empty() || !absl::SimpleAtod(number, &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a size in bytes (e.g. 1073741824, 512MiB, 4GiB)"));
+  }
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"", 1},
+      {"b", 1},
+      {"kb", 1e3},
+      {"mb", 1e6},
+      {"gb", 1e9},
+      {"tb", 1e12},
+      {"kib", 1024.0},
+      {"mib", 1024.0 * 1024},
+      {"gib", 1024.0 * 1024 * 1024},
+      {"tib", 1024.0 * 1024 * 1024 * 1024}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = std::round(value * scale);
+    if (bytes > static_cast<double>(std::numeric_limits<int64_t>::max())) break;
+    return static_cast<int64_t>(bytes);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", text, "' is not a size in bytes: units are B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"));
+}
+
+}  // namespace loom::daemon

@@ -1,0 +1,51 @@
+#ifndef LOOM_DAEMON_DAEMON_OPTIONS_H_
+#define LOOM_DAEMON_DAEMON_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/loomctl/arguments.h"
+
+namespace loom::daemon {
+
+// How one loomd runs (its flags; see DaemonArgumentSpec for what each means).
+struct DaemonOptions {
+  // host:port; port 0 picks a free port (the daemon prints the one it got).
+  std::string listen_address = "127.0.0.1:7070";
+  // Empty: this daemon is the coordinator (and also a worker). Joining a coordinator (multi-node)
+  // is not supported yet.
+  std::string coordinator_address;
+  std::string node_name;
+  int cpu_devices = 1;
+  // 0: no limit.
+  int64_t memory_budget_per_device_bytes = 0;
+  absl::Duration stall_timeout = absl::Seconds(10);
+  // On SIGTERM, how long the running job may go on before it is cancelled.
+  absl::Duration shutdown_grace = absl::Seconds(20);
+  // The largest gRPC message received or sent.
+  int max_message_bytes = 64 << 20;
+  // Finished jobs kept for GetJob / ListJobs / WatchJob / GetPlan (the oldest are forgotten).
+  int max_finished_jobs = 1000;
+  // Step events kept per job for late watchers (the oldest are dropped; state changes are kept).
+  int max_events_per_job = 10000;
+  int blas_threads = 1;
+  bool verbose = false;
+};
+
+// loomd's flags and --help text.
+loomctl::ArgumentSpec DaemonArgumentSpec();
+
+// INVALID_ARGUMENT naming the flag when a value is malformed, or when it asks for what this
+// daemon cannot do yet (--coordinator).
+absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments);
+
+// "1073741824", "512MiB", "4GiB", "1.5GB", "0": a number of bytes with an optional unit (B, KB,
+// MB, GB, TB powers of 1000; KiB, MiB, GiB, TiB powers of 1024). INVALID_ARGUMENT otherwise.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_DAEMON_OPTIONS_H_

@@ -1,0 +1,123 @@
+#include "daemon/job_admission.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/placement.h"
+#include "runtime/device_name.h"
+#include "runtime/plan_validation.h"
+
+namespace loom::daemon {
+namespace {
+
+// A placement of the job and what it places ("op 'y'").
+struct NamedPlacement {
+  std::string owner;
+  const job::Placement* placement;
+};
+
+std::vector<NamedPlacement> PlacementsOf(const job::Job& job) {
+  std::vector<NamedPlacement> placements;
+  placements.push_back({"the job's default placement", &job.placement()});
+  for (int stage = 0; stage < job.stage_placements_size(); ++stage) {
+    placements.push_back({absl::StrCat("stage ", stage), &job.stage_placements(stage)});
+  }
+  for (const job::Variable& variable : job.variables()) {
+    placements.push_back({absl::StrCat("variable '", variable.name(), "'"), &variable.placement()});
+  }
+  for (const job::Input& input : job.inputs()) {
+    placements.push_back({absl::StrCat("input '", input.name(), "'"), &input.placement()});
+  }
+  for (const job::Op& op : job.ops()) {
+    placements.push_back({absl::StrCat("op '", op.name(), "'"), &op.placement()});
+  }
+  return placements;
+}
+
+// INVALID_ARGUMENT naming the tensor when a shape's element count overflows 64 bits.
+absl::Status CheckShapeSize(const std::string& what,
+                            const google::protobuf::RepeatedField<int64_t>& shape) {
+  int64_t elements = 1;
+  for (int64_t extent : shape) {
+    if (extent > 0 && __builtin_mul_overflow(elements, extent, &elements)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shape [", absl::StrJoin(shape, ", "),
+                                                     "] has more elements than fit in 64 bits"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckJobShapes(const job::Job& job) {
+  for (const job::Variable& variable : job.variables()) {
+    absl::Status status =
+        CheckShapeSize(absl::StrCat("variable '", variable.name(), "'"), variable.shape());
+    if (!status.ok()) return status;
+  }
+  for (const job::Input& input : job.inputs()) {
+    absl::Status status = CheckShapeSize(absl::StrCat("input '", input.name(), "'"), input.shape());
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobFitsCluster(const job::Job& job, const ClusterCapacity& capacity) {
+  absl::flat_hash_set<std::string> needed;
+  std::string first_outside;
+  for (const NamedPlacement& named : PlacementsOf(job)) {
+    for (const std::string& text : named.placement->devices()) {
+      absl::StatusOr<plan::Device> device = compiler::ParseDevice(text);
+      if (!device.ok()) continue;  // the compiler names the op
+      needed.insert(DeviceName(*device));
+      if (first_outside.empty() && !capacity.devices.Contains(*device)) {
+        first_outside = absl::StrCat(named.owner, " is placed on ", text);
+      }
+    }
+  }
+  if (first_outside.empty()) return absl::OkStatus();
+  const size_t have = capacity.devices.devices.size();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "job '", job.name(), "' needs ", needed.size(), " device", needed.size() == 1 ? "" : "s",
+      " but the cluster has ", have, " (", capacity.devices.ToString(), "): ", first_outside,
+      ". Place the job on the cluster's devices, or start loomd with more (--devices)"));
+}
+
+absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
+                                                               const ClusterCapacity& capacity) {
+  if (absl::Status status = CheckJobShapes(job); !status.ok()) return status;
+  if (absl::Status status = CheckJobFitsCluster(job, capacity); !status.ok()) return status;
+  const int64_t budget = capacity.memory_budget_per_device_bytes;
+  if (budget > 0 &&
+      (job.device_memory_budget_bytes() <= 0 || job.device_memory_budget_bytes() > budget)) {
+    job.set_device_memory_budget_bytes(budget);
+  }
+  if (!job.loss().empty() &&
+      std::find(job.fetch().begin(), job.fetch().end(), job.loss()) == job.fetch().end()) {
+    job.add_fetch(job.loss());
+  }
+  const std::string name = job.name();
+  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
+      loomctl::CompileJobWithStandardOps(std::move(job), capacity.devices);
+  if (!compiled.ok()) return compiled.status();
+  // What the runtime would refuse when the job's turn comes is refused now.
+  const plan::Plan& plan = (*compiled)->result.plan;
+  if (plan.tasks_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", name, "' has nothing to run: it has no ops, and fetches nothing"));
+  }
+  if (absl::Status status = ValidatePlan(plan); !status.ok()) {
+    return absl::InternalError(absl::StrCat("job '", name,
+                                            "' compiled into an invalid plan (a "
+                                            "compiler bug): ",
+                                            status.message()));
+  }
+  return compiled;
+}
+
+}  // namespace loom::daemon

@@ -1,0 +1,42 @@
+#ifndef LOOM_DAEMON_JOB_ADMISSION_H_
+#define LOOM_DAEMON_JOB_ADMISSION_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/loomctl/compile_command.h"
+#include "compiler/logical_graph.h"
+#include "proto/job.pb.h"
+
+namespace loom::daemon {
+
+// What a cluster offers a job.
+struct ClusterCapacity {
+  compiler::DeviceSet devices;
+  // 0: no limit.
+  int64_t memory_budget_per_device_bytes = 0;
+};
+
+// RESOURCE_EXHAUSTED when the job places anything (its default placement, a stage, a variable,
+// an input or an op) on a device the cluster lacks: the message says how many devices the job
+// needs, what the cluster has, and names the first thing placed outside it. Device names that do
+// not parse are left to the compiler (INVALID_ARGUMENT naming the op).
+absl::Status CheckJobFitsCluster(const job::Job& job, const ClusterCapacity& capacity);
+
+// INVALID_ARGUMENT naming the variable or input whose shape has more elements than fit in 64 bits.
+absl::Status CheckJobShapes(const job::Job& job);
+
+// Admits a submitted job: checks its shapes, checks that it fits the cluster, lowers its memory
+// budget to the cluster's (a job asking for more, or for no limit, gets the cluster's), fetches the
+// loss of a training job, and compiles it with the standard ops. Errors: the compiler's
+// (INVALID_ARGUMENT naming the op; RESOURCE_EXHAUSTED for a device over its memory budget),
+// CheckJobShapes' and CheckJobFitsCluster's; INVALID_ARGUMENT for a job with nothing to run;
+// INTERNAL for a plan the runtime would refuse (runtime/plan_validation.h).
+absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
+                                                               const ClusterCapacity& capacity);
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_JOB_ADMISSION_H_

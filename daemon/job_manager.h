@@ -1,0 +1,112 @@
+#ifndef LOOM_DAEMON_JOB_MANAGER_H_
+#define LOOM_DAEMON_JOB_MANAGER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/job_admission.h"
+#include "daemon/job_record.h"
+#include "kernels/kernel_registry.h"
+#include "proto/job.pb.h"
+#include "proto/loom/v1/job_service.pb.h"
+
+namespace loom::daemon {
+
+// The job lifecycle on a one-node cluster whose daemon is its own coordinator and worker
+// (DESIGN.md §1): admits and compiles submitted jobs, queues them first in, first out, runs one
+// at a time on this node's devices (a worker thread of its own), records every job's events for
+// watchers, and cancels pending and running jobs.
+//
+// Thread-safe: every method may be called from any thread (the gRPC handlers').
+class JobManager {
+ public:
+  struct Options {
+    ClusterCapacity capacity;
+    absl::Duration stall_timeout = absl::Seconds(10);
+    int max_finished_jobs = 1000;
+    int max_events_per_job = 10000;
+  };
+
+  // `kernels` must outlive the manager.
+  JobManager(Options options, const KernelRegistry* kernels);
+  // Shutdown(zero grace) when it was not called.
+  ~JobManager();
+
+  // Starts the worker thread.
+  void Start();
+  // Stops taking jobs (Submit: UNAVAILABLE), cancels the pending ones, lets the running one go on
+  // for `grace`, then cancels it, and joins the worker. Returns when no job runs.
+  void Shutdown(absl::Duration grace);
+
+  // Admits (AdmitJob's errors), then queues the job. UNAVAILABLE while shutting down.
+  absl::StatusOr<v1::JobInfo> Submit(job::Job job);
+  // NOT_FOUND for an unknown (or forgotten) id.
+  absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
+  // Oldest first; `states` empty: every job.
+  std::vector<v1::JobInfo> List(const std::vector<v1::JobState>& states) const;
+  // A pending job ends CANCELLED at once; a running one is aborted, and the call waits up to
+  // `timeout` for it to end. Cancelling a cancelled job returns it; a succeeded or failed one is
+  // FAILED_PRECONDITION; an unknown id NOT_FOUND.
+  absl::StatusOr<v1::JobInfo> Cancel(const std::string& job_id, const std::string& reason,
+                                     absl::Duration timeout);
+  absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id) const;
+
+  struct EventBatch {
+    // Held events with sequence >= the one asked for, in order.
+    std::vector<v1::JobEvent> events;
+    // The job has ended and `events` holds its last event: nothing more will come.
+    bool ended = false;
+  };
+  // The job's events from `from_sequence` on; waits up to `timeout` while there are none and the
+  // job has not ended. NOT_FOUND for an unknown (or forgotten) id.
+  absl::StatusOr<EventBatch> WaitForEvents(const std::string& job_id, int64_t from_sequence,
+                                           absl::Duration timeout) const;
+
+  // The running (or launching) job's id; empty when idle.
+  std::string RunningJobId() const;
+  // False once Shutdown has begun.
+  bool accepting() const;
+  const Options& options() const { return options_; }
+
+ private:
+  void WorkerLoop();
+  void RunJob(const std::shared_ptr<JobRecord>& record);
+  // The rest take mutex_ held.
+  JobRecord* Find(const std::string& job_id) const;
+  v1::JobInfo InfoOf(const JobRecord& record) const;
+  v1::JobEvent* AppendEvent(JobRecord* record);
+  void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
+  void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
+  void ForgetOldFinishedJobs();
+
+  const Options options_;
+  const KernelRegistry* const kernels_;
+
+  mutable std::mutex mutex_;
+  // Notified on every event, state change and queue change.
+  mutable std::condition_variable changed_;
+  std::map<int64_t, std::shared_ptr<JobRecord>> records_;  // by number: submission order
+  absl::flat_hash_map<std::string, int64_t> number_of_id_;
+  std::deque<int64_t> queue_;     // pending, first to run first
+  std::deque<int64_t> finished_;  // in the order they ended
+  std::shared_ptr<JobRecord> running_;
+  int64_t last_number_ = 0;
+  bool accepting_ = true;
+  bool stopping_ = false;  // the worker exits
+  std::thread worker_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_JOB_MANAGER_H_

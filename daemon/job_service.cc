@@ -1,0 +1,110 @@
+#include "daemon/job_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "daemon/grpc_status.h"
+
+namespace loom::daemon {
+namespace {
+
+// How long CancelJob waits for a running job to end when the call has no deadline.
+constexpr absl::Duration kCancelWait = absl::Seconds(30);
+// How often a WatchJob stream checks whether its client went away.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
+
+grpc::Status CheckJobId(const std::string& job_id) {
+  if (job_id.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "job_id is empty: pass the id SubmitJob or ListJobs returned");
+  }
+  return grpc::Status::OK;
+}
+
+// The time left before the call's deadline (capped at `cap`).
+absl::Duration TimeLeft(const grpc::ServerContext& context, absl::Duration cap) {
+  const auto left = context.deadline() - std::chrono::system_clock::now();
+  return std::clamp(absl::FromChrono(left), absl::ZeroDuration(), cap);
+}
+
+}  // namespace
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  if (!request->has_job()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the request has no job: set SubmitJobRequest.job");
+  }
+  absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response->mutable_job() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                                    v1::GetJobResponse* response) {
+  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  absl::StatusOr<v1::JobInfo> info = manager_->Get(request->job_id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response->mutable_job() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  std::vector<v1::JobState> states;
+  for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
+  for (v1::JobInfo& info : manager_->List(states)) *response->add_jobs() = std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request,
+                                       v1::CancelJobResponse* response) {
+  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  absl::StatusOr<v1::JobInfo> info =
+      manager_->Cancel(request->job_id(), request->reason(), TimeLeft(*context, kCancelWait));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response->mutable_job() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
+                                      const v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  int64_t next_sequence = 0;
+  bool first = true;
+  while (!context->IsCancelled()) {
+    absl::StatusOr<JobManager::EventBatch> batch =
+        manager_->WaitForEvents(request->job_id(), next_sequence, kWatchPoll);
+    if (!batch.ok()) {
+      // Unknown at the start: NOT_FOUND. Forgotten while watched (a long history): the stream
+      // simply ends.
+      return first ? ToGrpcStatus(batch.status()) : grpc::Status::OK;
+    }
+    first = false;
+    for (const v1::JobEvent& event : batch->events) {
+      if (!writer->Write(event)) return grpc::Status::OK;  // the client went away
+      next_sequence = event.sequence() + 1;
+    }
+    if (batch->ended) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the watch was cancelled by the client");
+}
+
+grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
+                                     const v1::GetPlanRequest* request,
+                                     v1::GetPlanResponse* response) {
+  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  absl::StatusOr<v1::GetPlanResponse> plan = manager_->GetPlan(request->job_id());
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *response = std::move(*plan);
+  return grpc::Status::OK;
+}
+
+}  // namespace loom::daemon

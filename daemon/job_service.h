@@ -1,0 +1,36 @@
+#ifndef LOOM_DAEMON_JOB_SERVICE_H_
+#define LOOM_DAEMON_JOB_SERVICE_H_
+
+#include "absl/time/time.h"
+#include "daemon/job_manager.h"
+#include "proto/loom/v1/job_service.grpc.pb.h"
+
+namespace loom::daemon {
+
+// loom.v1.JobService over a JobManager (see proto/loom/v1/job_service.proto for what each call
+// does and its status codes).
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  // `manager` must outlive the service.
+  explicit JobServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::GetJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::CancelJobResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status GetPlan(grpc::ServerContext* context, const v1::GetPlanRequest* request,
+                       v1::GetPlanResponse* response) override;
+
+ private:
+  JobManager* const manager_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_JOB_SERVICE_H_

@@ -1,0 +1,63 @@
+// loomd: the Loom daemon (see daemon/README.md and `loomd --help`).
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/loomctl/arguments.h"
+#include "daemon/daemon.h"
+#include "daemon/daemon_options.h"
+#include "glog/logging.h"
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  const loom::loomctl::ArgumentSpec spec = loom::daemon::DaemonArgumentSpec();
+  absl::StatusOr<loom::loomctl::ParsedArguments> parsed =
+      spec.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) {
+    std::cerr << parsed.status().message() << "\n";
+    return loom::loomctl::kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    std::cout << spec.Help();
+    return loom::loomctl::kExitSuccess;
+  }
+  absl::StatusOr<loom::daemon::DaemonOptions> options = loom::daemon::DaemonOptionsFrom(*parsed);
+  if (!options.ok()) {
+    std::cerr << options.status().message() << "\n";
+    return loom::loomctl::kExitUsage;
+  }
+  FLAGS_minloglevel = options->verbose ? google::GLOG_INFO : google::GLOG_WARNING;
+
+  // SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so
+  // that every thread inherits the mask and none is interrupted by them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<loom::daemon::Daemon>> daemon =
+      loom::daemon::Daemon::Start(*options);
+  if (!daemon.ok()) {
+    std::cerr << "loomd: " << daemon.status().message() << "\n";
+    return loom::loomctl::kExitFailure;
+  }
+  // Scripts read the address (and the port picked for port 0) from this line.
+  std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
+            << " (cpu:" << options->cpu_devices << ")" << std::endl;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::cout << "loomd: " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT") << ": shutting down"
+            << std::endl;
+  (*daemon)->Shutdown(options->shutdown_grace);
+  daemon->reset();
+  std::cout << "loomd: stopped" << std::endl;
+  return loom::loomctl::kExitSuccess;
+}

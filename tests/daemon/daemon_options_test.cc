@@ -1,0 +1,78 @@
+// loomd's flags.
+#include "daemon/daemon_options.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<DaemonOptions> Parse(const std::vector<std::string>& arguments) {
+  absl::StatusOr<loomctl::ParsedArguments> parsed = DaemonArgumentSpec().Parse(arguments);
+  if (!parsed.ok()) return parsed.status();
+  return DaemonOptionsFrom(*parsed);
+}
+
+TEST(DaemonOptionsTest, Defaults) {
+  absl::StatusOr<DaemonOptions> options = Parse({});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->listen_address, "127.0.0.1:7070");
+  EXPECT_EQ(options->cpu_devices, 1);
+  EXPECT_EQ(options->memory_budget_per_device_bytes, 0);
+  EXPECT_FALSE(options->node_name.empty());  // the host name
+  EXPECT_EQ(options->max_message_bytes, 64 << 20);
+}
+
+TEST(DaemonOptionsTest, ReadsEveryFlag) {
+  absl::StatusOr<DaemonOptions> options =
+      Parse({"--listen", "0.0.0.0:0", "--node-name", "n1", "--devices", "cpu:4",
+             "--memory-budget-per-device", "2GiB", "--stall-timeout", "3s", "--shutdown-grace",
+             "500ms", "--max-message-size", "1MiB", "--verbose"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->listen_address, "0.0.0.0:0");
+  EXPECT_EQ(options->node_name, "n1");
+  EXPECT_EQ(options->cpu_devices, 4);
+  EXPECT_EQ(options->memory_budget_per_device_bytes, int64_t{2} << 30);
+  EXPECT_EQ(options->stall_timeout, absl::Seconds(3));
+  EXPECT_EQ(options->shutdown_grace, absl::Milliseconds(500));
+  EXPECT_EQ(options->max_message_bytes, 1 << 20);
+  EXPECT_TRUE(options->verbose);
+}
+
+TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
+  EXPECT_THAT(Parse({"--devices", "cuda:1"}).status().message(), HasSubstr("cpu:N"));
+  EXPECT_THAT(Parse({"--memory-budget-per-device", "lots"}).status().message(),
+              HasSubstr("--memory-budget-per-device"));
+  EXPECT_THAT(Parse({"--listen", "7070"}).status().message(), HasSubstr("--listen"));
+  EXPECT_THAT(Parse({"--stall-timeout", "soon"}).status().message(), HasSubstr("--stall-timeout"));
+  EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070"}).status().message(),
+              HasSubstr("not supported yet"));
+}
+
+TEST(DaemonOptionsTest, HelpListsTheFlags) {
+  const std::string help = DaemonArgumentSpec().Help();
+  for (const char* flag : {"--listen", "--coordinator", "--node-name", "--devices",
+                           "--memory-budget-per-device", "--shutdown-grace"}) {
+    EXPECT_THAT(help, HasSubstr(flag));
+  }
+}
+
+TEST(ParseByteSizeTest, ReadsUnits) {
+  EXPECT_EQ(*ParseByteSize("0"), 0);
+  EXPECT_EQ(*ParseByteSize("1234"), 1234);
+  EXPECT_EQ(*ParseByteSize("4KiB"), 4096);
+  EXPECT_EQ(*ParseByteSize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("1.5GB"), 1500000000);
+  EXPECT_EQ(*ParseByteSize("2 gib"), int64_t{2} << 30);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("-1").ok());
+  EXPECT_FALSE(ParseByteSize("3 parsecs").ok());
+}
+
+}  // namespace
+}  // namespace loom::daemon

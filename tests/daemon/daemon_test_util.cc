@@ -1,0 +1,248 @@
+#include "tests/daemon/daemon_test_util.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+
+namespace loom::daemon::testing {
+namespace {
+
+constexpr char kTrainingJob[] = R"pb(
+  name: "mlp_regression"
+  placement { devices: [ "cpu:0", "cpu:1" ] }
+  optimizer { sgd { learning_rate: 0.05 } }
+  loss: "loss"
+  inputs {
+    name: "x"
+    shape: [ 8, 4 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 1 }
+  }
+  inputs {
+    name: "target"
+    shape: [ 8, 2 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 3 }
+  }
+  variables {
+    name: "w1"
+    shape: [ 4, 16 ]
+    initializer { normal { std: 0.5 seed: 2 } }
+  }
+  variables {
+    name: "w2"
+    shape: [ 16, 2 ]
+    initializer { normal { std: 0.5 seed: 4 } }
+  }
+  ops {
+    name: "h"
+    type: "matmul"
+    inputs: [ "x", "w1" ]
+    outputs: "h"
+  }
+  ops { name: "a" type: "gelu" inputs: "h" outputs: "a" }
+  ops {
+    name: "y"
+    type: "matmul"
+    inputs: [ "a", "w2" ]
+    outputs: "y"
+  }
+  ops {
+    name: "error"
+    type: "subtract"
+    inputs: [ "y", "target" ]
+    outputs: "error"
+  }
+  ops {
+    name: "squared"
+    type: "multiply"
+    inputs: [ "error", "error" ]
+    outputs: "squared"
+  }
+  ops { name: "loss" type: "reduce_mean" inputs: "squared" outputs: "loss" }
+)pb";
+
+constexpr char kSlowJob[] = R"pb(
+  name: "slow"
+  placement { devices: [ "cpu:0", "cpu:1" ] }
+  optimizer { sgd { learning_rate: 0.01 } }
+  loss: "loss"
+  inputs {
+    name: "x"
+    shape: [ 8, 4 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 1 }
+  }
+  variables {
+    name: "w"
+    shape: [ 4, 2 ]
+    initializer { normal { std: 0.5 seed: 2 } }
+  }
+  ops {
+    name: "y"
+    type: "matmul"
+    inputs: [ "x", "w" ]
+    outputs: "y"
+  }
+  ops { name: "slept" type: "sleep" inputs: "y" outputs: "slept" }
+  ops { name: "loss" type: "reduce_mean" inputs: "slept" outputs: "loss" }
+)pb";
+
+}  // namespace
+
+job::Job ParseJob(const std::string& text) {
+  job::Job job;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &job)) << text;
+  return job;
+}
+
+job::Job TrainingJob(int steps) {
+  job::Job job = ParseJob(kTrainingJob);
+  job.set_num_steps(steps);
+  return job;
+}
+
+job::Job SlowJob(int steps, int microseconds) {
+  job::Job job = ParseJob(kSlowJob);
+  job.set_num_steps(steps);
+  for (job::Op& op : *job.mutable_ops()) {
+    if (op.type() == "sleep")
+      (*op.mutable_attributes())["microseconds"].set_int_value(microseconds);
+  }
+  return job;
+}
+
+DaemonOptions TestOptions() {
+  DaemonOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.node_name = "test-node";
+  options.cpu_devices = 2;
+  options.shutdown_grace = absl::ZeroDuration();
+  return options;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout));
+  return context;
+}
+
+void DaemonTest::TearDown() {
+  jobs_.reset();
+  cluster_.reset();
+  channel_.reset();
+  if (daemon_ != nullptr) daemon_->Shutdown(absl::ZeroDuration());
+  daemon_.reset();
+}
+
+void DaemonTest::StartDaemon(const DaemonOptions& options) {
+  TearDown();
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  daemon_ = std::move(*daemon);
+  ASSERT_GT(daemon_->port(), 0);
+  channel_ = grpc::CreateChannel(daemon_->address(), grpc::InsecureChannelCredentials());
+  jobs_ = v1::JobService::NewStub(channel_);
+  cluster_ = v1::ClusterService::NewStub(channel_);
+}
+
+grpc::Status DaemonTest::Submit(const job::Job& job, v1::SubmitJobResponse* response) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = job;
+  return jobs_->SubmitJob(ContextWithDeadline().get(), request, response);
+}
+
+std::string DaemonTest::SubmitOrDie(const job::Job& job) {
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(job, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.job().job_id();
+}
+
+grpc::Status DaemonTest::GetJob(const std::string& job_id, v1::JobInfo* info) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::GetJobResponse response;
+  grpc::Status status = jobs_->GetJob(ContextWithDeadline().get(), request, &response);
+  *info = response.job();
+  return status;
+}
+
+std::vector<v1::JobEvent> DaemonTest::WatchToEnd(const std::string& job_id, absl::Duration timeout,
+                                                 grpc::Status* status) {
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(timeout);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      jobs_->WatchJob(context.get(), request);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  grpc::Status finished = reader->Finish();
+  if (status != nullptr) *status = finished;
+  return events;
+}
+
+bool DaemonTest::WaitForState(const std::string& job_id, v1::JobState state,
+                              absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    v1::JobInfo info;
+    if (GetJob(job_id, &info).ok() && info.state() == state) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+grpc::Status DaemonTest::RawUnaryCall(const std::string& method, const std::string& request_bytes,
+                                      std::string* response_bytes) {
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue queue;
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(context.get(), method, request, &queue);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  EXPECT_TRUE(queue.Next(&tag, &ok));
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  response_bytes->clear();
+  if (status.ok()) {
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(response.Dump(&slices).ok());
+    for (const grpc::Slice& part : slices) {
+      response_bytes->append(reinterpret_cast<const char*>(part.begin()), part.size());
+    }
+  }
+  return status;
+}
+
+std::vector<v1::JobState> StatesOf(const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::JobState> states;
+  for (const v1::JobEvent& event : events) {
+    if (event.has_state_change()) states.push_back(event.state_change().state());
+  }
+  return states;
+}
+
+std::vector<v1::StepEvent> StepsOf(const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::StepEvent> steps;
+  for (const v1::JobEvent& event : events) {
+    if (event.has_step()) steps.push_back(event.step());
+  }
+  return steps;
+}
+
+}  // namespace loom::daemon::testing

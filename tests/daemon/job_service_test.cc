@@ -1,0 +1,203 @@
+// loom.v1.JobService and ClusterService through a real gRPC client: submit, watch, get, list,
+// plans, and the status codes of bad requests.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/daemon_test_util.h"
+
+namespace loom::daemon::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+using JobServiceTest = DaemonTest;
+
+TEST_F(JobServiceTest, TrainsAJobToSucceededWithOneStepEventPerStep) {
+  v1::SubmitJobResponse submitted;
+  grpc::Status status = Submit(TrainingJob(5), &submitted);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string id = submitted.job().job_id();
+  EXPECT_EQ(id, "job-1");
+  EXPECT_EQ(submitted.job().name(), "mlp_regression");
+  EXPECT_EQ(submitted.job().num_steps(), 5);
+  EXPECT_TRUE(submitted.job().training());
+  EXPECT_THAT(submitted.job().devices(), ElementsAre("node0/cpu:0", "node0/cpu:1"));
+
+  grpc::Status watch_status;
+  std::vector<v1::JobEvent> events = WatchToEnd(id, absl::Seconds(30), &watch_status);
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
+  EXPECT_THAT(StatesOf(events), ElementsAre(v1::JOB_STATE_PENDING, v1::JOB_STATE_LAUNCHING,
+                                            v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED));
+  std::vector<v1::StepEvent> steps = StepsOf(events);
+  ASSERT_THAT(steps, SizeIs(5));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(steps[i].step(), i + 1);
+    EXPECT_EQ(steps[i].num_steps(), 5);
+    EXPECT_GT(steps[i].loss(), 0);
+    EXPECT_GE(steps[i].step_time_seconds(), 0);
+    EXPECT_FALSE(steps[i].has_tokens_per_second());  // the job reads no token file
+  }
+  // SGD on a fixed-size regression: the loss goes down.
+  EXPECT_LT(steps.back().loss(), steps.front().loss());
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].sequence(), static_cast<int64_t>(i));
+    EXPECT_EQ(events[i].job_id(), id);
+  }
+
+  v1::JobInfo info;
+  ASSERT_TRUE(GetJob(id, &info).ok());
+  EXPECT_EQ(info.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(info.steps_done(), 5);
+  EXPECT_DOUBLE_EQ(info.last_loss(), steps.back().loss());
+  EXPECT_TRUE(info.has_start_time());
+  EXPECT_TRUE(info.has_end_time());
+  EXPECT_FALSE(info.has_error());
+
+  // A late watcher gets the whole story again, and the stream ends.
+  std::vector<v1::JobEvent> replay = WatchToEnd(id);
+  EXPECT_EQ(replay.size(), events.size());
+}
+
+TEST_F(JobServiceTest, RunsJobsOneAtATimeInSubmissionOrder) {
+  const std::string first = SubmitOrDie(TrainingJob(3));
+  const std::string second = SubmitOrDie(TrainingJob(3));
+  std::vector<v1::JobEvent> second_events = WatchToEnd(second);
+  EXPECT_EQ(StatesOf(second_events).back(), v1::JOB_STATE_SUCCEEDED);
+  v1::JobInfo first_info;
+  v1::JobInfo second_info;
+  ASSERT_TRUE(GetJob(first, &first_info).ok());
+  ASSERT_TRUE(GetJob(second, &second_info).ok());
+  EXPECT_EQ(first_info.state(), v1::JOB_STATE_SUCCEEDED);
+  // The second started only once the first had ended.
+  EXPECT_GE(google::protobuf::util::TimeUtil::TimestampToNanoseconds(second_info.start_time()),
+            google::protobuf::util::TimeUtil::TimestampToNanoseconds(first_info.end_time()));
+
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse response;
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), request, &response).ok());
+  ASSERT_THAT(response.jobs(), SizeIs(2));
+  EXPECT_EQ(response.jobs(0).job_id(), first);
+  EXPECT_EQ(response.jobs(1).job_id(), second);
+
+  request.add_states(v1::JOB_STATE_RUNNING);
+  response.Clear();
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), request, &response).ok());
+  EXPECT_THAT(response.jobs(), SizeIs(0));
+}
+
+TEST_F(JobServiceTest, ABadJobIsInvalidArgumentNamingTheOp) {
+  job::Job job = TrainingJob(2);
+  job::Op* op = job.add_ops();
+  op->set_name("mystery");
+  op->set_type("no_such_op");
+  op->add_inputs("x");
+  op->add_outputs("z");
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(job, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("mystery"));
+
+  // Nothing was queued.
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), {}, &jobs).ok());
+  EXPECT_THAT(jobs.jobs(), SizeIs(0));
+}
+
+TEST_F(JobServiceTest, ARequestWithoutAJobIsInvalidArgument) {
+  v1::SubmitJobResponse response;
+  grpc::Status status =
+      jobs_->SubmitJob(ContextWithDeadline().get(), v1::SubmitJobRequest(), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(JobServiceTest, AJobLargerThanTheClusterIsResourceExhausted) {
+  job::Job job = TrainingJob(2);
+  job.mutable_placement()->clear_devices();
+  for (int device = 0; device < 4; ++device) {
+    job.mutable_placement()->add_devices("cpu:" + std::to_string(device));
+  }
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(job, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("needs 4 devices"));
+  EXPECT_THAT(status.error_message(), HasSubstr("cpu:2"));
+
+  // Another node's device: also more than this cluster has.
+  job::Job other_node = TrainingJob(2);
+  (*other_node.mutable_ops())[0].mutable_placement()->add_devices("node1/cpu:0");
+  status = Submit(other_node, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("op 'h' is placed on node1/cpu:0"));
+}
+
+TEST_F(JobServiceTest, AJobOverTheMemoryBudgetIsResourceExhausted) {
+  DaemonOptions options = TestOptions();
+  options.memory_budget_per_device_bytes = 256;
+  StartDaemon(options);
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(TrainingJob(2), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("cpu:"));
+}
+
+TEST_F(JobServiceTest, UnknownIdsAreNotFound) {
+  v1::JobInfo info;
+  EXPECT_EQ(GetJob("job-42", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-42");
+  v1::CancelJobResponse cancelled;
+  EXPECT_EQ(jobs_->CancelJob(ContextWithDeadline().get(), cancel, &cancelled).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  v1::GetPlanRequest plan;
+  plan.set_job_id("job-42");
+  v1::GetPlanResponse plan_response;
+  EXPECT_EQ(jobs_->GetPlan(ContextWithDeadline().get(), plan, &plan_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  grpc::Status watch;
+  EXPECT_THAT(WatchToEnd("job-42", absl::Seconds(5), &watch), SizeIs(0));
+  EXPECT_EQ(watch.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  EXPECT_EQ(GetJob("", &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(JobServiceTest, GetPlanReturnsTheCompiledPlan) {
+  const std::string id = SubmitOrDie(TrainingJob(2));
+  v1::GetPlanRequest request;
+  request.set_job_id(id);
+  v1::GetPlanResponse response;
+  grpc::Status status = jobs_->GetPlan(ContextWithDeadline().get(), request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.plan().job_name(), "mlp_regression");
+  EXPECT_GT(response.plan().tasks_size(), 0);
+  EXPECT_THAT(response.node_plans(), SizeIs(1));
+  WatchToEnd(id);
+}
+
+TEST_F(JobServiceTest, ListNodesDescribesThisNode) {
+  v1::ListNodesResponse response;
+  grpc::Status status =
+      cluster_->ListNodes(ContextWithDeadline().get(), v1::ListNodesRequest(), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_THAT(response.nodes(), SizeIs(1));
+  const v1::NodeInfo& node = response.nodes(0);
+  EXPECT_EQ(node.name(), "test-node");
+  EXPECT_EQ(node.address(), daemon_->address());
+  EXPECT_EQ(node.state(), v1::NODE_STATE_READY);
+  EXPECT_TRUE(node.coordinator());
+  EXPECT_EQ(node.running_job_id(), "");
+  ASSERT_THAT(node.devices(), SizeIs(2));
+  EXPECT_EQ(node.devices(1).name(), "node0/cpu:1");
+  EXPECT_EQ(node.devices(1).type(), "cpu");
+  EXPECT_EQ(node.devices(1).index(), 1);
+}
+
+}  // namespace
+}  // namespace loom::daemon::testing

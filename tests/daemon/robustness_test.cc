@@ -1,0 +1,161 @@
+// Malformed requests never crash the daemon; the health service answers; messages over the limit
+// are RESOURCE_EXHAUSTED.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/daemon_test_util.h"
+
+namespace loom::daemon::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+using RobustnessTest = DaemonTest;
+
+// grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
+constexpr char kServing[] = "\x08\x01";
+
+std::string HealthCheckRequest(const std::string& service) {
+  if (service.empty()) return "";
+  return std::string("\x0a") + static_cast<char>(service.size()) + service;
+}
+
+TEST_F(RobustnessTest, HealthIsServing) {
+  std::string response;
+  grpc::Status status = RawUnaryCall("/grpc.health.v1.Health/Check", "", &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, kServing);
+  status = RawUnaryCall("/grpc.health.v1.Health/Check", HealthCheckRequest("loom.v1.JobService"),
+                        &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, kServing);
+}
+
+TEST_F(RobustnessTest, GarbageRequestBodiesDoNotCrashTheDaemon) {
+  const std::vector<std::string> bodies = {
+      std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff garbage", 20),
+      std::string("\x0a\xff\xff\xff\x0f", 5),  // a length far past the end
+      std::string(1000, '\x00'),
+  };
+  for (const char* method : {"/loom.v1.JobService/SubmitJob", "/loom.v1.JobService/GetJob",
+                             "/loom.v1.JobService/CancelJob", "/loom.v1.ClusterService/ListNodes",
+                             "/loom.v1.JobService/NoSuchMethod"}) {
+    for (const std::string& body : bodies) {
+      std::string response;
+      grpc::Status status = RawUnaryCall(method, body, &response);
+      EXPECT_FALSE(status.ok()) << method;
+    }
+  }
+  std::string response;
+  ASSERT_TRUE(RawUnaryCall("/grpc.health.v1.Health/Check", "", &response).ok());
+  EXPECT_EQ(response, kServing);
+}
+
+TEST_F(RobustnessTest, MalformedJobsAreRefusedWithoutCrashing) {
+  const std::vector<std::string> jobs = {
+      "",
+      R"pb(name: "no_ops"
+           placement { devices: "cpu:0" })pb",
+      R"pb(name: "bad_device"
+           placement { devices: "tpu:x" }
+           ops { name: "op" type: "relu" inputs: "nothing" outputs: "y" })pb",
+      R"pb(name: "negative"
+           placement { devices: "cpu:0" }
+           inputs {
+             name: "x"
+             shape: [ -4, 2 ]
+             random_normal { std: 1 }
+           }
+           ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
+           fetch: "y")pb",
+      R"pb(name: "huge"
+           placement { devices: "cpu:0" }
+           inputs {
+             name: "x"
+             shape: [ 4611686018427387904, 4 ]
+             random_normal { std: 1 }
+           }
+           ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
+           fetch: "y")pb",
+      R"pb(name: "cycle"
+           placement { devices: "cpu:0" }
+           ops { name: "a" type: "relu" inputs: "b" outputs: "a" }
+           ops { name: "b" type: "relu" inputs: "a" outputs: "b" }
+           fetch: "a")pb",
+      R"pb(name: "no_outputs"
+           placement { devices: "cpu:0" }
+           inputs {
+             name: "x"
+             shape: [ 4 ]
+             random_normal { std: 1 }
+           }
+           ops { name: "r" type: "relu" inputs: "x" }
+           fetch: "x")pb",
+      R"pb(name: "bad_loss"
+           placement { devices: "cpu:0" }
+           loss: "missing"
+           optimizer { sgd { learning_rate: 1 } }
+           inputs {
+             name: "x"
+             shape: [ 4 ]
+             random_normal { std: 1 }
+           }
+           ops { name: "r" type: "relu" inputs: "x" outputs: "y" })pb",
+  };
+  for (const std::string& text : jobs) {
+    v1::SubmitJobResponse response;
+    grpc::Status status = Submit(ParseJob(text), &response);
+    EXPECT_FALSE(status.ok()) << text;
+    EXPECT_NE(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  }
+  // Terabytes on a daemon without a memory budget: admitted, then failed by the runtime's
+  // allocation (RESOURCE_EXHAUSTED naming the device and register), not a crash.
+  v1::SubmitJobResponse terabytes;
+  ASSERT_TRUE(Submit(ParseJob(R"pb(name: "terabytes"
+                                   placement { devices: "cpu:0" }
+                                   inputs {
+                                     name: "x"
+                                     shape: [ 1099511627776, 4 ]
+                                     random_normal { std: 1 }
+                                   }
+                                   ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
+                                   fetch: "y")pb"),
+                     &terabytes)
+                  .ok());
+  std::vector<v1::JobEvent> events = WatchToEnd(terabytes.job().job_id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(events.back().state_change().error().code(),
+            static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_THAT(events.back().state_change().error().message(), HasSubstr("cpu:0"));
+
+  // Still up, and still running jobs.
+  const std::string id = SubmitOrDie(TrainingJob(1));
+  EXPECT_EQ(StatesOf(WatchToEnd(id)).back(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(RobustnessTest, AMessageOverTheLimitIsResourceExhausted) {
+  DaemonOptions options = TestOptions();
+  options.max_message_bytes = 4096;
+  StartDaemon(options);
+  job::Job job = TrainingJob(1);
+  job.set_name(std::string(10000, 'n'));
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(job, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  // A small one still passes.
+  EXPECT_TRUE(Submit(TrainingJob(1), &response).ok());
+}
+
+TEST_F(RobustnessTest, CallsAfterShutdownFailInsteadOfHanging) {
+  daemon_->Shutdown(absl::ZeroDuration());
+  std::string response;
+  // The server is gone: the call fails (UNAVAILABLE) instead of hanging.
+  grpc::Status status = RawUnaryCall("/grpc.health.v1.Health/Check", "", &response);
+  EXPECT_FALSE(status.ok());
+}
+
+}  // namespace
+}  // namespace loom::daemon::testing
