@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -83,11 +84,19 @@ plan::DataType OrFloat(plan::DataType type) {
 
 absl::Status CheckShape(const google::protobuf::RepeatedField<int64_t>& shape,
                         const std::string& who) {
+  // Sizes in bytes (up to 8 per element) must fit in an int64.
+  constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 8;
+  int64_t elements = 1;
   for (int64_t extent : shape) {
     if (extent < 1) {
       return Invalid(
           absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "), "] has an extent below 1"));
     }
+    if (elements > kMaxElements / extent) {
+      return Invalid(absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "), "] has more than ",
+                                  kMaxElements, " elements"));
+    }
+    elements *= extent;
   }
   return absl::OkStatus();
 }
@@ -142,6 +151,11 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     graph.initial_state = &job.initial_state();
   } else if (job.initial_state().optimizer_state() || job.initial_state().first_step() != 0) {
     return Invalid("initial_state has no path");
+  }
+
+  if (job.variables().empty() && job.inputs().empty() && job.ops().empty()) {
+    return Invalid(
+        absl::StrCat("job '", graph.job_name, "' has nothing to run: no variables, inputs or ops"));
   }
 
   // The job's placement: given, or every device as one axis.

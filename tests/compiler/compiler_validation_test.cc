@@ -274,5 +274,16 @@ TEST(CompilerValidationTest, ClippingAndSleepOps) {
               "op 'nap' (sleep): unknown attribute 'milliseconds'");
 }
 
+TEST(CompilerValidationTest, EmptyJobAndOverflowingShapes) {
+  ExpectError(R"pb(name: "nothing")pb", "job 'nothing' has nothing to run");
+  ExpectError(R"pb(name: "huge"
+                   inputs {
+                     name: "x"
+                     shape: [ 4611686018427387904, 4 ]
+                     random_normal { std: 1 seed: 1 }
+                   })pb",
+              "input 'x': shape [4611686018427387904, 4] has more than");
+}
+
 }  // namespace
 }  // namespace loom::compiler::testing
