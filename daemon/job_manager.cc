@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/loomctl/step_reporter.h"
+#include "client/step_losses.h"
 #include "daemon/job_execution.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
@@ -248,7 +248,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           absl::StrCat("the plan does not fetch the loss '", compiled.job.loss(), "'"));
     } else {
       absl::StatusOr<std::unique_ptr<StepTracker>> created = StepTracker::Create(
-          *loss, plan.num_micro_batches(), num_steps, loomctl::TokensPerStep(compiled.job),
+          *loss, plan.num_micro_batches(), num_steps, TokensPerStep(compiled.job),
           [this, raw = record.get()](const v1::StepEvent& step) {
             std::lock_guard<std::mutex> lock(mutex_);
             raw->info.set_steps_done(step.step());

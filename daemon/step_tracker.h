@@ -1,29 +1,24 @@
 #ifndef LOOM_DAEMON_STEP_TRACKER_H_
 #define LOOM_DAEMON_STEP_TRACKER_H_
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
-#include <vector>
+#include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/step_losses.h"
 #include "proto/loom/v1/job_service.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
-#include "runtime/tensor.h"
 
 namespace loom::daemon {
 
-// Turns the pieces the loss's sinks keep into one StepEvent per finished training step: a step is
-// finished when every rank's sink holds every micro-batch piece of its loss. The loss is the mean
-// over the step's micro-batches of the assembled (partial-summed) loss, as `loomctl run` prints it.
+// One StepEvent per finished training step (StepLossCollector: a step is finished when every
+// rank's sink holds every micro-batch piece of its loss), as `loomctl run` prints its lines.
 //
 // Thread-safe: OnPiece runs on the sinks' stream threads; `on_step` is called under the tracker's
 // lock, in step order, and must be quick.
@@ -47,23 +42,13 @@ class StepTracker {
   int64_t steps_done() const;
 
  private:
-  StepTracker() = default;
-  void EmitReadySteps();  // with mutex_ held
+  explicit StepTracker(StepLossCollector collector) : collector_(std::move(collector)) {}
 
-  plan::Fetch loss_;
-  int micro_batches_ = 1;
   int64_t num_steps_ = 0;
   std::optional<int64_t> tokens_per_step_;
   StepCallback on_step_;
-  absl::flat_hash_map<std::string, int> rank_of_sink_;
-
   mutable std::mutex mutex_;
-  // Pieces that have not reached every rank yet: piece -> per rank.
-  std::map<int64_t, std::vector<std::optional<HostTensor>>> pending_;
-  // Step (0-based) -> the assembled losses of its pieces.
-  std::map<int64_t, std::vector<double>> piece_losses_;
-  int64_t next_step_ = 0;
-  std::chrono::steady_clock::time_point last_completion_;
+  StepLossCollector collector_;  // guarded by mutex_
 };
 
 }  // namespace loom::daemon

@@ -1,21 +1,17 @@
 #ifndef LOOM_CLIENT_LOOMCTL_STEP_REPORTER_H_
 #define LOOM_CLIENT_LOOMCTL_STEP_REPORTER_H_
 
-#include <chrono>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "proto/job.pb.h"
+#include "client/step_losses.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
-#include "runtime/tensor.h"
 
 namespace loom::loomctl {
 
@@ -37,10 +33,6 @@ std::string FormatStepLineText(const StepLine& line);
 // {"step":3,"loss":5.4321,"step_time_ms":85.2,"tokens_per_second":12020.0}, without a newline;
 // tokens_per_second null when unset, a non-finite loss as null.
 std::string FormatStepLineJson(const StepLine& line);
-
-// The tokens one step reads: over the job's inputs read from a token file as model inputs (not
-// targets), the product of their shapes ([B, T]: B * T). Unset when there are none.
-std::optional<int64_t> TokensPerStep(const job::Job& job);
 
 // Prints a line per training step as soon as the step's loss pieces have reached every sink,
 // from the sinks' callbacks (Callback()), and draws a progress bar. A run may be made of
@@ -81,23 +73,15 @@ class StepReporter {
   std::vector<double> losses() const;
 
  private:
-  void EmitReadySteps();  // with mutex_ held
-  void DrawProgress();    // with mutex_ held
-  void ClearProgress();   // with mutex_ held
+  void Print(const FinishedStep& step);  // with mutex_ held
+  void DrawProgress();                   // with mutex_ held
+  void ClearProgress();                  // with mutex_ held
 
   const Options options_;
   mutable std::mutex mutex_;
   // The segment (guarded by mutex_).
-  plan::Fetch loss_;
-  int micro_batches_ = 1;
+  std::optional<StepLossCollector> collector_;
   int64_t first_step_ = 0;
-  absl::flat_hash_map<std::string, int> rank_of_sink_;
-  // Pieces that have not reached every rank yet: piece -> per rank.
-  std::map<int64_t, std::vector<std::optional<HostTensor>>> pending_;
-  // Assembled losses of the segment's steps: step (segment-relative) -> losses of its pieces.
-  std::map<int64_t, std::vector<double>> piece_losses_;
-  int64_t next_step_ = 0;  // segment-relative: the next step to print
-  std::chrono::steady_clock::time_point last_completion_;
   // The whole run.
   std::vector<double> losses_;
   bool progress_drawn_ = false;

@@ -46,68 +46,10 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
-// An MLP regression trained with AdamW, data parallel over the devices: a fresh random batch
-// every step, so that resuming must also continue the data.
-constexpr char kTrainingJob[] = R"pb(
-  name: "mlp_regression"
-  placement { devices: [ "cpu:0", "cpu:1" ] }
-  num_steps: 6
-  optimizer { adamw { learning_rate: 0.01 weight_decay: 0.1 } }
-  loss: "loss"
-  inputs {
-    name: "x"
-    shape: [ 8, 4 ]
-    sbp: "S(0)"
-    random_normal { std: 1 seed: 1 }
-  }
-  inputs {
-    name: "target"
-    shape: [ 8, 2 ]
-    sbp: "S(0)"
-    random_normal { std: 1 seed: 3 }
-  }
-  variables {
-    name: "w1"
-    shape: [ 4, 16 ]
-    initializer { normal { std: 0.5 seed: 2 } }
-  }
-  variables {
-    name: "w2"
-    shape: [ 16, 2 ]
-    initializer { normal { std: 0.5 seed: 4 } }
-  }
-  ops {
-    name: "h"
-    type: "matmul"
-    inputs: [ "x", "w1" ]
-    outputs: "h"
-  }
-  ops { name: "a" type: "gelu" inputs: "h" outputs: "a" }
-  ops {
-    name: "y"
-    type: "matmul"
-    inputs: [ "a", "w2" ]
-    outputs: "y"
-  }
-  ops {
-    name: "error"
-    type: "subtract"
-    inputs: [ "y", "target" ]
-    outputs: "error"
-  }
-  ops {
-    name: "squared"
-    type: "multiply"
-    inputs: [ "error", "error" ]
-    outputs: "squared"
-  }
-  ops { name: "loss" type: "reduce_mean" inputs: "squared" outputs: "loss" }
-)pb";
-
-std::string TrainingJobPath() {
-  static const std::string path = WriteFile("mlp_regression.pbtxt", kTrainingJob);
-  return path;
-}
+// examples/jobs/mlp_regression.pbtxt: an MLP regression trained with AdamW for 6 steps, data
+// parallel over 2 devices, on a fresh random batch every step, so that resuming must also continue
+// the data.
+std::string TrainingJobPath() { return LOOM_SOURCE_DIR "/examples/jobs/mlp_regression.pbtxt"; }
 
 CommandResult RunTraining(std::vector<std::string> arguments) {
   std::vector<std::string> all = {TrainingJobPath(), "--devices", "cpu:2"};

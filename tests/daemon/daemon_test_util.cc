@@ -1,6 +1,8 @@
 #include "tests/daemon/daemon_test_util.h"
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -11,61 +13,6 @@
 
 namespace loom::daemon::testing {
 namespace {
-
-constexpr char kTrainingJob[] = R"pb(
-  name: "mlp_regression"
-  placement { devices: [ "cpu:0", "cpu:1" ] }
-  optimizer { sgd { learning_rate: 0.05 } }
-  loss: "loss"
-  inputs {
-    name: "x"
-    shape: [ 8, 4 ]
-    sbp: "S(0)"
-    random_normal { std: 1 seed: 1 }
-  }
-  inputs {
-    name: "target"
-    shape: [ 8, 2 ]
-    sbp: "S(0)"
-    random_normal { std: 1 seed: 3 }
-  }
-  variables {
-    name: "w1"
-    shape: [ 4, 16 ]
-    initializer { normal { std: 0.5 seed: 2 } }
-  }
-  variables {
-    name: "w2"
-    shape: [ 16, 2 ]
-    initializer { normal { std: 0.5 seed: 4 } }
-  }
-  ops {
-    name: "h"
-    type: "matmul"
-    inputs: [ "x", "w1" ]
-    outputs: "h"
-  }
-  ops { name: "a" type: "gelu" inputs: "h" outputs: "a" }
-  ops {
-    name: "y"
-    type: "matmul"
-    inputs: [ "a", "w2" ]
-    outputs: "y"
-  }
-  ops {
-    name: "error"
-    type: "subtract"
-    inputs: [ "y", "target" ]
-    outputs: "error"
-  }
-  ops {
-    name: "squared"
-    type: "multiply"
-    inputs: [ "error", "error" ]
-    outputs: "squared"
-  }
-  ops { name: "loss" type: "reduce_mean" inputs: "squared" outputs: "loss" }
-)pb";
 
 constexpr char kSlowJob[] = R"pb(
   name: "slow"
@@ -102,7 +49,10 @@ job::Job ParseJob(const std::string& text) {
 }
 
 job::Job TrainingJob(int steps) {
-  job::Job job = ParseJob(kTrainingJob);
+  std::ifstream file(LOOM_SOURCE_DIR "/examples/jobs/mlp_regression.pbtxt");
+  std::stringstream text;
+  text << file.rdbuf();
+  job::Job job = ParseJob(text.str());
   job.set_num_steps(steps);
   return job;
 }
