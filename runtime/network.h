@@ -1,0 +1,52 @@
+#ifndef LOOM_RUNTIME_NETWORK_H_
+#define LOOM_RUNTIME_NETWORK_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "runtime/message.h"
+
+namespace loom {
+
+// What the runtime of one node needs from the network between the nodes of a job (DESIGN.md §4):
+// actor messages to actors on other nodes, and data transfers into buffers the receiver posted.
+// The cluster implements it over UCX (transport/transport_network.h); tests may implement it in
+// memory. One Network per node per job; every method may be called from any thread.
+//
+// Incoming actor messages are handed to the node's JobRuntime (JobRuntime::DeliverFromNetwork).
+class Network {
+ public:
+  // Names one data transfer; the receiver posts a receive with the tag, the sender sends with it.
+  // A receive matches exactly one send with the same tag, from any node. Tags with
+  // kCollectiveTagBit set belong to collective backends; the others to send/receive actors.
+  using Tag = uint64_t;
+  static constexpr Tag kCollectiveTagBit = Tag{1} << 63;
+
+  // Called once per transfer, on a network thread: must not block (hand work to a stream thread).
+  using Completion = absl::AnyInvocable<void(absl::Status status)>;
+
+  virtual ~Network() = default;
+
+  // This node's index (the node field of its actors' ids).
+  virtual int node() const = 0;
+
+  // Sends `message` to the node of message.destination. Messages from one node to another arrive
+  // in the order they were sent. An error means the message could not be queued; a failure to
+  // deliver fails the job through the implementation's error path (the peer is lost).
+  virtual absl::Status SendMessage(const ActorMessage& message) = 0;
+
+  // Sends `size` bytes at `buffer` to the receive posted with `tag` on node `destination`. The
+  // buffer stays untouched until `done` runs with OK (the buffer may be reused) or an error.
+  virtual absl::Status SendData(int destination, Tag tag, const void* buffer, size_t size,
+                                Completion done) = 0;
+
+  // Receives the transfer sent with `tag` into `buffer`, which must be exactly `size` bytes long
+  // (any other size fails the transfer). `done` runs once the bytes are in place, or with the error.
+  virtual absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) = 0;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_NETWORK_H_
