@@ -79,7 +79,10 @@ class Lowering {
     }
     SetStashSlots();
     plan_.set_num_micro_batches(graph_.num_micro_batches);
-    for (auto& [name, communicator] : communicators_) *plan_.add_communicators() = communicator;
+    for (auto& [name, communicator] : communicators_) {
+      communicator.set_index(plan_.communicators_size());
+      *plan_.add_communicators() = communicator;
+    }
     for (int i = 0; i < plan_.tasks_size(); ++i) plan_.mutable_tasks(i)->set_index(i);
     return std::move(plan_);
   }
