@@ -5,6 +5,7 @@
 #include "actors/compute_actor.h"
 #include "actors/copy_actor.h"
 #include "actors/micro_batch_actors.h"
+#include "actors/network_actors.h"
 #include "actors/sink_actor.h"
 #include "actors/variable_actor.h"
 
@@ -31,6 +32,10 @@ ActorFactory MakeActorFactory() {
         return std::make_unique<CollectiveActor>(init);
       case plan::VARIABLE:
         return std::make_unique<VariableActor>(init);
+      case plan::SEND:
+        return std::make_unique<SendActor>(init);
+      case plan::RECEIVE:
+        return std::make_unique<ReceiveActor>(init);
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("task '", init.task->name(), "' has an unknown kind ",

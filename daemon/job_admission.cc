@@ -111,11 +111,13 @@ absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
     return absl::InvalidArgumentError(
         absl::StrCat("job '", name, "' has nothing to run: it has no ops, and fetches nothing"));
   }
-  if (absl::Status status = ValidatePlan(plan); !status.ok()) {
-    return absl::InternalError(absl::StrCat("job '", name,
-                                            "' compiled into an invalid plan (a "
-                                            "compiler bug): ",
-                                            status.message()));
+  // What the nodes will run: each node's plan.
+  for (const plan::Plan& node_plan : (*compiled)->result.node_plans) {
+    if (absl::Status status = ValidatePlan(node_plan); !status.ok()) {
+      return absl::InternalError(
+          absl::StrCat("job '", name, "' compiled into an invalid plan for node ", node_plan.node(),
+                       " (a compiler bug): ", status.message()));
+    }
   }
   return compiled;
 }

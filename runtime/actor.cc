@@ -1,5 +1,7 @@
 #include "runtime/actor.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/device_name.h"
@@ -47,6 +49,12 @@ void Actor::HandleMessage(const ActorMessage& message) {
   switch (message.type) {
     case MessageType::kWake:
       // Nothing to apply: the thread re-checks the actor after every message.
+      return;
+    case MessageType::kCredit:
+    case MessageType::kSent:
+    case MessageType::kPeerEnd:
+    case MessageType::kTransferDone:
+      HandlePeerMessage(message);
       return;
     case MessageType::kReady: {
       // A task may read one register as several inputs; its producer then sends one READY per
@@ -157,10 +165,34 @@ TensorView Actor::OutputView(int output) const {
   return outputs_[output].reg->SlotView(outputs_[output].free_slots.front());
 }
 
+void Actor::HandlePeerMessage(const ActorMessage& message) {
+  LOG(ERROR) << name() << ": ignored a network message of type " << static_cast<int>(message.type)
+             << " from " << message.source.ToString() << " (not a send or receive task)";
+}
+
+void Actor::SendPeerMessage(MessageType type, ActorId destination, int32_t slot, int64_t piece) {
+  ActorMessage message;
+  message.type = type;
+  message.slot = slot;
+  message.piece = piece;
+  message.source = id_;
+  message.destination = destination;
+  sender_->Send(message);
+}
+
+TensorView Actor::OutputSlotView(int output, int32_t slot) const {
+  return outputs_[output].reg->SlotView(slot);
+}
+
 void Actor::ProduceOutput(int output, int64_t piece) {
+  ProduceOutputSlot(output, outputs_[output].free_slots.front(), piece);
+}
+
+void Actor::ProduceOutputSlot(int output, int32_t slot, int64_t piece) {
   Output& out = outputs_[output];
-  int32_t slot = out.free_slots.front();
-  out.free_slots.pop_front();
+  auto position = std::find(out.free_slots.begin(), out.free_slots.end(), slot);
+  CHECK(position != out.free_slots.end()) << name() << ": slot " << slot << " is not free";
+  out.free_slots.erase(position);
   const std::vector<ActorId>& consumers = out.reg->consumers();
   if (consumers.empty()) {
     out.free_slots.push_back(slot);

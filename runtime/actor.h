@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "runtime/event_record.h"
 #include "runtime/job_options.h"
 #include "runtime/message.h"
+#include "runtime/network.h"
 #include "runtime/register.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
@@ -49,6 +51,10 @@ struct ActorInit {
   CollectiveTurn* collective_turn = nullptr;
   // SINK tasks: JobOptions::sink_piece_callback (null or empty: none).
   const SinkPieceCallback* sink_piece_callback = nullptr;
+  // SEND and RECEIVE tasks: the job's network (JobOptions::network), and a way to hand a message
+  // to an actor of this node from any thread (network completions).
+  Network* network = nullptr;
+  std::function<void(const ActorMessage&)> deliver_from_any_thread;
 };
 
 // The base of every actor kind. It implements the act rule of DESIGN.md §3: an actor acts when
@@ -129,6 +135,16 @@ class Actor {
   TensorView OutputView(int output) const;
   // Publishes the front free slot of an output as `piece` to every consumer.
   void ProduceOutput(int output, int64_t piece);
+  // The same for a given free slot (kinds that choose their slots, like RECEIVE).
+  void ProduceOutputSlot(int output, int32_t slot, int64_t piece);
+  const std::deque<int32_t>& FreeSlots(int output) const { return outputs_[output].free_slots; }
+  TensorView OutputSlotView(int output, int32_t slot) const;
+
+  // Messages between the halves of a SEND / RECEIVE pair (kCredit, kSent, kPeerEnd) and network
+  // completions (kTransferDone) go to this; the base class has none.
+  virtual void HandlePeerMessage(const ActorMessage& message);
+  // Sends such a message (no register) to `destination`, on this node or another.
+  void SendPeerMessage(MessageType type, ActorId destination, int32_t slot, int64_t piece);
 
   // Asks an actor of this actor's thread to look again whether it can act (a kWake message).
   void WakeActor(ActorId actor);

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
+#include "runtime/network.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
 
@@ -59,6 +60,10 @@ struct JobOptions {
   // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
   // SinkPieceCallback); the runtime hands it to the sinks in their ActorInit.
   SinkPieceCallback sink_piece_callback;
+  // The network between the nodes of a multi-node job (not owned; it must outlive the runtime and
+  // be stopped before the runtime is destroyed, so that no transfer completes into freed memory).
+  // Unset: a plan whose tasks talk to other nodes is rejected.
+  Network* network = nullptr;
 };
 
 }  // namespace loom

@@ -133,6 +133,17 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.kernels = kernels;
     init.task_names = &task_names_;
     if (task.kind() == plan::SINK) init.sink_piece_callback = &options_.sink_piece_callback;
+    if (task.kind() == plan::SEND || task.kind() == plan::RECEIVE) {
+      if (options_.network == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "task '", task.name(), "' talks to node ", task.peer().stream().device().node(),
+            ", but this runtime was given no network"));
+      }
+      init.network = options_.network;
+      init.deliver_from_any_thread = [this](const ActorMessage& message) {
+        if (StreamThread* thread = ThreadOf(message.destination)) thread->Deliver(message);
+      };
+    }
     if (task.kind() == plan::COLLECTIVE) {
       // ValidatePlan checked that the communicator exists.
       const std::string& communicator = task.collective().communicator();
@@ -233,6 +244,39 @@ void JobRuntime::Fail(absl::Status status) {
   // Ranks waiting in a collective for a peer that will never come wake up now.
   for (auto& backend : collective_backends_) backend->Abort(status);
   changed_.notify_all();
+}
+
+void JobRuntime::SendToNode(const ActorMessage& message) {
+  if (options_.network == nullptr) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("actor '", task_names_[message.source.task_index()], "' sends to node ",
+                     message.destination.node(), ", but this runtime was given no network")));
+    return;
+  }
+  if (absl::Status status = options_.network->SendMessage(message); !status.ok()) {
+    Fail(absl::Status(status.code(),
+                      absl::StrCat("actor '", task_names_[message.source.task_index()],
+                                   "' could not send to node ", message.destination.node(), ": ",
+                                   status.message())));
+  }
+}
+
+void JobRuntime::DeliverFromNetwork(const ActorMessage& message) {
+  StreamThread* thread = ThreadOf(message.destination);
+  if (!IsNetworkMessageType(message.type)) {
+    Fail(absl::DataLossError(absl::StrCat("node ", plan_.node(), " received a message of type ",
+                                          static_cast<int>(message.type), " from node ",
+                                          message.source.node(), ", which no node sends")));
+    return;
+  }
+  if (thread == nullptr || task_names_[message.destination.task_index()].empty()) {
+    Fail(absl::DataLossError(
+        absl::StrCat("node ", plan_.node(), " received a message from node ", message.source.node(),
+                     " for actor ", message.destination.ToString(),
+                     ", which this node does not run: the nodes' plans do not belong together")));
+    return;
+  }
+  thread->Deliver(message);
 }
 
 void JobRuntime::Abort(absl::Status reason) {

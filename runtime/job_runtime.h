@@ -73,7 +73,15 @@ class JobRuntime final : public JobControl {
 
   // JobControl.
   void Fail(absl::Status status) override;
-  StreamThread* ThreadOf(ActorId id) const override { return thread_of_task_[id.task_index()]; }
+  StreamThread* ThreadOf(ActorId id) const override {
+    if (id.node() != plan_.node() || id.task_index() >= thread_of_task_.size()) return nullptr;
+    return thread_of_task_[id.task_index()];
+  }
+  void SendToNode(const ActorMessage& message) override;
+  // Hands a message that arrived from another node to the thread of its destination actor (any
+  // thread may call it, before or after Start). A message for an actor this node does not run
+  // fails the job (the peer's plan does not match this one).
+  void DeliverFromNetwork(const ActorMessage& message);
   int64_t NowNanoseconds() const override;
   void ThreadExited() override;
 
@@ -106,8 +114,8 @@ class JobRuntime final : public JobControl {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  absl::Status status_;        // guarded by mutex_: the first failure
-  size_t exited_threads_ = 0;  // guarded by mutex_
+  absl::Status status_;                // guarded by mutex_: the first failure
+  size_t exited_threads_ = 0;          // guarded by mutex_
   int64_t last_exit_nanoseconds_ = 0;  // guarded by mutex_
   std::atomic<bool> failed_{false};
 };

@@ -21,7 +21,33 @@ enum class MessageType : uint8_t {
   // Actor -> actor of the same thread: a condition outside the act rule changed (for example a
   // collective's turn came); look again whether you can act or are exhausted. Carries no data.
   kWake,
+  // Between the two halves of a register moved across nodes (SEND and RECEIVE tasks):
+  // Receive -> send: slot `slot` of the receiver's register is free and its receive is posted
+  // (one credit).
+  kCredit,
+  // Send -> receive: the bytes of piece `piece` were sent into slot `slot`.
+  kSent,
+  // Send -> receive: no more pieces will come (`piece` is how many were sent).
+  kPeerEnd,
+  // Network -> an actor of this node: a transfer of slot `slot` completed (the actor keeps the
+  // transfer's status).
+  kTransferDone,
 };
+
+// Whether a message of this type may arrive from another node.
+inline bool IsNetworkMessageType(MessageType type) {
+  switch (type) {
+    case MessageType::kReady:
+    case MessageType::kFree:
+    case MessageType::kEndOfData:
+    case MessageType::kCredit:
+    case MessageType::kSent:
+    case MessageType::kPeerEnd:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // A small fixed-size message. Slots are opaque handles: never a pointer the receiver dereferences.
 struct ActorMessage {

@@ -104,7 +104,8 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
   switch (task.kind()) {
     case plan::COMPUTE:
       if (task.kernel().op_type().empty()) {
-        return Invalid(absl::StrCat("task '", task.name(), "': a compute task needs kernel.op_type"));
+        return Invalid(
+            absl::StrCat("task '", task.name(), "': a compute task needs kernel.op_type"));
       }
       return CheckArity(task, 0, -1, 1, -1, "compute");
     case plan::SOURCE:
@@ -126,14 +127,14 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
         return Invalid(absl::StrCat("task '", task.name(), "': num_pieces is negative"));
       }
       if (task.initializer().op_type().empty()) {
-        return Invalid(absl::StrCat("task '", task.name(),
-                                    "': a variable task needs initializer.op_type"));
+        return Invalid(
+            absl::StrCat("task '", task.name(), "': a variable task needs initializer.op_type"));
       }
       const plan::RegisterDesc& value = desc(task.outputs(0));
       if (value.num_slots() != 1) {
-        return Invalid(absl::StrCat("task '", task.name(), "': its value register '",
-                                    value.name(), "' must have exactly 1 slot, not ",
-                                    value.num_slots(), " (the value is updated in place)"));
+        return Invalid(absl::StrCat("task '", task.name(), "': its value register '", value.name(),
+                                    "' must have exactly 1 slot, not ", value.num_slots(),
+                                    " (the value is updated in place)"));
       }
       if (task.inputs_size() == 1) {
         if (task.kernel().op_type().empty()) {
@@ -175,11 +176,36 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       const plan::TensorDesc& out = desc(task.outputs(0)).tensor();
       if (in.data_type() != out.data_type() ||
           Shape(in.shape()).NumElements() != Shape(out.shape()).NumElements()) {
-        return Invalid(absl::StrCat("task '", task.name(), "': a copy needs the same data type "
+        return Invalid(absl::StrCat("task '", task.name(),
+                                    "': a copy needs the same data type "
                                     "and element count on both sides, not ",
                                     DataTypeName(in.data_type()), Shape(in.shape()).ToString(),
                                     " -> ", DataTypeName(out.data_type()),
                                     Shape(out.shape()).ToString()));
+      }
+      return absl::OkStatus();
+    }
+    case plan::SEND:
+    case plan::RECEIVE: {
+      const bool send = task.kind() == plan::SEND;
+      if (absl::Status status =
+              send ? CheckArity(task, 1, 1, 0, 0, "send") : CheckArity(task, 0, 0, 1, 1, "receive");
+          !status.ok()) {
+        return status;
+      }
+      const plan::NetworkPeer& peer = task.peer();
+      if (peer.task().empty() || peer.stream().device().node() == plan.node()) {
+        return Invalid(absl::StrCat("task '", task.name(), "': a ", send ? "send" : "receive",
+                                    " task needs its peer task on another node (peer '",
+                                    peer.task(), "' on node ", peer.stream().device().node(), ")"));
+      }
+      const plan::Device& device = peer.stream().device();
+      if (device.node() < 0 || device.node() > ActorId::kMaxNode || device.index() < 0 ||
+          device.index() > ActorId::kMaxDeviceIndex || peer.stream().index() < 0 ||
+          peer.stream().index() > ActorId::kMaxStreamIndex ||
+          peer.index() > ActorId::kMaxTaskIndex) {
+        return Invalid(absl::StrCat("task '", task.name(), "': its peer '", peer.task(),
+                                    "' has a node, device, stream or task index out of range"));
       }
       return absl::OkStatus();
     }
@@ -198,7 +224,8 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       const plan::TensorDesc& in = desc(task.inputs(0)).tensor();
       const plan::TensorDesc& out = desc(task.outputs(0)).tensor();
       if (in.data_type() != out.data_type()) {
-        return Invalid(absl::StrCat("task '", task.name(), "': input and output data types differ"));
+        return Invalid(
+            absl::StrCat("task '", task.name(), "': input and output data types differ"));
       }
       Shape in_shape(in.shape());
       Shape out_shape(out.shape());
@@ -473,8 +500,7 @@ absl::Status CheckCollectives(const plan::Plan& plan,
 }
 
 // Kahn's algorithm; on a cycle, walks it to name its tasks.
-absl::Status CheckAcyclic(const plan::Plan& plan,
-                          const std::vector<std::vector<int>>& successors) {
+absl::Status CheckAcyclic(const plan::Plan& plan, const std::vector<std::vector<int>>& successors) {
   int count = plan.tasks_size();
   std::vector<int> in_degree(count, 0);
   for (const auto& next : successors) {
@@ -596,14 +622,12 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
         return Invalid(absl::StrCat("dangling register '", reg.name(), "': no task produces it"));
       }
       return Invalid(absl::StrCat("dangling register '", reg.name(), "': read by '",
-                                  plan.tasks(consumers[r][0]).name(),
-                                  "' but produced by no task"));
+                                  plan.tasks(consumers[r][0]).name(), "' but produced by no task"));
     }
     const plan::Task& producer_task = plan.tasks(producer[r]);
     if (!reg.producer().empty() && reg.producer() != producer_task.name()) {
       return Invalid(absl::StrCat("register '", reg.name(), "' says its producer is '",
-                                  reg.producer(), "', but '", producer_task.name(),
-                                  "' writes it"));
+                                  reg.producer(), "', but '", producer_task.name(), "' writes it"));
     }
     if (reg.consumers_size() > 0) {
       absl::flat_hash_set<std::string> declared(reg.consumers().begin(), reg.consumers().end());
@@ -618,8 +642,8 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
       const plan::Task& consumer_task = plan.tasks(consumer);
       const plan::Device& from = producer_task.stream().device();
       const plan::Device& to = consumer_task.stream().device();
-      bool shared_host_memory = from.node() == to.node() && from.type() == plan::CPU &&
-                                to.type() == plan::CPU;
+      bool shared_host_memory =
+          from.node() == to.node() && from.type() == plan::CPU && to.type() == plan::CPU;
       if (!SameDevice(from, to) && !shared_host_memory && consumer_task.kind() != plan::COPY) {
         return Invalid(absl::StrCat("task '", consumer_task.name(), "' on ", DeviceName(to),
                                     " reads register '", reg.name(), "' on ", DeviceName(from),

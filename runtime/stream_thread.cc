@@ -56,7 +56,12 @@ void StreamThread::Send(const ActorMessage& message) {
 }
 
 void StreamThread::SendRemote(const ActorMessage& message) {
-  job_->ThreadOf(message.destination)->Deliver(message);
+  StreamThread* thread = job_->ThreadOf(message.destination);
+  if (thread != nullptr) {
+    thread->Deliver(message);
+  } else {
+    job_->SendToNode(message);
+  }
 }
 
 void StreamThread::FlushPendingSends() {

@@ -29,8 +29,10 @@ class JobControl {
   virtual ~JobControl() = default;
   // Ends the job with `status` (the first failure wins) and aborts every thread.
   virtual void Fail(absl::Status status) = 0;
-  // The thread that runs the actor with this id.
+  // The thread that runs the actor with this id; nullptr for an actor on another node.
   virtual StreamThread* ThreadOf(ActorId id) const = 0;
+  // Sends a message to an actor on another node (over the job's Network).
+  virtual void SendToNode(const ActorMessage& message) = 0;
   // Nanoseconds since the job started.
   virtual int64_t NowNanoseconds() const = 0;
   // Called by a stream thread as the last thing it does.

@@ -50,8 +50,10 @@ absl::StatusOr<ActorMessage> TransportNetwork::Decode(absl::string_view bytes) {
   }
   const char* data = bytes.data();
   uint64_t type = GetLittleEndian(data + kTypeOffset, 1);
-  if (type > static_cast<uint64_t>(MessageType::kWake)) {
-    return absl::InvalidArgumentError(absl::StrCat("an actor message of unknown type ", type));
+  if (type > static_cast<uint64_t>(MessageType::kTransferDone) ||
+      !IsNetworkMessageType(static_cast<MessageType>(type))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an actor message of a type that does not cross nodes (", type, ")"));
   }
   ActorMessage message;
   message.type = static_cast<MessageType>(type);
@@ -70,7 +72,9 @@ absl::StatusOr<std::unique_ptr<TransportNetwork>> TransportNetwork::Create(
   options.self = static_cast<PeerId>(node);
   options.context = std::move(context);
   TransportNetwork* self = network.get();
-  options.on_message = [self](PeerId from, absl::string_view bytes) { self->OnMessage(from, bytes); };
+  options.on_message = [self](PeerId from, absl::string_view bytes) {
+    self->OnMessage(from, bytes);
+  };
   options.on_peer_error = [self](PeerId peer, const absl::Status& status) {
     self->OnPeerError(peer, status);
   };
@@ -124,9 +128,8 @@ void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
 
 void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
   std::lock_guard<std::mutex> lock(mutex_);
-  absl::Status lost(status.code(),
-                    absl::StrCat("node ", node_, " lost its connection to node ", peer, ": ",
-                                 status.message()));
+  absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
+                                                peer, ": ", status.message()));
   if (on_error_) {
     on_error_(lost);
   } else {
@@ -140,8 +143,7 @@ absl::Status TransportNetwork::SendMessage(const ActorMessage& message) {
 
 absl::Status TransportNetwork::SendData(int destination, Tag tag, const void* buffer, size_t size,
                                         Completion done) {
-  return transport_->SendData(static_cast<PeerId>(destination), tag, buffer, size,
-                              std::move(done));
+  return transport_->SendData(static_cast<PeerId>(destination), tag, buffer, size, std::move(done));
 }
 
 absl::Status TransportNetwork::ReceiveData(Tag tag, void* buffer, size_t size, Completion done) {
@@ -151,9 +153,9 @@ absl::Status TransportNetwork::ReceiveData(Tag tag, void* buffer, size_t size, C
         if (!received.ok()) {
           done(received.status());
         } else if (*received != size) {
-          done(absl::DataLossError(absl::StrCat("node ", node_, ": the transfer with tag ", tag,
-                                                " brought ", *received, " bytes, expected ",
-                                                size)));
+          done(
+              absl::DataLossError(absl::StrCat("node ", node_, ": the transfer with tag ", tag,
+                                               " brought ", *received, " bytes, expected ", size)));
         } else {
           done(absl::OkStatus());
         }

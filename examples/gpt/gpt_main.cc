@@ -42,6 +42,9 @@ loomctl::ArgumentSpec MakeSpec() {
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
       .AddFlag("micro-batches", "M", "1", "micro-batches per step (divides batch / dp)")
       .AddFlag("schedule", "NAME", "1f1b", "pipeline schedule: 1f1b | gpipe")
+      .AddFlag("devices-per-node", "K", "0",
+               "spread the devices over nodes, K per node (node<i/K>/cpu:<i%K>), for a cluster "
+               "of loomd processes; 0: all on one node")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
       .AddFlag("batch", "B", number(defaults.batch), "global batch")
       .AddFlag("steps", "N", number(defaults.steps), "training steps of the job")
@@ -88,7 +91,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const loomctl::ParsedArguments& pa
       {"vocab", &config.vocab},        {"context", &config.context},
       {"width", &config.width},        {"layers", &config.layers},
       {"heads", &config.heads},        {"mlp-width", &config.mlp_width},
-      {"seed", &config.seed},
+      {"seed", &config.seed},          {"devices-per-node", &config.devices_per_node},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;

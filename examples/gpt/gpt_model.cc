@@ -59,7 +59,7 @@ std::vector<std::string> StageDevices(const GptConfig& config, int64_t stage) {
   const int64_t per_stage = config.data_parallel * config.tensor_parallel;
   std::vector<std::string> devices;
   for (int64_t i = stage * per_stage; i < (stage + 1) * per_stage; ++i) {
-    devices.push_back(absl::StrCat("cpu:", i));
+    devices.push_back(GptDeviceName(config, i));
   }
   return devices;
 }
@@ -171,6 +171,12 @@ class GptGraph {
 };
 
 }  // namespace
+
+std::string GptDeviceName(const GptConfig& config, int64_t index) {
+  if (config.devices_per_node <= 0) return absl::StrCat("cpu:", index);
+  return absl::StrCat("node", index / config.devices_per_node,
+                      "/cpu:", index % config.devices_per_node);
+}
 
 absl::Status ValidateGptConfig(const GptConfig& config) {
   const std::pair<const char*, int64_t> positive[] = {
@@ -315,8 +321,9 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
 
   JobBuilder builder("gpt");
   std::vector<std::string> all_devices;
-  for (int64_t i = 0; i < GptDeviceCount(config); ++i)
-    all_devices.push_back(absl::StrCat("cpu:", i));
+  for (int64_t i = 0; i < GptDeviceCount(config); ++i) {
+    all_devices.push_back(GptDeviceName(config, i));
+  }
   builder.SetPlacement(all_devices, stages == 1 ? layout.Hierarchy() : std::vector<int64_t>{});
   if (stages > 1) {
     for (int64_t stage = 0; stage < stages; ++stage) {

@@ -47,6 +47,10 @@ struct GptConfig {
   int64_t pipeline_stages = 1;
   int64_t micro_batches = 1;
   job::PipelineSchedule schedule = job::ONE_F_ONE_B;
+  // > 0: the devices are spread over nodes, this many per node (device i is
+  // "node<i / devices_per_node>/cpu:<i % devices_per_node>"), for a cluster of loomd processes.
+  // 0: every device on one node ("cpu:<i>").
+  int64_t devices_per_node = 0;
 
   // Seed of the initial weights (the job's initializers and WriteGptInitialWeights).
   int64_t seed = 0;
@@ -72,6 +76,8 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 
 // The number of devices the job runs on: pipeline_stages * data_parallel * tensor_parallel.
 int64_t GptDeviceCount(const GptConfig& config);
+// The name of device `index` (see GptConfig::devices_per_node).
+std::string GptDeviceName(const GptConfig& config, int64_t index);
 
 // The first layer of stage `stage` (the layers are split evenly, earlier stages taking one more
 // when they do not divide); GptFirstLayer(config, pipeline_stages) is `layers`.

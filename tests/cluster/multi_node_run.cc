@@ -1,0 +1,98 @@
+#include "tests/cluster/multi_node_run.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "actors/sink_actor.h"
+#include "client/fetch_assembly.h"
+#include "client/local_run.h"
+#include "daemon/job_admission.h"
+#include "daemon/node_job.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace loom::testing {
+
+absl::StatusOr<std::vector<plan::Plan>> CompileForNodes(const job::Job& job, int nodes,
+                                                        int devices_per_node,
+                                                        plan::Plan* whole_plan) {
+  daemon::ClusterCapacity capacity;
+  capacity.devices = compiler::DeviceSet::Cpus(nodes * devices_per_node, nodes);
+  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = daemon::AdmitJob(job, capacity);
+  if (!compiled.ok()) return compiled.status();
+  *whole_plan = (*compiled)->result.plan;
+  return (*compiled)->result.node_plans;
+}
+
+absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
+                                     const plan::Plan& whole_plan) {
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+  std::vector<std::unique_ptr<daemon::NodeJob>> jobs;
+  std::map<int, std::string> addresses;
+  for (const plan::Plan& node_plan : node_plans) {
+    JobOptions options;
+    options.stall_timeout = absl::Seconds(30);
+    options.collective_timeout = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<daemon::NodeJob>> job =
+        daemon::NodeJob::Create(node_plan, &kernels, options);
+    if (!job.ok()) return job.status();
+    addresses[node_plan.node()] = (*job)->address();
+    jobs.push_back(*std::move(job));
+  }
+  for (auto& job : jobs) {
+    if (absl::Status status = job->Connect(addresses); !status.ok()) return status;
+  }
+  for (auto& job : jobs) {
+    if (absl::Status status = job->Start(); !status.ok()) return status;
+  }
+  std::vector<absl::Status> statuses(jobs.size());
+  std::vector<std::thread> waiters;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    waiters.emplace_back([&, i] { statuses[i] = jobs[i]->Wait(); });
+  }
+  for (std::thread& waiter : waiters) waiter.join();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return absl::Status(statuses[i].code(),
+                          absl::StrCat("node ", i, ": ", statuses[i].message()));
+    }
+  }
+
+  Fetched fetched;
+  for (const plan::Fetch& fetch : whole_plan.fetches()) {
+    std::vector<const std::vector<HostTensor>*> per_rank;
+    for (const std::string& sink : fetch.sinks()) {
+      const std::vector<HostTensor>* pieces = nullptr;
+      for (auto& job : jobs) {
+        if (job->runtime().FindActor(sink) == nullptr) continue;
+        auto kept = FetchedPieces(job->runtime(), sink);
+        if (!kept.ok()) return kept.status();
+        pieces = &(**kept)[0];
+      }
+      if (pieces == nullptr) return absl::NotFoundError(absl::StrCat("no node ran sink ", sink));
+      per_rank.push_back(pieces);
+    }
+    for (size_t step = 0; step < per_rank[0]->size(); ++step) {
+      std::vector<const HostTensor*> pieces;
+      for (const auto* rank_pieces : per_rank) pieces.push_back(&(*rank_pieces)[step]);
+      absl::StatusOr<HostTensor> tensor = AssembleFetch(fetch, pieces);
+      if (!tensor.ok()) return tensor.status();
+      fetched[fetch.tensor()].push_back(*std::move(tensor));
+    }
+  }
+  return fetched;
+}
+
+absl::StatusOr<Fetched> RunOnOneNode(const job::Job& job, int devices) {
+  plan::Plan whole_plan;
+  absl::StatusOr<std::vector<plan::Plan>> plans = CompileForNodes(job, 1, devices, &whole_plan);
+  if (!plans.ok()) return plans.status();
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(whole_plan, kernels, JobOptions{});
+  if (!run.ok()) return run.status();
+  return std::move(run->fetched);
+}
+
+}  // namespace loom::testing
