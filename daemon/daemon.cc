@@ -27,18 +27,60 @@ std::string WithPort(const std::string& address, int port) {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   std::unique_ptr<Daemon> daemon(new Daemon());
+  Daemon* self = daemon.get();
   daemon->options_ = options;
   if (absl::Status status = RegisterCpuKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
+  const bool coordinator = options.coordinator_address.empty();
 
-  JobManager::Options manager_options;
-  manager_options.capacity.devices = compiler::DeviceSet::Cpus(options.cpu_devices, 1);
-  manager_options.capacity.memory_budget_per_device_bytes = options.memory_budget_per_device_bytes;
-  manager_options.stall_timeout = options.stall_timeout;
-  manager_options.max_finished_jobs = options.max_finished_jobs;
-  manager_options.max_events_per_job = options.max_events_per_job;
-  daemon->manager_ = std::make_unique<JobManager>(std::move(manager_options), &daemon->kernels_);
-  daemon->job_service_ = std::make_unique<JobServiceImpl>(daemon->manager_.get());
+  // This node's devices, as ListNodes shows them.
+  std::vector<v1::DeviceInfo> devices;
+  for (int index = 0; index < options.cpu_devices; ++index) {
+    v1::DeviceInfo& device = devices.emplace_back();
+    device.set_name(absl::StrCat("node0/cpu:", index));
+    device.set_type("cpu");
+    device.set_index(index);
+    device.set_memory_budget_bytes(options.memory_budget_per_device_bytes);
+  }
+
+  // The node's agent reports to the coordinator: in this process, or over the session.
+  daemon->agent_ = std::make_unique<NodeAgent>(
+      &daemon->kernels_, [self, coordinator](const v1::NodeJobUpdate& update) {
+        if (coordinator) {
+          self->manager_->OnNodeUpdate(0, update);
+        } else {
+          self->session_->Report(update);
+        }
+      });
+  if (coordinator) {
+    v1::NodeInfo node;
+    node.set_name(options.node_name);
+    node.set_version(LOOM_VERSION);
+    for (const v1::DeviceInfo& device : devices) *node.add_devices() = device;
+    Cluster::Options cluster_options;
+    cluster_options.heartbeat_interval = options.heartbeat_interval;
+    cluster_options.node_timeout = options.node_timeout;
+    daemon->cluster_ = std::make_unique<Cluster>(cluster_options, std::move(node),
+                                                 [self](const v1::NodeCommand& command) {
+                                                   self->agent_->Handle(command);
+                                                   return true;
+                                                 });
+    JobManager::Options manager_options;
+    manager_options.capacity.memory_budget_per_device_bytes =
+        options.memory_budget_per_device_bytes;
+    manager_options.stall_timeout = options.stall_timeout;
+    manager_options.max_finished_jobs = options.max_finished_jobs;
+    manager_options.max_events_per_job = options.max_events_per_job;
+    daemon->manager_ =
+        std::make_unique<JobManager>(std::move(manager_options), daemon->cluster_.get());
+    daemon->cluster_->set_lost_handler(
+        [self](int node, const absl::Status& reason) { self->manager_->OnNodeLost(node, reason); });
+    daemon->job_service_ = std::make_unique<JobServiceImpl>(daemon->manager_.get());
+    daemon->node_service_ =
+        std::make_unique<NodeServiceImpl>(daemon->cluster_.get(), daemon->manager_.get());
+  }
+  daemon->cluster_service_ =
+      std::make_unique<ClusterServiceImpl>(daemon->cluster_.get(), options.coordinator_address);
 
   // Both are process-wide settings of gRPC that take effect in the builders made after them.
   grpc::EnableDefaultHealthCheckService(true);
@@ -49,10 +91,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.RegisterService(daemon->job_service_.get());
-  // The node's address (with the port picked) is set once the port is bound.
-  daemon->cluster_service_ =
-      std::make_unique<ClusterServiceImpl>(options.node_name, daemon->manager_.get());
+  if (coordinator) {
+    builder.RegisterService(daemon->job_service_.get());
+    builder.RegisterService(daemon->node_service_.get());
+  }
   builder.RegisterService(daemon->cluster_service_.get());
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || port == 0) {
@@ -62,16 +104,36 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   daemon->port_ = port;
   daemon->address_ = WithPort(options.listen_address, port);
-  daemon->cluster_service_->set_address(daemon->address_);
   grpc::HealthCheckServiceInterface* health = daemon->server_->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
-    health->SetServingStatus(v1::JobService::service_full_name(), true);
-    health->SetServingStatus(v1::ClusterService::service_full_name(), true);
+    if (coordinator) {
+      health->SetServingStatus(v1::JobService::service_full_name(), true);
+      health->SetServingStatus(v1::ClusterService::service_full_name(), true);
+    }
   }
-  daemon->manager_->Start();
-  LOG(INFO) << "loomd node '" << options.node_name << "' serving on " << daemon->address_
-            << " with " << options.cpu_devices << " CPU devices";
+  if (coordinator) {
+    daemon->cluster_->SetSelfAddress(daemon->address_);
+    daemon->cluster_->Start();
+    daemon->manager_->Start();
+    LOG(INFO) << "loomd node '" << options.node_name << "' (coordinator, node 0) serving on "
+              << daemon->address_ << " with " << options.cpu_devices << " CPU devices";
+  } else {
+    WorkerSession::Options session_options;
+    session_options.coordinator_address = options.coordinator_address;
+    session_options.max_message_bytes = options.max_message_bytes;
+    v1::RegisterNode& node = session_options.node;
+    node.set_name(options.node_name);
+    node.set_rank(options.node_rank);
+    node.set_address(daemon->address_);
+    node.set_version(LOOM_VERSION);
+    for (const v1::DeviceInfo& device : devices) *node.add_devices() = device;
+    daemon->session_ = std::make_unique<WorkerSession>(std::move(session_options));
+    daemon->session_->Start(daemon->agent_.get());
+    LOG(INFO) << "loomd node '" << options.node_name << "' (worker of "
+              << options.coordinator_address << ") serving on " << daemon->address_ << " with "
+              << options.cpu_devices << " CPU devices";
+  }
   return daemon;
 }
 
@@ -85,8 +147,18 @@ void Daemon::Shutdown(absl::Duration grace) {
       health != nullptr) {
     health->SetServingStatus(false);
   }
-  // Every job ends first, so that watchers receive the last events and their streams close.
-  manager_->Shutdown(grace);
+  if (manager_ != nullptr) {
+    // Every job ends first, so that watchers receive the last events and their streams close.
+    cluster_->SetDraining();
+    manager_->Shutdown(grace);
+  } else {
+    // A worker lets its part of the running job finish (within the grace), then leaves.
+    const absl::Time deadline = absl::Now() + grace;
+    while (agent_->busy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+    session_->Stop();
+  }
+  agent_.reset();  // aborts and releases what still runs here
+  if (cluster_ != nullptr) cluster_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + kServerShutdownDeadline);
   server_->Wait();
   LOG(INFO) << "loomd stopped";

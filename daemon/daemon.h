@@ -6,17 +6,24 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/cluster.h"
 #include "daemon/cluster_service.h"
 #include "daemon/daemon_options.h"
 #include "daemon/job_manager.h"
 #include "daemon/job_service.h"
+#include "daemon/node_agent.h"
+#include "daemon/node_service.h"
+#include "daemon/worker_session.h"
 #include "grpcpp/server.h"
 #include "kernels/kernel_registry.h"
 
 namespace loom::daemon {
 
-// One loomd: the gRPC server (loom.v1 JobService and ClusterService, grpc.health.v1.Health, server
-// reflection) over the job manager of a one-node cluster, which it coordinates and works for.
+// One loomd. The coordinator (no --coordinator): the gRPC server (loom.v1 JobService,
+// ClusterService and NodeService for the workers' sessions, grpc.health.v1.Health, server
+// reflection) over the cluster of nodes that joined it and the job manager; its own node is node 0
+// and runs its part of jobs through a NodeAgent like every worker. A worker: the same server
+// without the job API, a session with the coordinator, and the NodeAgent.
 //
 //   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
 //   ... (*daemon)->port() ...
@@ -38,16 +45,24 @@ class Daemon {
   int port() const { return port_; }
   // HOST:PORT with that port.
   const std::string& address() const { return address_; }
-  JobManager& jobs() { return *manager_; }
+  // The coordinator's (null on workers).
+  JobManager* jobs() { return manager_.get(); }
+  Cluster* cluster() { return cluster_.get(); }
+  // Workers: the session with the coordinator (null on the coordinator).
+  const WorkerSession* session() const { return session_.get(); }
 
  private:
   Daemon() = default;
 
   DaemonOptions options_;
   KernelRegistry kernels_;
+  std::unique_ptr<NodeAgent> agent_;
+  std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<WorkerSession> session_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<ClusterServiceImpl> cluster_service_;
+  std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

@@ -55,16 +55,27 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       "The Loom daemon. Serves the gRPC API loom.v1 (JobService: SubmitJob, GetJob, ListJobs,\n"
       "CancelJob, WatchJob, GetPlan; ClusterService: ListNodes), the standard grpc.health.v1\n"
       "Health service and server reflection. Without --coordinator this daemon is the\n"
-      "coordinator of a one-node cluster and also its worker: it compiles every submitted job\n"
-      "for its --devices, queues the jobs first in, first out and runs one at a time with the CPU\n"
-      "kernels, streaming each training step's loss and time to WatchJob.\n\n"
+      "coordinator (node 0) and also a worker: it compiles every submitted job for the devices\n"
+      "of every node that joined it, queues the jobs first in, first out and runs one at a\n"
+      "time, launching each node's part of the plan on that node (UCX between nodes), and\n"
+      "streams each training step's loss and time to WatchJob. With --coordinator it is a\n"
+      "worker: it joins the coordinator (and rejoins it after a restart), sends heartbeats and\n"
+      "runs its part of the jobs.\n\n"
       "SIGTERM or SIGINT: stop taking jobs, cancel the queued ones, give the running one\n"
       "--shutdown-grace to finish (then cancel it), and exit 0.");
   spec.AddFlag("listen", "HOST:PORT", "127.0.0.1:7070",
                "the address to serve on; port 0 picks a free port (printed at start)")
       .AddFlag("coordinator", "HOST:PORT", "",
-               "the coordinator to join as a worker; absent: this daemon is the coordinator "
-               "(joining is not supported yet)")
+               "the coordinator to join as a worker; absent: this daemon is the coordinator")
+      .AddFlag("node-rank", "N", "-1",
+               "workers: the node index to ask for (e.g. a StatefulSet pod ordinal; 0 is the "
+               "coordinator's); -1: the next free index")
+      .AddFlag("heartbeat-interval", "DURATION", "1s",
+               "coordinator: how often workers send heartbeats")
+      .AddFlag("node-timeout", "DURATION", "5s",
+               "coordinator: a worker silent for this long is lost, and its running job fails")
+      .AddFlag("data-dir", "DIR", "",
+               "where the daemon may write files (traces); empty: the current directory")
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
       .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
       .AddFlag("memory-budget-per-device", "BYTES", "0",
@@ -93,12 +104,19 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
         kCommand, absl::StrCat("--listen must be HOST:PORT, not '", options.listen_address, "'"));
   }
   options.coordinator_address = arguments.Value("coordinator");
-  if (!options.coordinator_address.empty()) {
-    return loomctl::UsageError(
-        kCommand,
-        "--coordinator: joining a coordinator (a multi-node cluster) is not supported yet; "
-        "leave it out to run a one-node cluster whose daemon is its own coordinator");
+  if (!options.coordinator_address.empty() &&
+      options.coordinator_address.find(':') == std::string::npos) {
+    return loomctl::UsageError(kCommand, absl::StrCat("--coordinator must be HOST:PORT, not '",
+                                                      options.coordinator_address, "'"));
   }
+  if (!absl::SimpleAtoi(arguments.Value("node-rank"), &options.node_rank) ||
+      options.node_rank < -1 || (options.node_rank == 0 && !options.coordinator_address.empty())) {
+    return loomctl::UsageError(kCommand,
+                               absl::StrCat("--node-rank must be -1 or a node index >= 1 (0 is the "
+                                            "coordinator's), not '",
+                                            arguments.Value("node-rank"), "'"));
+  }
+  options.data_dir = arguments.Value("data-dir");
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
 
@@ -124,7 +142,9 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
 
   for (auto [flag, target] : std::vector<std::pair<const char*, absl::Duration*>>{
            {"stall-timeout", &options.stall_timeout},
-           {"shutdown-grace", &options.shutdown_grace}}) {
+           {"shutdown-grace", &options.shutdown_grace},
+           {"heartbeat-interval", &options.heartbeat_interval},
+           {"node-timeout", &options.node_timeout}}) {
     absl::StatusOr<absl::Duration> duration = ParseDurationFlag(arguments, flag);
     if (!duration.ok()) return duration.status();
     *target = *duration;
@@ -138,6 +158,11 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     *target = *value;
   }
   options.verbose = arguments.Switch("verbose");
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.node_timeout <= options.heartbeat_interval) {
+    return loomctl::UsageError(kCommand,
+                               "--heartbeat-interval must be > 0 and below --node-timeout");
+  }
   return options;
 }
 

@@ -15,10 +15,14 @@ namespace loom::daemon {
 struct DaemonOptions {
   // host:port; port 0 picks a free port (the daemon prints the one it got).
   std::string listen_address = "127.0.0.1:7070";
-  // Empty: this daemon is the coordinator (and also a worker). Joining a coordinator (multi-node)
-  // is not supported yet.
+  // Empty: this daemon is the coordinator (node 0, and also a worker).
   std::string coordinator_address;
   std::string node_name;
+  // Workers: the node index to ask for; -1: the next free one.
+  int node_rank = -1;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration node_timeout = absl::Seconds(5);
+  std::string data_dir;
   int cpu_devices = 1;
   // 0: no limit.
   int64_t memory_budget_per_device_bytes = 0;
@@ -38,8 +42,7 @@ struct DaemonOptions {
 // loomd's flags and --help text.
 loomctl::ArgumentSpec DaemonArgumentSpec();
 
-// INVALID_ARGUMENT naming the flag when a value is malformed, or when it asks for what this
-// daemon cannot do yet (--coordinator).
+// INVALID_ARGUMENT naming the flag when a value is malformed.
 absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments);
 
 // "1073741824", "512MiB", "4GiB", "1.5GB", "0": a number of bytes with an optional unit (B, KB,

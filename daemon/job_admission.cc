@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
   }
   // What the nodes will run: each node's plan.
   for (const plan::Plan& node_plan : (*compiled)->result.node_plans) {
+    if (node_plan.tasks_size() == 0) continue;  // a node the job does not use
     if (absl::Status status = ValidatePlan(node_plan); !status.ok()) {
       return absl::InternalError(
           absl::StrCat("job '", name, "' compiled into an invalid plan for node ", node_plan.node(),

@@ -1,11 +1,11 @@
 #include "daemon/job_manager.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/step_losses.h"
-#include "daemon/job_execution.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
@@ -23,10 +23,19 @@ v1::JobError ErrorOf(const absl::Status& status) {
   return error;
 }
 
+// The nodes whose plans have tasks.
+std::vector<int> NodesOf(const compiler::CompileResult& result) {
+  std::vector<int> nodes;
+  for (const plan::Plan& node_plan : result.node_plans) {
+    if (node_plan.tasks_size() > 0) nodes.push_back(node_plan.node());
+  }
+  return nodes;
+}
+
 }  // namespace
 
-JobManager::JobManager(Options options, const KernelRegistry* kernels)
-    : options_(std::move(options)), kernels_(kernels) {}
+JobManager::JobManager(Options options, Cluster* cluster)
+    : options_(std::move(options)), cluster_(cluster) {}
 
 JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -76,8 +85,18 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job) {
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
   const std::string name = job.name();
+  ClusterCapacity capacity = options_.capacity;
+  capacity.devices = cluster_->Devices();
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      AdmitJob(std::move(job), options_.capacity);
+      AdmitJob(std::move(job), capacity);
+  if (compiled.ok()) {
+    compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
+      if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {
+        return ready;
+      }
+      return std::move(*compiled);
+    }();
+  }
   if (!compiled.ok()) {
     LOG(INFO) << "refused job '" << name << "': " << compiled.status();
     return compiled.status();
@@ -130,7 +149,6 @@ std::vector<v1::JobInfo> JobManager::List(const std::vector<v1::JobState>& state
 
 absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const std::string& reason,
                                                absl::Duration timeout) {
-  std::shared_ptr<JobRuntime> runtime;
   std::shared_ptr<JobRecord> record;
   absl::Status cancelled;
   {
@@ -153,14 +171,12 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
       LOG(INFO) << cancelled.message() << " (it was pending)";
       return InfoOf(*record);
     }
+    // RunJob sees it and aborts the job on every node.
     record->cancel_requested = true;
     record->cancel_message = std::string(cancelled.message());
-    runtime = record->runtime;
   }
   LOG(INFO) << cancelled.message() << " (it was running)";
-  // Outside the lock: the runtime's threads may be waiting for it in a step callback.
-  if (runtime != nullptr) runtime->Abort(cancelled);
-  runtime.reset();
+  changed_.notify_all();
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                     [&] { return IsTerminal(record->info.state()); });
@@ -231,12 +247,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   // Read without the lock: the compiled job never changes after Submit.
   const loomctl::CompiledJob& compiled = *record->compiled;
   const plan::Plan& plan = compiled.result.plan;
+  const std::vector<plan::Plan>& node_plans = compiled.result.node_plans;
+  const int nodes = static_cast<int>(node_plans.size());
   const int64_t num_steps = std::max<int64_t>(compiled.job.num_steps(), 1);
 
-  JobOptions job_options;
-  job_options.stall_timeout = options_.stall_timeout;
-  job_options.record_events = false;  // a daemon's jobs may run for days
-  std::unique_ptr<StepTracker> tracker;
+  // Step events from the loss's sinks, wherever they run (their nodes forward the pieces).
+  std::shared_ptr<StepTracker> tracker;
+  std::vector<std::string> loss_sinks;
   absl::Status status;
   if (!compiled.job.loss().empty()) {
     const plan::Fetch* loss = nullptr;
@@ -247,6 +264,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       status = absl::InternalError(
           absl::StrCat("the plan does not fetch the loss '", compiled.job.loss(), "'"));
     } else {
+      loss_sinks.assign(loss->sinks().begin(), loss->sinks().end());
       absl::StatusOr<std::unique_ptr<StepTracker>> created = StepTracker::Create(
           *loss, plan.num_micro_batches(), num_steps, TokensPerStep(compiled.job),
           [this, raw = record.get()](const v1::StepEvent& step) {
@@ -257,47 +275,230 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           });
       if (created.ok()) {
         tracker = std::move(*created);
-        job_options.sink_piece_callback = tracker->Callback();
       } else {
         status = created.status();
       }
     }
   }
-
-  if (status.ok()) {
-    LOG(INFO) << "running job " << record->id << " ('" << plan.job_name()
-              << "'): " << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices, "
-              << num_steps << " steps";
-    status = ExecutePlan(plan, *kernels_, std::move(job_options),
-                         [&](std::shared_ptr<JobRuntime> runtime) {
-                           {
-                             std::lock_guard<std::mutex> lock(mutex_);
-                             if (record->cancel_requested) return false;
-                             record->runtime = std::move(runtime);
-                             *record->info.mutable_start_time() = TimeUtil::GetCurrentTime();
-                             ChangeState(record.get(), v1::JOB_STATE_RUNNING, absl::OkStatus());
-                           }
-                           if (tracker != nullptr) tracker->Start();
-                           return true;
-                         });
+  const std::vector<int> participants = NodesOf(compiled.result);
+  if (status.ok()) status = cluster_->CheckReady(participants);
+  if (!status.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Finish(record.get(), v1::JOB_STATE_FAILED, status);
+    LOG(INFO) << "job " << record->id << " failed before launch: " << status;
+    return;
   }
-
-  std::shared_ptr<JobRuntime> runtime;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    runtime = std::move(record->runtime);
-    if (status.ok()) {
+    // Nodes the job does not use take no part (they count as done in every phase).
+    record->nodes.assign(nodes, JobRecord::NodeProgress{true, "", true, true, absl::OkStatus()});
+    for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
+    tracker_ = tracker;
+  }
+  cluster_->SetRunningJob(record->id, participants);
+  LOG(INFO) << "launching job " << record->id << " ('" << plan.job_name()
+            << "'): " << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices of "
+            << nodes << " node(s), " << num_steps << " steps";
+
+  auto command = [&](auto fill) {
+    v1::NodeCommand message;
+    message.set_job_id(record->id);
+    fill(message);
+    return message;
+  };
+  auto send = [&](int node, const v1::NodeCommand& message) {
+    if (!cluster_->Send(node, message)) {
+      OnNodeEnded(
+          record->id, node,
+          absl::UnavailableError(absl::StrCat(cluster_->Describe(node), " is not connected")));
+    }
+  };
+  // Waits until `done` holds for every node, a node failed, or the job was cancelled; returns
+  // false in the latter cases or at the deadline (which becomes the job's error).
+  auto wait_for = [&](auto done, absl::Duration deadline, const char* phase) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto settled = [&] {
+      if (!record->first_error.ok() || record->cancel_requested) return true;
+      for (const JobRecord::NodeProgress& node : record->nodes) {
+        if (!done(node)) return false;
+      }
+      return true;
+    };
+    bool finished = true;
+    if (deadline == absl::InfiniteDuration()) {
+      changed_.wait(lock, settled);
+    } else {
+      finished = changed_.wait_for(lock, absl::ToChronoNanoseconds(deadline), settled);
+    }
+    if (record->cancel_requested && record->first_error.ok()) {
+      record->first_error = absl::CancelledError(record->cancel_message);
+    }
+    if (!finished && record->first_error.ok()) {
+      std::string late;
+      for (int node = 0; node < nodes; ++node) {
+        if (!done(record->nodes[node])) absl::StrAppend(&late, late.empty() ? "" : ", ", node);
+      }
+      record->first_error = absl::DeadlineExceededError(
+          absl::StrCat("job '", record->id, "': node(s) ", late, " did not finish ", phase,
+                       " within ", absl::FormatDuration(deadline)));
+    }
+    return record->first_error.ok();
+  };
+
+  // Launch: every node builds its actors and opens its network.
+  for (int node : participants) {
+    send(
+        node, command([&](v1::NodeCommand& message) {
+          v1::LaunchNodeJob* launch = message.mutable_launch();
+          *launch->mutable_plan() = node_plans[node];
+          for (const std::string& sink : loss_sinks) launch->add_forward_sinks(sink);
+          launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
+        }));
+  }
+  bool ok = wait_for([](const JobRecord::NodeProgress& node) { return node.launched; },
+                     options_.launch_timeout, "launching");
+  // Connect: every node gets every node's UCX address, and connects (a barrier).
+  if (ok) {
+    v1::NodeCommand connect = command([&](v1::NodeCommand& message) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int node : participants) {
+        (*message.mutable_connect()->mutable_addresses())[node] = record->nodes[node].address;
+      }
+    });
+    for (int node : participants) send(node, connect);
+    ok = wait_for([](const JobRecord::NodeProgress& node) { return node.connected; },
+                  options_.launch_timeout, "connecting");
+  }
+  if (ok) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      *record->info.mutable_start_time() = TimeUtil::GetCurrentTime();
+      ChangeState(record.get(), v1::JOB_STATE_RUNNING, absl::OkStatus());
+    }
+    if (tracker != nullptr) tracker->Start();
+    for (int node : participants) {
+      send(node, command([](v1::NodeCommand& message) { message.mutable_start(); }));
+    }
+    ok = wait_for([](const JobRecord::NodeProgress& node) { return node.ended; },
+                  absl::InfiniteDuration(), "running");
+  }
+  absl::Status error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = record->first_error;
+  }
+  if (!error.ok()) {
+    // Abort the job on every node still in it, and give them a moment to end.
+    for (int node : participants) {
+      bool ended;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ended = record->nodes[node].ended;
+      }
+      if (!ended) {
+        send(node, command([&](v1::NodeCommand& message) {
+               message.mutable_abort()->set_reason(std::string(error.message()));
+             }));
+      }
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.abort_timeout), [&] {
+      for (const JobRecord::NodeProgress& node : record->nodes) {
+        if (!node.ended) return false;
+      }
+      return true;
+    });
+  }
+  // The end barrier passed (or the job failed): every node frees the job's memory.
+  for (int node : participants) {
+    cluster_->Send(node, command([](v1::NodeCommand& message) { message.mutable_release(); }));
+  }
+  cluster_->SetRunningJob("", {});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracker_ = nullptr;
+    if (error.ok()) {
       if (!record->info.training()) record->info.set_steps_done(num_steps);
-      Finish(record.get(), v1::JOB_STATE_SUCCEEDED, status);
+      Finish(record.get(), v1::JOB_STATE_SUCCEEDED, error);
     } else if (record->cancel_requested) {
       Finish(record.get(), v1::JOB_STATE_CANCELLED, absl::CancelledError(record->cancel_message));
     } else {
-      Finish(record.get(), v1::JOB_STATE_FAILED, status);
+      Finish(record.get(), v1::JOB_STATE_FAILED, error);
     }
   }
   LOG(INFO) << "job " << record->id << " ended " << v1::JobState_Name(record->info.state())
-            << (status.ok() ? "" : ": ") << (status.ok() ? "" : status.ToString());
-  runtime.reset();  // outside the lock: tearing the actors down takes a moment
+            << (error.ok() ? "" : ": ") << (error.ok() ? "" : error.ToString());
+}
+
+void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ == nullptr || running_->id != job_id) return;
+    if (node < 0 || node >= static_cast<int>(running_->nodes.size())) return;
+    JobRecord::NodeProgress& progress = running_->nodes[node];
+    if (progress.ended) return;
+    progress.ended = true;
+    progress.status = status;
+    if (!status.ok() && running_->first_error.ok()) {
+      running_->first_error =
+          status.code() == absl::StatusCode::kUnavailable
+              ? status
+              : absl::Status(status.code(),
+                             absl::StrCat(cluster_->Describe(node), ": ", status.message()));
+    }
+  }
+  changed_.notify_all();
+}
+
+void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
+  if (update.has_ended()) {
+    absl::Status status(static_cast<absl::StatusCode>(update.ended().code()),
+                        update.ended().message());
+    OnNodeEnded(update.job_id(), node, status);
+    return;
+  }
+  if (update.has_piece()) {
+    std::shared_ptr<StepTracker> tracker;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ == nullptr || running_->id != update.job_id()) return;
+      tracker = tracker_;
+    }
+    if (tracker == nullptr) return;
+    const v1::SinkPieceUpdate& piece = update.piece();
+    HostTensor tensor;
+    tensor.data_type = piece.data_type();
+    tensor.shape = Shape(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
+    tensor.bytes.resize(piece.data().size());
+    std::memcpy(tensor.bytes.data(), piece.data().data(), piece.data().size());
+    absl::Status status =
+        tracker->Callback()(SinkPiece{piece.sink(), piece.input(), piece.piece(), tensor});
+    if (!status.ok()) OnNodeEnded(update.job_id(), node, status);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ == nullptr || running_->id != update.job_id()) return;
+    if (node < 0 || node >= static_cast<int>(running_->nodes.size())) return;
+    JobRecord::NodeProgress& progress = running_->nodes[node];
+    if (update.has_launched()) {
+      progress.launched = true;
+      progress.address = update.launched();
+    } else if (update.has_connected()) {
+      progress.connected = true;
+    }
+  }
+  changed_.notify_all();
+}
+
+void JobManager::OnNodeLost(int node, const absl::Status& reason) {
+  std::string job_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ == nullptr) return;
+    job_id = running_->id;
+  }
+  OnNodeEnded(job_id, node, reason);
 }
 
 JobRecord* JobManager::Find(const std::string& job_id) const {

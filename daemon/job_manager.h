@@ -15,31 +15,41 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/cluster.h"
 #include "daemon/job_admission.h"
 #include "daemon/job_record.h"
-#include "kernels/kernel_registry.h"
+#include "daemon/step_tracker.h"
 #include "proto/job.pb.h"
 #include "proto/loom/v1/job_service.pb.h"
+#include "proto/loom/v1/node_service.pb.h"
 
 namespace loom::daemon {
 
-// The job lifecycle on a one-node cluster whose daemon is its own coordinator and worker
-// (DESIGN.md §1): admits and compiles submitted jobs, queues them first in, first out, runs one
-// at a time on this node's devices (a worker thread of its own), records every job's events for
-// watchers, and cancels pending and running jobs.
+// The job lifecycle on the coordinator (DESIGN.md §1): admits and compiles submitted jobs for the
+// cluster's devices, queues them first in, first out, and runs one at a time (a worker thread of
+// its own) on the nodes it needs: launch (each node builds its actors and opens its network),
+// connect (every node gets every node's address; a barrier), start, wait for every node's end,
+// release. A failure on any node, a lost node or a cancellation aborts the job on every node.
+// Records every job's events (state changes; step events from the loss's sinks, which their
+// nodes forward) for watchers.
 //
 // Thread-safe: every method may be called from any thread (the gRPC handlers').
 class JobManager {
  public:
   struct Options {
+    // The memory budget (the devices are the cluster's).
     ClusterCapacity capacity;
     absl::Duration stall_timeout = absl::Seconds(10);
+    // How long the nodes may take to launch a job, and to connect.
+    absl::Duration launch_timeout = absl::Seconds(60);
+    // After a failure, how long the other nodes may take to end their part.
+    absl::Duration abort_timeout = absl::Seconds(10);
     int max_finished_jobs = 1000;
     int max_events_per_job = 10000;
   };
 
-  // `kernels` must outlive the manager.
-  JobManager(Options options, const KernelRegistry* kernels);
+  // `cluster` must outlive the manager.
+  JobManager(Options options, Cluster* cluster);
   // Shutdown(zero grace) when it was not called.
   ~JobManager();
 
@@ -73,6 +83,10 @@ class JobManager {
   absl::StatusOr<EventBatch> WaitForEvents(const std::string& job_id, int64_t from_sequence,
                                            absl::Duration timeout) const;
 
+  // What a node reports about the running job (NodeAgent's updates), and a lost node.
+  void OnNodeUpdate(int node, const v1::NodeJobUpdate& update);
+  void OnNodeLost(int node, const absl::Status& reason);
+
   // The running (or launching) job's id; empty when idle.
   std::string RunningJobId() const;
   // False once Shutdown has begun.
@@ -82,6 +96,7 @@ class JobManager {
  private:
   void WorkerLoop();
   void RunJob(const std::shared_ptr<JobRecord>& record);
+  void OnNodeEnded(const std::string& job_id, int node, const absl::Status& status);
   // The rest take mutex_ held.
   JobRecord* Find(const std::string& job_id) const;
   v1::JobInfo InfoOf(const JobRecord& record) const;
@@ -91,7 +106,7 @@ class JobManager {
   void ForgetOldFinishedJobs();
 
   const Options options_;
-  const KernelRegistry* const kernels_;
+  Cluster* const cluster_;
 
   mutable std::mutex mutex_;
   // Notified on every event, state change and queue change.
@@ -101,6 +116,7 @@ class JobManager {
   std::deque<int64_t> queue_;     // pending, first to run first
   std::deque<int64_t> finished_;  // in the order they ended
   std::shared_ptr<JobRecord> running_;
+  std::shared_ptr<StepTracker> tracker_;  // the running job's, while it runs
   int64_t last_number_ = 0;
   bool accepting_ = true;
   bool stopping_ = false;  // the worker exits

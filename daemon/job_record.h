@@ -5,10 +5,11 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "client/loomctl/compile_command.h"
 #include "proto/loom/v1/job_service.pb.h"
-#include "runtime/job_runtime.h"
 
 namespace loom::daemon {
 
@@ -26,8 +27,17 @@ struct JobRecord {
   // Set by CancelJob while the job launches or runs: the job ends CANCELLED with this message.
   bool cancel_requested = false;
   std::string cancel_message;
-  // Set while the job's runtime exists and was started, for CancelJob to abort it.
-  std::shared_ptr<JobRuntime> runtime;
+  // While the job launches and runs: what each of its nodes reported (by node index).
+  struct NodeProgress {
+    bool launched = false;
+    std::string address;  // its UCX address for the job
+    bool connected = false;
+    bool ended = false;
+    absl::Status status;  // when ended
+  };
+  std::vector<NodeProgress> nodes;
+  // The first failure on any node (the job's error), set once.
+  absl::Status first_error;
 };
 
 inline bool IsTerminal(v1::JobState state) {

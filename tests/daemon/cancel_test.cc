@@ -93,12 +93,13 @@ TEST_F(CancelTest, ShutdownCancelsPendingAndRunningJobs) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   watcher.join();
   EXPECT_EQ(StatesOf(events).back(), v1::JOB_STATE_CANCELLED);
-  absl::StatusOr<v1::JobInfo> info = daemon_->jobs().Get(pending);
+  absl::StatusOr<v1::JobInfo> info = daemon_->jobs()->Get(pending);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), v1::JOB_STATE_CANCELLED);
   EXPECT_THAT(info->error().message(), HasSubstr("shut down"));
   // New jobs are refused.
-  EXPECT_EQ(daemon_->jobs().Submit(TrainingJob(1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(daemon_->jobs()->Submit(TrainingJob(1)).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST_F(CancelTest, ShutdownLetsTheRunningJobFinishWithinTheGrace) {
@@ -106,7 +107,7 @@ TEST_F(CancelTest, ShutdownLetsTheRunningJobFinishWithinTheGrace) {
   const std::string id = SubmitOrDie(SlowJob(100, 2000));
   ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_RUNNING));
   daemon_->Shutdown(absl::Seconds(20));
-  absl::StatusOr<v1::JobInfo> info = daemon_->jobs().Get(id);
+  absl::StatusOr<v1::JobInfo> info = daemon_->jobs()->Get(id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), v1::JOB_STATE_SUCCEEDED);
 }

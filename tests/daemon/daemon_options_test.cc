@@ -50,8 +50,12 @@ TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
               HasSubstr("--memory-budget-per-device"));
   EXPECT_THAT(Parse({"--listen", "7070"}).status().message(), HasSubstr("--listen"));
   EXPECT_THAT(Parse({"--stall-timeout", "soon"}).status().message(), HasSubstr("--stall-timeout"));
-  EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070"}).status().message(),
-              HasSubstr("not supported yet"));
+  EXPECT_THAT(Parse({"--coordinator", "somewhere"}).status().message(), HasSubstr("--coordinator"));
+  EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "0"}).status().message(),
+              HasSubstr("--node-rank"));
+  EXPECT_THAT(Parse({"--heartbeat-interval", "5s", "--node-timeout", "1s"}).status().message(),
+              HasSubstr("--heartbeat-interval"));
+  EXPECT_TRUE(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "2"}).ok());
 }
 
 TEST(DaemonOptionsTest, HelpListsTheFlags) {

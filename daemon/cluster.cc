@@ -1,0 +1,223 @@
+#include "daemon/cluster.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace loom::daemon {
+
+Cluster::Cluster(Options options, v1::NodeInfo self, Sender self_sender) : options_(options) {
+  Node& node = nodes_[0];
+  node.info = std::move(self);
+  node.info.set_index(0);
+  node.info.set_coordinator(true);
+  node.info.set_state(v1::NODE_STATE_READY);
+  node.sender = std::move(self_sender);
+  node.last_heard = absl::InfiniteFuture();
+}
+
+Cluster::~Cluster() { Stop(); }
+
+void Cluster::Start() {
+  monitor_ = std::thread([this] { MonitorLoop(); });
+}
+
+void Cluster::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node,
+                                                        Sender sender) {
+  if (node.name().empty()) {
+    return absl::InvalidArgumentError("a node registered without a name (--node-name)");
+  }
+  if (node.rank() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node.name(), "' asked for rank 0, which is the coordinator's"));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  int index = -1;
+  for (auto& [existing_index, existing] : nodes_) {
+    if (existing.info.name() != node.name()) continue;
+    if (existing.info.state() == v1::NODE_STATE_READY) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "a node named '", node.name(), "' is already connected as node ", existing_index));
+    }
+    index = existing_index;
+  }
+  if (index < 0 && node.rank() > 0) {
+    auto taken = nodes_.find(node.rank());
+    if (taken != nodes_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", node.name(), "' asked for rank ",
+                                                     node.rank(), ", which node '",
+                                                     taken->second.info.name(), "' holds"));
+    }
+    index = node.rank();
+  }
+  if (index < 0) {
+    index = 1;
+    while (nodes_.contains(index)) ++index;
+  }
+  Node& entry = nodes_[index];
+  entry.info.set_name(node.name());
+  entry.info.set_index(index);
+  entry.info.set_address(node.address());
+  entry.info.set_state(v1::NODE_STATE_READY);
+  entry.info.set_coordinator(false);
+  entry.info.set_version(node.version());
+  entry.info.clear_devices();
+  for (const v1::DeviceInfo& device : node.devices()) {
+    v1::DeviceInfo* added = entry.info.add_devices();
+    *added = device;
+    added->set_name(absl::StrCat("node", index, "/", device.type(), ":", device.index()));
+  }
+  entry.info.clear_running_job_id();
+  entry.sender = std::move(sender);
+  entry.generation = next_generation_++;
+  entry.last_heard = absl::Now();
+  LOG(INFO) << "node " << index << " ('" << node.name() << "' at " << node.address()
+            << ") joined with " << node.devices_size() << " devices";
+  return Registration{index, entry.generation};
+}
+
+void Cluster::Heartbeat(int index, int64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto node = nodes_.find(index);
+  if (node != nodes_.end() && node->second.generation == generation) {
+    node->second.last_heard = absl::Now();
+  }
+}
+
+bool Cluster::MarkMissingLocked(Node& node) {
+  if (node.info.state() == v1::NODE_STATE_MISSING) return false;
+  node.info.set_state(v1::NODE_STATE_MISSING);
+  node.sender = nullptr;
+  return true;
+}
+
+void Cluster::Disconnected(int index, int64_t generation, const absl::Status& reason) {
+  bool lost = false;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto node = nodes_.find(index);
+    if (node == nodes_.end() || node->second.generation != generation) return;
+    lost = MarkMissingLocked(node->second);
+    name = node->second.info.name();
+  }
+  if (!lost) return;
+  absl::Status status = absl::UnavailableError(absl::StrCat(
+      "node ", index, " ('", name, "') was lost: its session ended (", reason.message(), ")"));
+  LOG(WARNING) << status.message();
+  if (lost_handler_) lost_handler_(index, status);
+}
+
+void Cluster::MonitorLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.heartbeat_interval / 2));
+    if (stopping_) break;
+    const absl::Time now = absl::Now();
+    std::vector<std::pair<int, absl::Status>> lost;
+    for (auto& [index, node] : nodes_) {
+      if (node.info.state() != v1::NODE_STATE_READY || index == 0) continue;
+      if (now - node.last_heard <= options_.node_timeout) continue;
+      MarkMissingLocked(node);
+      lost.emplace_back(
+          index, absl::UnavailableError(absl::StrCat(
+                     "node ", index, " ('", node.info.name(), "') was lost: no heartbeat for ",
+                     absl::FormatDuration(now - node.last_heard), " (timeout ",
+                     absl::FormatDuration(options_.node_timeout), ")")));
+    }
+    if (lost.empty()) continue;
+    lock.unlock();
+    for (const auto& [index, status] : lost) {
+      LOG(WARNING) << status.message();
+      if (lost_handler_) lost_handler_(index, status);
+    }
+    lock.lock();
+  }
+}
+
+bool Cluster::Send(int index, const v1::NodeCommand& command) {
+  Sender sender;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto node = nodes_.find(index);
+    if (node == nodes_.end() || !node->second.sender) return false;
+    sender = node->second.sender;
+  }
+  return sender(command);
+}
+
+std::vector<v1::NodeInfo> Cluster::Nodes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<v1::NodeInfo> nodes;
+  for (const auto& [index, node] : nodes_) nodes.push_back(node.info);
+  return nodes;
+}
+
+compiler::DeviceSet Cluster::Devices() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  compiler::DeviceSet devices;
+  for (const auto& [index, node] : nodes_) {
+    for (const v1::DeviceInfo& info : node.info.devices()) {
+      plan::Device device;
+      device.set_node(index);
+      device.set_type(info.type() == "cuda" ? plan::CUDA : plan::CPU);
+      device.set_index(info.index());
+      devices.devices.push_back(device);
+    }
+  }
+  return devices;
+}
+
+absl::Status Cluster::CheckReady(const std::vector<int>& indices) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string missing;
+  for (int index : indices) {
+    auto node = nodes_.find(index);
+    if (node != nodes_.end() && node->second.info.state() == v1::NODE_STATE_READY) continue;
+    absl::StrAppend(&missing, missing.empty() ? "" : ", ", "node ", index,
+                    node == nodes_.end()
+                        ? " (never joined)"
+                        : absl::StrCat(" ('", node->second.info.name(), "', missing)"));
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the job needs nodes that are not ready: ", missing));
+}
+
+std::string Cluster::Describe(int index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto node = nodes_.find(index);
+  if (node == nodes_.end()) return absl::StrCat("node ", index);
+  return absl::StrCat("node ", index, " ('", node->second.info.name(), "')");
+}
+
+void Cluster::SetRunningJob(const std::string& job_id, const std::vector<int>& indices) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [index, node] : nodes_) node.info.clear_running_job_id();
+  for (int index : indices) {
+    auto node = nodes_.find(index);
+    if (node != nodes_.end()) node->second.info.set_running_job_id(job_id);
+  }
+}
+
+void Cluster::SetSelfAddress(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nodes_[0].info.set_address(address);
+}
+
+void Cluster::SetDraining() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nodes_[0].info.set_state(v1::NODE_STATE_DRAINING);
+}
+
+}  // namespace loom::daemon

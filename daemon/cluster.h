@@ -1,0 +1,106 @@
+#ifndef LOOM_DAEMON_CLUSTER_H_
+#define LOOM_DAEMON_CLUSTER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "compiler/logical_graph.h"
+#include "proto/loom/v1/cluster_service.pb.h"
+#include "proto/loom/v1/node_service.pb.h"
+
+namespace loom::daemon {
+
+// The coordinator's view of its nodes (DESIGN.md §1): itself as node 0, and every worker that
+// registered through a NodeService session. A node keeps its index while it is known: a worker
+// asks for one with --node-rank, or gets the next free one; one that reconnects under the same name
+// gets its old index back. A node whose session ends, or that sends no heartbeat for the node
+// timeout, is MISSING: the lost-node handler is told (the running job fails), and jobs that need
+// it are refused until it is back.
+//
+// Thread-safe.
+class Cluster {
+ public:
+  // Delivers a command to a node; false when it cannot (the session is gone).
+  using Sender = std::function<bool(const v1::NodeCommand& command)>;
+  using LostHandler = std::function<void(int index, const absl::Status& reason)>;
+
+  struct Options {
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration node_timeout = absl::Seconds(5);
+  };
+
+  // `self` describes the coordinator's own node (index 0), reached through `self_sender`.
+  Cluster(Options options, v1::NodeInfo self, Sender self_sender);
+  ~Cluster();
+
+  // Before Start: who to tell when a node is lost.
+  void set_lost_handler(LostHandler handler) { lost_handler_ = std::move(handler); }
+  // Starts the heartbeat monitor.
+  void Start();
+  void Stop();
+
+  // A worker's session registered: its index, and the session's generation (for Heartbeat and
+  // Disconnected). INVALID_ARGUMENT for a bad registration (no name, rank 0 or a rank another
+  // node holds), ALREADY_EXISTS when a node of that name is connected.
+  struct Registration {
+    int index;
+    int64_t generation;
+  };
+  absl::StatusOr<Registration> Register(const v1::RegisterNode& node, Sender sender);
+  void Heartbeat(int index, int64_t generation);
+  // The session ended (`reason` says how).
+  void Disconnected(int index, int64_t generation, const absl::Status& reason);
+
+  // Sends a command; false when the node is not connected.
+  bool Send(int index, const v1::NodeCommand& command);
+
+  // Every known node, by index.
+  std::vector<v1::NodeInfo> Nodes() const;
+  // The devices of every known node (ready or missing): what jobs may be placed on.
+  compiler::DeviceSet Devices() const;
+  // OK when these nodes are all ready; FAILED_PRECONDITION naming the missing ones.
+  absl::Status CheckReady(const std::vector<int>& indices) const;
+  // "node 2 ('worker-b')".
+  std::string Describe(int index) const;
+  void SetSelfAddress(const std::string& address);
+  // Shows `job_id` as running on these nodes (and nothing on the others).
+  void SetRunningJob(const std::string& job_id, const std::vector<int>& indices);
+  void SetDraining();
+  const Options& options() const { return options_; }
+
+ private:
+  struct Node {
+    v1::NodeInfo info;
+    Sender sender;
+    int64_t generation = 0;
+    absl::Time last_heard;
+  };
+
+  void MonitorLoop();
+  // Under mutex_: marks the node missing; returns whether it was ready.
+  bool MarkMissingLocked(Node& node);
+
+  const Options options_;
+  LostHandler lost_handler_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<int, Node> nodes_;  // guarded by mutex_
+  int64_t next_generation_ = 1;
+  bool stopping_ = false;
+  std::thread monitor_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_CLUSTER_H_

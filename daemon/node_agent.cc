@@ -1,0 +1,210 @@
+#include "daemon/node_agent.h"
+
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace loom::daemon {
+namespace {
+
+v1::JobError ErrorOf(const absl::Status& status) {
+  v1::JobError error;
+  error.set_code(static_cast<int32_t>(status.code()));
+  error.set_message(std::string(status.message()));
+  return error;
+}
+
+}  // namespace
+
+NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report)
+    : kernels_(kernels), report_(std::move(report)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+NodeAgent::~NodeAgent() {
+  AbortAll("the daemon is stopping");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+bool NodeAgent::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !job_id_.empty();
+}
+
+void NodeAgent::Handle(const v1::NodeCommand& command) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // An abort acts at once (a launch or a running job may take long); the queue then releases.
+    if (command.has_abort() && job_ != nullptr && command.job_id() == job_id_) {
+      job_->Abort(absl::AbortedError(command.abort().reason()));
+    }
+    commands_.push_back(command);
+  }
+  changed_.notify_all();
+}
+
+void NodeAgent::AbortAll(const std::string& reason) {
+  std::string job_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_id_.empty()) return;
+    job_id = job_id_;
+    if (job_ != nullptr) job_->Abort(absl::AbortedError(reason));
+  }
+  v1::NodeCommand release;
+  release.set_job_id(job_id);
+  release.mutable_release();
+  Handle(release);
+}
+
+void NodeAgent::Loop() {
+  while (true) {
+    v1::NodeCommand command;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !commands_.empty(); });
+      if (commands_.empty()) break;
+      command = std::move(commands_.front());
+      commands_.pop_front();
+    }
+    Run(command);
+  }
+  Release();
+}
+
+void NodeAgent::ReportEnded(const std::string& job_id, const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ended_reported_) return;
+    ended_reported_ = true;
+  }
+  v1::NodeJobUpdate update;
+  update.set_job_id(job_id);
+  *update.mutable_ended() = ErrorOf(status);
+  report_(update);
+}
+
+void NodeAgent::Run(const v1::NodeCommand& command) {
+  const std::string& job_id = command.job_id();
+  if (command.has_launch()) {
+    Launch(job_id, command.launch());
+    return;
+  }
+  std::shared_ptr<NodeJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_id != job_id_) {
+      if (!command.has_release() && !command.has_abort()) {
+        LOG(WARNING) << "ignored a command for job " << job_id << ", which this node does not run";
+      }
+      return;
+    }
+    job = job_;
+  }
+  if (command.has_release()) {
+    Release();
+    return;
+  }
+  if (job == nullptr) return;  // its launch failed (reported); wait for the release
+  if (command.has_connect()) {
+    std::map<int, std::string> addresses(command.connect().addresses().begin(),
+                                         command.connect().addresses().end());
+    absl::Status status = job->Connect(addresses);
+    if (!status.ok()) {
+      ReportEnded(job_id, status);
+      return;
+    }
+    v1::NodeJobUpdate update;
+    update.set_job_id(job_id);
+    update.set_connected(true);
+    report_(update);
+  } else if (command.has_start()) {
+    if (absl::Status status = job->Start(); !status.ok()) {
+      ReportEnded(job_id, status);
+      return;
+    }
+    waiter_ = std::thread([this, job, job_id] { ReportEnded(job_id, job->Wait()); });
+  } else if (command.has_abort()) {
+    // Handle aborted the runtime already; a job that never started ends here.
+    if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
+  }
+}
+
+void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launch) {
+  Release();  // a previous job the coordinator forgot to release
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_id_ = job_id;
+    ended_reported_ = false;
+  }
+  JobOptions options;
+  options.record_events = false;  // a daemon's jobs may run for days
+  if (launch.stall_timeout_milliseconds() > 0) {
+    options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());
+  }
+  if (launch.forward_sinks_size() > 0) {
+    auto sinks = std::make_shared<absl::flat_hash_set<std::string>>(launch.forward_sinks().begin(),
+                                                                    launch.forward_sinks().end());
+    options.sink_piece_callback = [this, sinks, job_id](const SinkPiece& piece) {
+      if (!sinks->contains(piece.sink)) return absl::OkStatus();
+      v1::NodeJobUpdate update;
+      update.set_job_id(job_id);
+      v1::SinkPieceUpdate* forwarded = update.mutable_piece();
+      forwarded->set_sink(piece.sink);
+      forwarded->set_input(piece.input);
+      forwarded->set_piece(piece.piece);
+      forwarded->set_data_type(piece.tensor.data_type);
+      for (int64_t dimension : piece.tensor.shape.dimensions()) forwarded->add_shape(dimension);
+      forwarded->set_data(reinterpret_cast<const char*>(piece.tensor.bytes.data()),
+                          piece.tensor.bytes.size());
+      report_(update);
+      return absl::OkStatus();
+    };
+  }
+  absl::StatusOr<std::unique_ptr<NodeJob>> job =
+      NodeJob::Create(launch.plan(), kernels_, std::move(options));
+  if (!job.ok()) {
+    ReportEnded(job_id, job.status());
+    return;
+  }
+  std::string address = (*job)->address();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = std::shared_ptr<NodeJob>(std::move(*job));
+  }
+  v1::NodeJobUpdate update;
+  update.set_job_id(job_id);
+  update.set_launched(address);
+  report_(update);
+}
+
+void NodeAgent::Release() {
+  std::shared_ptr<NodeJob> job;
+  std::string job_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job = job_;
+    job_id = job_id_;
+  }
+  if (job != nullptr && waiter_.joinable()) {
+    job->Abort(absl::AbortedError("released by the coordinator"));  // no-op when it ended
+  }
+  if (waiter_.joinable()) waiter_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_.reset();
+    job_id_.clear();
+  }
+  job.reset();  // the last reference: stops the network, frees the node's memory
+  if (!job_id.empty()) VLOG(1) << "released job " << job_id;
+}
+
+}  // namespace loom::daemon

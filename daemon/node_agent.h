@@ -1,0 +1,66 @@
+#ifndef LOOM_DAEMON_NODE_AGENT_H_
+#define LOOM_DAEMON_NODE_AGENT_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/node_job.h"
+#include "kernels/kernel_registry.h"
+#include "proto/loom/v1/node_service.pb.h"
+
+namespace loom::daemon {
+
+// The worker half of every loomd (the coordinator has one for its own node): runs this node's part
+// of jobs on the coordinator's commands (launch, connect, start, abort, release) and reports what
+// happens (launched with its UCX address, connected, forwarded sink pieces, ended). One job at a
+// time. Commands are queued and run in order on the agent's own thread, so a slow launch never
+// blocks the session that delivers them; a job's end is reported by a waiter thread.
+//
+// Thread-safe: Handle and AbortAll may be called from any thread.
+class NodeAgent {
+ public:
+  using Reporter = std::function<void(const v1::NodeJobUpdate& update)>;
+
+  // `kernels` must outlive the agent; `report` is called from the agent's threads.
+  NodeAgent(const KernelRegistry* kernels, Reporter report);
+  // Aborts and releases the job, joins the threads.
+  ~NodeAgent();
+
+  void Handle(const v1::NodeCommand& command);
+  // The coordinator is gone: abort the job (if any) and release it.
+  void AbortAll(const std::string& reason);
+  // Whether a job is launched and not yet released.
+  bool busy() const;
+
+ private:
+  void Loop();
+  void Run(const v1::NodeCommand& command);
+  void Launch(const std::string& job_id, const v1::LaunchNodeJob& launch);
+  void Release();
+  void ReportEnded(const std::string& job_id, const absl::Status& status);
+
+  const KernelRegistry* const kernels_;
+  const Reporter report_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<v1::NodeCommand> commands_;  // guarded by mutex_
+  bool stopping_ = false;                 // guarded by mutex_
+  std::string job_id_;                    // guarded by mutex_: the launched job
+  std::shared_ptr<NodeJob> job_;          // guarded by mutex_
+  bool ended_reported_ = false;           // guarded by mutex_
+  std::thread waiter_;                    // agent thread only
+  std::thread thread_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_NODE_AGENT_H_

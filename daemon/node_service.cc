@@ -1,0 +1,72 @@
+#include "daemon/node_service.h"
+
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
+#include "glog/logging.h"
+
+namespace loom::daemon {
+namespace {
+
+// Serialises writes to a session stream, and refuses them once the handler has returned.
+class SessionWriter {
+ public:
+  explicit SessionWriter(
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream)
+      : stream_(stream) {}
+
+  bool Write(const v1::CoordinatorMessage& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stream_ != nullptr && stream_->Write(message);
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stream_ = nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream_;
+};
+
+}  // namespace
+
+grpc::Status NodeServiceImpl::Session(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  v1::WorkerMessage message;
+  if (!stream->Read(&message)) return grpc::Status::OK;
+  if (!message.has_register_()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a node session starts with RegisterNode");
+  }
+  auto writer = std::make_shared<SessionWriter>(stream);
+  absl::StatusOr<Cluster::Registration> registration =
+      cluster_->Register(message.register_(), [writer](const v1::NodeCommand& command) {
+        v1::CoordinatorMessage out;
+        *out.mutable_command() = command;
+        return writer->Write(out);
+      });
+  if (!registration.ok()) {
+    LOG(WARNING) << "refused a node from " << context->peer() << ": " << registration.status();
+    return ToGrpcStatus(registration.status());
+  }
+  v1::CoordinatorMessage registered;
+  registered.mutable_registered()->set_index(registration->index);
+  registered.mutable_registered()->set_heartbeat_interval_milliseconds(
+      absl::ToInt64Milliseconds(cluster_->options().heartbeat_interval));
+  writer->Write(registered);
+  while (stream->Read(&message)) {
+    cluster_->Heartbeat(registration->index, registration->generation);
+    if (message.has_job()) jobs_->OnNodeUpdate(registration->index, message.job());
+  }
+  writer->Close();
+  cluster_->Disconnected(
+      registration->index, registration->generation,
+      absl::UnavailableError(context->IsCancelled() ? "cancelled" : "the worker closed it"));
+  return grpc::Status::OK;
+}
+
+}  // namespace loom::daemon

@@ -1,0 +1,126 @@
+#include "daemon/worker_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace loom::daemon {
+
+WorkerSession::WorkerSession(Options options) : options_(std::move(options)) {}
+
+WorkerSession::~WorkerSession() { Stop(); }
+
+void WorkerSession::Start(NodeAgent* agent) {
+  agent_ = agent;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void WorkerSession::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool WorkerSession::Write(const v1::WorkerMessage& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stream_ != nullptr && stream_->Write(message);
+}
+
+void WorkerSession::Report(const v1::NodeJobUpdate& update) {
+  v1::WorkerMessage message;
+  *message.mutable_job() = update;
+  if (!Write(message)) {
+    LOG(WARNING) << "could not report on job " << update.job_id() << ": no coordinator session";
+  }
+}
+
+void WorkerSession::Loop() {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  arguments.SetMaxSendMessageSize(options_.max_message_bytes);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      options_.coordinator_address, grpc::InsecureChannelCredentials(), arguments);
+  std::unique_ptr<v1::NodeService::Stub> stub = v1::NodeService::NewStub(channel);
+  bool first = true;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!first) {
+        changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.retry_interval),
+                          [this] { return stopping_; });
+      }
+      if (stopping_) return;
+    }
+    first = false;
+    RunSession(stub.get());
+  }
+}
+
+void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  std::unique_ptr<Stream> stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    context_ = &context;
+    stream = stub->Session(&context);
+    stream_ = stream.get();
+  }
+  v1::WorkerMessage hello;
+  *hello.mutable_register_() = options_.node;
+  v1::CoordinatorMessage message;
+  std::thread heartbeat;
+  bool registered = false;
+  if (Write(hello) && stream->Read(&message) && message.has_registered()) {
+    registered = true;
+    index_ = message.registered().index();
+    connected_ = true;
+    const absl::Duration interval = absl::Milliseconds(
+        std::max<int64_t>(message.registered().heartbeat_interval_milliseconds(), 10));
+    LOG(INFO) << "joined the cluster of " << options_.coordinator_address << " as node "
+              << index_.load();
+    heartbeat = std::thread([this, interval] {
+      v1::WorkerMessage beat;
+      beat.mutable_heartbeat();
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!stopping_ && stream_ != nullptr) {
+        if (!stream_->Write(beat)) break;
+        changed_.wait_for(lock, absl::ToChronoNanoseconds(interval));
+      }
+    });
+    while (stream->Read(&message)) {
+      if (message.has_command()) agent_->Handle(message.command());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stream_ = nullptr;
+  }
+  changed_.notify_all();
+  if (heartbeat.joinable()) heartbeat.join();
+  connected_ = false;
+  grpc::Status status = stream->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    context_ = nullptr;
+  }
+  if (registered) {
+    LOG(WARNING) << "lost the session with the coordinator " << options_.coordinator_address << " ("
+                 << status.error_message() << "); aborting this node's job and "
+                 << "reconnecting";
+    agent_->AbortAll(absl::StrCat("node ", index_.load(), " lost its coordinator"));
+  } else if (!status.ok()) {
+    LOG(WARNING) << "the coordinator " << options_.coordinator_address
+                 << " refused this node: " << status.error_message();
+  }
+}
+
+}  // namespace loom::daemon

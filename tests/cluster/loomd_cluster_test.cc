@@ -1,0 +1,270 @@
+// Clusters of loomd processes on this machine: a coordinator and two workers (each with two CPU
+// devices) run GPT jobs whose devices span the nodes, and the step losses equal those of the same
+// job on a one-node loomd bit for bit. A worker killed with SIGKILL mid-job fails the job within
+// 10 s with an error naming the node; the survivors run the next job that fits.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "examples/gpt/gpt_model.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "proto/loom/v1/cluster_service.grpc.pb.h"
+#include "proto/loom/v1/job_service.grpc.pb.h"
+#include "tests/cluster/loomd_process.h"
+
+namespace loom::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct JobOutcome {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  std::vector<double> losses;
+  std::string error;
+};
+
+class Client {
+ public:
+  explicit Client(const std::string& address)
+      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+        jobs_(v1::JobService::NewStub(channel_)),
+        cluster_(v1::ClusterService::NewStub(channel_)) {}
+
+  static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(30)) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return context;
+  }
+
+  std::vector<v1::NodeInfo> Nodes() {
+    v1::ListNodesResponse response;
+    if (!cluster_->ListNodes(Context().get(), v1::ListNodesRequest(), &response).ok()) return {};
+    return {response.nodes().begin(), response.nodes().end()};
+  }
+
+  bool WaitForReadyNodes(int count, absl::Duration deadline) {
+    const absl::Time end = absl::Now() + deadline;
+    while (absl::Now() < end) {
+      int ready = 0;
+      for (const v1::NodeInfo& node : Nodes()) ready += node.state() == v1::NODE_STATE_READY;
+      if (ready == count) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  absl::StatusOr<std::string> Submit(const job::Job& job) {
+    v1::SubmitJobRequest request;
+    *request.mutable_job() = job;
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(Context().get(), request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return response.job().job_id();
+  }
+
+  v1::JobInfo Get(const std::string& id) {
+    v1::GetJobRequest request;
+    request.set_job_id(id);
+    v1::GetJobResponse response;
+    jobs_->GetJob(Context().get(), request, &response);
+    return response.job();
+  }
+
+  JobOutcome Watch(const std::string& id) {
+    v1::WatchJobRequest request;
+    request.set_job_id(id);
+    auto context = Context(absl::Minutes(5));
+    auto reader = jobs_->WatchJob(context.get(), request);
+    JobOutcome outcome;
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+      if (event.has_step()) outcome.losses.push_back(event.step().loss());
+      if (event.has_state_change()) {
+        outcome.state = event.state_change().state();
+        outcome.error = event.state_change().error().message();
+      }
+    }
+    reader->Finish();
+    return outcome;
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+gpt::GptConfig SmallGpt(int64_t steps) {
+  gpt::GptConfig config;
+  config.context = 16;
+  config.width = 32;
+  config.layers = 3;
+  config.heads = 2;
+  config.mlp_width = 64;
+  config.batch = 12;
+  config.steps = steps;
+  return config;
+}
+
+class LoomdClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string directory = ::testing::TempDir();
+    auto coordinator =
+        LoomdProcess::Start(LOOMD_BINARY,
+                            {"--verbose", "--devices", "cpu:2", "--node-name", "node-0",
+                             "--heartbeat-interval", "200ms", "--node-timeout", "2s"},
+                            absl::StrCat(directory, "/loomd-0.log"));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    daemons_.push_back(*std::move(coordinator));
+    for (int rank = 1; rank <= 2; ++rank) {
+      auto worker = LoomdProcess::Start(
+          LOOMD_BINARY,
+          {"--verbose", "--devices", "cpu:2", "--node-name", absl::StrCat("node-", rank),
+           "--node-rank", absl::StrCat(rank), "--coordinator", daemons_[0]->address()},
+          absl::StrCat(directory, "/loomd-", rank, ".log"));
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      daemons_.push_back(*std::move(worker));
+    }
+    client_ = std::make_unique<Client>(daemons_[0]->address());
+    ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(20))) << daemons_[0]->Log();
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (auto& daemon : daemons_) {
+        if (daemon != nullptr) std::cerr << daemon->Log() << "\n";
+      }
+    }
+    for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
+      if (*it != nullptr) (*it)->Signal(SIGTERM);
+    }
+  }
+
+  // The job's outcome on this cluster.
+  JobOutcome Run(const job::Job& job) {
+    absl::StatusOr<std::string> id = client_->Submit(job);
+    if (!id.ok()) return JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, id.status().ToString()};
+    return client_->Watch(*id);
+  }
+
+  // The job's outcome on a one-node loomd with `devices` CPU devices.
+  JobOutcome RunOnOneNode(const job::Job& job, int devices) {
+    auto daemon = LoomdProcess::Start(
+        LOOMD_BINARY, {"--devices", absl::StrCat("cpu:", devices), "--node-name", "single"},
+        absl::StrCat(::testing::TempDir(), "/loomd-single.log"));
+    if (!daemon.ok()) return JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, daemon.status().ToString()};
+    Client client((*daemon)->address());
+    absl::StatusOr<std::string> id = client.Submit(job);
+    JobOutcome outcome = id.ok()
+                             ? client.Watch(*id)
+                             : JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, id.status().ToString()};
+    (*daemon)->Signal(SIGTERM);
+    return outcome;
+  }
+
+  void ExpectEqualsOneNodeRun(gpt::GptConfig config, int devices_per_node) {
+    const int devices = static_cast<int>(gpt::GptDeviceCount(config));
+    absl::StatusOr<job::Job> single = gpt::BuildGptJob(config);
+    ASSERT_TRUE(single.ok()) << single.status();
+    JobOutcome expected = RunOnOneNode(*single, devices);
+    ASSERT_EQ(expected.state, v1::JOB_STATE_SUCCEEDED) << expected.error;
+    config.devices_per_node = devices_per_node;
+    absl::StatusOr<job::Job> spread = gpt::BuildGptJob(config);
+    ASSERT_TRUE(spread.ok()) << spread.status();
+    JobOutcome actual = Run(*spread);
+    ASSERT_EQ(actual.state, v1::JOB_STATE_SUCCEEDED) << actual.error;
+    ASSERT_EQ(actual.losses.size(), static_cast<size_t>(config.steps));
+    EXPECT_EQ(actual.losses, expected.losses);
+  }
+
+  std::vector<std::unique_ptr<LoomdProcess>> daemons_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(LoomdClusterTest, ListsEveryNode) {
+  std::vector<v1::NodeInfo> nodes = client_->Nodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  for (int index = 0; index < 3; ++index) {
+    EXPECT_EQ(nodes[index].index(), index);
+    EXPECT_EQ(nodes[index].name(), absl::StrCat("node-", index));
+    EXPECT_EQ(nodes[index].coordinator(), index == 0);
+    ASSERT_EQ(nodes[index].devices_size(), 2);
+    EXPECT_EQ(nodes[index].devices(1).name(), absl::StrCat("node", index, "/cpu:1"));
+  }
+}
+
+TEST_F(LoomdClusterTest, PipelineOverThreeNodesEqualsTheOneNodeRun) {
+  gpt::GptConfig config = SmallGpt(4);
+  config.pipeline_stages = 3;
+  config.micro_batches = 3;
+  ExpectEqualsOneNodeRun(config, 1);
+}
+
+TEST_F(LoomdClusterTest, DataParallelStagesOnTwoNodesEqualTheOneNodeRun) {
+  gpt::GptConfig config = SmallGpt(4);
+  config.data_parallel = 2;
+  config.pipeline_stages = 2;
+  config.micro_batches = 2;
+  ExpectEqualsOneNodeRun(config, 2);
+}
+
+TEST_F(LoomdClusterTest, AJobLargerThanTheClusterIsResourceExhausted) {
+  gpt::GptConfig config = SmallGpt(1);
+  config.pipeline_stages = 3;
+  config.data_parallel = 4;
+  config.devices_per_node = 4;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(client_->Submit(*job).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(LoomdClusterTest, AKilledWorkerFailsTheJobWithinTenSecondsNamingTheNode) {
+  gpt::GptConfig config = SmallGpt(100000);
+  config.pipeline_stages = 3;
+  config.devices_per_node = 1;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok());
+  absl::StatusOr<std::string> id = client_->Submit(*job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const absl::Time started = absl::Now();
+  while (client_->Get(*id).steps_done() < 2 && absl::Now() - started < absl::Seconds(60)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(client_->Get(*id).steps_done(), 2);
+  daemons_[2]->Signal(SIGKILL);
+  daemons_[2].reset();
+  const absl::Time killed = absl::Now();
+  JobOutcome outcome = client_->Watch(*id);
+  const absl::Duration to_failure = absl::Now() - killed;
+  EXPECT_EQ(outcome.state, v1::JOB_STATE_FAILED);
+  EXPECT_THAT(outcome.error, HasSubstr("node 2"));
+  EXPECT_LT(to_failure, absl::Seconds(10));
+
+  // The others stay up, see node 2 missing, and run the next job that fits.
+  std::vector<v1::NodeInfo> nodes = client_->Nodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[2].state(), v1::NODE_STATE_MISSING);
+  gpt::GptConfig smaller = SmallGpt(2);
+  smaller.pipeline_stages = 2;
+  smaller.devices_per_node = 1;
+  absl::StatusOr<job::Job> next = gpt::BuildGptJob(smaller);
+  ASSERT_TRUE(next.ok());
+  JobOutcome after = Run(*next);
+  EXPECT_EQ(after.state, v1::JOB_STATE_SUCCEEDED) << after.error;
+  // A job that needs the lost node is refused: FAILED_PRECONDITION.
+  EXPECT_EQ(client_->Submit(*job).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,83 @@
+#include "tests/cluster/loomd_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace loom::testing {
+
+absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(
+    const std::string& binary, const std::vector<std::string>& arguments,
+    const std::string& log_path, absl::Duration deadline) {
+  auto process = std::make_unique<LoomdProcess>();
+  process->log_path_ = log_path;
+  std::vector<std::string> argv_strings = {binary, "--listen", "127.0.0.1:0"};
+  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
+  // Empty before the child starts, so that no earlier run's address is read.
+  { std::ofstream truncate(log_path, std::ios::trunc); }
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
+    std::vector<char*> argv;
+    for (std::string& argument : argv_strings) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  process->pid_ = pid;
+  const absl::Time end = absl::Now() + deadline;
+  const std::string marker = "' listening on ";
+  while (absl::Now() < end) {
+    std::string log = process->Log();
+    size_t at = log.find(marker);
+    if (at != std::string::npos) {
+      size_t start = at + marker.size();
+      size_t stop = log.find_first_of(" \n", start);
+      if (stop != std::string::npos) {
+        process->address_ = log.substr(start, stop - start);
+        return process;
+      }
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      process->pid_ = -1;
+      return absl::InternalError(absl::StrCat("loomd exited before serving:\n", log));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "loomd did not start within ", absl::FormatDuration(deadline), ":\n", process->Log()));
+}
+
+LoomdProcess::~LoomdProcess() {
+  if (pid_ > 0) Signal(SIGKILL);
+}
+
+int LoomdProcess::Signal(int signal) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  if (signal != SIGTERM && signal != SIGKILL) return 0;
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+std::string LoomdProcess::Log() const {
+  std::ifstream file(log_path_);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace loom::testing
