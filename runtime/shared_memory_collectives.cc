@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -11,42 +10,14 @@
 #include "glog/logging.h"
 #include "runtime/balanced_split.h"
 #include "runtime/block_copy.h"
+#include "runtime/collective_agreement.h"
+#include "runtime/collective_reduction.h"
 #include "runtime/collective_shapes.h"
-#include "runtime/data_type.h"
 
 namespace loom {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// acc[i] = acc[i] (op) values[i]. Max propagates NaN, like PyTorch.
-void Combine(plan::ReduceOperation operation, float* accumulator, const float* values,
-             int64_t count) {
-  if (operation == plan::REDUCE_MAX) {
-    for (int64_t i = 0; i < count; ++i) {
-      const float value = values[i];
-      accumulator[i] =
-          (std::isnan(accumulator[i]) || accumulator[i] >= value) ? accumulator[i] : value;
-    }
-  } else {
-    for (int64_t i = 0; i < count; ++i) accumulator[i] += values[i];
-  }
-}
-
-// The settings of a collective that every rank must share, beyond its kind.
-std::string DescribeSettings(const plan::CollectiveConf& conf) {
-  std::string text = CollectiveKindName(conf.kind());
-  if (IsReduction(conf.kind())) {
-    absl::StrAppend(&text, conf.reduce() == plan::REDUCE_MAX ? " max" : " sum");
-  }
-  if (conf.kind() != plan::ALL_REDUCE) absl::StrAppend(&text, " axis ", conf.axis());
-  if (conf.kind() == plan::ALL_TO_ALL) absl::StrAppend(&text, " concat_axis ", conf.concat_axis());
-  return text;
-}
-
-bool SameCollective(const plan::CollectiveConf& a, const plan::CollectiveConf& b) {
-  return a.sequence() == b.sequence() && a.name() == b.name() && a.kind() == b.kind();
-}
 
 }  // namespace
 
@@ -91,63 +62,13 @@ void SharedMemoryCollectives::Spin(const std::atomic<int64_t>& counter, int64_t 
 }
 
 absl::Status SharedMemoryCollectives::CheckCallsLocked(int64_t generation) const {
-  const plan::CollectiveConf& first = *calls_[0]->conf;
-  const std::string prefix = absl::StrCat("communicator '", name_, "': ");
-  for (int rank = 1; rank < size_; ++rank) {
-    const plan::CollectiveConf& other = *calls_[rank]->conf;
-    if (!SameCollective(first, other)) {
-      std::string first_text = DescribeCollective(first);
-      std::string other_text = DescribeCollective(other);
-      if (first.kind() != other.kind()) {
-        absl::StrAppend(&first_text, ", an ", CollectiveKindName(first.kind()));
-        absl::StrAppend(&other_text, ", an ", CollectiveKindName(other.kind()));
-      }
-      return absl::InternalError(absl::StrCat(
-          prefix, "rank 0 runs collective ", first_text, " while rank ", rank, " runs ", other_text,
-          ": the ranks left the communicator's global order (a plan bug)"));
-    }
-    if (DescribeSettings(first) != DescribeSettings(other)) {
-      return absl::InternalError(absl::StrCat(
-          prefix, "ranks 0 and ", rank, " run collective ", DescribeCollective(first),
-          " with different settings: ", DescribeSettings(first), " vs ", DescribeSettings(other)));
-    }
-  }
-  if (num_collectives_ > 0 && first.sequence() != generation % num_collectives_) {
-    return absl::InternalError(absl::StrCat(
-        prefix, "every rank runs collective ", DescribeCollective(first), " as the communicator's ",
-        "collective number ", generation, ", where its global order of ", num_collectives_,
-        " collectives puts sequence ", generation % num_collectives_));
-  }
-  const std::string where = absl::StrCat(prefix, "collective ", DescribeCollective(first), ": ");
-  const plan::DataType data_type = calls_[0]->input.data_type;
-  std::vector<Shape> inputs;
+  std::vector<CollectiveSignature> signatures(size_);
   for (int rank = 0; rank < size_; ++rank) {
     const CollectiveCall& call = *calls_[rank];
-    if (call.input.data_type != data_type || call.output.data_type != data_type) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "rank ", rank, " has input ", DataTypeName(call.input.data_type), " and output ",
-          DataTypeName(call.output.data_type), " while rank 0's input is ", DataTypeName(data_type),
-          ": every buffer of a collective has one data type"));
-    }
-    inputs.push_back(call.input.shape);
+    signatures[rank] = CollectiveSignature{call.conf, call.input.data_type, call.input.shape,
+                                           call.output.data_type, call.output.shape};
   }
-  if (IsReduction(first.kind()) && data_type != plan::FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat(where, CollectiveKindName(first.kind()),
-                                                   " reduces float32 only, not ",
-                                                   DataTypeName(data_type)));
-  }
-  for (int rank = 0; rank < size_; ++rank) {
-    absl::StatusOr<Shape> expected = CollectiveOutputShape(first, inputs, rank);
-    if (!expected.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, expected.status().message()));
-    }
-    if (*expected != calls_[rank]->output.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "rank ", rank, "'s output is ", calls_[rank]->output.shape.ToString(),
-                       " but the inputs give it ", expected->ToString()));
-    }
-  }
-  return absl::OkStatus();
+  return CheckCollectiveAgreement(name_, num_collectives_, generation, signatures);
 }
 
 absl::Status SharedMemoryCollectives::Run(const CollectiveCall& call) {
@@ -248,8 +169,8 @@ void SharedMemoryCollectives::Compute(int rank) const {
       std::memcpy(reduced, calls_[0]->input.Data<float>() + chunk.begin,
                   static_cast<size_t>(chunk.size()) * sizeof(float));
       for (int source = 1; source < size_; ++source) {
-        Combine(conf.reduce(), reduced, calls_[source]->input.Data<float>() + chunk.begin,
-                chunk.size());
+        CombineInto(conf.reduce(), reduced, calls_[source]->input.Data<float>() + chunk.begin,
+                    chunk.size());
       }
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank) continue;
@@ -271,8 +192,8 @@ void SharedMemoryCollectives::Compute(int rank) const {
                                     calls_[0]->input.Data<float>() + source_offset,
                                     static_cast<size_t>(count) * sizeof(float));
                         for (int source = 1; source < size_; ++source) {
-                          Combine(conf.reduce(), out + destination_offset,
-                                  calls_[source]->input.Data<float>() + source_offset, count);
+                          CombineInto(conf.reduce(), out + destination_offset,
+                                      calls_[source]->input.Data<float>() + source_offset, count);
                         }
                       });
       return;

@@ -1,0 +1,566 @@
+#include "runtime/network_collectives.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "runtime/balanced_split.h"
+#include "runtime/block_copy.h"
+#include "runtime/collective_agreement.h"
+#include "runtime/collective_header.h"
+#include "runtime/collective_reduction.h"
+#include "runtime/collective_shapes.h"
+#include "runtime/data_type.h"
+
+namespace loom {
+namespace {
+
+using Clock = TransferGroup::Clock;
+using Direction = TransferGroup::Direction;
+
+// Elements before and after `axis` in a row-major tensor of `shape`.
+int64_t Outer(const Shape& shape, int axis) {
+  int64_t count = 1;
+  for (int i = 0; i < axis; ++i) count *= shape.dimension(i);
+  return count;
+}
+int64_t Inner(const Shape& shape, int axis) {
+  int64_t count = 1;
+  for (int i = axis + 1; i < shape.rank(); ++i) count *= shape.dimension(i);
+  return count;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
+}
+
+std::byte* Bytes(void* data) { return static_cast<std::byte*>(data); }
+
+}  // namespace
+
+// One rank's collective in progress.
+struct NetworkCollectives::Collective {
+  Collective(const CollectiveCall& call, int64_t instance, RankState& state,
+             std::shared_ptr<TransferGroup> group)
+      : call(call), rank(call.rank), instance(instance), state(state), group(std::move(group)) {}
+
+  const CollectiveCall& call;
+  const int rank;
+  const int64_t instance;
+  RankState& state;
+  std::shared_ptr<TransferGroup> group;
+  // Every rank's header, by rank (this rank's own included), once exchanged.
+  std::vector<CollectiveHeader> headers;
+  // "header exchange" or "data exchange", and when its wait gives up.
+  const char* stage = "header exchange";
+  Clock::time_point deadline;
+};
+
+Network::Tag NetworkCollectives::TransferTag(int communicator_index, int64_t instance, Phase phase,
+                                             int source, int destination) {
+  constexpr uint64_t kRankMask = (uint64_t{1} << kRankBits) - 1;
+  constexpr uint64_t kInstanceMask = (uint64_t{1} << kInstanceBits) - 1;
+  constexpr int kSourceShift = kRankBits;
+  constexpr int kPhaseShift = kSourceShift + kRankBits;
+  constexpr int kInstanceShift = kPhaseShift + kPhaseBits;
+  constexpr int kCommunicatorShift = kInstanceShift + kInstanceBits;
+  static_assert(kCommunicatorShift + kCommunicatorBits == 63);
+  return Network::kCollectiveTagBit |
+         (static_cast<uint64_t>(communicator_index) << kCommunicatorShift) |
+         ((static_cast<uint64_t>(instance) & kInstanceMask) << kInstanceShift) |
+         (static_cast<uint64_t>(phase) << kPhaseShift) |
+         ((static_cast<uint64_t>(source) & kRankMask) << kSourceShift) |
+         (static_cast<uint64_t>(destination) & kRankMask);
+}
+
+absl::StatusOr<std::unique_ptr<NetworkCollectives>> NetworkCollectives::Create(
+    const plan::Communicator& communicator, int node, Network* network, Options options) {
+  const std::string prefix = absl::StrCat("communicator '", communicator.name(), "': ");
+  const int size = communicator.devices_size();
+  if (size == 0) return absl::InvalidArgumentError(absl::StrCat(prefix, "it has no ranks"));
+  if (size > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "network collectives serve communicators of at most ", kMaxRanks,
+                     " ranks (the ranks' share of the transfer tags), not ", size));
+  }
+  if (communicator.index() < 0 || communicator.index() >= kMaxCommunicators) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "its index ", communicator.index(), " is outside [0, ",
+                     kMaxCommunicators, "), the communicators network collectives can tell apart"));
+  }
+  for (int rank = 0; rank < size; ++rank) {
+    const plan::Device& device = communicator.devices(rank);
+    if (device.type() != plan::CPU) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(prefix, "rank ", rank,
+                       " is not a CPU device: network collectives move host memory "
+                       "(GPU communicators need the NCCL backend)"));
+    }
+    if (device.node() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "rank ", rank, " is on node ", device.node()));
+    }
+  }
+  if (network == nullptr) return absl::InvalidArgumentError(absl::StrCat(prefix, "no network"));
+  return std::unique_ptr<NetworkCollectives>(
+      new NetworkCollectives(communicator, node, network, options));
+}
+
+NetworkCollectives::NetworkCollectives(const plan::Communicator& communicator, int node,
+                                       Network* network, Options options)
+    : name_(communicator.name()),
+      size_(communicator.devices_size()),
+      num_collectives_(communicator.num_collectives()),
+      communicator_index_(communicator.index()),
+      node_(node),
+      network_(network),
+      options_(options),
+      ranks_(size_) {
+  for (const plan::Device& device : communicator.devices()) node_of_rank_.push_back(device.node());
+}
+
+void NetworkCollectives::FailLocked(absl::Status status) {
+  if (!failure_.ok()) return;
+  failure_ = std::move(status);
+  for (RankState& state : ranks_) {
+    if (state.group != nullptr) state.group->Interrupt(failure_);
+  }
+}
+
+void NetworkCollectives::Abort(absl::Status reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FailLocked(absl::AbortedError(
+      absl::StrCat("communicator '", name_, "' was aborted: ", reason.message())));
+}
+
+absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
+  const int rank = call.rank;
+  if (rank < 0 || rank >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator '", name_, "' has ", size_, " ranks, so it has no rank ", rank));
+  }
+  if (node_of_rank_[rank] != node_) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator '", name_, "': rank ", rank,
+                                                   " lives on node ", node_of_rank_[rank],
+                                                   ", not on this node ", node_));
+  }
+  RankState& state = ranks_[rank];
+  auto group = std::make_shared<TransferGroup>();
+  int64_t instance = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.ok()) return failure_;
+    if (state.group != nullptr) {
+      FailLocked(
+          absl::InternalError(absl::StrCat("communicator '", name_, "': rank ", rank,
+                                           " enters collective ", DescribeCollective(*call.conf),
+                                           " while it is still inside another one (two threads "
+                                           "run one rank)")));
+      return failure_;
+    }
+    instance = state.instance++;
+    state.group = group;
+  }
+  Collective collective(call, instance, state, group);
+  absl::Status status = RunCollective(collective);
+  std::lock_guard<std::mutex> lock(mutex_);
+  state.group = nullptr;
+  if (!status.ok()) {
+    FailLocked(std::move(status));
+    return failure_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::RunCollective(Collective& collective) {
+  if (absl::Status status = ExchangeHeaders(collective); !status.ok()) return status;
+  collective.stage = "data exchange";
+  collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  absl::Status status;
+  switch (collective.call.conf->kind()) {
+    case plan::ALL_REDUCE:
+      status = RunAllReduce(collective);
+      break;
+    case plan::REDUCE_SCATTER:
+      status = RunReduceScatter(collective);
+      break;
+    case plan::ALL_GATHER:
+      status = RunAllGather(collective);
+      break;
+    case plan::ALL_TO_ALL:
+      status = RunAllToAll(collective);
+      break;
+    default:
+      LOG(FATAL) << "communicator '" << name_ << "': unchecked collective kind "
+                 << collective.call.conf->kind();
+  }
+  if (!status.ok()) return status;
+  // Sends from the caller's input (and the last receives) complete before the buffers go back.
+  return Await(collective, -1);
+}
+
+absl::Status NetworkCollectives::ExchangeHeaders(Collective& collective) {
+  const int rank = collective.rank;
+  collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  absl::StatusOr<CollectiveHeader> own =
+      CollectiveHeader::FromCall(collective.call, collective.instance);
+  if (!own.ok()) {
+    return absl::Status(own.status().code(),
+                        absl::StrCat("communicator '", name_, "': ", own.status().message()));
+  }
+  // Slot `rank` holds this rank's encoded header (sent to every peer); the others receive.
+  auto wire = std::make_shared<std::vector<std::byte>>(CollectiveHeader::kBytes * size_);
+  collective.group->KeepAlive(wire);
+  std::byte* slots = wire->data();
+  own->Encode(slots + CollectiveHeader::kBytes * rank);
+  std::vector<int> received(size_, -1);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) continue;
+    received[peer] = PostReceive(collective, Phase::kHeader, peer,
+                                 slots + CollectiveHeader::kBytes * peer, CollectiveHeader::kBytes);
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) continue;
+    PostSend(collective, Phase::kHeader, peer, slots + CollectiveHeader::kBytes * rank,
+             CollectiveHeader::kBytes);
+  }
+  collective.headers.resize(size_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) {
+      collective.headers[peer] = *std::move(own);
+      continue;
+    }
+    if (absl::Status status = Await(collective, received[peer]); !status.ok()) return status;
+    absl::StatusOr<CollectiveHeader> header =
+        CollectiveHeader::Decode(slots + CollectiveHeader::kBytes * peer);
+    if (!header.ok() || header->rank != peer) {
+      return absl::DataLossError(absl::StrCat(
+          "communicator '", name_, "': rank ", rank,
+          " received a malformed collective header "
+          "from rank ",
+          peer, ": ", header.ok() ? "it names another rank" : header.status().message()));
+    }
+    if (header->instance != collective.instance) {
+      return absl::InternalError(
+          absl::StrCat("communicator '", name_, "': rank ", rank, " runs collective ",
+                       DescribeCollective(*collective.call.conf), " as its collective number ",
+                       collective.instance, " while rank ", peer, " runs ",
+                       DescribeCollective(header->conf), " as its number ", header->instance));
+    }
+    collective.headers[peer] = *std::move(header);
+  }
+  std::vector<CollectiveSignature> signatures;
+  signatures.reserve(size_);
+  for (const CollectiveHeader& header : collective.headers)
+    signatures.push_back(header.Signature());
+  return CheckCollectiveAgreement(name_, num_collectives_, collective.instance, signatures);
+}
+
+int NetworkCollectives::PostReceive(Collective& collective, Phase phase, int source, void* buffer,
+                                    size_t bytes) {
+  if (bytes == 0) return -1;
+  TransferGroup& group = *collective.group;
+  const int index = group.Add(source, Direction::kReceive);
+  absl::Status posted = network_->ReceiveData(
+      TransferTag(communicator_index_, collective.instance, phase, source, collective.rank), buffer,
+      bytes, group.Completion(index));
+  if (!posted.ok()) group.Fail(index, std::move(posted));
+  return index;
+}
+
+int NetworkCollectives::PostSend(Collective& collective, Phase phase, int destination,
+                                 const void* buffer, size_t bytes) {
+  if (bytes == 0) return -1;
+  TransferGroup& group = *collective.group;
+  const int index = group.Add(destination, Direction::kSend);
+  absl::Status posted = network_->SendData(
+      node_of_rank_[destination],
+      TransferTag(communicator_index_, collective.instance, phase, collective.rank, destination),
+      buffer, bytes, group.Completion(index));
+  if (!posted.ok()) group.Fail(index, std::move(posted));
+  return index;
+}
+
+absl::Status NetworkCollectives::Await(Collective& collective, int index) {
+  TransferGroup& group = *collective.group;
+  const TransferGroup::Outcome outcome =
+      index < 0 ? group.WaitAll(collective.deadline, options_.spin)
+                : group.Wait(index, collective.deadline, options_.spin);
+  const plan::CollectiveConf& conf = *collective.call.conf;
+  const std::string where = absl::StrCat("communicator '", name_, "': collective ",
+                                         DescribeCollective(conf), " on rank ", collective.rank);
+  switch (outcome) {
+    case TransferGroup::Outcome::kDone:
+      return absl::OkStatus();
+    case TransferGroup::Outcome::kInterrupted:
+      return group.interrupt_reason();
+    case TransferGroup::Outcome::kFailed: {
+      const int failed = group.failed_transfer();
+      const int peer = group.peer(failed);
+      const absl::Status error = group.error();
+      return absl::Status(
+          error.code(), absl::StrCat(where, ": ",
+                                     group.direction(failed) == Direction::kSend ? "sending to"
+                                                                                 : "receiving from",
+                                     " rank ", peer, " (node ", node_of_rank_[peer], ") in the ",
+                                     collective.stage, " failed: ", error.message()));
+    }
+    case TransferGroup::Outcome::kTimedOut: {
+      std::string missing;
+      std::vector<int> silent = group.PendingPeers(Direction::kReceive);
+      if (!silent.empty()) {
+        missing = absl::StrCat("has not heard from ", RankList(silent),
+                               " (is a peer missing, or do the ranks run different numbers of "
+                               "collectives?)");
+      } else {
+        missing =
+            absl::StrCat(RankList(group.PendingPeers(Direction::kSend)), " did not take its data");
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat(where, " waited ", absl::FormatDuration(options_.timeout), " at piece ",
+                       collective.call.piece, " in the ", collective.stage, ": ", missing));
+    }
+  }
+  return absl::InternalError("unreachable");
+}
+
+std::byte* NetworkCollectives::Staging(Collective& collective, int slot, size_t bytes) {
+  std::vector<std::shared_ptr<StagingBuffer>>& staging = collective.state.staging;
+  if (static_cast<int>(staging.size()) <= slot) staging.resize(slot + 1);
+  std::shared_ptr<StagingBuffer>& buffer = staging[slot];
+  if (buffer == nullptr || buffer->size < bytes) {
+    // A fresh buffer: the old one may still be referenced by an earlier, abandoned group.
+    buffer = std::make_shared<StagingBuffer>();
+    buffer->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    buffer->size = bytes;
+  }
+  collective.group->KeepAlive(buffer);
+  return buffer->bytes.get();
+}
+
+absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const TensorView& input,
+                                                int axis, float* reduced) {
+  const int rank = collective.rank;
+  const plan::ReduceOperation operation = collective.call.conf->reduce();
+  const Shape& shape = input.shape;
+  const int64_t outer = Outer(shape, axis);
+  const int64_t inner = Inner(shape, axis);
+  const float* values = input.Data<float>();
+  auto slice_of = [&](int owner) { return BalancedRange(shape.dimension(axis), size_, owner); };
+  auto slice_shape = [&](const AxisRange& range) {
+    Shape slice = shape;
+    slice.set_dimension(axis, range.size());
+    return slice;
+  };
+  const AxisRange own = slice_of(rank);
+  const int64_t own_elements = outer * own.size() * inner;
+  const size_t own_bytes = static_cast<size_t>(own_elements) * sizeof(float);
+
+  // Receives first: rank 0's contribution lands in `reduced` itself (the sum starts from it),
+  // the others in staging.
+  std::vector<int> received(size_, -1);
+  std::vector<const float*> contribution(size_, nullptr);
+  for (int source = 0; source < size_ && own_elements > 0; ++source) {
+    if (source == rank) continue;
+    float* target =
+        source == 0 ? reduced : reinterpret_cast<float*>(Staging(collective, source, own_bytes));
+    received[source] = PostReceive(collective, Phase::kScatter, source, target, own_bytes);
+    contribution[source] = target;
+  }
+  // Then this rank's contributions to the other owners, straight from the input when contiguous.
+  for (int owner = 0; owner < size_; ++owner) {
+    if (owner == rank) continue;
+    const AxisRange range = slice_of(owner);
+    const int64_t elements = outer * range.size() * inner;
+    if (elements == 0) continue;
+    const float* source = values + range.begin * inner;
+    if (outer != 1) {
+      auto* packed = reinterpret_cast<float*>(
+          Staging(collective, size_ + owner, static_cast<size_t>(elements) * sizeof(float)));
+      const Shape slice = slice_shape(range);
+      ForEachBlockRun(
+          slice, shape, AxisOrigin(shape.rank(), axis, range.begin), slice,
+          AxisOrigin(slice.rank(), axis, 0), [&](int64_t from, int64_t to, int64_t count) {
+            std::memcpy(packed + to, values + from, static_cast<size_t>(count) * sizeof(float));
+          });
+      source = packed;
+    }
+    PostSend(collective, Phase::kScatter, owner, source,
+             static_cast<size_t>(elements) * sizeof(float));
+  }
+  if (own_elements == 0) return absl::OkStatus();
+
+  // Reduce in rank order, each contribution as soon as it and all before it are in: exactly the
+  // operations of SharedMemoryCollectives, so the result is bit-identical.
+  const Shape slice = slice_shape(own);
+  const auto input_origin = AxisOrigin(shape.rank(), axis, own.begin);
+  const auto slice_origin = AxisOrigin(slice.rank(), axis, 0);
+  for (int source = 0; source < size_; ++source) {
+    if (source != rank) {
+      if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
+      if (source != 0) CombineInto(operation, reduced, contribution[source], own_elements);
+      continue;
+    }
+    ForEachBlockRun(slice, shape, input_origin, slice, slice_origin,
+                    [&](int64_t from, int64_t to, int64_t count) {
+                      if (source == 0) {
+                        std::memcpy(reduced + to, values + from,
+                                    static_cast<size_t>(count) * sizeof(float));
+                      } else {
+                        CombineInto(operation, reduced + to, values + from, count);
+                      }
+                    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::RunAllReduce(Collective& collective) {
+  const int rank = collective.rank;
+  const TensorView& output = collective.call.output;
+  const int64_t elements = output.NumElements();
+  float* out = output.Data<float>();
+  // The gathers of the other owners' reduced chunks land in place; post them first.
+  for (int owner = 0; owner < size_; ++owner) {
+    if (owner == rank) continue;
+    const AxisRange chunk = BalancedRange(elements, size_, owner);
+    PostReceive(collective, Phase::kGather, owner, out + chunk.begin,
+                static_cast<size_t>(chunk.size()) * sizeof(float));
+  }
+  const TensorView flat{collective.call.input.data, plan::FLOAT32, Shape{elements}};
+  const AxisRange own = BalancedRange(elements, size_, rank);
+  if (absl::Status status = ReduceToOwners(collective, flat, 0, out + own.begin); !status.ok()) {
+    return status;
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) continue;
+    PostSend(collective, Phase::kGather, peer, out + own.begin,
+             static_cast<size_t>(own.size()) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::RunReduceScatter(Collective& collective) {
+  return ReduceToOwners(collective, collective.call.input, collective.call.conf->axis(),
+                        collective.call.output.Data<float>());
+}
+
+absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
+  const int rank = collective.rank;
+  const TensorView& input = collective.call.input;
+  const TensorView& output = collective.call.output;
+  const int axis = collective.call.conf->axis();
+  const int64_t element_size = DataTypeSize(output.data_type);
+  const int64_t inner = Inner(output.shape, axis);
+  // Blocks along the leading axes are contiguous in the output: receive them in place.
+  const bool in_place = Outer(output.shape, axis) == 1;
+  std::vector<int64_t> offset(size_ + 1, 0);
+  for (int source = 0; source < size_; ++source) {
+    offset[source + 1] = offset[source] + collective.headers[source].input_shape.dimension(axis);
+  }
+  std::vector<int> received(size_, -1);
+  std::vector<std::byte*> staged(size_, nullptr);
+  for (int source = 0; source < size_; ++source) {
+    if (source == rank) continue;
+    const size_t bytes =
+        static_cast<size_t>(collective.headers[source].input_shape.NumElements() * element_size);
+    if (bytes == 0) continue;
+    std::byte* target = Bytes(output.data) + offset[source] * inner * element_size;
+    if (!in_place) target = staged[source] = Staging(collective, source, bytes);
+    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) continue;
+    PostSend(collective, Phase::kGather, peer, input.data, static_cast<size_t>(input.ByteSize()));
+  }
+  const int rank_count = output.shape.rank();
+  CopyBlock(input, AxisOrigin(rank_count, axis, 0), output,
+            AxisOrigin(rank_count, axis, offset[rank]), input.shape);
+  for (int source = 0; source < size_; ++source) {
+    if (staged[source] == nullptr) continue;
+    if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
+    const Shape& block = collective.headers[source].input_shape;
+    CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, axis, 0),
+              output, AxisOrigin(rank_count, axis, offset[source]), block);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
+  const int rank = collective.rank;
+  const TensorView& input = collective.call.input;
+  const TensorView& output = collective.call.output;
+  const int axis = collective.call.conf->axis();
+  const int concat_axis = collective.call.conf->concat_axis();
+  const int64_t element_size = DataTypeSize(output.data_type);
+  const int rank_count = output.shape.rank();
+  // The block `source` sends to `destination`: its balanced slice along `axis`.
+  auto block_of = [&](int source, int destination) {
+    Shape block = collective.headers[source].input_shape;
+    block.set_dimension(axis, BalancedRange(block.dimension(axis), size_, destination).size());
+    return block;
+  };
+  std::vector<int64_t> offset(size_ + 1, 0);
+  for (int source = 0; source < size_; ++source) {
+    offset[source + 1] = offset[source] + block_of(source, rank).dimension(concat_axis);
+  }
+  const bool in_place = Outer(output.shape, concat_axis) == 1;
+  const int64_t output_inner = Inner(output.shape, concat_axis);
+  std::vector<int> received(size_, -1);
+  std::vector<std::byte*> staged(size_, nullptr);
+  for (int source = 0; source < size_; ++source) {
+    if (source == rank) continue;
+    const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
+    if (bytes == 0) continue;
+    std::byte* target = Bytes(output.data) + offset[source] * output_inner * element_size;
+    if (!in_place) target = staged[source] = Staging(collective, source, bytes);
+    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
+  }
+  const bool contiguous_slices = Outer(input.shape, axis) == 1;
+  const int64_t input_inner = Inner(input.shape, axis);
+  for (int destination = 0; destination < size_; ++destination) {
+    if (destination == rank) continue;
+    const Shape block = block_of(rank, destination);
+    const size_t bytes = static_cast<size_t>(block.NumElements() * element_size);
+    if (bytes == 0) continue;
+    const AxisRange range = BalancedRange(input.shape.dimension(axis), size_, destination);
+    const void* source = Bytes(input.data) + range.begin * input_inner * element_size;
+    if (!contiguous_slices) {
+      std::byte* packed = Staging(collective, size_ + destination, bytes);
+      CopyBlock(input, AxisOrigin(rank_count, axis, range.begin),
+                TensorView{packed, input.data_type, block}, AxisOrigin(rank_count, axis, 0), block);
+      source = packed;
+    }
+    PostSend(collective, Phase::kGather, destination, source, bytes);
+  }
+  const AxisRange own = BalancedRange(input.shape.dimension(axis), size_, rank);
+  CopyBlock(input, AxisOrigin(rank_count, axis, own.begin), output,
+            AxisOrigin(rank_count, concat_axis, offset[rank]), block_of(rank, rank));
+  for (int source = 0; source < size_; ++source) {
+    if (staged[source] == nullptr) continue;
+    if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
+    const Shape block = block_of(source, rank);
+    CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, 0, 0),
+              output, AxisOrigin(rank_count, concat_axis, offset[source]), block);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNetworkCollectives(
+    const plan::Communicator& communicator, int node, Network* network,
+    NetworkCollectives::Options options) {
+  absl::StatusOr<std::unique_ptr<NetworkCollectives>> backend =
+      NetworkCollectives::Create(communicator, node, network, options);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<CollectiveBackend>(*std::move(backend));
+}
+
+bool SpansSeveralNodes(const plan::Communicator& communicator) {
+  for (const plan::Device& device : communicator.devices()) {
+    if (device.node() != communicator.devices(0).node()) return true;
+  }
+  return false;
+}
+
+}  // namespace loom

@@ -1,0 +1,180 @@
+#ifndef LOOM_RUNTIME_NETWORK_COLLECTIVES_H_
+#define LOOM_RUNTIME_NETWORK_COLLECTIVES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/plan.pb.h"
+#include "runtime/collective_backend.h"
+#include "runtime/network.h"
+#include "runtime/transfer_group.h"
+
+namespace loom {
+
+// The collective backend of a communicator whose CPU ranks live on several nodes: one object per
+// communicator per node serves every rank of the communicator on that node, and moves data with
+// the node's Network (UCX in the cluster). Ranks on this node are reached like the others: the
+// node is its own network peer, so every rank runs the same code and the same transfers.
+//
+// One collective, on each rank r of n:
+//  1. Header exchange. r sends its CollectiveHeader (identity, settings, position in the order,
+//     data types, shapes) to every peer and receives theirs. Every rank then runs
+//     CheckCollectiveAgreement on the same n headers, so a mismatch (different collective, order,
+//     settings or shapes) fails every rank with the same INTERNAL (or INVALID_ARGUMENT) error
+//     naming both collectives and ranks, before any data moves. The headers also tell r every
+//     peer's shapes, so both ends of each transfer agree on its size.
+//  2. Data, by direct exchange: every transfer goes from the rank that has the bytes to the rank
+//     that needs them, all transfers of a phase at once, receives posted before sends.
+//     - all-gather: r sends its input to every peer;
+//     - all-to-all: r sends slice q of its input to rank q;
+//     - reduce-scatter: r sends slice q of its input to rank q (the slice's owner), which reduces
+//       the n contributions in rank order 0, 1, ..., n-1;
+//     - all-reduce: a reduce-scatter of the flattened elements (owner q gets the q-th balanced
+//       chunk, as in SharedMemoryCollectives), then every owner sends its reduced chunk to every
+//       peer.
+//
+// Decision: not a ring. A ring reduce-scatter adds the contributions of a chunk in rotated order
+// (starting at the chunk's owner), which changes the last bits of float sums from rank to rank
+// and from the single-process run. Loom must be correct to the last float: with the direct
+// exchange each element starts from rank 0's value and adds ranks 1..n-1 in order, the very
+// operations SharedMemoryCollectives performs (runtime/collective_reduction.h), so the outputs are
+// bit-identical. The bytes each rank sends and receives are those of a ring, 2(n-1)/n of the
+// buffer for an all-reduce; the difference is n-1 concurrent peers per phase instead of one
+// neighbour over n-1 steps (fine for the node counts of CPU jobs; a large n would want a
+// hierarchical scheme).
+//
+// Zero copies where the bytes land unchanged: receives go straight into the output when the
+// block is contiguous there (all-reduce chunks, gathers and all-to-alls along the leading axis,
+// rank 0's contribution to a reduced slice), and sends go straight from the input when the slice
+// is contiguous there. Otherwise blocks are packed into, or received into, staging buffers owned
+// by the backend (kept per rank and reused, so a steady job allocates them once).
+//
+// Transfer tags (Network::Tag, 64 bits; `kCollectiveTagBit` set), most significant first:
+//   bit 63       Network::kCollectiveTagBit
+//   bits 46..62  communicator index (plan::Communicator.index), 17 bits
+//   bits 30..45  instance: collectives this communicator ran before, modulo 2^16
+//   bits 28..29  phase: 0 header, 1 scatter (contributions to owners), 2 gather (moved data)
+//   bits 14..27  source rank, 14 bits
+//   bits  0..13  destination rank, 14 bits
+// Unique per (communicator, instance, phase, source, destination) among the transfers that can be
+// in flight at once: a rank finishes collective k only after every peer sent its header for k,
+// so no two ranks are more than one collective apart and the instance never wraps onto a live
+// one. Create fails with INVALID_ARGUMENT for a communicator with a larger index or more ranks.
+//
+// Waits end: Abort, and any failure of one of this node's ranks, interrupts every local rank at
+// once (Run returns the first reason; every later Run fails at once); a transfer error (a lost
+// peer) fails the Run with it; a wait longer than `timeout` (from the start of each phase) fails
+// with DEADLINE_EXCEEDED naming the collective and the ranks not heard from.
+//
+// Buffer contract: completions run on network threads and never block. A Run that returns early
+// (abort, failure, deadline) may leave transfers posted: its staging buffers stay alive until
+// their completions run, but the caller's input and output buffers (the runtime's registers) are
+// read or written by the network until it is stopped: the runtime stops the Network (which
+// completes or cancels every transfer) before it frees registers, as it does today.
+class NetworkCollectives final : public CollectiveBackend {
+ public:
+  struct Options {
+    // How long a rank waits in one phase of a collective (headers, data) before failing.
+    absl::Duration timeout = absl::Seconds(60);
+    // How long a waiting rank polls for completions before it parks on a condition variable.
+    absl::Duration spin = absl::Microseconds(50);
+  };
+
+  // The tag layout (see above).
+  static constexpr int kRankBits = 14;
+  static constexpr int kPhaseBits = 2;
+  static constexpr int kInstanceBits = 16;
+  static constexpr int kCommunicatorBits = 17;
+  static constexpr int kMaxRanks = 1 << kRankBits;
+  static constexpr int kMaxCommunicators = 1 << kCommunicatorBits;
+  enum class Phase : uint64_t { kHeader = 0, kScatter = 1, kGather = 2 };
+  static Network::Tag TransferTag(int communicator_index, int64_t instance, Phase phase, int source,
+                                  int destination);
+
+  // The backend of `communicator` on node `node`. INVALID_ARGUMENT when the communicator does not
+  // fit the tag layout (or has no ranks), FAILED_PRECONDITION when a rank is not a CPU device.
+  // `network` must outlive the backend.
+  static absl::StatusOr<std::unique_ptr<NetworkCollectives>> Create(
+      const plan::Communicator& communicator, int node, Network* network, Options options);
+
+  const std::string& communicator() const override { return name_; }
+  int size() const override { return size_; }
+
+  absl::Status Run(const CollectiveCall& call) override;
+  void Abort(absl::Status reason) override;
+
+ private:
+  struct Collective;
+  // Host memory for packed or staged blocks, reused across a rank's collectives.
+  struct StagingBuffer {
+    std::unique_ptr<std::byte[]> bytes;
+    size_t size = 0;
+  };
+  struct RankState {
+    int64_t instance = 0;                  // collectives this rank started; guarded by mutex_
+    std::shared_ptr<TransferGroup> group;  // of the collective in progress; guarded by mutex_
+    // Touched by the rank's thread only.
+    std::vector<std::shared_ptr<StagingBuffer>> staging;
+  };
+
+  NetworkCollectives(const plan::Communicator& communicator, int node, Network* network,
+                     Options options);
+
+  // Under mutex_: the first failure wins; interrupts every rank's collective in progress.
+  void FailLocked(absl::Status status);
+
+  absl::Status RunCollective(Collective& collective);
+  absl::Status ExchangeHeaders(Collective& collective);
+  absl::Status RunAllReduce(Collective& collective);
+  absl::Status RunReduceScatter(Collective& collective);
+  absl::Status RunAllGather(Collective& collective);
+  absl::Status RunAllToAll(Collective& collective);
+  // Step 1 of both reductions: the owner of each slice along `axis` of `input` gets every rank's
+  // contribution and reduces them in rank order into `reduced` (this rank's dense slice).
+  absl::Status ReduceToOwners(Collective& collective, const TensorView& input, int axis,
+                              float* reduced);
+
+  // Post one transfer of `bytes` bytes; nothing (and -1) for an empty one. A transfer that cannot
+  // be posted fails the group.
+  int PostReceive(Collective& collective, Phase phase, int source, void* buffer, size_t bytes);
+  int PostSend(Collective& collective, Phase phase, int destination, const void* buffer,
+               size_t bytes);
+  // Waits for transfer `index` (-1: all of them) and turns how the wait ended into a status.
+  absl::Status Await(Collective& collective, int index);
+  // A staging buffer of at least `bytes` for `slot`, kept alive by the collective's group.
+  std::byte* Staging(Collective& collective, int slot, size_t bytes);
+
+  const std::string name_;
+  const int size_;
+  const int num_collectives_;
+  const int communicator_index_;
+  const int node_;
+  Network* const network_;
+  const Options options_;
+  std::vector<int> node_of_rank_;
+
+  std::mutex mutex_;
+  absl::Status failure_;          // guarded by mutex_
+  std::vector<RankState> ranks_;  // by rank (only this node's are used)
+};
+
+// The runtime's entry point: the network backend of `communicator` (whose ranks span several
+// nodes) on node `node`, as a CollectiveBackend. Same errors as NetworkCollectives::Create.
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNetworkCollectives(
+    const plan::Communicator& communicator, int node, Network* network,
+    NetworkCollectives::Options options = {});
+
+// Whether the ranks of `communicator` live on more than one node (so the shared-memory backend
+// cannot serve it).
+bool SpansSeveralNodes(const plan::Communicator& communicator);
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_NETWORK_COLLECTIVES_H_
