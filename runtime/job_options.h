@@ -52,8 +52,9 @@ struct JobOptions {
   // collective is busy, not stalled, so this (not stall_timeout) bounds such waits.
   absl::Duration collective_timeout = absl::Seconds(60);
   // Builds the backend of each communicator in Plan.communicators. Unset, or returning null: a
-  // communicator whose devices are all CPU devices of this node gets the shared-memory backend,
-  // and any other is rejected (FAILED_PRECONDITION). The cluster supplies UCX and NCCL backends.
+  // communicator with ranks on other nodes gets the network backend (NetworkCollectives, over
+  // `network`), one whose devices are all CPU devices of this node the shared-memory backend, and
+  // any other is rejected (FAILED_PRECONDITION). The CUDA backend supplies NCCL.
   std::function<absl::StatusOr<std::unique_ptr<CollectiveBackend>>(const plan::Communicator&,
                                                                    const plan::Plan&)>
       collective_backend_factory;

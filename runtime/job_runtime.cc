@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/device_name.h"
+#include "runtime/network_collectives.h"
 #include "runtime/plan_validation.h"
 #include "runtime/shared_memory_collectives.h"
 
@@ -173,6 +174,16 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
     if (options_.collective_backend_factory) {
       absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
           options_.collective_backend_factory(communicator, plan_);
+      if (!made.ok()) return made.status();
+      backend = std::move(*made);
+    }
+    if (backend == nullptr && options_.network != nullptr && SpansSeveralNodes(communicator)) {
+      // Ranks on other nodes: CPU collectives over the job's network.
+      NetworkCollectives::Options backend_options;
+      backend_options.timeout = options_.collective_timeout;
+      backend_options.spin = options_.spin_before_park;
+      absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
+          MakeNetworkCollectives(communicator, plan_.node(), options_.network, backend_options);
       if (!made.ok()) return made.status();
       backend = std::move(*made);
     }

@@ -1,7 +1,8 @@
 // Clusters of loomd processes on this machine: a coordinator and two workers (each with two CPU
-// devices) run GPT jobs whose devices span the nodes, and the step losses equal those of the same
-// job on a one-node loomd bit for bit. A worker killed with SIGKILL mid-job fails the job within
-// 10 s with an error naming the node; the survivors run the next job that fits.
+// devices) run GPT jobs whose devices span the nodes (pipeline, data, tensor parallel and mixed),
+// and the step losses equal those of the same job on a one-node loomd bit for bit. A worker killed
+// with SIGKILL mid-job fails the job within 10 s with an error naming the node; the survivors run
+// the next job that fits.
 #include <signal.h>
 
 #include <memory>
@@ -216,6 +217,25 @@ TEST_F(LoomdClusterTest, DataParallelStagesOnTwoNodesEqualTheOneNodeRun) {
   config.data_parallel = 2;
   config.pipeline_stages = 2;
   config.micro_batches = 2;
+  ExpectEqualsOneNodeRun(config, 2);
+}
+
+TEST_F(LoomdClusterTest, DataParallelOverThreeNodesEqualsTheOneNodeRun) {
+  gpt::GptConfig config = SmallGpt(4);
+  config.data_parallel = 3;
+  ExpectEqualsOneNodeRun(config, 1);
+}
+
+TEST_F(LoomdClusterTest, TensorParallelOverTwoNodesEqualsTheOneNodeRun) {
+  gpt::GptConfig config = SmallGpt(4);
+  config.tensor_parallel = 2;
+  ExpectEqualsOneNodeRun(config, 1);
+}
+
+TEST_F(LoomdClusterTest, DataParallelAcrossNodesTimesTensorParallelWithinEqualsTheOneNodeRun) {
+  gpt::GptConfig config = SmallGpt(4);
+  config.data_parallel = 2;
+  config.tensor_parallel = 2;
   ExpectEqualsOneNodeRun(config, 2);
 }
 

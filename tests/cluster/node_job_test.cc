@@ -17,7 +17,7 @@ gpt::GptConfig SmallGpt() {
   config.layers = 2;
   config.heads = 2;
   config.mlp_width = 64;
-  config.batch = 4;
+  config.batch = 12;
   config.steps = 3;
   return config;
 }
@@ -73,7 +73,11 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, NodeJobTest,
     ::testing::Values(Layout{"pp2_on_2_nodes", 1, 1, 2, 2, 2, 1},
                       Layout{"pp2_one_micro_batch_on_2_nodes", 1, 1, 2, 1, 2, 1},
-                      Layout{"dp2_pp2_stages_on_2_nodes", 2, 1, 2, 2, 2, 2}),
+                      Layout{"dp2_pp2_stages_on_2_nodes", 2, 1, 2, 2, 2, 2},
+                      Layout{"dp3_on_3_nodes", 3, 1, 1, 1, 3, 1},
+                      Layout{"tp2_on_2_nodes", 1, 2, 1, 1, 2, 1},
+                      Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
+                      Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace
