@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/loomctl/arguments.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_options.h"
+#include "daemon/systemd_notify.h"
 #include "glog/logging.h"
 
 int main(int argc, char** argv) {
@@ -51,11 +53,19 @@ int main(int argc, char** argv) {
   // Scripts read the address (and the port picked for port 0) from this line.
   std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
             << " (cpu:" << options->cpu_devices << ")" << std::endl;
+  // Under systemd (Type=notify): ready, and watchdog pings while running. No-ops elsewhere.
+  loom::daemon::SystemdNotifier systemd;
+  if (absl::Status status = systemd.Ready(absl::StrCat("serving on ", (*daemon)->address()));
+      !status.ok()) {
+    LOG(WARNING) << status.message();
+  }
+  systemd.StartWatchdog();
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   std::cout << "loomd: " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT") << ": shutting down"
             << std::endl;
+  if (absl::Status status = systemd.Stopping(); !status.ok()) LOG(WARNING) << status.message();
   (*daemon)->Shutdown(options->shutdown_grace);
   daemon->reset();
   std::cout << "loomd: stopped" << std::endl;
