@@ -74,8 +74,7 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "coordinator: how often workers send heartbeats")
       .AddFlag("node-timeout", "DURATION", "5s",
                "coordinator: a worker silent for this long is lost, and its running job fails")
-      .AddFlag("data-dir", "DIR", "",
-               "where the daemon may write files (traces); empty: the current directory")
+
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
       .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
       .AddFlag("memory-budget-per-device", "BYTES", "0",
@@ -116,7 +115,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
                                             "coordinator's), not '",
                                             arguments.Value("node-rank"), "'"));
   }
-  options.data_dir = arguments.Value("data-dir");
+
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
 

@@ -22,7 +22,6 @@ struct DaemonOptions {
   int node_rank = -1;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration node_timeout = absl::Seconds(5);
-  std::string data_dir;
   int cpu_devices = 1;
   // 0: no limit.
   int64_t memory_budget_per_device_bytes = 0;
