@@ -11,6 +11,7 @@
 #include "client/loomctl/cluster_tables.h"
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/step_reporter.h"
+#include "compiler/compiler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/json_test_util.h"
@@ -223,6 +224,26 @@ TEST(ClusterTablesTest, JobsAndNodes) {
   EXPECT_THAT(nodes, HasSubstr("READY"));
   EXPECT_THAT(nodes, HasSubstr("4.0 GiB"));
   EXPECT_THAT(nodes, HasSubstr("1 (cpu:0)"));
+}
+
+// `loomctl submit` reads jobs with ReadJobFile: .json is the proto3 JSON mapping.
+TEST(JobFileTest, ReadsJsonJobs) {
+  const std::string path =
+      (std::filesystem::path(TemporaryDirectory("json_job")) / "job.json").string();
+  std::ofstream(path) << R"({"name": "from_json", "num_steps": 3,
+      "placement": {"devices": ["cpu:0"]},
+      "inputs": [{"name": "x", "shape": ["4"], "random_normal": {"std": 1}}],
+      "ops": [{"name": "r", "type": "relu", "inputs": ["x"], "outputs": ["y"]}],
+      "fetch": ["y"]})";
+  absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->name(), "from_json");
+  EXPECT_EQ(job->num_steps(), 3);
+  EXPECT_EQ(job->ops_size(), 1);
+  std::ofstream(path) << "{\"name\": ";
+  absl::StatusOr<job::Job> broken = compiler::ReadJobFile(path);
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(broken.status().message(), HasSubstr(path));
 }
 
 }  // namespace
