@@ -16,6 +16,7 @@
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
 #include "runtime/device_name.h"
 #include "runtime/format_bytes.h"
 
@@ -169,6 +170,15 @@ absl::StatusOr<job::Job> ReadJobFile(const std::string& path) {
   if (absl::EndsWith(path, ".pb")) {
     if (!job.ParseFromString(buffer.str())) {
       return absl::InvalidArgumentError(absl::StrCat(path, " is not a binary job"));
+    }
+    return job;
+  }
+  if (absl::EndsWith(path, ".json")) {
+    // The proto3 JSON mapping (what grpcurl and protobuf's JSON printers write).
+    auto status = google::protobuf::util::JsonStringToMessage(buffer.str(), &job);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " is not a valid JSON job: ", status.ToString()));
     }
     return job;
   }

@@ -36,7 +36,8 @@ std::string Explain(const CompileResult& result);
 // The plan's tasks and registers as a Graphviz graph, one cluster per device.
 std::string PlanToDot(const plan::Plan& plan);
 
-// Reads a job in text format (.pbtxt) or binary (.pb); errors name the line.
+// Reads a job in binary (.pb), JSON (.json, the proto3 JSON mapping) or text format (any other
+// name, e.g. .pbtxt); errors name the line.
 absl::StatusOr<job::Job> ReadJobFile(const std::string& path);
 
 }  // namespace loom::compiler

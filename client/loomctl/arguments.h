@@ -19,6 +19,15 @@ inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitFailure = 1;
 // The command was misused: unknown subcommand or flag, bad value, invalid input file.
 inline constexpr int kExitUsage = 2;
+// The commands that talk to a cluster (submit, status, jobs, cancel, nodes, plan, watch):
+// the job ended CANCELLED (submit --watch, watch).
+inline constexpr int kExitJobCancelled = 3;
+// The daemon answered with an error: it refused the request (INVALID_ARGUMENT naming the op,
+// NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ...).
+inline constexpr int kExitRequestRefused = 4;
+// No daemon answered, the connection broke, or a deadline passed (UNAVAILABLE,
+// DEADLINE_EXCEEDED).
+inline constexpr int kExitUnreachable = 5;
 
 class ParsedArguments;
 

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/cluster_command.h"
+#include "client/loomctl/cluster_commands.h"
 #include "client/loomctl/compile_command.h"
 #include "client/loomctl/run_command.h"
 #include "client/loomctl/run_plan_command.h"
+#include "client/loomctl/submit_command.h"
 #include "glog/logging.h"
 
 int main(int argc, char** argv) {
@@ -17,11 +20,20 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   google::InstallFailureSignalHandler();
 
-  // Later commands (submit, ...) join this table.
   std::vector<loom::loomctl::Subcommand> subcommands = {
+      // On this machine.
       loom::loomctl::CompileSubcommand(),
       loom::loomctl::RunSubcommand(),
       loom::loomctl::RunPlanSubcommand(),
+      // Against a cluster's coordinator.
+      loom::loomctl::SubmitSubcommand(),
+      loom::loomctl::WatchSubcommand(),
+      loom::loomctl::StatusSubcommand(),
+      loom::loomctl::JobsSubcommand(),
+      loom::loomctl::CancelSubcommand(),
+      loom::loomctl::NodesSubcommand(),
+      loom::loomctl::PlanSubcommand(),
+      loom::loomctl::ClusterSubcommand(),
   };
   std::vector<std::string> arguments(argv + 1, argv + argc);
   return loom::loomctl::DispatchSubcommand(subcommands, arguments, std::cout, std::cerr);

@@ -40,6 +40,62 @@ std::string FormatStepLineJson(const StepLine& line) {
                       "}");
 }
 
+std::string FormatEta(double seconds) {
+  const int64_t total = std::max<int64_t>(0, static_cast<int64_t>(std::llround(seconds)));
+  if (total < 60) return absl::StrFormat("%ds", total);
+  if (total < 3600) return absl::StrFormat("%dm%02ds", total / 60, total % 60);
+  return absl::StrFormat("%dh%02dm", total / 3600, total % 3600 / 60);
+}
+
+std::string FormatProgressBar(const StepLine& line, std::optional<double> eta_seconds) {
+  const int64_t done = std::clamp<int64_t>(line.step, 0, std::max<int64_t>(line.last_step, 0));
+  const int filled =
+      line.last_step > 0 ? static_cast<int>(kProgressWidth * done / line.last_step) : 0;
+  std::string bar(filled, '#');
+  bar.resize(kProgressWidth, '.');
+  std::string text =
+      absl::StrFormat("[%s] %d/%d steps  loss %.5f", bar, line.step, line.last_step, line.loss);
+  if (line.tokens_per_second.has_value()) {
+    absl::StrAppendFormat(&text, "  tokens/s %.0f", *line.tokens_per_second);
+  }
+  if (eta_seconds.has_value()) absl::StrAppend(&text, "  ETA ", FormatEta(*eta_seconds));
+  return text;
+}
+
+void StepLinePrinter::Print(const StepLine& line) {
+  ClearProgress();
+  *options_.out << (options_.json ? FormatStepLineJson(line) : FormatStepLineText(line)) << "\n";
+  options_.out->flush();
+  ++steps_timed_;
+  seconds_timed_ += line.step_time_ms / 1000.0;
+  last_line_ = line;
+  DrawProgress(line);
+}
+
+void StepLinePrinter::PrintOther(const std::string& text) {
+  ClearProgress();
+  *options_.out << text << "\n";
+  options_.out->flush();
+  if (last_line_.has_value()) DrawProgress(*last_line_);
+}
+
+void StepLinePrinter::DrawProgress(const StepLine& line) {
+  if (options_.progress == nullptr || line.last_step <= 0) return;
+  std::optional<double> eta;
+  if (steps_timed_ > 0) {
+    eta = seconds_timed_ / static_cast<double>(steps_timed_) *
+          static_cast<double>(std::max<int64_t>(line.last_step - line.step, 0));
+  }
+  *options_.progress << "\r" << FormatProgressBar(line, eta) << std::flush;
+  progress_drawn_ = true;
+}
+
+void StepLinePrinter::ClearProgress() {
+  if (!progress_drawn_) return;
+  *options_.progress << "\r\033[K" << std::flush;
+  progress_drawn_ = false;
+}
+
 absl::Status StepReporter::BeginSegment(const plan::Fetch& loss, int micro_batches_per_step,
                                         int64_t first_step) {
   absl::StatusOr<StepLossCollector> collector =
@@ -74,33 +130,12 @@ void StepReporter::Print(const FinishedStep& step) {
     line.tokens_per_second = static_cast<double>(*options_.tokens_per_step) / step.seconds;
   }
   losses_.push_back(line.loss);
-  ClearProgress();
-  *options_.out << (options_.json ? FormatStepLineJson(line) : FormatStepLineText(line)) << "\n";
-  options_.out->flush();
-  DrawProgress();
-}
-
-void StepReporter::DrawProgress() {
-  if (options_.progress == nullptr || options_.last_step <= 0 || losses_.empty()) return;
-  const int64_t done = first_step_ + collector_->steps_done();
-  const int filled = static_cast<int>(kProgressWidth * done / options_.last_step);
-  std::string bar(filled, '#');
-  bar.resize(kProgressWidth, '.');
-  *options_.progress << absl::StrFormat("\r[%s] %d/%d steps  loss %.5f", bar, done,
-                                        options_.last_step, losses_.back())
-                     << std::flush;
-  progress_drawn_ = true;
-}
-
-void StepReporter::ClearProgress() {
-  if (!progress_drawn_) return;
-  *options_.progress << "\r\033[K" << std::flush;
-  progress_drawn_ = false;
+  printer_.Print(line);
 }
 
 absl::Status StepReporter::EndSegment(int64_t steps) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ClearProgress();
+  printer_.ClearProgress();
   const int64_t done = collector_.has_value() ? collector_->steps_done() : 0;
   if (done < steps) {
     return absl::FailedPreconditionError(

@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,46 @@ std::string FormatStepLineText(const StepLine& line);
 // tokens_per_second null when unset, a non-finite loss as null.
 std::string FormatStepLineJson(const StepLine& line);
 
+// "[#########.....] 12/20 steps  loss 0.12345  tokens/s 12020  ETA 1m05s", without a newline;
+// tokens/s only when known, the ETA only when `eta` is set.
+std::string FormatProgressBar(const StepLine& line, std::optional<double> eta_seconds);
+// "45s", "12m05s", "3h02m".
+std::string FormatEta(double seconds);
+
+// Prints step lines (text or JSON) and, on a terminal, a progress bar under them that shows the
+// step, the loss, tokens/s and the ETA (the mean step time so far times the steps left). Used by
+// `loomctl run` (through StepReporter) and by `loomctl submit --watch` for a daemon's step events.
+// Not thread-safe.
+class StepLinePrinter {
+ public:
+  struct Options {
+    bool json = false;
+    // Not null: where the lines go.
+    std::ostream* out = nullptr;
+    // Null: no progress bar. Else a terminal: the bar is redrawn in place on it after each step.
+    std::ostream* progress = nullptr;
+  };
+
+  explicit StepLinePrinter(Options options) : options_(std::move(options)) {}
+
+  // Clears the bar, prints the line (flushed), redraws the bar.
+  void Print(const StepLine& line);
+  // Prints a line that is not a step (e.g. a job's state change) to `out`, above the bar.
+  void PrintOther(const std::string& text);
+  // Clears the bar.
+  void ClearProgress();
+
+ private:
+  void DrawProgress(const StepLine& line);
+
+  const Options options_;
+  bool progress_drawn_ = false;
+  std::optional<StepLine> last_line_;
+  // The steps printed and the sum of their times, for the ETA.
+  int64_t steps_timed_ = 0;
+  double seconds_timed_ = 0;
+};
+
 // Prints a line per training step as soon as the step's loss pieces have reached every sink,
 // from the sinks' callbacks (Callback()), and draws a progress bar. A run may be made of
 // segments (one compiled plan each, the state carried over by checkpoints); steps are numbered
@@ -54,7 +95,8 @@ class StepReporter {
     std::ostream* progress = nullptr;
   };
 
-  explicit StepReporter(Options options) : options_(std::move(options)) {}
+  explicit StepReporter(Options options)
+      : options_(options), printer_({options.json, options.out, options.progress}) {}
 
   // Starts a segment: its plan's fetch of the loss, its pieces per step (Plan.num_micro_batches,
   // 0 meaning 1), and the steps taken before it. The step clock starts here. INVALID_ARGUMENT when
@@ -74,8 +116,6 @@ class StepReporter {
 
  private:
   void Print(const FinishedStep& step);  // with mutex_ held
-  void DrawProgress();                   // with mutex_ held
-  void ClearProgress();                  // with mutex_ held
 
   const Options options_;
   mutable std::mutex mutex_;
@@ -84,7 +124,7 @@ class StepReporter {
   int64_t first_step_ = 0;
   // The whole run.
   std::vector<double> losses_;
-  bool progress_drawn_ = false;
+  StepLinePrinter printer_;
 };
 
 }  // namespace loom::loomctl

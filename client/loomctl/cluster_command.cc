@@ -1,0 +1,202 @@
+#include "client/loomctl/cluster_command.h"
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/loomctl/cluster_state.h"
+#include "client/loomctl/job_summary.h"
+#include "client/loomctl/local_cluster.h"
+#include "client/loomctl/local_process.h"
+
+namespace loom::loomctl {
+namespace {
+
+constexpr char kUpCommand[] = "loomctl cluster up";
+constexpr char kDownCommand[] = "loomctl cluster down";
+
+std::string ClusterHelp() {
+  return absl::StrCat(
+      "usage: loomctl cluster up|down [flags]\n\n"
+      "A cluster of loomd processes on this machine, for development and tests.\n\n"
+      "commands:\n"
+      "  up    start N daemons on free ports and wait until every node is ready\n"
+      "  down  stop the daemons 'up' started\n\n"
+      "Run 'loomctl cluster up --help' or 'loomctl cluster down --help' for their flags.\n");
+}
+
+// The loomd next to this loomctl.
+std::string DefaultLoomd() {
+  const std::string self = CurrentExecutablePath();
+  if (self.empty()) return "loomd";
+  return (std::filesystem::path(self).parent_path() / "loomd").string();
+}
+
+absl::StatusOr<int> PositiveFlag(const char* command, const ParsedArguments& arguments,
+                                 const std::string& flag) {
+  int value = 0;
+  const std::string text = arguments.Value(flag);
+  if (!absl::SimpleAtoi(text, &value) || value < 1) {
+    return UsageError(command,
+                      absl::StrCat("--", flag, " must be a whole number >= 1, not '", text, "'"));
+  }
+  return value;
+}
+
+absl::StatusOr<absl::Duration> TimeoutFlag(const char* command, const ParsedArguments& arguments) {
+  absl::Duration timeout;
+  const std::string text = arguments.Value("timeout");
+  if (!absl::ParseDuration(text, &timeout) || timeout <= absl::ZeroDuration()) {
+    return UsageError(
+        command, absl::StrCat("--timeout must be a duration > 0 (e.g. 30s, 2m), not '", text, "'"));
+  }
+  return timeout;
+}
+
+int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = ClusterUpArgumentSpec();
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  SetLogVerbosity(parsed->Switch("verbose"));
+  LocalClusterOptions options;
+  for (auto [flag, target] :
+       {std::pair<const char*, int*>{"nodes", &options.nodes},
+        std::pair<const char*, int*>{"devices-per-node", &options.devices_per_node}}) {
+    absl::StatusOr<int> value = PositiveFlag(kUpCommand, *parsed, flag);
+    if (!value.ok()) {
+      error << value.status().message() << "\n";
+      return kExitUsage;
+    }
+    *target = *value;
+  }
+  absl::StatusOr<absl::Duration> timeout = TimeoutFlag(kUpCommand, *parsed);
+  if (!timeout.ok()) {
+    error << timeout.status().message() << "\n";
+    return kExitUsage;
+  }
+  options.timeout = *timeout;
+  options.state_directory = parsed->Value("state-dir");
+  options.loomd = parsed->Has("loomd") ? parsed->Value("loomd") : DefaultLoomd();
+  options.memory_budget_per_device = parsed->Value("memory-budget-per-device");
+  options.host = parsed->Value("host");
+
+  absl::StatusOr<ClusterState> state = StartLocalCluster(options, error);
+  if (!state.ok()) {
+    error << kUpCommand << ": " << state.status().message() << "\n";
+    return kExitFailure;
+  }
+  error << "cluster of " << state->nodes.size() << (state->nodes.size() == 1 ? " node" : " nodes")
+        << " ready; state in " << ClusterStatePath(options.state_directory)
+        << "; stop it with 'loomctl cluster down"
+        << (parsed->Has("state-dir") ? absl::StrCat(" --state-dir ", options.state_directory) : "")
+        << "'\n";
+  // stdout: the coordinator's address alone, for scripts.
+  out << state->coordinator << "\n";
+  out.flush();
+  return kExitSuccess;
+}
+
+int RunDown(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = ClusterDownArgumentSpec();
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  absl::StatusOr<absl::Duration> timeout = TimeoutFlag(kDownCommand, *parsed);
+  if (!timeout.ok()) {
+    error << timeout.status().message() << "\n";
+    return kExitUsage;
+  }
+  const std::string directory = parsed->Value("state-dir");
+  absl::Status stopped = StopLocalCluster(directory, *timeout, out);
+  if (absl::IsNotFound(stopped)) {
+    error << kDownCommand << ": " << stopped.message() << "; nothing to stop\n";
+    return kExitSuccess;
+  }
+  if (!stopped.ok()) {
+    error << kDownCommand << ": " << stopped.message() << "\n";
+    return kExitFailure;
+  }
+  out << "cluster stopped; removed " << ClusterStatePath(directory) << "\n";
+  return kExitSuccess;
+}
+
+int RunCluster(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  if (arguments.empty()) {
+    error << ClusterHelp();
+    return kExitUsage;
+  }
+  const std::vector<std::string> rest(arguments.begin() + 1, arguments.end());
+  if (arguments[0] == "up") return RunUp(rest, out, error);
+  if (arguments[0] == "down") return RunDown(rest, out, error);
+  if (arguments[0] == "--help" || arguments[0] == "-h" || arguments[0] == "help") {
+    out << ClusterHelp();
+    return kExitSuccess;
+  }
+  error << "loomctl cluster: unknown command '" << arguments[0]
+        << "'; commands are up, down (see 'loomctl cluster --help')\n";
+  return kExitUsage;
+}
+
+}  // namespace
+
+Subcommand ClusterSubcommand() {
+  return Subcommand{"cluster",
+                    "start ('cluster up') or stop ('cluster down') loomds on this machine",
+                    RunCluster};
+}
+
+ArgumentSpec ClusterUpArgumentSpec() {
+  ArgumentSpec spec(
+      kUpCommand,
+      "Starts a cluster of loomd processes on this machine: node 0 is the coordinator\n"
+      "(--node-rank 0), nodes 1..N-1 join it (--coordinator ADDRESS --node-rank I). Each listens\n"
+      "on a free port of --host, has --devices cpu:K, a data directory STATE_DIR/nodeI/ and a log\n"
+      "STATE_DIR/nodeI.log. Waits until the coordinator is SERVING and lists every node READY,\n"
+      "then writes STATE_DIR/cluster.json (pids, addresses, logs) and prints the coordinator's\n"
+      "address on stdout. The other loomctl commands then default to that coordinator (when\n"
+      "STATE_DIR is the default one). Refused while a cluster from the same STATE_DIR runs.\n"
+      "On failure, prints the end of the failing daemon's log and stops the others.\n\n"
+      "Exit codes: 0 the cluster is ready; 1 it could not be started; 2 usage error.");
+  spec.AddFlag("nodes", "N", "1", "the number of daemons (nodes)")
+      .AddFlag("devices-per-node", "K", "1", "CPU devices per node (loomd --devices cpu:K)")
+      .AddFlag("state-dir", "DIR", DefaultClusterStateDirectory(),
+               "where the state file, the logs and the data directories go")
+      .AddFlag("loomd", "PATH", "", "the loomd binary (default: the loomd next to loomctl)")
+      .AddFlag("memory-budget-per-device", "BYTES", "",
+               "passed to every loomd (e.g. 4GiB; default: loomd's)")
+      .AddFlag("host", "HOST", "127.0.0.1", "the address every daemon listens on")
+      .AddFlag("timeout", "DURATION", "60s",
+               "how long the daemons may take to start and report every node ready")
+      .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  return spec;
+}
+
+ArgumentSpec ClusterDownArgumentSpec() {
+  ArgumentSpec spec(
+      kDownCommand,
+      "Stops the cluster 'loomctl cluster up' started from STATE_DIR: SIGTERM to every daemon\n"
+      "(each finishes or cancels its running job within its --shutdown-grace), waits up to\n"
+      "--timeout, SIGKILL to the ones still running, then removes STATE_DIR/cluster.json. Says\n"
+      "what happened to each daemon. No recorded cluster: nothing to do (exit 0).\n\n"
+      "Exit codes: 0 stopped (or nothing to stop); 1 a daemon survived SIGKILL or the state\n"
+      "could not be removed; 2 usage error.");
+  spec.AddFlag("state-dir", "DIR", DefaultClusterStateDirectory(),
+               "the state directory 'cluster up' used")
+      .AddFlag("timeout", "DURATION", "30s", "how long the daemons get after SIGTERM");
+  return spec;
+}
+
+}  // namespace loom::loomctl

@@ -1,0 +1,289 @@
+#include "client/loomctl/cluster_commands.h"
+
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/loomctl/cluster_connection.h"
+#include "client/loomctl/cluster_tables.h"
+#include "client/loomctl/job_watch.h"
+#include "google/protobuf/text_format.h"
+
+namespace loom::loomctl {
+namespace {
+
+// A parsed cluster command, or the exit code when it should not run (help, usage error).
+struct Invocation {
+  std::optional<int> exit_code;
+  ParsedArguments arguments;
+  ClusterCommandOptions options;
+};
+
+Invocation Parse(const ArgumentSpec& spec, const std::vector<std::string>& arguments,
+                 std::ostream& out, std::ostream& error) {
+  Invocation invocation;
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    invocation.exit_code = kExitUsage;
+    return invocation;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    invocation.exit_code = kExitSuccess;
+    return invocation;
+  }
+  absl::StatusOr<ClusterCommandOptions> options =
+      ClusterOptionsFrom(spec.command().c_str(), *parsed);
+  if (!options.ok()) {
+    error << options.status().message() << "\n";
+    invocation.exit_code = kExitUsage;
+    return invocation;
+  }
+  invocation.arguments = std::move(*parsed);
+  invocation.options = std::move(*options);
+  return invocation;
+}
+
+bool Json(const Invocation& invocation) { return invocation.options.output == OutputFormat::kJson; }
+
+ArgumentSpec WithClusterFlags(ArgumentSpec spec) {
+  AddClusterFlags(spec);
+  return spec;
+}
+
+// --- status ---
+
+ArgumentSpec StatusSpec() {
+  ArgumentSpec spec(
+      "loomctl status",
+      "Shows a job: its state (with its place in the queue when pending), steps done,\n"
+      "last loss, devices, submit/start/end times and, when it failed or was\n"
+      "cancelled, its error. --output json: the JobInfo message.");
+  spec.AddPositional("JOB_ID", "the job's id (from 'loomctl submit' or 'loomctl jobs')");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunStatus(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = StatusSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  absl::StatusOr<v1::JobInfo> job = client->GetJob(invocation.arguments.positionals()[0]);
+  if (!job.ok()) return ReportRpcError(command, job.status(), error);
+  out << (Json(invocation) ? MessageToJsonLine(*job) : FormatJobStatus(*job));
+  return kExitSuccess;
+}
+
+// --- jobs ---
+
+ArgumentSpec JobsSpec() {
+  ArgumentSpec spec("loomctl jobs",
+                    "Lists the jobs the daemon remembers (queued, running and the most recent\n"
+                    "finished ones), oldest first. --output json: the ListJobsResponse message.");
+  spec.AddFlag("state", "S[,S...]", "",
+               "only jobs in these states: pending, compiling, launching, running, succeeded, "
+               "failed, cancelled");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunJobs(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = JobsSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::vector<v1::JobState> states;
+  if (invocation.arguments.Has("state")) {
+    for (absl::string_view name : absl::StrSplit(invocation.arguments.Value("state"), ',')) {
+      absl::StatusOr<v1::JobState> state = ParseJobState(std::string(name));
+      if (!state.ok()) {
+        error << UsageError(command, absl::StrCat("--state: ", state.status().message())).message()
+              << "\n";
+        return kExitUsage;
+      }
+      states.push_back(*state);
+    }
+  }
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  absl::StatusOr<std::vector<v1::JobInfo>> jobs = client->ListJobs(states);
+  if (!jobs.ok()) return ReportRpcError(command, jobs.status(), error);
+  if (Json(invocation)) {
+    v1::ListJobsResponse response;
+    for (const v1::JobInfo& job : *jobs) *response.add_jobs() = job;
+    out << MessageToJsonLine(response);
+  } else {
+    out << FormatJobTable(*jobs);
+  }
+  return kExitSuccess;
+}
+
+// --- cancel ---
+
+ArgumentSpec CancelSpec() {
+  ArgumentSpec spec(
+      "loomctl cancel",
+      "Cancels a job: a pending one never runs, a running one is aborted on every node. Returns\n"
+      "once the job has ended. Cancelling a cancelled job succeeds again; cancelling a job that\n"
+      "already succeeded or failed is refused (FAILED_PRECONDITION, exit code 4).\n"
+      "--output json: the job's JobInfo after the cancel.");
+  spec.AddPositional("JOB_ID", "the job's id")
+      .AddFlag("reason", "TEXT", "",
+               "recorded in the job's error (\"cancelled by the client: TEXT\")");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunCancel(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = CancelSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  absl::StatusOr<v1::JobInfo> job = client->CancelJob(invocation.arguments.positionals()[0],
+                                                      invocation.arguments.Value("reason"));
+  if (!job.ok()) return ReportRpcError(command, job.status(), error);
+  if (Json(invocation)) {
+    out << MessageToJsonLine(*job);
+  } else {
+    out << job->job_id() << ": " << JobStateName(job->state());
+    if (job->has_error() && !job->error().message().empty())
+      out << " (" << job->error().message() << ")";
+    out << "\n";
+  }
+  return kExitSuccess;
+}
+
+// --- watch ---
+
+ArgumentSpec WatchSpec() {
+  ArgumentSpec spec(
+      "loomctl watch",
+      "Follows a submitted job until it ends, as 'loomctl submit --watch' does: first the\n"
+      "events the daemon still holds, then live ones. The exit code says how the job ended:\n"
+      "0 succeeded, 1 failed, 3 cancelled (its error on stderr).");
+  spec.AddPositional("JOB_ID", "the job's id");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunWatch(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = WatchSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  return WatchJobAndReport(command, *client, invocation.arguments.positionals()[0],
+                           invocation.options.output, out, error);
+}
+
+// --- nodes ---
+
+ArgumentSpec NodesSpec() {
+  ArgumentSpec spec("loomctl nodes",
+                    "Lists the cluster's nodes, the coordinator first: name, address, state\n"
+                    "(READY, MISSING, DRAINING), role, devices and their memory budget, the job\n"
+                    "running on it, loomd version. --output json: the ListNodesResponse message.");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunNodes(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = NodesSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  absl::StatusOr<std::vector<v1::NodeInfo>> nodes = client->ListNodes();
+  if (!nodes.ok()) return ReportRpcError(command, nodes.status(), error);
+  if (Json(invocation)) {
+    v1::ListNodesResponse response;
+    for (const v1::NodeInfo& node : *nodes) *response.add_nodes() = node;
+    out << MessageToJsonLine(response);
+  } else {
+    out << FormatNodeTable(*nodes);
+  }
+  return kExitSuccess;
+}
+
+// --- plan ---
+
+ArgumentSpec PlanSpec() {
+  ArgumentSpec spec(
+      "loomctl plan",
+      "Prints the physical plan a job was compiled into, in protobuf text format (the format\n"
+      "'loomctl run-plan' reads), or with --output json as JSON: the whole plan, or with --node N\n"
+      "node N's part of it.");
+  spec.AddPositional("JOB_ID", "the job's id")
+      .AddFlag("node", "N", "", "only node N's plan (0-based, as in 'loomctl nodes')");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunPlan(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = PlanSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::optional<int> node;
+  if (invocation.arguments.Has("node")) {
+    int index = 0;
+    if (!absl::SimpleAtoi(invocation.arguments.Value("node"), &index) || index < 0) {
+      error << UsageError(command, absl::StrCat("--node must be a node index >= 0, not '",
+                                                invocation.arguments.Value("node"), "'"))
+                   .message()
+            << "\n";
+      return kExitUsage;
+    }
+    node = index;
+  }
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  const std::string& job_id = invocation.arguments.positionals()[0];
+  absl::StatusOr<v1::GetPlanResponse> plans = client->GetPlan(job_id);
+  if (!plans.ok()) return ReportRpcError(command, plans.status(), error);
+  const plan::Plan* plan = &plans->plan();
+  if (node.has_value()) {
+    if (*node >= plans->node_plans_size()) {
+      error << command << ": job " << job_id << " has no node " << *node << ": its plan spans "
+            << plans->node_plans_size() << (plans->node_plans_size() == 1 ? " node" : " nodes")
+            << "\n";
+      return kExitUsage;
+    }
+    plan = &plans->node_plans(*node);
+  }
+  if (Json(invocation)) {
+    out << MessageToJsonLine(*plan);
+  } else {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(*plan, &text);
+    out << text;
+  }
+  return kExitSuccess;
+}
+
+}  // namespace
+
+Subcommand StatusSubcommand() {
+  return Subcommand{"status", "show a job's state, progress and error", RunStatus};
+}
+Subcommand JobsSubcommand() {
+  return Subcommand{"jobs", "list the cluster's jobs (--state to filter)", RunJobs};
+}
+Subcommand CancelSubcommand() {
+  return Subcommand{"cancel", "cancel a pending or running job", RunCancel};
+}
+Subcommand WatchSubcommand() {
+  return Subcommand{"watch", "follow a submitted job until it ends", RunWatch};
+}
+Subcommand NodesSubcommand() {
+  return Subcommand{"nodes", "list the cluster's nodes and their devices", RunNodes};
+}
+Subcommand PlanSubcommand() {
+  return Subcommand{"plan", "print the plan a job was compiled into (whole or one node's)",
+                    RunPlan};
+}
+
+}  // namespace loom::loomctl

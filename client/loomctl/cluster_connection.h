@@ -1,0 +1,55 @@
+#ifndef LOOM_CLIENT_LOOMCTL_CLUSTER_CONNECTION_H_
+#define LOOM_CLIENT_LOOMCTL_CLUSTER_CONNECTION_H_
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/cluster_client.h"
+#include "client/loomctl/arguments.h"
+#include "client/loomctl/job_summary.h"
+
+namespace loom::loomctl {
+
+// What every command that talks to a cluster shares: where the coordinator is, the output format
+// and the deadline of each call.
+struct ClusterCommandOptions {
+  std::string coordinator;
+  OutputFormat output = OutputFormat::kText;
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// The address used when --coordinator is not given and no local cluster is recorded.
+inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
+
+// Adds --coordinator, --output and --timeout to `spec`.
+void AddClusterFlags(ArgumentSpec& spec);
+// Reads them. The coordinator defaults to the one `loomctl cluster up` recorded in the default
+// state directory (DefaultClusterStateDirectory), else kDefaultCoordinator. INVALID_ARGUMENT
+// naming the flag on a bad value.
+absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
+                                                         const ParsedArguments& arguments);
+// The coordinator address when --coordinator is not given: the state file's in
+// `state_directory`, else kDefaultCoordinator.
+std::string DefaultCoordinator(const std::string& state_directory);
+
+// Connects to options.coordinator. On failure writes "COMMAND: MESSAGE" to `error`.
+std::unique_ptr<ClusterClient> ConnectOrReport(const char* command,
+                                               const ClusterCommandOptions& options,
+                                               std::ostream& error);
+
+// Writes "COMMAND: CODE: MESSAGE" to `error` and returns the exit code of a failed call:
+// kExitUnreachable for UNAVAILABLE and DEADLINE_EXCEEDED, else kExitRequestRefused.
+int ReportRpcError(const char* command, const absl::Status& status, std::ostream& error);
+int ExitCodeOfRpcError(const absl::Status& status);
+
+// A protobuf message as one line of JSON (proto3 JSON mapping with the .proto's field names;
+// every field, also the ones at their default; enums by name), ending with a newline.
+std::string MessageToJsonLine(const google::protobuf::Message& message);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_CLUSTER_CONNECTION_H_

@@ -1,0 +1,51 @@
+#ifndef LOOM_CLIENT_LOOMCTL_CLUSTER_STATE_H_
+#define LOOM_CLIENT_LOOMCTL_CLUSTER_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace loom::loomctl {
+
+// What `loomctl cluster up` records of the local cluster it started, in
+// STATE_DIR/cluster.json, for `loomctl cluster down` and as the default --coordinator:
+//
+//   {"coordinator":"127.0.0.1:40123","loomd":"/.../loomd","nodes":[{"rank":0,"name":"node0",
+//    "pid":4242,"start_ticks":123456,"address":"127.0.0.1:40123","log":"STATE_DIR/node0.log",
+//    "data_dir":"STATE_DIR/node0"}, ...]}
+struct ClusterNodeRecord {
+  int rank = 0;
+  std::string name;
+  int64_t pid = 0;
+  // The process's start time (/proc/PID/stat, clock ticks since boot): tells the daemon from a
+  // later process that got the same pid.
+  uint64_t start_ticks = 0;
+  std::string address;
+  std::string log;
+  std::string data_dir;
+};
+
+struct ClusterState {
+  std::string coordinator;
+  std::string loomd;
+  std::vector<ClusterNodeRecord> nodes;
+};
+
+// $XDG_RUNTIME_DIR/loom-cluster when XDG_RUNTIME_DIR is set, else /tmp/loom-cluster-<uid>.
+std::string DefaultClusterStateDirectory();
+// STATE_DIR/cluster.json.
+std::string ClusterStatePath(const std::string& state_directory);
+
+// NOT_FOUND when no state file exists; INVALID_ARGUMENT naming the file when it does not parse.
+absl::StatusOr<ClusterState> ReadClusterState(const std::string& state_directory);
+// Writes the file atomically (a temporary file renamed over it).
+absl::Status WriteClusterState(const std::string& state_directory, const ClusterState& state);
+std::string ClusterStateToJson(const ClusterState& state);
+absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json);
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_CLUSTER_STATE_H_

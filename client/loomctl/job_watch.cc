@@ -1,0 +1,94 @@
+#include "client/loomctl/job_watch.h"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/loomctl/arguments.h"
+#include "client/loomctl/cluster_connection.h"
+
+namespace loom::loomctl {
+
+std::string FormatJobError(const v1::JobError& error) {
+  return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(error.code())), ": ",
+                      error.message());
+}
+
+JobEventPrinter::JobEventPrinter(OutputFormat output, std::ostream* out, std::ostream* progress)
+    : output_(output),
+      out_(out),
+      printer_({output == OutputFormat::kJson, out,
+                output == OutputFormat::kJson ? nullptr : progress}) {}
+
+void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
+  if (event.has_state_change()) {
+    last_state_ = event.state_change().state();
+    last_error_ = event.state_change().error();
+  }
+  if (event.has_step()) last_step_ = event.step();
+  if (output_ == OutputFormat::kJson) {
+    *out_ << MessageToJsonLine(event);
+    out_->flush();
+    return;
+  }
+  if (event.has_step()) {
+    const v1::StepEvent& step = event.step();
+    StepLine line;
+    line.step = step.step();
+    line.last_step = step.num_steps();
+    line.loss = step.loss();
+    line.step_time_ms = step.step_time_seconds() * 1000.0;
+    if (step.has_tokens_per_second()) line.tokens_per_second = step.tokens_per_second();
+    printer_.Print(line);
+  } else if (event.has_state_change()) {
+    std::string text = absl::StrCat(event.job_id(), ": ", JobStateName(last_state_));
+    if (last_state_ == v1::JOB_STATE_SUCCEEDED && last_step_.has_value()) {
+      absl::StrAppendFormat(&text, " (%d steps, last loss %.5f)", last_step_->step(),
+                            last_step_->loss());
+    }
+    printer_.PrintOther(text);
+  }
+}
+
+void JobEventPrinter::Finish() { printer_.ClearProgress(); }
+
+int WatchJobAndReport(const char* command, ClusterClient& client, const std::string& job_id,
+                      OutputFormat output, std::ostream& out, std::ostream& error) {
+  // The bar is for a person watching a terminal: never into a captured stream.
+  std::ostream* progress = (&error == &std::cerr && isatty(STDERR_FILENO)) ? &error : nullptr;
+  JobEventPrinter printer(output, &out, progress);
+  absl::Status watched =
+      client.WatchJob(job_id, [&printer](const v1::JobEvent& event) { printer.OnEvent(event); });
+  printer.Finish();
+  if (!watched.ok()) return ReportRpcError(command, watched, error);
+
+  v1::JobState state = printer.last_state();
+  v1::JobError job_error = printer.last_error();
+  if (!IsTerminal(state)) {
+    // The stream ended without the terminal event (a daemon that dropped events): ask.
+    absl::StatusOr<v1::JobInfo> info = client.GetJob(job_id);
+    if (!info.ok()) return ReportRpcError(command, info.status(), error);
+    state = info->state();
+    job_error = info->error();
+  }
+  switch (state) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return kExitSuccess;
+    case v1::JOB_STATE_CANCELLED:
+      error << command << ": job " << job_id << " was cancelled: " << FormatJobError(job_error)
+            << "\n";
+      return kExitJobCancelled;
+    case v1::JOB_STATE_FAILED:
+      error << command << ": job " << job_id << " failed: " << FormatJobError(job_error) << "\n";
+      return kExitFailure;
+    default:
+      error << command << ": the watch of job " << job_id << " ended while the job is "
+            << JobStateName(state) << "\n";
+      return kExitUnreachable;
+  }
+}
+
+}  // namespace loom::loomctl

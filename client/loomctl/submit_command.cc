@@ -1,0 +1,96 @@
+#include "client/loomctl/submit_command.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/loomctl/cluster_connection.h"
+#include "client/loomctl/job_summary.h"
+#include "client/loomctl/job_watch.h"
+#include "compiler/compiler.h"
+
+namespace loom::loomctl {
+namespace {
+
+constexpr char kCommand[] = "loomctl submit";
+
+int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = SubmitArgumentSpec();
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    return kExitSuccess;
+  }
+  absl::StatusOr<ClusterCommandOptions> options = ClusterOptionsFrom(kCommand, *parsed);
+  if (!options.ok()) {
+    error << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  int64_t steps = 0;
+  if (parsed->Has("steps") && (!absl::SimpleAtoi(parsed->Value("steps"), &steps) || steps < 1)) {
+    error << UsageError(kCommand, absl::StrCat("--steps must be a whole number >= 1, not '",
+                                               parsed->Value("steps"), "'"))
+                 .message()
+          << "\n";
+    return kExitUsage;
+  }
+
+  const std::string& path = parsed->positionals().at(0);
+  absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
+  if (!job.ok()) {
+    error << kCommand << ": " << job.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (steps > 0) job->set_num_steps(steps);
+
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(kCommand, *options, error);
+  if (client == nullptr) return kExitUnreachable;
+  absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job);
+  if (!submitted.ok()) {
+    return ReportRpcError(
+        kCommand,
+        absl::Status(submitted.status().code(), absl::StrCat("job '", job->name(), "' from ", path,
+                                                             ": ", submitted.status().message())),
+        error);
+  }
+  if (options->output == OutputFormat::kJson) {
+    out << MessageToJsonLine(*submitted);
+  } else {
+    out << submitted->job_id() << "\n";
+  }
+  out.flush();
+  if (!parsed->Switch("watch")) return kExitSuccess;
+  return WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output, out, error);
+}
+
+}  // namespace
+
+Subcommand SubmitSubcommand() {
+  return Subcommand{"submit", "submit a job to the cluster; --watch follows it to its end",
+                    RunSubmit};
+}
+
+ArgumentSpec SubmitArgumentSpec() {
+  ArgumentSpec spec(
+      kCommand,
+      "Reads a job file (as 'loomctl run' does) and submits it to the coordinator, which\n"
+      "compiles it for the cluster's devices and queues it. Prints the job's id (--output json:\n"
+      "its JobInfo as one JSON object).\n\n"
+      "--watch then follows the job until it ends: a line per state change and per training\n"
+      "step (step, loss, step time, tokens/s), with a progress bar (step, loss, tokens/s, ETA)\n"
+      "on stderr when it is a terminal; --output json prints every event as one JSON object\n"
+      "per line. When the job fails or is cancelled, its error goes to stderr. Ctrl-C stops\n"
+      "watching; the job goes on ('loomctl cancel JOB_ID' stops it).\n\n"
+      "Exit codes: 0 submitted (with --watch: the job succeeded); 1 the job failed; 2 usage\n"
+      "error or the job file cannot be read; 3 the job was cancelled; 4 the daemon refused the\n"
+      "job (e.g. INVALID_ARGUMENT naming the op); 5 no daemon answered or the connection broke.");
+  spec.AddPositional("JOB", "the job: protobuf text format (.pbtxt), JSON (.json) or binary (.pb)")
+      .AddSwitch("watch", "follow the job until it ends; the exit code says how it ended")
+      .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)");
+  AddClusterFlags(spec);
+  return spec;
+}
+
+}  // namespace loom::loomctl

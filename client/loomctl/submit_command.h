@@ -1,0 +1,21 @@
+#ifndef LOOM_CLIENT_LOOMCTL_SUBMIT_COMMAND_H_
+#define LOOM_CLIENT_LOOMCTL_SUBMIT_COMMAND_H_
+
+#include "client/loomctl/arguments.h"
+
+namespace loom::loomctl {
+
+// `loomctl submit JOB [--watch] [flags]`: reads a job file as `loomctl run` does (text, JSON or
+// binary), submits it to the coordinator and prints its id (--output json: its JobInfo). With
+// --watch, follows it to its end (WatchJobAndReport).
+//
+// Exit codes: 0 submitted (with --watch: the job SUCCEEDED); 1 the job FAILED; 2 usage error or
+// an unreadable job file; 3 the job was CANCELLED; 4 the daemon refused the job (its status on
+// stderr: INVALID_ARGUMENT naming the op, RESOURCE_EXHAUSTED, ...); 5 no daemon answered or the
+// connection broke.
+Subcommand SubmitSubcommand();
+ArgumentSpec SubmitArgumentSpec();
+
+}  // namespace loom::loomctl
+
+#endif  // LOOM_CLIENT_LOOMCTL_SUBMIT_COMMAND_H_

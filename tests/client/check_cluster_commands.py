@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""loomctl's cluster commands end to end against a real loomd binary.
+
+check_cluster_commands.py LOOMCTL LOOMD
+
+Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
+then runs submit --watch (text and JSON), a failing job, a rejected job, status, jobs, cancel,
+nodes, plan and the unreachable-daemon case, checking exit codes, stderr and that every --output
+json line parses. Run from the repository root (the job files are relative to it).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+LOOMCTL, LOOMD = sys.argv[1], sys.argv[2]
+TIMEOUT = 120
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL: " + message, file=sys.stderr)
+
+
+def loomctl(*arguments):
+    result = subprocess.run([LOOMCTL, *arguments], capture_output=True, text=True, timeout=TIMEOUT)
+    print("$ loomctl " + " ".join(arguments) + f"  -> {result.returncode}")
+    print(result.stdout[:2000], end="")
+    print(result.stderr, end="", file=sys.stderr)
+    return result
+
+
+def json_lines(text, what):
+    objects = []
+    for line in text.splitlines():
+        try:
+            objects.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            check(False, f"{what}: a line is not JSON ({error}): {line!r}")
+    return objects
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+daemon = subprocess.Popen([LOOMD, "--listen", "127.0.0.1:0", "--devices", "cpu:2",
+                           "--shutdown-grace", "0s"],
+                          stdout=subprocess.PIPE, text=True)
+try:
+    first_line = daemon.stdout.readline()
+    print(first_line, end="")
+    address = first_line.split("listening on ")[1].split()[0]
+    coordinator = ["--coordinator", address]
+
+    # submit --watch: the training job succeeds and prints its steps.
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "5",
+                     *coordinator)
+    check(result.returncode == 0, f"submit --watch exited {result.returncode}")
+    lines = result.stdout.splitlines()
+    check(lines and lines[0].startswith("job-"), "submit prints the job id first")
+    job_id = lines[0] if lines else ""
+    check(sum(line.startswith("step ") for line in lines) == 5, "five step lines")
+    check("step 5/5" in result.stdout, "the last step line says 5/5")
+    check(any(line.endswith("RUNNING") for line in lines), "a RUNNING line")
+    check(any("SUCCEEDED" in line for line in lines), "a SUCCEEDED line")
+
+    # The same with --output json: one object per line, the events of the job.
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "3",
+                     "--output", "json", *coordinator)
+    check(result.returncode == 0, f"submit --watch --output json exited {result.returncode}")
+    objects = json_lines(result.stdout, "submit --watch --output json")
+    check(objects and objects[0].get("state") == "JOB_STATE_PENDING", "first the JobInfo")
+    steps = [o["step"] for o in objects[1:] if "step" in o]
+    check([int(s["step"]) for s in steps] == [1, 2, 3], f"three step events: {steps}")
+    states = [o["state_change"]["state"] for o in objects[1:] if "state_change" in o]
+    check(states and states[-1] == "JOB_STATE_SUCCEEDED", f"ends SUCCEEDED: {states}")
+
+    # A job that fails while running: exit 1, its error on stderr.
+    result = loomctl("submit", "tests/client/jobs/allocation_failure.pbtxt", "--watch",
+                     *coordinator)
+    check(result.returncode == 1, f"a failing job exits 1, not {result.returncode}")
+    check("failed: RESOURCE_EXHAUSTED" in result.stderr, "the job's error on stderr")
+    check("cpu:0" in result.stderr, "the error names the device")
+
+    # A job the compiler rejects: exit 4, INVALID_ARGUMENT naming the op.
+    result = loomctl("submit", "tests/client/jobs/shape_mismatch.pbtxt", *coordinator)
+    check(result.returncode == 4, f"a rejected job exits 4, not {result.returncode}")
+    check("INVALID_ARGUMENT" in result.stderr and "op 'project'" in result.stderr,
+          "the rejection names the op")
+
+    # A job file that cannot be read: exit 2.
+    result = loomctl("submit", "no/such/job.pbtxt", *coordinator)
+    check(result.returncode == 2, f"an unreadable job file exits 2, not {result.returncode}")
+
+    # status, text and JSON.
+    result = loomctl("status", job_id, *coordinator)
+    check(result.returncode == 0 and "SUCCEEDED" in result.stdout, "status says SUCCEEDED")
+    result = loomctl("status", job_id, "--output", "json", *coordinator)
+    info = json_lines(result.stdout, "status --output json")
+    check(info and info[0]["job_id"] == job_id and info[0]["state"] == "JOB_STATE_SUCCEEDED",
+          "status --output json is the JobInfo")
+    check(info and int(info[0]["steps_done"]) == 5, "five steps done")
+    result = loomctl("status", "job-999", *coordinator)
+    check(result.returncode == 4 and "NOT_FOUND" in result.stderr, "an unknown job: NOT_FOUND, 4")
+
+    # jobs, with and without a filter.
+    result = loomctl("jobs", *coordinator)
+    check(result.returncode == 0 and job_id in result.stdout, "jobs lists the job")
+    result = loomctl("jobs", "--output", "json", "--state", "succeeded", *coordinator)
+    listed = json_lines(result.stdout, "jobs --output json")
+    ids = [job["job_id"] for job in listed[0]["jobs"]] if listed else []
+    check(len(ids) == 2 and job_id in ids, f"two jobs succeeded: {ids}")
+    result = loomctl("jobs", "--state", "finished", *coordinator)
+    check(result.returncode == 2 and "succeeded" in result.stderr, "a bad --state lists states")
+
+    # cancel: a finished job is FAILED_PRECONDITION; a running one is cancelled.
+    result = loomctl("cancel", job_id, *coordinator)
+    check(result.returncode == 4 and "FAILED_PRECONDITION" in result.stderr,
+          "cancelling a finished job: FAILED_PRECONDITION, 4")
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--steps", "100000",
+                     *coordinator)
+    long_job = result.stdout.strip()
+    result = loomctl("cancel", long_job, "--reason", "enough", "--output", "json", *coordinator)
+    cancelled = json_lines(result.stdout, "cancel --output json")
+    check(result.returncode == 0 and cancelled and
+          cancelled[0]["state"] == "JOB_STATE_CANCELLED", "cancel cancels")
+    check(cancelled and "enough" in cancelled[0]["error"]["message"], "the reason is recorded")
+    result = loomctl("watch", long_job, *coordinator)
+    check(result.returncode == 3 and "enough" in result.stderr,
+          f"watching a cancelled job exits 3, not {result.returncode}")
+
+    # nodes.
+    result = loomctl("nodes", *coordinator)
+    check(result.returncode == 0 and "coordinator" in result.stdout and "READY" in result.stdout,
+          "nodes shows the coordinator READY")
+    result = loomctl("nodes", "--output", "json", *coordinator)
+    nodes = json_lines(result.stdout, "nodes --output json")
+    check(nodes and len(nodes[0]["nodes"]) == 1 and len(nodes[0]["nodes"][0]["devices"]) == 2,
+          "one node with two devices")
+
+    # plan: text format, JSON, one node, a node that does not exist.
+    result = loomctl("plan", job_id, *coordinator)
+    check(result.returncode == 0 and "tasks {" in result.stdout, "plan prints the text format")
+    result = loomctl("plan", job_id, "--node", "0", "--output", "json", *coordinator)
+    plans = json_lines(result.stdout, "plan --output json")
+    check(result.returncode == 0 and plans and plans[0].get("tasks"), "the node's plan as JSON")
+    result = loomctl("plan", job_id, "--node", "7", *coordinator)
+    check(result.returncode == 2 and "no node 7" in result.stderr, "plan --node 7: exit 2")
+
+    # No daemon: exit 5, the address named.
+    nowhere = f"127.0.0.1:{free_port()}"
+    result = loomctl("jobs", "--coordinator", nowhere, "--timeout", "1s")
+    check(result.returncode == 5 and nowhere in result.stderr,
+          f"no daemon: exit 5 naming {nowhere}, not {result.returncode}")
+finally:
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+
+if failures:
+    print(f"{len(failures)} checks failed", file=sys.stderr)
+    sys.exit(1)
+print("all checks passed")

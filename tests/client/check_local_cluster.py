@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""loomctl cluster up / down end to end.
+
+check_local_cluster.py LOOMCTL STATE_DIR NODES
+
+Starts a local cluster of NODES loomds (the loomd next to loomctl) in STATE_DIR, checks that a
+second `up` is refused, that `loomctl nodes` lists NODES ready nodes and that a training job
+succeeds on it; then `down`: every daemon is gone and the state file removed. With one node it
+also checks that a daemon that cannot start fails `up` with the end of its log, leaving nothing
+running. Run from the repository root.
+"""
+import json
+import os
+import subprocess
+import sys
+
+LOOMCTL, STATE_DIRECTORY, NODES = sys.argv[1], sys.argv[2], int(sys.argv[3])
+STATE_FILE = os.path.join(STATE_DIRECTORY, "cluster.json")
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL: " + message, file=sys.stderr)
+
+
+def loomctl(*arguments):
+    result = subprocess.run([LOOMCTL, *arguments], capture_output=True, text=True, timeout=180)
+    print("$ loomctl " + " ".join(arguments) + f"  -> {result.returncode}")
+    print(result.stdout[:2000], end="")
+    print(result.stderr, end="", file=sys.stderr)
+    return result
+
+
+def running(pid, start_ticks):
+    """Whether the process runs: /proc/PID/stat exists, is no zombie, and started then."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[19]) == start_ticks
+
+
+state_flag = ["--state-dir", STATE_DIRECTORY]
+loomctl("cluster", "down", *state_flag)  # leftovers of an earlier run, if any
+
+result = loomctl("cluster", "up", "--nodes", str(NODES), "--devices-per-node", "2",
+                 "--timeout", "60s", *state_flag)
+if result.returncode != 0:
+    print(f"FAIL: cluster up exited {result.returncode}", file=sys.stderr)
+    sys.exit(1)
+address = result.stdout.strip()
+nodes = []
+try:
+    with open(STATE_FILE) as file:
+        state = json.load(file)
+    nodes = state["nodes"]
+    check(state["coordinator"] == address, "the state file records the printed coordinator")
+    check(len(nodes) == NODES, f"{NODES} nodes recorded")
+    check(all(running(node["pid"], node["start_ticks"]) for node in nodes), "every daemon runs")
+    check(all(os.path.exists(node["log"]) for node in nodes), "every daemon has its log")
+except (OSError, ValueError, KeyError) as error:
+    check(False, f"the state file {STATE_FILE}: {error}")
+
+try:
+    result = loomctl("cluster", "up", "--nodes", "1", *state_flag)
+    check(result.returncode == 1 and "still running" in result.stderr,
+          "a second up from the same state directory is refused")
+
+    result = loomctl("nodes", "--coordinator", address, "--output", "json")
+    listed = json.loads(result.stdout)["nodes"] if result.returncode == 0 else []
+    check(len(listed) == NODES, f"nodes lists {NODES}: {len(listed)}")
+    check(all(node["state"] == "NODE_STATE_READY" for node in listed), "every node is ready")
+
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "3",
+                     "--coordinator", address)
+    check(result.returncode == 0 and "step 3/3" in result.stdout, "a job runs on the cluster")
+finally:
+    result = loomctl("cluster", "down", *state_flag)
+check(result.returncode == 0, f"cluster down exited {result.returncode}")
+check(all(not running(node["pid"], node["start_ticks"]) for node in nodes),
+      "no daemon runs after down")
+check(not os.path.exists(STATE_FILE), "down removes the state file")
+
+result = loomctl("cluster", "down", *state_flag)
+check(result.returncode == 0 and "nothing to stop" in result.stderr, "a second down: nothing to do")
+
+if NODES == 1:
+    # A daemon that cannot start: up fails with the end of its log and leaves nothing behind.
+    result = loomctl("cluster", "up", "--memory-budget-per-device", "lots", *state_flag)
+    check(result.returncode == 1, f"up with a bad loomd flag exits 1, not {result.returncode}")
+    check("node0.log" in result.stderr and "memory-budget-per-device" in result.stderr,
+          "the failure shows the end of the daemon's log")
+    check(not os.path.exists(STATE_FILE), "no state file after a failed up")
+
+if failures:
+    print(f"{len(failures)} checks failed", file=sys.stderr)
+    sys.exit(1)
+print("all checks passed")
