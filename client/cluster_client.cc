@@ -8,11 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/raw_unary_call.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -242,31 +242,11 @@ absl::StatusOr<std::vector<v1::NodeInfo>> ClusterClient::ListNodes() {
 absl::Status ClusterClient::CheckHealth(const std::string& service) {
   // No generated code for grpc.health.v1 ships with gRPC's C++ packages: the two tiny messages
   // are encoded by hand.
-  grpc::GenericStub stub(channel_);
-  grpc::CompletionQueue queue;
-  grpc::Slice slice(HealthCheckRequestBytes(service));
-  grpc::ByteBuffer request(&slice, 1);
   std::unique_ptr<grpc::ClientContext> context = CallContext(options_.call_timeout);
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-      stub.PrepareUnaryCall(context.get(), "/grpc.health.v1.Health/Check", request, &queue);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  queue.Next(&tag, &ok);  // returns when the call ends: the context's deadline bounds it
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
-  }
-  if (!status.ok()) return FromGrpc(status, "Health.Check");
-  std::vector<grpc::Slice> slices;
   std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& part : slices) {
-      bytes.append(reinterpret_cast<const char*>(part.begin()), part.size());
-    }
-  }
+  grpc::Status status = RawUnaryCall(channel_, context.get(), "/grpc.health.v1.Health/Check",
+                                     HealthCheckRequestBytes(service), &bytes);
+  if (!status.ok()) return FromGrpc(status, "Health.Check");
   const int health = HealthCheckResponseStatus(bytes);
   if (health == 1) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("loomd at ", address_, " is ",

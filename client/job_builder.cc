@@ -84,9 +84,8 @@ std::string JobBuilder::Op(const std::string& type, const std::string& name,
   return outputs.front();
 }
 
-std::string JobBuilder::Matmul(const std::string& name, const std::string& a,
-                               const std::string& b, bool transpose_a, bool transpose_b,
-                               OpOptions options) {
+std::string JobBuilder::Matmul(const std::string& name, const std::string& a, const std::string& b,
+                               bool transpose_a, bool transpose_b, OpOptions options) {
   Attributes attributes;
   if (transpose_a) attributes["transpose_a"] = BoolAttribute(true);
   if (transpose_b) attributes["transpose_b"] = BoolAttribute(true);

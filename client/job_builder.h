@@ -51,9 +51,9 @@ class JobBuilder {
                     std::vector<std::string> sbp = {}, std::vector<std::string> placement = {});
 
   // A general op; `outputs` defaults to one output named like the op. Returns the first output.
-  std::string Op(const std::string& type, const std::string& name,
-                 std::vector<std::string> inputs, Attributes attributes = {},
-                 OpOptions options = {}, std::vector<std::string> outputs = {});
+  std::string Op(const std::string& type, const std::string& name, std::vector<std::string> inputs,
+                 Attributes attributes = {}, OpOptions options = {},
+                 std::vector<std::string> outputs = {});
 
   // Common ops.
   std::string Matmul(const std::string& name, const std::string& a, const std::string& b,

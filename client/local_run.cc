@@ -1,5 +1,7 @@
 #include "client/local_run.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "actors/actor_factory.h"
 #include "actors/sink_actor.h"
@@ -7,28 +9,19 @@
 
 namespace loom {
 
-absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
-                                              const KernelRegistry& kernels, JobOptions options) {
-  LocalRunResult result;
-  absl::StatusOr<std::unique_ptr<JobRuntime>> runtime =
-      JobRuntime::Create(plan, &kernels, MakeActorFactory(), std::move(options));
-  if (!runtime.ok()) return runtime.status();
-  result.runtime = std::move(*runtime);
-  if (absl::Status status = result.runtime->Run(); !status.ok()) return status;
+absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> AssembleFetches(
+    const plan::Plan& plan, const SinkPiecesSource& pieces_of) {
+  std::map<std::string, std::vector<HostTensor>> fetched;
   for (const plan::Fetch& fetch : plan.fetches()) {
     std::vector<const std::vector<HostTensor>*> per_rank;
     size_t steps = 0;
     for (const std::string& sink : fetch.sinks()) {
-      auto pieces = FetchedPieces(*result.runtime, sink);
+      absl::StatusOr<const std::vector<HostTensor>*> pieces = pieces_of(sink);
       if (!pieces.ok()) return pieces.status();
-      const std::vector<HostTensor>* received =
-          (*pieces)->empty() ? nullptr : &(**pieces)[0];
-      static const std::vector<HostTensor> kNone;
-      per_rank.push_back(received == nullptr ? &kNone : received);
-      steps = per_rank.size() == 1 ? per_rank.back()->size()
-                                   : std::min(steps, per_rank.back()->size());
+      per_rank.push_back(*pieces);
+      steps = per_rank.size() == 1 ? (*pieces)->size() : std::min(steps, (*pieces)->size());
     }
-    std::vector<HostTensor>& assembled = result.fetched[fetch.tensor()];
+    std::vector<HostTensor>& assembled = fetched[fetch.tensor()];
     for (size_t step = 0; step < steps; ++step) {
       std::vector<const HostTensor*> pieces;
       for (const auto* rank_pieces : per_rank) pieces.push_back(&(*rank_pieces)[step]);
@@ -37,6 +30,30 @@ absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
       assembled.push_back(std::move(*tensor));
     }
   }
+  return fetched;
+}
+
+absl::StatusOr<const std::vector<HostTensor>*> KeptPieces(const JobRuntime& runtime,
+                                                          const std::string& sink) {
+  static const std::vector<HostTensor> kNone;
+  auto pieces = FetchedPieces(runtime, sink);
+  if (!pieces.ok()) return pieces.status();
+  return (*pieces)->empty() ? &kNone : &(**pieces)[0];
+}
+
+absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan, const KernelRegistry& kernels,
+                                              JobOptions options) {
+  LocalRunResult result;
+  absl::StatusOr<std::unique_ptr<JobRuntime>> runtime =
+      JobRuntime::Create(plan, &kernels, MakeActorFactory(), std::move(options));
+  if (!runtime.ok()) return runtime.status();
+  result.runtime = std::move(*runtime);
+  if (absl::Status status = result.runtime->Run(); !status.ok()) return status;
+  const JobRuntime& finished = *result.runtime;
+  absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> fetched =
+      AssembleFetches(plan, [&](const std::string& sink) { return KeptPieces(finished, sink); });
+  if (!fetched.ok()) return fetched.status();
+  result.fetched = *std::move(fetched);
   return result;
 }
 

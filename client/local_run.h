@@ -1,6 +1,7 @@
 #ifndef LOOM_CLIENT_LOCAL_RUN_H_
 #define LOOM_CLIENT_LOCAL_RUN_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,9 +21,23 @@ struct LocalRunResult {
   std::map<std::string, std::vector<HostTensor>> fetched;
 };
 
+// The pieces a sink task kept of its first input (empty when it kept none); NOT_FOUND for an
+// unknown sink.
+using SinkPiecesSource =
+    std::function<absl::StatusOr<const std::vector<HostTensor>*>(const std::string& sink)>;
+
+// Every fetch of `plan`, one logical tensor per step (as many steps as every rank kept),
+// assembled from the ranks' pieces (AssembleFetch). The sinks may run in different runtimes.
+absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> AssembleFetches(
+    const plan::Plan& plan, const SinkPiecesSource& pieces_of);
+
+// KeptPieces(runtime, sink): what `sink` kept in `runtime` (a SinkPiecesSource for one runtime).
+absl::StatusOr<const std::vector<HostTensor>*> KeptPieces(const JobRuntime& runtime,
+                                                          const std::string& sink);
+
 // Runs a whole plan (every device in this process) and assembles its fetches.
-absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan,
-                                              const KernelRegistry& kernels, JobOptions options);
+absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan, const KernelRegistry& kernels,
+                                              JobOptions options);
 
 }  // namespace loom
 

@@ -3,11 +3,16 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
+#include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::daemon {
 
 // The same code (absl's and gRPC's canonical codes are the same numbers) and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// A status as the API's JobError (code and message), and back.
+v1::JobError ToJobError(const absl::Status& status);
+absl::Status FromJobError(const v1::JobError& error);
 
 }  // namespace loom::daemon
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/step_losses.h"
+#include "daemon/grpc_status.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
@@ -15,13 +16,6 @@ namespace loom::daemon {
 namespace {
 
 using google::protobuf::util::TimeUtil;
-
-v1::JobError ErrorOf(const absl::Status& status) {
-  v1::JobError error;
-  error.set_code(static_cast<int32_t>(status.code()));
-  error.set_message(std::string(status.message()));
-  return error;
-}
 
 // The nodes whose plans have tasks.
 std::vector<int> NodesOf(const compiler::CompileResult& result) {
@@ -452,9 +446,7 @@ void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::St
 
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   if (update.has_ended()) {
-    absl::Status status(static_cast<absl::StatusCode>(update.ended().code()),
-                        update.ended().message());
-    OnNodeEnded(update.job_id(), node, status);
+    OnNodeEnded(update.job_id(), node, FromJobError(update.ended()));
     return;
   }
   if (update.has_piece()) {
@@ -536,8 +528,8 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
   v1::JobStateChange* change = AppendEvent(record)->mutable_state_change();
   change->set_state(state);
   if (!error.ok()) {
-    *record->info.mutable_error() = ErrorOf(error);
-    *change->mutable_error() = ErrorOf(error);
+    *record->info.mutable_error() = ToJobError(error);
+    *change->mutable_error() = ToJobError(error);
   }
 }
 

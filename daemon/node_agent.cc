@@ -5,19 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
 #include "glog/logging.h"
 
 namespace loom::daemon {
-namespace {
-
-v1::JobError ErrorOf(const absl::Status& status) {
-  v1::JobError error;
-  error.set_code(static_cast<int32_t>(status.code()));
-  error.set_message(std::string(status.message()));
-  return error;
-}
-
-}  // namespace
 
 NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report)
     : kernels_(kernels), report_(std::move(report)) {
@@ -88,7 +79,7 @@ void NodeAgent::ReportEnded(const std::string& job_id, const absl::Status& statu
   }
   v1::NodeJobUpdate update;
   update.set_job_id(job_id);
-  *update.mutable_ended() = ErrorOf(status);
+  *update.mutable_ended() = ToJobError(status);
   report_(update);
 }
 

@@ -8,6 +8,7 @@
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/local_cluster.h"
 #include "client/loomctl/local_process.h"
+#include "client/loomctl/parse_options_and_run.h"
 
 namespace loom::loomctl {
 namespace {
@@ -55,15 +56,9 @@ absl::StatusOr<absl::Duration> TimeoutFlag(const char* command, const ParsedArgu
 
 int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
   const ArgumentSpec spec = ClusterUpArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
+  int exit_code = kExitSuccess;
+  std::optional<ParsedArguments> parsed = ParseOrReport(spec, arguments, out, error, &exit_code);
+  if (!parsed.has_value()) return exit_code;
   SetLogVerbosity(parsed->Switch("verbose"));
   LocalClusterOptions options;
   for (auto [flag, target] :
@@ -105,15 +100,9 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
 
 int RunDown(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
   const ArgumentSpec spec = ClusterDownArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
+  int exit_code = kExitSuccess;
+  std::optional<ParsedArguments> parsed = ParseOrReport(spec, arguments, out, error, &exit_code);
+  if (!parsed.has_value()) return exit_code;
   absl::StatusOr<absl::Duration> timeout = TimeoutFlag(kDownCommand, *parsed);
   if (!timeout.ok()) {
     error << timeout.status().message() << "\n";

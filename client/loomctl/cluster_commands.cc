@@ -8,6 +8,7 @@
 #include "client/loomctl/cluster_connection.h"
 #include "client/loomctl/cluster_tables.h"
 #include "client/loomctl/job_watch.h"
+#include "client/loomctl/parse_options_and_run.h"
 #include "google/protobuf/text_format.h"
 
 namespace loom::loomctl {
@@ -23,15 +24,10 @@ struct Invocation {
 Invocation Parse(const ArgumentSpec& spec, const std::vector<std::string>& arguments,
                  std::ostream& out, std::ostream& error) {
   Invocation invocation;
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    invocation.exit_code = kExitUsage;
-    return invocation;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    invocation.exit_code = kExitSuccess;
+  int exit_code = kExitSuccess;
+  std::optional<ParsedArguments> parsed = ParseOrReport(spec, arguments, out, error, &exit_code);
+  if (!parsed.has_value()) {
+    invocation.exit_code = exit_code;
     return invocation;
   }
   absl::StatusOr<ClusterCommandOptions> options =

@@ -1,6 +1,7 @@
 #ifndef LOOM_CLIENT_LOOMCTL_PARSE_OPTIONS_AND_RUN_H_
 #define LOOM_CLIENT_LOOMCTL_PARSE_OPTIONS_AND_RUN_H_
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -9,6 +10,26 @@
 #include "client/loomctl/arguments.h"
 
 namespace loom::loomctl {
+
+// Parses `arguments` with `spec`. On --help prints the help to `out` and on a parse error the
+// error to `error`; both return nullopt with the exit code to end with in `exit_code`.
+inline std::optional<ParsedArguments> ParseOrReport(const ArgumentSpec& spec,
+                                                    const std::vector<std::string>& arguments,
+                                                    std::ostream& out, std::ostream& error,
+                                                    int* exit_code) {
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+  if (!parsed.ok()) {
+    error << parsed.status().message() << "\n";
+    *exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  if (parsed->help_requested()) {
+    out << spec.Help();
+    *exit_code = kExitSuccess;
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
 
 // The body of a subcommand's Subcommand::run, shared by the loomctl subcommands: parses
 // `arguments` with `spec`, prints the help to `out` when --help is given, turns the parsed
@@ -20,15 +41,9 @@ int ParseOptionsAndRun(const ArgumentSpec& spec, const std::vector<std::string>&
                        absl::StatusOr<Options> (*options_from)(const ParsedArguments&),
                        int (*run)(const Options&, std::ostream&, std::ostream&), std::ostream& out,
                        std::ostream& error) {
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
+  int exit_code = kExitSuccess;
+  std::optional<ParsedArguments> parsed = ParseOrReport(spec, arguments, out, error, &exit_code);
+  if (!parsed.has_value()) return exit_code;
   absl::StatusOr<Options> options = options_from(*parsed);
   if (!options.ok()) {
     error << options.status().message() << "\n";

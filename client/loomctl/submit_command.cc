@@ -5,6 +5,7 @@
 #include "client/loomctl/cluster_connection.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/job_watch.h"
+#include "client/loomctl/parse_options_and_run.h"
 #include "compiler/compiler.h"
 
 namespace loom::loomctl {
@@ -14,15 +15,9 @@ constexpr char kCommand[] = "loomctl submit";
 
 int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
   const ArgumentSpec spec = SubmitArgumentSpec();
-  absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
-  if (!parsed.ok()) {
-    error << parsed.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (parsed->help_requested()) {
-    out << spec.Help();
-    return kExitSuccess;
-  }
+  int exit_code = kExitSuccess;
+  std::optional<ParsedArguments> parsed = ParseOrReport(spec, arguments, out, error, &exit_code);
+  if (!parsed.has_value()) return exit_code;
   absl::StatusOr<ClusterCommandOptions> options = ClusterOptionsFrom(kCommand, *parsed);
   if (!options.ok()) {
     error << options.status().message() << "\n";

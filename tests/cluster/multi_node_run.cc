@@ -4,8 +4,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "actors/sink_actor.h"
-#include "client/fetch_assembly.h"
 #include "client/local_run.h"
 #include "daemon/job_admission.h"
 #include "daemon/node_job.h"
@@ -59,29 +57,13 @@ absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
     }
   }
 
-  Fetched fetched;
-  for (const plan::Fetch& fetch : whole_plan.fetches()) {
-    std::vector<const std::vector<HostTensor>*> per_rank;
-    for (const std::string& sink : fetch.sinks()) {
-      const std::vector<HostTensor>* pieces = nullptr;
-      for (auto& job : jobs) {
-        if (job->runtime().FindActor(sink) == nullptr) continue;
-        auto kept = FetchedPieces(job->runtime(), sink);
-        if (!kept.ok()) return kept.status();
-        pieces = &(**kept)[0];
-      }
-      if (pieces == nullptr) return absl::NotFoundError(absl::StrCat("no node ran sink ", sink));
-      per_rank.push_back(pieces);
-    }
-    for (size_t step = 0; step < per_rank[0]->size(); ++step) {
-      std::vector<const HostTensor*> pieces;
-      for (const auto* rank_pieces : per_rank) pieces.push_back(&(*rank_pieces)[step]);
-      absl::StatusOr<HostTensor> tensor = AssembleFetch(fetch, pieces);
-      if (!tensor.ok()) return tensor.status();
-      fetched[fetch.tensor()].push_back(*std::move(tensor));
-    }
-  }
-  return fetched;
+  return AssembleFetches(
+      whole_plan, [&](const std::string& sink) -> absl::StatusOr<const std::vector<HostTensor>*> {
+        for (auto& job : jobs) {
+          if (job->runtime().FindActor(sink) != nullptr) return KeptPieces(job->runtime(), sink);
+        }
+        return absl::NotFoundError(absl::StrCat("no node ran sink ", sink));
+      });
 }
 
 absl::StatusOr<Fetched> RunOnOneNode(const job::Job& job, int devices) {

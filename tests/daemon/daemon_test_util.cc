@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/raw_unary_call.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
 namespace loom::daemon::testing {
@@ -151,31 +151,9 @@ bool DaemonTest::WaitForState(const std::string& job_id, v1::JobState state,
 
 grpc::Status DaemonTest::RawUnaryCall(const std::string& method, const std::string& request_bytes,
                                       std::string* response_bytes) {
-  grpc::GenericStub stub(channel_);
-  grpc::CompletionQueue queue;
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
   std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline();
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-      stub.PrepareUnaryCall(context.get(), method, request, &queue);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  EXPECT_TRUE(queue.Next(&tag, &ok));
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
-  }
-  response_bytes->clear();
-  if (status.ok()) {
-    std::vector<grpc::Slice> slices;
-    EXPECT_TRUE(response.Dump(&slices).ok());
-    for (const grpc::Slice& part : slices) {
-      response_bytes->append(reinterpret_cast<const char*>(part.begin()), part.size());
-    }
-  }
+  grpc::Status status =
+      loom::RawUnaryCall(channel_, context.get(), method, request_bytes, response_bytes);
   return status;
 }
 
