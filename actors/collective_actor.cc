@@ -1,5 +1,7 @@
 #include "actors/collective_actor.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/collective_shapes.h"
 
@@ -31,7 +33,15 @@ absl::Status CollectiveActor::DoAct() {
   call.piece = piece;
   call.input = InputView(0);
   call.output = OutputView(0);
+  const auto start = std::chrono::steady_clock::now();
   if (absl::Status status = init().collectives->Run(call); !status.ok()) return status;
+  if (init().metrics != nullptr) {
+    const int64_t nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count();
+    init().metrics->ObserveCollective(call.conf->kind(), init().collectives->transport(),
+                                      nanoseconds, call.input.ByteSize());
+  }
   ConsumeInput(0);
   ProduceOutput(0, piece);
   CollectiveTurn& turn = *init().collective_turn;

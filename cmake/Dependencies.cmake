@@ -19,6 +19,8 @@ if(NOT LOOM_RUNTIME_ONLY)
   # libsystemd (sd_notify: loomd's readiness and watchdog under systemd) ships only a .pc file.
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
+  # loomd's /metrics server (daemon/metrics_server.h says why not prometheus-cpp's Exposer).
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
   find_library(LOOM_CAF_CORE caf_core)
   if(LOOM_CAF_CORE)
     message(STATUS "CAF found (${LOOM_CAF_CORE}): the actor-hop benchmark compares against it")

@@ -1,9 +1,13 @@
 #include "daemon/daemon.h"
 
 #include <chrono>
+#include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "daemon/host_port.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -18,11 +22,6 @@ namespace {
 // How long in-flight calls (watchers) get once every job has ended.
 constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
 
-// "127.0.0.1:0" with port 7071 -> "127.0.0.1:7071".
-std::string WithPort(const std::string& address, int port) {
-  return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
@@ -32,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (absl::Status status = RegisterCpuKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
   const bool coordinator = options.coordinator_address.empty();
+  daemon->metrics_ = std::make_shared<DaemonMetrics>();
 
   // This node's devices, as ListNodes shows them.
   std::vector<v1::DeviceInfo> devices;
@@ -45,13 +45,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   // The node's agent reports to the coordinator: in this process, or over the session.
   daemon->agent_ = std::make_unique<NodeAgent>(
-      &daemon->kernels_, [self, coordinator](const v1::NodeJobUpdate& update) {
+      &daemon->kernels_,
+      [self, coordinator](const v1::NodeJobUpdate& update) {
         if (coordinator) {
           self->manager_->OnNodeUpdate(0, update);
         } else {
           self->session_->Report(update);
         }
-      });
+      },
+      daemon->metrics_.get());
   if (coordinator) {
     v1::NodeInfo node;
     node.set_name(options.node_name);
@@ -71,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.stall_timeout = options.stall_timeout;
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
+    manager_options.metrics = daemon->metrics_.get();
     daemon->manager_ =
         std::make_unique<JobManager>(std::move(manager_options), daemon->cluster_.get());
     daemon->cluster_->set_lost_handler(
@@ -134,7 +137,61 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
               << options.coordinator_address << ") serving on " << daemon->address_ << " with "
               << options.cpu_devices << " CPU devices";
   }
+  if (!options.metrics_listen_address.empty()) {
+    daemon->scrape_gauges_ = std::make_shared<ScrapeGauges>();
+    daemon->AddScrapeGauges();
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(
+        options.metrics_listen_address, {daemon->metrics_->registry(), daemon->scrape_gauges_});
+    if (!metrics.ok()) {
+      daemon->Shutdown(absl::ZeroDuration());
+      return metrics.status();
+    }
+    daemon->metrics_server_ = std::move(*metrics);
+    LOG(INFO) << "metrics on http://" << daemon->metrics_server_->address() << "/metrics";
+  }
   return daemon;
+}
+
+void Daemon::AddScrapeGauges() {
+  using Samples = std::vector<ScrapeGauges::Sample>;
+  if (manager_ != nullptr) {
+    scrape_gauges_->Add(
+        "loom_cluster_nodes",
+        "Nodes known to the coordinator, by state (ready, missing: no heartbeat for longer than "
+        "--node-timeout, draining: shutting down).",
+        [cluster = cluster_.get()] {
+          std::map<std::string, double> count = {{"ready", 0}, {"missing", 0}, {"draining", 0}};
+          for (const v1::NodeInfo& node : cluster->Nodes()) {
+            count[absl::AsciiStrToLower(
+                absl::StripPrefix(v1::NodeState_Name(node.state()), "NODE_STATE_"))] += 1;
+          }
+          Samples samples;
+          for (const auto& [state, value] : count) samples.push_back({{{"state", state}}, value});
+          return samples;
+        });
+    scrape_gauges_->Add(
+        "loom_jobs",
+        "Jobs the coordinator holds, by state (finished ones until --max-finished-jobs forgets "
+        "them).",
+        [manager = manager_.get()] {
+          std::map<std::string, double> count;
+          for (int state = v1::JobState_MIN; state <= v1::JobState_MAX; ++state) {
+            if (v1::JobState_IsValid(state) && state != v1::JOB_STATE_UNSPECIFIED) {
+              count[JobStateLabel(static_cast<v1::JobState>(state))] = 0;
+            }
+          }
+          for (const v1::JobInfo& job : manager->List({})) count[JobStateLabel(job.state())] += 1;
+          Samples samples;
+          for (const auto& [state, value] : count) samples.push_back({{{"state", state}}, value});
+          return samples;
+        });
+  } else {
+    scrape_gauges_->Add("loom_coordinator_connected",
+                        "Workers: 1 while the session with the coordinator is up, else 0.",
+                        [session = session_.get()] {
+                          return Samples{{{}, session->connected() ? 1.0 : 0.0}};
+                        });
+  }
 }
 
 Daemon::~Daemon() { Shutdown(absl::ZeroDuration()); }
@@ -161,6 +218,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (cluster_ != nullptr) cluster_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + kServerShutdownDeadline);
   server_->Wait();
+  metrics_server_.reset();
   LOG(INFO) << "loomd stopped";
 }
 

@@ -11,8 +11,11 @@
 #include "daemon/daemon_options.h"
 #include "daemon/job_manager.h"
 #include "daemon/job_service.h"
+#include "daemon/metrics.h"
+#include "daemon/metrics_server.h"
 #include "daemon/node_agent.h"
 #include "daemon/node_service.h"
+#include "daemon/scrape_gauges.h"
 #include "daemon/worker_session.h"
 #include "grpcpp/server.h"
 #include "kernels/kernel_registry.h"
@@ -50,12 +53,22 @@ class Daemon {
   Cluster* cluster() { return cluster_.get(); }
   // Workers: the session with the coordinator (null on the coordinator).
   const WorkerSession* session() const { return session_.get(); }
+  // HOST:PORT of /metrics (with the port picked for port 0); empty without --metrics-listen.
+  std::string metrics_address() const {
+    return metrics_server_ == nullptr ? "" : metrics_server_->address();
+  }
 
  private:
   Daemon() = default;
+  // The gauges read at scrape time: nodes and jobs by state (coordinator), the session (worker).
+  void AddScrapeGauges();
 
   DaemonOptions options_;
   KernelRegistry kernels_;
+  // Before everything that reports to it (the agent's jobs, the manager), so it outlives them.
+  std::shared_ptr<DaemonMetrics> metrics_;
+  std::shared_ptr<ScrapeGauges> scrape_gauges_;
+  std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<NodeAgent> agent_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<JobManager> manager_;

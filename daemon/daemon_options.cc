@@ -75,6 +75,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("node-timeout", "DURATION", "5s",
                "coordinator: a worker silent for this long is lost, and its running job fails")
 
+      .AddFlag("metrics-listen", "HOST:PORT", "",
+               "serve Prometheus metrics (GET /metrics) on this address, e.g. 0.0.0.0:9400; port 0 "
+               "picks a free port (printed at start); empty: no metrics")
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
       .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
       .AddFlag("memory-budget-per-device", "BYTES", "0",
@@ -114,6 +117,13 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
                                absl::StrCat("--node-rank must be -1 or a node index >= 1 (0 is the "
                                             "coordinator's), not '",
                                             arguments.Value("node-rank"), "'"));
+  }
+
+  options.metrics_listen_address = arguments.Value("metrics-listen");
+  if (!options.metrics_listen_address.empty() &&
+      options.metrics_listen_address.find(':') == std::string::npos) {
+    return loomctl::UsageError(kCommand, absl::StrCat("--metrics-listen must be HOST:PORT, not '",
+                                                      options.metrics_listen_address, "'"));
   }
 
   options.node_name = arguments.Value("node-name");

@@ -266,6 +266,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
             raw->info.set_steps_done(step.step());
             raw->info.set_last_loss(step.loss());
             *AppendEvent(raw)->mutable_step() = step;
+            if (options_.metrics != nullptr) options_.metrics->StepFinished(step);
           });
       if (created.ok()) {
         tracker = std::move(*created);
@@ -536,6 +537,7 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
   ChangeState(record, state, error);
+  if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
   finished_.push_back(record->number);
   ForgetOldFinishedJobs();
 }

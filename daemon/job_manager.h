@@ -18,6 +18,7 @@
 #include "daemon/cluster.h"
 #include "daemon/job_admission.h"
 #include "daemon/job_record.h"
+#include "daemon/metrics.h"
 #include "daemon/step_tracker.h"
 #include "proto/job.pb.h"
 #include "proto/loom/v1/job_service.pb.h"
@@ -46,6 +47,8 @@ class JobManager {
     absl::Duration abort_timeout = absl::Seconds(10);
     int max_finished_jobs = 1000;
     int max_events_per_job = 10000;
+    // Jobs' ends and steps are counted here (may be null); it must outlive the manager.
+    DaemonMetrics* metrics = nullptr;
   };
 
   // `cluster` must outlive the manager.

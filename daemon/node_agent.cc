@@ -10,8 +10,8 @@
 
 namespace loom::daemon {
 
-NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report)
-    : kernels_(kernels), report_(std::move(report)) {
+NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics)
+    : kernels_(kernels), metrics_(metrics), report_(std::move(report)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -138,6 +138,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
   }
   JobOptions options;
   options.record_events = false;  // a daemon's jobs may run for days
+  options.metrics = metrics_;
   if (launch.stall_timeout_milliseconds() > 0) {
     options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());
   }

@@ -15,6 +15,7 @@
 #include "daemon/node_job.h"
 #include "kernels/kernel_registry.h"
 #include "proto/loom/v1/node_service.pb.h"
+#include "runtime/runtime_metrics.h"
 
 namespace loom::daemon {
 
@@ -30,7 +31,9 @@ class NodeAgent {
   using Reporter = std::function<void(const v1::NodeJobUpdate& update)>;
 
   // `kernels` must outlive the agent; `report` is called from the agent's threads.
-  NodeAgent(const KernelRegistry* kernels, Reporter report);
+  // `metrics` (may be null) receives the runtime's live metrics of every job; it must outlive
+  // the agent.
+  NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics = nullptr);
   // Aborts and releases the job, joins the threads.
   ~NodeAgent();
 
@@ -48,6 +51,7 @@ class NodeAgent {
   void ReportEnded(const std::string& job_id, const absl::Status& status);
 
   const KernelRegistry* const kernels_;
+  RuntimeMetrics* const metrics_;
   const Reporter report_;
 
   mutable std::mutex mutex_;

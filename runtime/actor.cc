@@ -147,6 +147,7 @@ absl::Status Actor::Act() {
   current_piece_ = act_count();
   absl::Status status = DoAct();
   ++summary_.acts;
+  if (init_.metrics != nullptr) init_.metrics->AddActs(task_->kind(), 1);
   return status;
 }
 
@@ -215,16 +216,19 @@ Actor::State Actor::CurrentState() const {
 
 void Actor::AccountTime(int64_t now_nanoseconds) {
   if (accounted_since_ >= 0) {
-    int64_t elapsed = now_nanoseconds - accounted_since_;
+    const int64_t elapsed = now_nanoseconds - accounted_since_;
     switch (accounted_state_) {
       case State::kWaitingForInput:
         summary_.blocked_on_input_nanoseconds += elapsed;
+        Report(ActorTime::kBlockedOnInput, elapsed);
         break;
       case State::kWaitingForOutput:
         summary_.blocked_on_output_nanoseconds += elapsed;
+        Report(ActorTime::kBlockedOnOutput, elapsed);
         break;
       case State::kWaitingForThread:
         summary_.waiting_for_thread_nanoseconds += elapsed;
+        Report(ActorTime::kWaitingForThread, elapsed);
         break;
       case State::kFinished:
         break;
@@ -237,8 +241,15 @@ void Actor::AccountTime(int64_t now_nanoseconds) {
 void Actor::AccountBusy(int64_t start_nanoseconds, int64_t end_nanoseconds) {
   AccountTime(start_nanoseconds);
   summary_.busy_nanoseconds += end_nanoseconds - start_nanoseconds;
+  Report(ActorTime::kBusy, end_nanoseconds - start_nanoseconds);
   accounted_since_ = end_nanoseconds;
   accounted_state_ = CurrentState();
+}
+
+void Actor::Report(ActorTime time, int64_t nanoseconds) {
+  if (init_.metrics != nullptr && nanoseconds > 0) {
+    init_.metrics->AddActorTime(task_->kind(), time, nanoseconds);
+  }
 }
 
 std::string Actor::DescribeWait() const {

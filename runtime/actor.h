@@ -16,6 +16,7 @@
 #include "runtime/message.h"
 #include "runtime/network.h"
 #include "runtime/register.h"
+#include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
 
@@ -45,6 +46,8 @@ struct ActorInit {
   const KernelRegistry* kernels = nullptr;
   // Task names by task index, for messages that name other actors.
   const std::vector<std::string>* task_names = nullptr;
+  // JobOptions::metrics (null: none).
+  RuntimeMetrics* metrics = nullptr;
   // COLLECTIVE tasks: the backend of the task's communicator, and the turn order shared by the
   // communicator's collective actors on this stream. Null for other kinds.
   CollectiveBackend* collectives = nullptr;
@@ -170,6 +173,8 @@ class Actor {
   };
 
   State CurrentState() const;
+  // Hands accounted time to the job's metrics, if any.
+  void Report(ActorTime time, int64_t nanoseconds);
   void Send(MessageType type, ActorId destination, const Register& reg, int32_t slot,
             int64_t piece);
 

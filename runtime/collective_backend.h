@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/plan.pb.h"
 #include "runtime/tensor.h"
 
@@ -41,6 +42,8 @@ class CollectiveBackend {
   // The communicator's name and size (number of ranks).
   virtual const std::string& communicator() const = 0;
   virtual int size() const = 0;
+  // What carries the data, a metrics label ("shared_memory", "network", "nccl").
+  virtual absl::string_view transport() const = 0;
 
   virtual absl::Status Run(const CollectiveCall& call) = 0;
   // Fails every pending and future Run (any thread may call it; the first reason is kept).

@@ -12,6 +12,7 @@
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
 #include "runtime/network.h"
+#include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
 
@@ -65,6 +66,10 @@ struct JobOptions {
   // be stopped before the runtime is destroyed, so that no transfer completes into freed memory).
   // Unset: a plan whose tasks talk to other nodes is rejected.
   Network* network = nullptr;
+  // Live counters of what the job does (acts, actor time, queues, bytes, collectives), for
+  // monitoring; not owned, must outlive the runtime. Null: none (the summaries and the event
+  // record are kept either way).
+  RuntimeMetrics* metrics = nullptr;
 };
 
 }  // namespace loom

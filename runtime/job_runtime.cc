@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "runtime/device_name.h"
+#include "runtime/metered_network.h"
 #include "runtime/network_collectives.h"
 #include "runtime/plan_validation.h"
 #include "runtime/shared_memory_collectives.h"
@@ -22,7 +23,13 @@ bool SameDevice(const plan::Device& a, const plan::Device& b) {
 }  // namespace
 
 JobRuntime::JobRuntime(const plan::Plan& plan, JobOptions options)
-    : plan_(plan), options_(std::move(options)) {}
+    : plan_(plan), options_(std::move(options)) {
+  if (options_.metrics != nullptr && options_.network != nullptr) {
+    // Actors and collective backends see the metered network; it counts their bytes.
+    metered_network_ = std::make_unique<MeteredNetwork>(options_.network, options_.metrics);
+    options_.network = metered_network_.get();
+  }
+}
 
 absl::StatusOr<std::unique_ptr<JobRuntime>> JobRuntime::Create(const plan::Plan& plan,
                                                                const KernelRegistry* kernels,
@@ -96,7 +103,8 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
   // One thread per stream.
   absl::flat_hash_map<uint64_t, StreamThread*> thread_of_stream;
   thread_of_task_.assign(max_index + 1, nullptr);
-  StreamThread::Options thread_options{options_.spin_before_park, options_.record_events};
+  StreamThread::Options thread_options{options_.spin_before_park, options_.record_events,
+                                       options_.metrics};
   for (int i = 0; i < plan_.tasks_size(); ++i) {
     const plan::Task& task = plan_.tasks(i);
     uint64_t key = actor_ids[i].stream_key();
@@ -113,6 +121,9 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
             absl::StrCat("task '", task.name(), "': no stream context for ",
                          StreamName(task.stream()), " (is this device type supported here?)"));
       }
+      thread_options.kind = task.stream().kind() == plan::STREAM_KIND_UNSPECIFIED
+                                ? plan::STREAM_COMPUTE
+                                : task.stream().kind();
       threads_.push_back(std::make_unique<StreamThread>(StreamName(task.stream()),
                                                         std::move(context), this, thread_options));
       thread = threads_.back().get();
@@ -133,6 +144,7 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.memory = memory_of(task.stream().device());
     init.kernels = kernels;
     init.task_names = &task_names_;
+    init.metrics = options_.metrics;
     if (task.kind() == plan::SINK) init.sink_piece_callback = &options_.sink_piece_callback;
     if (task.kind() == plan::SEND || task.kind() == plan::RECEIVE) {
       if (options_.network == nullptr) {

@@ -93,6 +93,9 @@ class JobRuntime final : public JobControl {
   std::string DiagnoseStall();
 
   plan::Plan plan_;
+  // Set when the job has metrics and a network: options_.network points at it (declared before
+  // everything that uses the network, so it is destroyed after them).
+  std::unique_ptr<Network> metered_network_;
   JobOptions options_;
   std::vector<std::unique_ptr<DeviceMemory>> memories_;
   std::vector<std::unique_ptr<Register>> registers_;

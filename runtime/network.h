@@ -6,6 +6,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "runtime/message.h"
 
 namespace loom {
@@ -31,6 +32,8 @@ class Network {
 
   // This node's index (the node field of its actors' ids).
   virtual int node() const = 0;
+  // The transport's name, a metrics label ("ucx").
+  virtual absl::string_view transport() const = 0;
 
   // Sends `message` to the node of message.destination. Messages from one node to another arrive
   // in the order they were sent. An error means the message could not be queued; a failure to
@@ -43,7 +46,8 @@ class Network {
                                 Completion done) = 0;
 
   // Receives the transfer sent with `tag` into `buffer`, which must be exactly `size` bytes long
-  // (any other size fails the transfer). `done` runs once the bytes are in place, or with the error.
+  // (any other size fails the transfer). `done` runs once the bytes are in place, or with the
+  // error.
   virtual absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) = 0;
 };
 

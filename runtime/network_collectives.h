@@ -106,6 +106,7 @@ class NetworkCollectives final : public CollectiveBackend {
 
   const std::string& communicator() const override { return name_; }
   int size() const override { return size_; }
+  absl::string_view transport() const override { return "network"; }
 
   absl::Status Run(const CollectiveCall& call) override;
   void Abort(absl::Status reason) override;

@@ -52,6 +52,7 @@ class SharedMemoryCollectives final : public CollectiveBackend {
 
   const std::string& communicator() const override { return name_; }
   int size() const override { return size_; }
+  absl::string_view transport() const override { return "shared_memory"; }
 
   absl::Status Run(const CollectiveCall& call) override;
   void Abort(absl::Status reason) override;

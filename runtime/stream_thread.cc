@@ -18,7 +18,14 @@ StreamThread::StreamThread(std::string name, std::unique_ptr<StreamContext> cont
       job_(job),
       options_(options) {}
 
-StreamThread::~StreamThread() { Join(); }
+StreamThread::~StreamThread() {
+  Join();
+  // Messages nobody will take (an aborted job's, or late network ones) leave the queue gauge.
+  batch_.clear();
+  if (options_.metrics != nullptr && inbox_.TakeAll(&batch_)) {
+    options_.metrics->AddQueuedMessages(options_.kind, -static_cast<int64_t>(batch_.size()));
+  }
+}
 
 void StreamThread::AddActor(Actor* actor) {
   uint32_t task_index = actor->id().task_index();
@@ -108,8 +115,8 @@ void StreamThread::Dispatch(const ActorMessage& message, int64_t now) {
   }
   uint32_t task_index = message.destination.task_index();
   CHECK(task_index < position_of_task_.size() && position_of_task_[task_index] >= 0)
-      << name_ << ": message for an actor that is not on this thread: "
-      << message.destination.ToString();
+      << name_
+      << ": message for an actor that is not on this thread: " << message.destination.ToString();
   Actor* actor = actors_[position_of_task_[task_index]];
   actor->HandleMessage(message);
   AfterChange(actor);
@@ -137,10 +144,9 @@ void StreamThread::ActOnce(Actor* actor) {
     act_remote_.clear();
   }
   if (!status.ok()) {
-    job_->Fail(absl::Status(status.code(),
-                            absl::StrCat("actor '", actor->name(), "' on ", name_,
-                                         " failed on piece ", actor->current_piece(), ": ",
-                                         status.message())));
+    job_->Fail(absl::Status(
+        status.code(), absl::StrCat("actor '", actor->name(), "' on ", name_, " failed on piece ",
+                                    actor->current_piece(), ": ", status.message())));
     aborted_ = true;
     return;
   }
@@ -202,6 +208,9 @@ void StreamThread::Run() {
       }
       batch_.clear();
       if (inbox_.TakeAll(&batch_)) {
+        if (options_.metrics != nullptr) {
+          options_.metrics->AddQueuedMessages(options_.kind, -static_cast<int64_t>(batch_.size()));
+        }
         for (const ActorMessage& message : batch_) {
           if (aborted_) break;
           Dispatch(message, now);

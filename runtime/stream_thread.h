@@ -17,6 +17,7 @@
 #include "runtime/actor.h"
 #include "runtime/event_record.h"
 #include "runtime/message_queue.h"
+#include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 
 namespace loom {
@@ -46,6 +47,9 @@ class StreamThread final : public MessageSender {
   struct Options {
     absl::Duration spin_before_park = absl::Microseconds(50);
     bool record_events = true;
+    // JobOptions::metrics (null: none), and the kind of this thread's stream for its queue depth.
+    RuntimeMetrics* metrics = nullptr;
+    plan::StreamKind kind = plan::STREAM_COMPUTE;
   };
 
   StreamThread(std::string name, std::unique_ptr<StreamContext> context, JobControl* job,
@@ -58,7 +62,10 @@ class StreamThread final : public MessageSender {
   void Join();
 
   // Delivers a message to this thread (any thread may call it).
-  void Deliver(const ActorMessage& message) { inbox_.Push(message); }
+  void Deliver(const ActorMessage& message) {
+    if (options_.metrics != nullptr) options_.metrics->AddQueuedMessages(options_.kind, 1);
+    inbox_.Push(message);
+  }
   // MessageSender: called by this thread's actors.
   void Send(const ActorMessage& message) override;
 
@@ -129,7 +136,7 @@ class StreamThread final : public MessageSender {
 
   std::mutex diagnose_mutex_;
   std::condition_variable diagnose_answered_;
-  std::string diagnosis_;      // guarded by diagnose_mutex_
+  std::string diagnosis_;         // guarded by diagnose_mutex_
   bool diagnosis_ready_ = false;  // guarded by diagnose_mutex_
 };
 

@@ -46,6 +46,7 @@ class TransportNetwork final : public Network {
 
   // Network.
   int node() const override { return node_; }
+  absl::string_view transport() const override { return "ucx"; }
   absl::Status SendMessage(const ActorMessage& message) override;
   absl::Status SendData(int destination, Tag tag, const void* buffer, size_t size,
                         Completion done) override;

@@ -152,9 +152,10 @@ ArgumentSpec ClusterUpArgumentSpec() {
       kUpCommand,
       "Starts a cluster of loomd processes on this machine: node 0 is the coordinator\n"
       "(--node-rank 0), nodes 1..N-1 join it (--coordinator ADDRESS --node-rank I). Each listens\n"
-      "on a free port of --host, has --devices cpu:K, a data directory STATE_DIR/nodeI/ and a log\n"
-      "STATE_DIR/nodeI.log. Waits until the coordinator is SERVING and lists every node READY,\n"
-      "then writes STATE_DIR/cluster.json (pids, addresses, logs) and prints the coordinator's\n"
+      "on a free port of --host, serves Prometheus metrics on another (--metrics-listen), has\n"
+      "--devices cpu:K and a log STATE_DIR/nodeI.log. Waits until the coordinator is SERVING and\n"
+      "lists every node READY, then writes STATE_DIR/cluster.json (pids, addresses, metrics\n"
+      "addresses, logs), prints each node's addresses on stderr and the coordinator's\n"
       "address on stdout. The other loomctl commands then default to that coordinator (when\n"
       "STATE_DIR is the default one). Refused while a cluster from the same STATE_DIR runs.\n"
       "On failure, prints the end of the failing daemon's log and stops the others.\n\n"
@@ -162,7 +163,7 @@ ArgumentSpec ClusterUpArgumentSpec() {
   spec.AddFlag("nodes", "N", "1", "the number of daemons (nodes)")
       .AddFlag("devices-per-node", "K", "1", "CPU devices per node (loomd --devices cpu:K)")
       .AddFlag("state-dir", "DIR", DefaultClusterStateDirectory(),
-               "where the state file, the logs and the data directories go")
+               "where the state file and the logs go")
       .AddFlag("loomd", "PATH", "", "the loomd binary (default: the loomd next to loomctl)")
       .AddFlag("memory-budget-per-device", "BYTES", "",
                "passed to every loomd (e.g. 4GiB; default: loomd's)")

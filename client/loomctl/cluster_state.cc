@@ -61,7 +61,7 @@ std::string ClusterStateToJson(const ClusterState& state) {
         &json, i == 0 ? "\n" : ",\n", "    {\"rank\": ", node.rank,
         ", \"name\": ", JsonString(node.name), ", \"pid\": ", node.pid,
         ", \"start_ticks\": ", node.start_ticks, ", \"address\": ", JsonString(node.address),
-        ", \"log\": ", JsonString(node.log), ", \"data_dir\": ", JsonString(node.data_dir), "}");
+        ", \"log\": ", JsonString(node.log), ", \"metrics\": ", JsonString(node.metrics), "}");
   }
   json += "\n  ]\n}\n";
   return json;
@@ -89,10 +89,10 @@ absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json) {
     absl::StatusOr<std::string> name = StringMember(node, "name");
     absl::StatusOr<std::string> address = StringMember(node, "address");
     absl::StatusOr<std::string> log = StringMember(node, "log");
-    absl::StatusOr<std::string> data_dir = StringMember(node, "data_dir");
+    absl::StatusOr<std::string> metrics = StringMember(node, "metrics");
     for (const absl::Status& status :
          {rank.status(), pid.status(), start_ticks.status(), name.status(), address.status(),
-          log.status(), data_dir.status()}) {
+          log.status(), metrics.status()}) {
       if (!status.ok()) return status;
     }
     record.rank = static_cast<int>(*rank);
@@ -101,7 +101,7 @@ absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json) {
     record.name = *name;
     record.address = *address;
     record.log = *log;
-    record.data_dir = *data_dir;
+    record.metrics = *metrics;
     state.nodes.push_back(std::move(record));
   }
   return state;

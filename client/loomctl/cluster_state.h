@@ -15,7 +15,7 @@ namespace loom::loomctl {
 //
 //   {"coordinator":"127.0.0.1:40123","loomd":"/.../loomd","nodes":[{"rank":0,"name":"node0",
 //    "pid":4242,"start_ticks":123456,"address":"127.0.0.1:40123","log":"STATE_DIR/node0.log",
-//    "data_dir":"STATE_DIR/node0"}, ...]}
+//    "metrics":"127.0.0.1:40124"}, ...]}
 struct ClusterNodeRecord {
   int rank = 0;
   std::string name;
@@ -25,7 +25,8 @@ struct ClusterNodeRecord {
   uint64_t start_ticks = 0;
   std::string address;
   std::string log;
-  std::string data_dir;
+  // Where the daemon serves Prometheus metrics (HOST:PORT of http://HOST:PORT/metrics).
+  std::string metrics;
 };
 
 struct ClusterState {

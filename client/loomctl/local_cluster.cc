@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/cluster_client.h"
 #include "client/loomctl/local_process.h"
 #include "glog/logging.h"
@@ -57,21 +58,22 @@ class StateDirectoryLock {
 LocalProcess ProcessOf(const ClusterNodeRecord& node) { return {node.pid, node.start_ticks}; }
 
 // The address in loomd's "loomd: node 'NAME' listening on HOST:PORT (cpu:N)" line, or "".
-std::string ListeningAddress(const std::string& log_path) {
+// The word after `marker` on loomd's first line that has it ("listening on ADDRESS ...",
+// "metrics on http://ADDRESS/metrics"); empty while there is none.
+std::string AddressAfter(const std::string& log_path, const std::string& marker) {
   std::ifstream log(log_path);
   std::string line;
-  const std::string marker = "listening on ";
   while (std::getline(log, line)) {
     const size_t at = line.find(marker);
     if (!absl::StartsWith(line, "loomd:") || at == std::string::npos) continue;
     std::string address = line.substr(at + marker.size());
-    return address.substr(0, address.find(' '));
+    address = address.substr(0, address.find(' '));
+    return std::string(absl::StripSuffix(address, "/metrics"));
   }
   return "";
 }
 
-// The flags `loomd --help` lists ("--name"), to pass only the ones this loomd knows. (The loomd
-// of this tree does not take --node-rank, --data-dir and --metrics-listen yet.)
+// `loomd --help`: checks that the binary is a loomd before a cluster of it is started.
 absl::StatusOr<std::string> LoomdHelp(const std::string& loomd, const std::string& directory) {
   const std::string path = (std::filesystem::path(directory) / "loomd-help.txt").string();
   absl::StatusOr<LocalProcess> help = StartDetachedProcess(loomd, {"--help"}, path);
@@ -91,10 +93,6 @@ absl::StatusOr<std::string> LoomdHelp(const std::string& loomd, const std::strin
                                                       ending, " and printed: ", text.str()));
   }
   return text.str();
-}
-
-bool Accepts(const std::string& help, const std::string& flag) {
-  return absl::StrContains(help, absl::StrCat("--", flag, " "));
 }
 
 // SIGTERM to every process, wait until `deadline`, SIGKILL to the rest. One line per node on
@@ -151,10 +149,12 @@ absl::Status FailStart(const std::vector<ClusterNodeRecord>& started,
 }
 
 // Waits for the daemon to print its address; its address, or an error saying why not.
-absl::StatusOr<std::string> AwaitAddress(const ClusterNodeRecord& node, absl::Time deadline) {
+// Waits for the daemon's gRPC and metrics addresses (the first two lines it prints).
+absl::Status AwaitAddresses(ClusterNodeRecord& node, absl::Time deadline) {
   while (true) {
-    std::string address = ListeningAddress(node.log);
-    if (!address.empty()) return address;
+    node.address = AddressAfter(node.log, "listening on ");
+    node.metrics = AddressAfter(node.log, "metrics on http://");
+    if (!node.address.empty() && !node.metrics.empty()) return absl::OkStatus();
     std::string ending;
     if (!IsProcessRunning(ProcessOf(node), &ending)) {
       return absl::FailedPreconditionError(absl::StrCat(node.name, " (pid ", node.pid, ") ",
@@ -163,7 +163,7 @@ absl::StatusOr<std::string> AwaitAddress(const ClusterNodeRecord& node, absl::Ti
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat(node.name, " (pid ", node.pid, ") did not print its address in time"));
+          absl::StrCat(node.name, " (pid ", node.pid, ") did not print its addresses in time"));
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
   }
@@ -219,16 +219,9 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
                                             ": build it (cmake --build build --target loomd) or "
                                             "name it with --loomd PATH"));
   }
-  absl::StatusOr<std::string> help = LoomdHelp(options.loomd, directory.string());
-  if (!help.ok()) return help.status();
-  std::vector<std::string> skipped;
-  auto accepts = [&](const std::string& flag) {
-    if (Accepts(*help, flag)) return true;
-    if (std::find(skipped.begin(), skipped.end(), flag) == skipped.end()) {
-      skipped.push_back(flag);
-    }
-    return false;
-  };
+  if (absl::StatusOr<std::string> help = LoomdHelp(options.loomd, directory.string()); !help.ok()) {
+    return help.status();
+  }
 
   const absl::Time deadline = absl::Now() + options.timeout;
   ClusterState state;
@@ -238,27 +231,19 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     node.rank = rank;
     node.name = absl::StrCat("node", rank);
     node.log = (directory / absl::StrCat(node.name, ".log")).string();
-    node.data_dir = (directory / node.name).string();
-    std::filesystem::create_directories(node.data_dir, error_code);
+    // Every daemon of the cluster shares the host: each gets free ports of its own.
     std::vector<std::string> arguments = {
-        "--listen",    absl::StrCat(options.host, ":0"),
-        "--node-name", node.name,
-        "--devices",   absl::StrCat("cpu:", options.devices_per_node)};
-    if (rank > 0) arguments.insert(arguments.end(), {"--coordinator", state.coordinator});
-    if (accepts("node-rank"))
-      arguments.insert(arguments.end(), {"--node-rank", absl::StrCat(rank)});
-    if (accepts("data-dir")) arguments.insert(arguments.end(), {"--data-dir", node.data_dir});
-    // Every daemon of the cluster shares the host: each needs a metrics port of its own.
-    if (accepts("metrics-listen")) {
-      arguments.insert(arguments.end(), {"--metrics-listen", absl::StrCat(options.host, ":0")});
+        "--listen",         absl::StrCat(options.host, ":0"),
+        "--metrics-listen", absl::StrCat(options.host, ":0"),
+        "--node-name",      node.name,
+        "--devices",        absl::StrCat("cpu:", options.devices_per_node)};
+    if (rank > 0) {
+      arguments.insert(arguments.end(),
+                       {"--coordinator", state.coordinator, "--node-rank", absl::StrCat(rank)});
     }
     if (!options.memory_budget_per_device.empty()) {
       arguments.insert(arguments.end(),
                        {"--memory-budget-per-device", options.memory_budget_per_device});
-    }
-    if (rank == 0 && !skipped.empty()) {
-      progress << "note: " << options.loomd << " does not take --" << absl::StrJoin(skipped, ", --")
-               << " yet; starting the daemons without\n";
     }
     LOG(INFO) << "starting " << options.loomd << " " << absl::StrJoin(arguments, " ");
     absl::StatusOr<LocalProcess> process = StartDetachedProcess(options.loomd, arguments, node.log);
@@ -266,13 +251,14 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     node.pid = process->pid;
     node.start_ticks = process->start_ticks;
     state.nodes.push_back(node);
-    absl::StatusOr<std::string> address = AwaitAddress(node, deadline);
-    if (!address.ok())
-      return FailStart(state.nodes, &state.nodes.back(), address.status(), progress);
-    state.nodes.back().address = *address;
-    if (rank == 0) state.coordinator = *address;
-    progress << node.name << ": pid " << node.pid << ", listening on " << *address
-             << (rank == 0 ? " (coordinator)" : "") << ", log " << node.log << "\n";
+    if (absl::Status started = AwaitAddresses(state.nodes.back(), deadline); !started.ok()) {
+      return FailStart(state.nodes, &state.nodes.back(), started, progress);
+    }
+    const ClusterNodeRecord& started = state.nodes.back();
+    if (rank == 0) state.coordinator = started.address;
+    progress << node.name << ": pid " << node.pid << ", listening on " << started.address
+             << (rank == 0 ? " (coordinator)" : "") << ", metrics http://" << started.metrics
+             << "/metrics, log " << node.log << "\n";
     progress.flush();
   }
 

@@ -30,11 +30,11 @@ struct LocalClusterOptions {
 };
 
 // Starts options.nodes daemons: node 0 the coordinator (--node-rank 0), the others joining it
-// (--coordinator ADDRESS --node-rank I), each --listen HOST:0, --node-name nodeI, --devices
-// cpu:K, its --data-dir; then waits until the coordinator is SERVING and lists every node READY,
-// writes the state file and returns it. Progress goes to `progress`. FAILED_PRECONDITION when a
-// cluster recorded in the state directory still runs. On any failure the daemons already started
-// are stopped, and the message holds the tail of the failing daemon's log.
+// (--coordinator ADDRESS --node-rank I), each --listen HOST:0, --metrics-listen HOST:0,
+// --node-name nodeI, --devices cpu:K; then waits until the coordinator is SERVING and lists every
+// node READY, writes the state file and returns it. Progress goes to `progress`.
+// FAILED_PRECONDITION when a cluster recorded in the state directory still runs. On any failure the
+// daemons already started are stopped, and the message holds the tail of the failing daemon's log.
 absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& options,
                                                std::ostream& progress);
 

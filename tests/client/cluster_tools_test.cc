@@ -40,8 +40,8 @@ ClusterState TwoNodes() {
     node.pid = 4000 + rank;
     node.start_ticks = 123456789012ull + rank;
     node.address = "127.0.0.1:4000" + std::to_string(rank + 1);
-    node.log = "/tmp/state/node" + std::to_string(rank) + ".log";
-    node.data_dir = "/tmp/state/\"quoted\" node" + std::to_string(rank);
+    node.log = "/tmp/state/\"quoted\" node" + std::to_string(rank) + ".log";
+    node.metrics = "127.0.0.1:" + std::to_string(9400 + rank);
     state.nodes.push_back(node);
   }
   return state;
@@ -58,7 +58,8 @@ TEST(ClusterStateTest, RoundTripsThroughTheFile) {
   EXPECT_EQ(read->nodes[1].rank, 1);
   EXPECT_EQ(read->nodes[1].pid, 4001);
   EXPECT_EQ(read->nodes[1].start_ticks, 123456789013ull);
-  EXPECT_EQ(read->nodes[1].data_dir, "/tmp/state/\"quoted\" node1");
+  EXPECT_EQ(read->nodes[1].metrics, "127.0.0.1:9401");
+  EXPECT_EQ(read->nodes[1].log, "/tmp/state/\"quoted\" node1.log");
   // The file is strict JSON.
   EXPECT_TRUE(testing::ParseJson(ClusterStateToJson(TwoNodes())).ok());
 }

@@ -12,6 +12,7 @@ class InMemoryNetwork::NodeNetwork final : public Network {
   NodeNetwork(InMemoryNetwork* network, int node) : network_(network), node_(node) {}
 
   int node() const override { return node_; }
+  absl::string_view transport() const override { return "in_memory"; }
   absl::Status SendMessage(const ActorMessage& message) override {
     return absl::UnimplementedError("the in-memory network carries no actor messages");
   }

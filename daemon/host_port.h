@@ -1,0 +1,13 @@
+#ifndef LOOM_DAEMON_HOST_PORT_H_
+#define LOOM_DAEMON_HOST_PORT_H_
+
+#include <string>
+
+namespace loom::daemon {
+
+// "127.0.0.1:0" with port 7071 -> "127.0.0.1:7071" (the address a server bound to port 0 got).
+std::string WithPort(const std::string& address, int port);
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_HOST_PORT_H_
