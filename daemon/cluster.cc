@@ -201,6 +201,14 @@ std::string Cluster::Describe(int index) const {
   return absl::StrCat("node ", index, " ('", node->second.info.name(), "')");
 }
 
+std::string Cluster::DescribeWithAddress(int index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto node = nodes_.find(index);
+  if (node == nodes_.end()) return absl::StrCat("node ", index);
+  return absl::StrCat("node ", index, " ('", node->second.info.name(), "' at ",
+                      node->second.info.address(), ")");
+}
+
 void Cluster::SetRunningJob(const std::string& job_id, const std::vector<int>& indices) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [index, node] : nodes_) node.info.clear_running_job_id();

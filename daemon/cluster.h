@@ -72,6 +72,8 @@ class Cluster {
   absl::Status CheckReady(const std::vector<int>& indices) const;
   // "node 2 ('worker-b')".
   std::string Describe(int index) const;
+  // "node 2 ('worker-b' at 10.0.0.3:7070)": with the address it registered.
+  std::string DescribeWithAddress(int index) const;
   void SetSelfAddress(const std::string& address);
   // Shows `job_id` as running on these nodes (and nothing on the others).
   void SetRunningJob(const std::string& job_id, const std::vector<int>& indices);

@@ -22,6 +22,8 @@ struct DaemonOptions {
   int node_rank = -1;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration node_timeout = absl::Seconds(5);
+  // While a job launches: how long each node waits for a probe from every peer.
+  absl::Duration peer_probe_timeout = absl::Seconds(5);
   int cpu_devices = 1;
   // 0: no limit.
   int64_t memory_budget_per_device_bytes = 0;

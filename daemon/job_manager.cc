@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/step_losses.h"
 #include "daemon/grpc_status.h"
+#include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
@@ -285,7 +286,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Nodes the job does not use take no part (they count as done in every phase).
-    record->nodes.assign(nodes, JobRecord::NodeProgress{true, "", true, true, absl::OkStatus()});
+    record->nodes.assign(nodes,
+                         JobRecord::NodeProgress{true, "", true, true, absl::OkStatus(), {}});
     for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
     tracker_ = tracker;
   }
@@ -358,10 +360,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       for (int node : participants) {
         (*message.mutable_connect()->mutable_addresses())[node] = record->nodes[node].address;
       }
+      message.mutable_connect()->set_probe_timeout_milliseconds(
+          absl::ToInt64Milliseconds(options_.probe_timeout));
     });
     for (int node : participants) send(node, connect);
     ok = wait_for([](const JobRecord::NodeProgress& node) { return node.connected; },
                   options_.launch_timeout, "connecting");
+    if (!ok) NameUnreachableNodes(record.get(), participants);
   }
   if (ok) {
     {
@@ -444,6 +449,36 @@ void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::St
   changed_.notify_all();
 }
 
+void JobManager::NameUnreachableNodes(JobRecord* record, const std::vector<int>& participants) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto reported = [&] {
+    for (int node : participants) {
+      if (!record->nodes[node].unreachable.empty()) return true;
+    }
+    return false;
+  };
+  if (record->cancel_requested || !reported()) return;
+  // Every node waits as long for its peers' probes; the last reports come soon after the first.
+  changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.probe_timeout + absl::Seconds(2)),
+                    [&] {
+                      for (int node : participants) {
+                        const JobRecord::NodeProgress& progress = record->nodes[node];
+                        if (!progress.connected && !progress.ended) return false;
+                      }
+                      return true;
+                    });
+  if (record->cancel_requested) return;
+  std::map<int, std::map<int, std::string>> unreachable;
+  for (int node : participants) {
+    if (!record->nodes[node].unreachable.empty()) {
+      unreachable[node] = record->nodes[node].unreachable;
+    }
+  }
+  record->first_error =
+      UnreachableNodesError(record->id, participants, unreachable,
+                            [this](int node) { return cluster_->DescribeWithAddress(node); });
+}
+
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   if (update.has_ended()) {
     OnNodeEnded(update.job_id(), node, FromJobError(update.ended()));
@@ -478,6 +513,10 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
       progress.address = update.launched();
     } else if (update.has_connected()) {
       progress.connected = true;
+    } else if (update.has_unreachable()) {
+      for (const auto& [peer, why] : update.unreachable().peers()) {
+        progress.unreachable[peer] = why;
+      }
     }
   }
   changed_.notify_all();

@@ -9,6 +9,12 @@
 #include "glog/logging.h"
 
 namespace loom::daemon {
+namespace {
+
+// When the coordinator does not say how long to wait for the peers' probes.
+constexpr absl::Duration kDefaultProbeTimeout = absl::Seconds(5);
+
+}  // namespace
 
 NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report)
     : kernels_(kernels), report_(std::move(report)) {
@@ -108,8 +114,20 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
   if (command.has_connect()) {
     std::map<int, std::string> addresses(command.connect().addresses().begin(),
                                          command.connect().addresses().end());
-    absl::Status status = job->Connect(addresses);
+    // Connect's failures (an address UCX refuses at once) are among the unreachable peers that
+    // WaitForPeers reports; waiting for the other peers' probes anyway gives the coordinator the
+    // whole picture.
+    job->Connect(addresses).IgnoreError();
+    const int64_t probe_milliseconds = command.connect().probe_timeout_milliseconds();
+    absl::Status status = job->WaitForPeers(
+        probe_milliseconds > 0 ? absl::Milliseconds(probe_milliseconds) : kDefaultProbeTimeout);
     if (!status.ok()) {
+      v1::NodeJobUpdate unreachable;
+      unreachable.set_job_id(job_id);
+      for (const auto& [peer, why] : job->unreachable_peers()) {
+        (*unreachable.mutable_unreachable()->mutable_peers())[peer] = std::string(why.message());
+      }
+      report_(unreachable);
       ReportEnded(job_id, status);
       return;
     }
