@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,8 @@ absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(const Options&
     int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, 1);
     dup2(log, 2);
+    // Dies with the test, even when the test is killed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }

@@ -13,7 +13,7 @@
 namespace loom::testing {
 
 // A loomd child process (build/bin/loomd) with its output in a log file; killed (SIGKILL) when
-// destroyed if still running.
+// destroyed if still running, or when the test process dies.
 class LoomdProcess {
  public:
   struct Options {
