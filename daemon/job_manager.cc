@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/step_losses.h"
 #include "daemon/grpc_status.h"
 #include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
+#include "runtime/data_type.h"
 #include "runtime/device_name.h"
 
 namespace loom::daemon {
@@ -25,6 +27,20 @@ std::vector<int> NodesOf(const compiler::CompileResult& result) {
     if (node_plan.tasks_size() > 0) nodes.push_back(node_plan.node());
   }
   return nodes;
+}
+
+// Whether a forwarded piece's bytes are as many as its data type and shape say (a node's update
+// is not trusted to be well formed).
+bool PieceSizeMatches(const v1::SinkPieceUpdate& piece) {
+  const int64_t element_bytes = DataTypeSize(piece.data_type());
+  if (element_bytes == 0) return false;
+  const int64_t bytes = static_cast<int64_t>(piece.data().size());
+  int64_t elements = 1;
+  for (int64_t extent : piece.shape()) {
+    if (extent < 0 || (extent > 0 && elements > bytes / extent)) return false;
+    elements *= extent;
+  }
+  return elements * element_bytes == bytes;
 }
 
 }  // namespace
@@ -489,10 +505,23 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (running_ == nullptr || running_->id != update.job_id()) return;
+      // Only from a node of the job still running it (one that takes no part counts as ended).
+      if (node < 0 || node >= static_cast<int>(running_->nodes.size()) ||
+          running_->nodes[node].ended) {
+        return;
+      }
       tracker = tracker_;
     }
     if (tracker == nullptr) return;
     const v1::SinkPieceUpdate& piece = update.piece();
+    if (!PieceSizeMatches(piece)) {
+      OnNodeEnded(update.job_id(), node,
+                  absl::DataLossError(absl::StrCat("forwarded a piece of sink '", piece.sink(),
+                                                   "' with ", piece.data().size(),
+                                                   " bytes, not what its type and shape [",
+                                                   absl::StrJoin(piece.shape(), ", "), "] hold")));
+      return;
+    }
     HostTensor tensor;
     tensor.data_type = piece.data_type();
     tensor.shape = Shape(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
