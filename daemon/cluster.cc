@@ -2,10 +2,20 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "runtime/actor_id.h"
 
 namespace loom::daemon {
+namespace {
+
+// What a registration may hold.
+constexpr size_t kMaxNameBytes = 253;  // a DNS name's
+constexpr size_t kMaxAddressBytes = 1024;
+constexpr int kMaxDevicesPerNode = 2 * (ActorId::kMaxDeviceIndex + 1);  // every cpu and cuda index
+
+}  // namespace
 
 Cluster::Cluster(Options options, v1::NodeInfo self, Sender self_sender) : options_(options) {
   Node& node = nodes_[0];
@@ -32,15 +42,60 @@ void Cluster::Stop() {
   if (monitor_.joinable()) monitor_.join();
 }
 
-absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node,
-                                                        Sender sender) {
+absl::Status ValidateRegistration(const v1::RegisterNode& node) {
   if (node.name().empty()) {
     return absl::InvalidArgumentError("a node registered without a name (--node-name)");
   }
+  if (node.name().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a node registered with a name of ",
+                                                   node.name().size(), " bytes (at most ",
+                                                   kMaxNameBytes, ")"));
+  }
+  const std::string who = absl::StrCat("node '", node.name(), "'");
   if (node.rank() == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node '", node.name(), "' asked for rank 0, which is the coordinator's"));
+        absl::StrCat(who, " asked for rank 0, which is the coordinator's"));
   }
+  if (node.rank() < -1 || node.rank() > ActorId::kMaxNode) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " asked for rank ", node.rank(),
+                                                   ": a rank is -1 (any) or from 1 to ",
+                                                   ActorId::kMaxNode));
+  }
+  if (node.address().size() > kMaxAddressBytes || node.version().size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " registered an address or version over ", kMaxAddressBytes, " bytes"));
+  }
+  if (node.devices_size() > kMaxDevicesPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " registered ", node.devices_size(),
+                                                   " devices (at most ", kMaxDevicesPerNode, ")"));
+  }
+  absl::flat_hash_set<std::pair<std::string, int>> seen;
+  for (const v1::DeviceInfo& device : node.devices()) {
+    if (device.type() != "cpu" && device.type() != "cuda") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, " registered a device of type '", device.type().substr(0, 64), "' (cpu or cuda)"));
+    }
+    if (device.index() < 0 || device.index() > ActorId::kMaxDeviceIndex) {
+      return absl::InvalidArgumentError(absl::StrCat(who, " registered device ", device.type(), ":",
+                                                     device.index(), " (indices go from 0 to ",
+                                                     ActorId::kMaxDeviceIndex, ")"));
+    }
+    if (device.memory_budget_bytes() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(who, " registered device ", device.type(), ":",
+                                                     device.index(),
+                                                     " with a negative memory budget"));
+    }
+    if (!seen.emplace(device.type(), device.index()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, " registered device ", device.type(), ":", device.index(), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node,
+                                                        Sender sender) {
+  if (absl::Status valid = ValidateRegistration(node); !valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mutex_);
   int index = -1;
   for (auto& [existing_index, existing] : nodes_) {
@@ -63,6 +118,10 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   if (index < 0) {
     index = 1;
     while (nodes_.contains(index)) ++index;
+    if (index > ActorId::kMaxNode) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "node '", node.name(), "' cannot join: the cluster has ", ActorId::kMaxNode, " workers"));
+    }
   }
   Node& entry = nodes_[index];
   entry.info.set_name(node.name());
@@ -199,6 +258,14 @@ std::string Cluster::Describe(int index) const {
   auto node = nodes_.find(index);
   if (node == nodes_.end()) return absl::StrCat("node ", index);
   return absl::StrCat("node ", index, " ('", node->second.info.name(), "')");
+}
+
+std::string Cluster::DescribeWithAddress(int index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto node = nodes_.find(index);
+  if (node == nodes_.end()) return absl::StrCat("node ", index);
+  return absl::StrCat("node ", index, " ('", node->second.info.name(), "' at ",
+                      node->second.info.address(), ")");
 }
 
 void Cluster::SetRunningJob(const std::string& job_id, const std::vector<int>& indices) {

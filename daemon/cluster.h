@@ -20,6 +20,11 @@
 
 namespace loom::daemon {
 
+// OK for a registration a cluster may take: a name (at most 253 bytes), a rank of -1 (any) or from
+// 1 to ActorId::kMaxNode, cpu and cuda devices with indices an actor id holds, each once, and
+// non-negative budgets. INVALID_ARGUMENT naming the field otherwise.
+absl::Status ValidateRegistration(const v1::RegisterNode& node);
+
 // The coordinator's view of its nodes (DESIGN.md §1): itself as node 0, and every worker that
 // registered through a NodeService session. A node keeps its index while it is known: a worker
 // asks for one with --node-rank, or gets the next free one; one that reconnects under the same name
@@ -50,8 +55,9 @@ class Cluster {
   void Stop();
 
   // A worker's session registered: its index, and the session's generation (for Heartbeat and
-  // Disconnected). INVALID_ARGUMENT for a bad registration (no name, rank 0 or a rank another
-  // node holds), ALREADY_EXISTS when a node of that name is connected.
+  // Disconnected). INVALID_ARGUMENT for a bad registration (ValidateRegistration, or a rank
+  // another node holds), ALREADY_EXISTS when a node of that name is connected, RESOURCE_EXHAUSTED
+  // when no index is left.
   struct Registration {
     int index;
     int64_t generation;
@@ -72,6 +78,8 @@ class Cluster {
   absl::Status CheckReady(const std::vector<int>& indices) const;
   // "node 2 ('worker-b')".
   std::string Describe(int index) const;
+  // "node 2 ('worker-b' at 10.0.0.3:7070)": with the address it registered.
+  std::string DescribeWithAddress(int index) const;
   void SetSelfAddress(const std::string& address);
   // Shows `job_id` as running on these nodes (and nothing on the others).
   void SetRunningJob(const std::string& job_id, const std::vector<int>& indices);

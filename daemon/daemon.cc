@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.capacity.memory_budget_per_device_bytes =
         options.memory_budget_per_device_bytes;
     manager_options.stall_timeout = options.stall_timeout;
+    manager_options.probe_timeout = options.peer_probe_timeout;
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.metrics = daemon->metrics_.get();

@@ -74,6 +74,10 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "coordinator: how often workers send heartbeats")
       .AddFlag("node-timeout", "DURATION", "5s",
                "coordinator: a worker silent for this long is lost, and its running job fails")
+      .AddFlag("peer-probe-timeout", "DURATION", "5s",
+               "coordinator: while a job launches, how long each node waits to hear from every "
+               "other node of the job over UCX; a node that cannot reach another fails the "
+               "launch with an error naming them")
 
       .AddFlag("metrics-listen", "HOST:PORT", "",
                "serve Prometheus metrics (GET /metrics) on this address, e.g. 0.0.0.0:9400; port 0 "
@@ -153,7 +157,8 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
            {"stall-timeout", &options.stall_timeout},
            {"shutdown-grace", &options.shutdown_grace},
            {"heartbeat-interval", &options.heartbeat_interval},
-           {"node-timeout", &options.node_timeout}}) {
+           {"node-timeout", &options.node_timeout},
+           {"peer-probe-timeout", &options.peer_probe_timeout}}) {
     absl::StatusOr<absl::Duration> duration = ParseDurationFlag(arguments, flag);
     if (!duration.ok()) return duration.status();
     *target = *duration;
@@ -167,6 +172,9 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     *target = *value;
   }
   options.verbose = arguments.Switch("verbose");
+  if (options.peer_probe_timeout <= absl::ZeroDuration()) {
+    return loomctl::UsageError(kCommand, "--peer-probe-timeout must be > 0");
+  }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.node_timeout <= options.heartbeat_interval) {
     return loomctl::UsageError(kCommand,

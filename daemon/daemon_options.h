@@ -22,6 +22,8 @@ struct DaemonOptions {
   int node_rank = -1;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration node_timeout = absl::Seconds(5);
+  // While a job launches: how long each node waits for a probe from every peer.
+  absl::Duration peer_probe_timeout = absl::Seconds(5);
   // HOST:PORT for Prometheus' GET /metrics (port 0 picks a free port); empty: not served.
   std::string metrics_listen_address;
   int cpu_devices = 1;

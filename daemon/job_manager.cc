@@ -5,11 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/step_losses.h"
 #include "daemon/grpc_status.h"
+#include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
+#include "runtime/data_type.h"
 #include "runtime/device_name.h"
 
 namespace loom::daemon {
@@ -24,6 +27,20 @@ std::vector<int> NodesOf(const compiler::CompileResult& result) {
     if (node_plan.tasks_size() > 0) nodes.push_back(node_plan.node());
   }
   return nodes;
+}
+
+// Whether a forwarded piece's bytes are as many as its data type and shape say (a node's update
+// is not trusted to be well formed).
+bool PieceSizeMatches(const v1::SinkPieceUpdate& piece) {
+  const int64_t element_bytes = DataTypeSize(piece.data_type());
+  if (element_bytes == 0) return false;
+  const int64_t bytes = static_cast<int64_t>(piece.data().size());
+  int64_t elements = 1;
+  for (int64_t extent : piece.shape()) {
+    if (extent < 0 || (extent > 0 && elements > bytes / extent)) return false;
+    elements *= extent;
+  }
+  return elements * element_bytes == bytes;
 }
 
 }  // namespace
@@ -286,7 +303,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Nodes the job does not use take no part (they count as done in every phase).
-    record->nodes.assign(nodes, JobRecord::NodeProgress{true, "", true, true, absl::OkStatus()});
+    record->nodes.assign(nodes,
+                         JobRecord::NodeProgress{true, "", true, true, absl::OkStatus(), {}});
     for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
     tracker_ = tracker;
   }
@@ -359,10 +377,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       for (int node : participants) {
         (*message.mutable_connect()->mutable_addresses())[node] = record->nodes[node].address;
       }
+      message.mutable_connect()->set_probe_timeout_milliseconds(
+          absl::ToInt64Milliseconds(options_.probe_timeout));
     });
     for (int node : participants) send(node, connect);
     ok = wait_for([](const JobRecord::NodeProgress& node) { return node.connected; },
                   options_.launch_timeout, "connecting");
+    if (!ok) NameUnreachableNodes(record.get(), participants);
   }
   if (ok) {
     {
@@ -445,6 +466,36 @@ void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::St
   changed_.notify_all();
 }
 
+void JobManager::NameUnreachableNodes(JobRecord* record, const std::vector<int>& participants) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto reported = [&] {
+    for (int node : participants) {
+      if (!record->nodes[node].unreachable.empty()) return true;
+    }
+    return false;
+  };
+  if (record->cancel_requested || !reported()) return;
+  // Every node waits as long for its peers' probes; the last reports come soon after the first.
+  changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.probe_timeout + absl::Seconds(2)),
+                    [&] {
+                      for (int node : participants) {
+                        const JobRecord::NodeProgress& progress = record->nodes[node];
+                        if (!progress.connected && !progress.ended) return false;
+                      }
+                      return true;
+                    });
+  if (record->cancel_requested) return;
+  std::map<int, std::map<int, std::string>> unreachable;
+  for (int node : participants) {
+    if (!record->nodes[node].unreachable.empty()) {
+      unreachable[node] = record->nodes[node].unreachable;
+    }
+  }
+  record->first_error =
+      UnreachableNodesError(record->id, participants, unreachable,
+                            [this](int node) { return cluster_->DescribeWithAddress(node); });
+}
+
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   if (update.has_ended()) {
     OnNodeEnded(update.job_id(), node, FromJobError(update.ended()));
@@ -455,10 +506,23 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (running_ == nullptr || running_->id != update.job_id()) return;
+      // Only from a node of the job still running it (one that takes no part counts as ended).
+      if (node < 0 || node >= static_cast<int>(running_->nodes.size()) ||
+          running_->nodes[node].ended) {
+        return;
+      }
       tracker = tracker_;
     }
     if (tracker == nullptr) return;
     const v1::SinkPieceUpdate& piece = update.piece();
+    if (!PieceSizeMatches(piece)) {
+      OnNodeEnded(update.job_id(), node,
+                  absl::DataLossError(absl::StrCat("forwarded a piece of sink '", piece.sink(),
+                                                   "' with ", piece.data().size(),
+                                                   " bytes, not what its type and shape [",
+                                                   absl::StrJoin(piece.shape(), ", "), "] hold")));
+      return;
+    }
     HostTensor tensor;
     tensor.data_type = piece.data_type();
     tensor.shape = Shape(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
@@ -479,6 +543,10 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
       progress.address = update.launched();
     } else if (update.has_connected()) {
       progress.connected = true;
+    } else if (update.has_unreachable()) {
+      for (const auto& [peer, why] : update.unreachable().peers()) {
+        progress.unreachable[peer] = why;
+      }
     }
   }
   changed_.notify_all();

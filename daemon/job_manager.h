@@ -43,6 +43,9 @@ class JobManager {
     absl::Duration stall_timeout = absl::Seconds(10);
     // How long the nodes may take to launch a job, and to connect.
     absl::Duration launch_timeout = absl::Seconds(60);
+    // While connecting, how long each node waits for a probe from every peer: a node that cannot
+    // reach another fails the launch (naming them) instead of the job's first transfer.
+    absl::Duration probe_timeout = absl::Seconds(5);
     // After a failure, how long the other nodes may take to end their part.
     absl::Duration abort_timeout = absl::Seconds(10);
     int max_finished_jobs = 1000;
@@ -100,6 +103,9 @@ class JobManager {
   void WorkerLoop();
   void RunJob(const std::shared_ptr<JobRecord>& record);
   void OnNodeEnded(const std::string& job_id, int node, const absl::Status& status);
+  // After a failed connect phase in which nodes reported unreachable peers: waits for every
+  // node's report and makes the job's error name the node(s) the others cannot reach.
+  void NameUnreachableNodes(JobRecord* record, const std::vector<int>& participants);
   // The rest take mutex_ held.
   JobRecord* Find(const std::string& job_id) const;
   v1::JobInfo InfoOf(const JobRecord& record) const;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ struct JobRecord {
     bool connected = false;
     bool ended = false;
     absl::Status status;  // when ended
+    // The peers it could not reach while connecting (node -> why).
+    std::map<int, std::string> unreachable;
   };
   std::vector<NodeProgress> nodes;
   // The first failure on any node (the job's error), set once.

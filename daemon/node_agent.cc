@@ -9,6 +9,12 @@
 #include "glog/logging.h"
 
 namespace loom::daemon {
+namespace {
+
+// When the coordinator does not say how long to wait for the peers' probes.
+constexpr absl::Duration kDefaultProbeTimeout = absl::Seconds(5);
+
+}  // namespace
 
 NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics)
     : kernels_(kernels), metrics_(metrics), report_(std::move(report)) {
@@ -42,7 +48,19 @@ void NodeAgent::Handle(const v1::NodeCommand& command) {
   changed_.notify_all();
 }
 
+void NodeAgent::Report(const v1::NodeJobUpdate& update) {
+  std::lock_guard<std::mutex> lock(report_mutex_);
+  if (!orphaned_) report_(update);
+}
+
 void NodeAgent::AbortAll(const std::string& reason) {
+  {
+    // The coordinator that launched the job is gone: what is left of it (its end, pieces still
+    // forwarded while its actors stop) is news to nobody, and a restarted coordinator may run a
+    // job of the same id by then.
+    std::lock_guard<std::mutex> lock(report_mutex_);
+    orphaned_ = true;
+  }
   std::string job_id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -80,7 +98,7 @@ void NodeAgent::ReportEnded(const std::string& job_id, const absl::Status& statu
   v1::NodeJobUpdate update;
   update.set_job_id(job_id);
   *update.mutable_ended() = ToJobError(status);
-  report_(update);
+  Report(update);
 }
 
 void NodeAgent::Run(const v1::NodeCommand& command) {
@@ -108,15 +126,27 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
   if (command.has_connect()) {
     std::map<int, std::string> addresses(command.connect().addresses().begin(),
                                          command.connect().addresses().end());
-    absl::Status status = job->Connect(addresses);
+    // Connect's failures (an address UCX refuses at once) are among the unreachable peers that
+    // WaitForPeers reports; waiting for the other peers' probes anyway gives the coordinator the
+    // whole picture.
+    job->Connect(addresses).IgnoreError();
+    const int64_t probe_milliseconds = command.connect().probe_timeout_milliseconds();
+    absl::Status status = job->WaitForPeers(
+        probe_milliseconds > 0 ? absl::Milliseconds(probe_milliseconds) : kDefaultProbeTimeout);
     if (!status.ok()) {
+      v1::NodeJobUpdate unreachable;
+      unreachable.set_job_id(job_id);
+      for (const auto& [peer, why] : job->unreachable_peers()) {
+        (*unreachable.mutable_unreachable()->mutable_peers())[peer] = std::string(why.message());
+      }
+      Report(unreachable);
       ReportEnded(job_id, status);
       return;
     }
     v1::NodeJobUpdate update;
     update.set_job_id(job_id);
     update.set_connected(true);
-    report_(update);
+    Report(update);
   } else if (command.has_start()) {
     if (absl::Status status = job->Start(); !status.ok()) {
       ReportEnded(job_id, status);
@@ -131,6 +161,11 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
 
 void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launch) {
   Release();  // a previous job the coordinator forgot to release
+  {
+    // Everything of the previous job happened (Release joined it): report this one.
+    std::lock_guard<std::mutex> lock(report_mutex_);
+    orphaned_ = false;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_id_ = job_id;
@@ -157,7 +192,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
       for (int64_t dimension : piece.tensor.shape.dimensions()) forwarded->add_shape(dimension);
       forwarded->set_data(reinterpret_cast<const char*>(piece.tensor.bytes.data()),
                           piece.tensor.bytes.size());
-      report_(update);
+      Report(update);
       return absl::OkStatus();
     };
   }
@@ -175,7 +210,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
   v1::NodeJobUpdate update;
   update.set_job_id(job_id);
   update.set_launched(address);
-  report_(update);
+  Report(update);
 }
 
 void NodeAgent::Release() {

@@ -38,7 +38,8 @@ class NodeAgent {
   ~NodeAgent();
 
   void Handle(const v1::NodeCommand& command);
-  // The coordinator is gone: abort the job (if any) and release it.
+  // The coordinator is gone: abort the job (if any) and release it; nothing more is reported about
+  // it (a restarted coordinator may already run another job of the same id).
   void AbortAll(const std::string& reason);
   // Whether a job is launched and not yet released.
   bool busy() const;
@@ -49,6 +50,8 @@ class NodeAgent {
   void Launch(const std::string& job_id, const v1::LaunchNodeJob& launch);
   void Release();
   void ReportEnded(const std::string& job_id, const absl::Status& status);
+  // Every update goes through here: dropped once AbortAll orphaned the job.
+  void Report(const v1::NodeJobUpdate& update);
 
   const KernelRegistry* const kernels_;
   RuntimeMetrics* const metrics_;
@@ -62,6 +65,9 @@ class NodeAgent {
   std::shared_ptr<NodeJob> job_;          // guarded by mutex_
   bool ended_reported_ = false;           // guarded by mutex_
   std::thread waiter_;                    // agent thread only
+  // Held while reporting (a leaf: report_ takes no lock of this agent's).
+  std::mutex report_mutex_;
+  bool orphaned_ = false;  // guarded by report_mutex_: the job's coordinator is gone
   std::thread thread_;
 };
 

@@ -44,11 +44,35 @@ absl::Status NodeJob::Connect(const std::map<int, std::string>& addresses) {
   for (const auto& [peer, address] : addresses) {
     if (peer == node_) continue;
     if (absl::Status status = network_->Connect(peer, address); !status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("node ", node_, " connecting to node ", peer,
-                                                      ": ", status.message()));
+      unreachable_peers_.emplace(peer, status);
+      continue;
+    }
+    peers_.push_back(peer);
+    if (absl::Status status = network_->SendProbe(peer); !status.ok()) {
+      unreachable_peers_.emplace(peer, status);
     }
   }
-  return absl::OkStatus();
+  return UnreachableError();
+}
+
+absl::Status NodeJob::WaitForPeers(absl::Duration timeout) {
+  std::vector<int> waiting;
+  for (int peer : peers_) {
+    if (!unreachable_peers_.contains(peer)) waiting.push_back(peer);
+  }
+  unreachable_peers_.merge(network_->WaitForProbes(waiting, timeout));
+  return UnreachableError();
+}
+
+absl::Status NodeJob::UnreachableError() const {
+  if (unreachable_peers_.empty()) return absl::OkStatus();
+  std::string message = absl::StrCat("node ", node_, " cannot reach ");
+  bool first = true;
+  for (const auto& [peer, why] : unreachable_peers_) {
+    absl::StrAppend(&message, first ? "" : "; ", "node ", peer, ": ", why.message());
+    first = false;
+  }
+  return absl::UnavailableError(message);
 }
 
 absl::Status NodeJob::Start() { return runtime_->Start(); }

@@ -4,9 +4,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kernels/kernel_registry.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
@@ -20,7 +22,8 @@ namespace loom::daemon {
 //
 //   auto job = NodeJob::Create(node_plan, &kernels, options);   // builds actors, opens UCX
 //   publish (*job)->address(); collect every node's address
-//   (*job)->Connect(addresses);                                   // every node, then a barrier
+//   (*job)->Connect(addresses);                                   // every node
+//   (*job)->WaitForPeers(probe_timeout);                          // every node, then a barrier
 //   (*job)->Start(); (*job)->Wait();
 //   once every node's Wait returned: destroy it (stops the network)
 //
@@ -43,8 +46,17 @@ class NodeJob {
 
   int node() const { return node_; }
   const std::string& address() const { return network_->address(); }
-  // Connects to every other node of `addresses` (node -> address; this node's entry is skipped).
+  // Connects to every other node of `addresses` (node -> address; this node's entry is skipped)
+  // and sends each a probe. A peer it cannot connect to is unreachable (below); the error names
+  // every such peer.
   absl::Status Connect(const std::map<int, std::string>& addresses);
+  // After Connect, on every node of the job: waits (at most `timeout`) until each peer's probe
+  // arrived, so that a node that cannot reach another fails the launch instead of the job's first
+  // transfer. UNAVAILABLE naming every peer not heard from, with why (UCX's error, or the
+  // timeout); unreachable_peers() lists them.
+  absl::Status WaitForPeers(absl::Duration timeout);
+  // The peers Connect or WaitForPeers found unreachable, by node, with why.
+  const std::map<int, absl::Status>& unreachable_peers() const { return unreachable_peers_; }
   absl::Status Start();
   // Blocks until the job ends on this node; returns the job's status.
   absl::Status Wait();
@@ -55,7 +67,12 @@ class NodeJob {
  private:
   NodeJob() = default;
 
+  // "node 1 cannot reach node 2: ...; node 3: ...".
+  absl::Status UnreachableError() const;
+
   int node_ = 0;
+  std::vector<int> peers_;  // connected to (and probed)
+  std::map<int, absl::Status> unreachable_peers_;
   std::unique_ptr<transport::TransportNetwork> network_;
   std::unique_ptr<JobRuntime> runtime_;
 };

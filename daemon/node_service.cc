@@ -37,8 +37,9 @@ grpc::Status NodeServiceImpl::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
   v1::WorkerMessage message;
-  if (!stream->Read(&message)) return grpc::Status::OK;
-  if (!message.has_register_()) {
+  // A session without a first message that parses (bytes that are no WorkerMessage, or nothing)
+  // is refused like one that starts with anything but RegisterNode.
+  if (!stream->Read(&message) || !message.has_register_()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a node session starts with RegisterNode");
   }

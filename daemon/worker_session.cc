@@ -1,5 +1,6 @@
 #include "daemon/worker_session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,13 @@ void WorkerSession::Loop() {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options_.max_message_bytes);
   arguments.SetMaxSendMessageSize(options_.max_message_bytes);
+  // Reconnect every retry interval however long the coordinator was away (gRPC's default backoff
+  // grows to two minutes, which would keep a restarted coordinator without its workers).
+  const int retry_milliseconds =
+      static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(options_.retry_interval), 1));
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, retry_milliseconds);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, retry_milliseconds);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, retry_milliseconds);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options_.coordinator_address, grpc::InsecureChannelCredentials(), arguments);
   std::unique_ptr<v1::NodeService::Stub> stub = v1::NodeService::NewStub(channel);

@@ -61,6 +61,12 @@ struct Transport::Operation {
 };
 
 absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions options) {
+  // Non-blocking TCP connects: UCX 1.13 connects blocking by default, inside ucp_ep_create on the
+  // progress thread, which a peer whose traffic is dropped (firewall, link down with its link
+  // address still cached) would hold for the kernel's SYN timeout (minutes). UCX_TCP_CONN_NB as a
+  // transport setting is named without its "TCP_" (with it, UCX 1.13 warns and ignores it). Before
+  // the caller's settings, which may change it.
+  options.context.configuration.insert(options.context.configuration.begin(), {"CONN_NB", "y"});
   absl::StatusOr<std::unique_ptr<UcxContext>> context = UcxContext::Create(options.context);
   if (!context.ok()) return context.status();
   absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create(**context);

@@ -105,7 +105,42 @@ void TransportNetwork::SetHandlers(MessageReceiver receiver, ErrorHandler on_err
   on_error_ = std::move(on_error);
 }
 
+absl::Status TransportNetwork::SendProbe(int peer) {
+  return transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
+}
+
+std::map<int, absl::Status> TransportNetwork::WaitForProbes(const std::vector<int>& peers,
+                                                            absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto settled = [&] {
+    for (int peer : peers) {
+      if (!probed_by_.contains(peer) && !peer_failures_.contains(peer)) return false;
+    }
+    return true;
+  };
+  peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), settled);
+  std::map<int, absl::Status> unreachable;
+  for (int peer : peers) {
+    if (probed_by_.contains(peer)) continue;
+    auto failure = peer_failures_.find(peer);
+    unreachable[peer] =
+        failure != peer_failures_.end()
+            ? failure->second
+            : absl::DeadlineExceededError(absl::StrCat("no probe from node ", peer, " within ",
+                                                       absl::FormatDuration(timeout)));
+  }
+  return unreachable;
+}
+
 void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
+  if (bytes == kProbeMessage) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      probed_by_.insert(static_cast<int>(from));
+    }
+    peers_changed_.notify_all();
+    return;
+  }
   absl::StatusOr<ActorMessage> message = Decode(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!message.ok()) {
@@ -127,14 +162,18 @@ void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
 }
 
 void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
-                                                peer, ": ", status.message()));
-  if (on_error_) {
-    on_error_(lost);
-  } else {
-    LOG(ERROR) << lost;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peer_failures_.emplace(static_cast<int>(peer), status);
+    absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
+                                                  peer, ": ", status.message()));
+    if (on_error_) {
+      on_error_(lost);
+    } else {
+      LOG(ERROR) << lost;
+    }
   }
+  peers_changed_.notify_all();
 }
 
 absl::Status TransportNetwork::SendMessage(const ActorMessage& message) {

@@ -1,15 +1,19 @@
 #ifndef LOOM_TRANSPORT_TRANSPORT_NETWORK_H_
 #define LOOM_TRANSPORT_TRANSPORT_NETWORK_H_
 
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "runtime/message.h"
 #include "runtime/network.h"
 #include "transport/transport.h"
@@ -24,6 +28,8 @@ namespace loom::transport {
 //   publish (*network)->address() through the coordinator; for every other node:
 //   (*network)->Connect(peer, peer_address);
 //   (*network)->SetHandlers(deliver_to_job_runtime, fail_the_job);   // before any peer sends
+//   (*network)->SendProbe(peer) for every other node; then
+//   (*network)->WaitForProbes(peers, timeout);   // every peer reachable, both ways
 //
 // The node is also its own peer (collectives between ranks of one node use the same path).
 class TransportNetwork final : public Network {
@@ -44,6 +50,16 @@ class TransportNetwork final : public Network {
   // Until set, received messages are dropped with an error to the log; set before the job starts.
   void SetHandlers(MessageReceiver receiver, ErrorHandler on_error);
 
+  // Reachability, checked before a job starts: every node sends a probe to each of its peers once
+  // connected to it, then waits for a probe from each. A probe from a peer shows that the peer
+  // connected to this node and that its messages arrive here; the peer's own wait checks the other
+  // direction. Probes that arrive before WaitForProbes are remembered.
+  absl::Status SendProbe(int peer);
+  // Waits until a probe arrived from every one of `peers`, the connection to it failed, or
+  // `timeout` passed. Returns the peers not heard from, each with why: the connection's error
+  // (UCX's reason), or DEADLINE_EXCEEDED. Empty: every peer was heard from.
+  std::map<int, absl::Status> WaitForProbes(const std::vector<int>& peers, absl::Duration timeout);
+
   // Network.
   int node() const override { return node_; }
   absl::string_view transport() const override { return "ucx"; }
@@ -58,6 +74,8 @@ class TransportNetwork final : public Network {
 
   // Wire format of an actor message (exposed for tests).
   static constexpr size_t kWireMessageBytes = 40;
+  // A probe on the wire (any other length than an actor message's).
+  static constexpr absl::string_view kProbeMessage = "loom.probe";
   static std::string Encode(const ActorMessage& message);
   static absl::StatusOr<ActorMessage> Decode(absl::string_view bytes);
 
@@ -71,6 +89,10 @@ class TransportNetwork final : public Network {
   std::mutex mutex_;
   MessageReceiver receiver_;  // guarded by mutex_
   ErrorHandler on_error_;     // guarded by mutex_
+  // Notified when a probe arrives or a peer fails.
+  std::condition_variable peers_changed_;
+  absl::flat_hash_set<int> probed_by_;         // guarded by mutex_
+  std::map<int, absl::Status> peer_failures_;  // guarded by mutex_: the first error per peer
 };
 
 }  // namespace loom::transport

@@ -13,109 +13,14 @@
 #include "absl/time/clock.h"
 #include "examples/gpt/gpt_model.h"
 #include "gmock/gmock.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "proto/loom/v1/cluster_service.grpc.pb.h"
-#include "proto/loom/v1/job_service.grpc.pb.h"
+#include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
 
 namespace loom::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct JobOutcome {
-  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  std::vector<double> losses;
-  std::string error;
-};
-
-class Client {
- public:
-  explicit Client(const std::string& address)
-      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-        jobs_(v1::JobService::NewStub(channel_)),
-        cluster_(v1::ClusterService::NewStub(channel_)) {}
-
-  static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(30)) {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return context;
-  }
-
-  std::vector<v1::NodeInfo> Nodes() {
-    v1::ListNodesResponse response;
-    if (!cluster_->ListNodes(Context().get(), v1::ListNodesRequest(), &response).ok()) return {};
-    return {response.nodes().begin(), response.nodes().end()};
-  }
-
-  bool WaitForReadyNodes(int count, absl::Duration deadline) {
-    const absl::Time end = absl::Now() + deadline;
-    while (absl::Now() < end) {
-      int ready = 0;
-      for (const v1::NodeInfo& node : Nodes()) ready += node.state() == v1::NODE_STATE_READY;
-      if (ready == count) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
-  }
-
-  absl::StatusOr<std::string> Submit(const job::Job& job) {
-    v1::SubmitJobRequest request;
-    *request.mutable_job() = job;
-    v1::SubmitJobResponse response;
-    grpc::Status status = jobs_->SubmitJob(Context().get(), request, &response);
-    if (!status.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          status.error_message());
-    }
-    return response.job().job_id();
-  }
-
-  v1::JobInfo Get(const std::string& id) {
-    v1::GetJobRequest request;
-    request.set_job_id(id);
-    v1::GetJobResponse response;
-    jobs_->GetJob(Context().get(), request, &response);
-    return response.job();
-  }
-
-  JobOutcome Watch(const std::string& id) {
-    v1::WatchJobRequest request;
-    request.set_job_id(id);
-    auto context = Context(absl::Minutes(5));
-    auto reader = jobs_->WatchJob(context.get(), request);
-    JobOutcome outcome;
-    v1::JobEvent event;
-    while (reader->Read(&event)) {
-      if (event.has_step()) outcome.losses.push_back(event.step().loss());
-      if (event.has_state_change()) {
-        outcome.state = event.state_change().state();
-        outcome.error = event.state_change().error().message();
-      }
-    }
-    reader->Finish();
-    return outcome;
-  }
-
- private:
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ClusterService::Stub> cluster_;
-};
-
-gpt::GptConfig SmallGpt(int64_t steps) {
-  gpt::GptConfig config;
-  config.context = 16;
-  config.width = 32;
-  config.layers = 3;
-  config.heads = 2;
-  config.mlp_width = 64;
-  config.batch = 12;
-  config.steps = steps;
-  return config;
-}
 
 class LoomdClusterTest : public ::testing::Test {
  protected:
@@ -137,7 +42,7 @@ class LoomdClusterTest : public ::testing::Test {
       ASSERT_TRUE(worker.ok()) << worker.status();
       daemons_.push_back(*std::move(worker));
     }
-    client_ = std::make_unique<Client>(daemons_[0]->address());
+    client_ = std::make_unique<LoomdClient>(daemons_[0]->address());
     ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(20))) << daemons_[0]->Log();
   }
 
@@ -153,23 +58,20 @@ class LoomdClusterTest : public ::testing::Test {
   }
 
   // The job's outcome on this cluster.
-  JobOutcome Run(const job::Job& job) {
-    absl::StatusOr<std::string> id = client_->Submit(job);
-    if (!id.ok()) return JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, id.status().ToString()};
-    return client_->Watch(*id);
-  }
+  JobOutcome Run(const job::Job& job) { return client_->Run(job); }
 
   // The job's outcome on a one-node loomd with `devices` CPU devices.
   JobOutcome RunOnOneNode(const job::Job& job, int devices) {
     auto daemon = LoomdProcess::Start(
         LOOMD_BINARY, {"--devices", absl::StrCat("cpu:", devices), "--node-name", "single"},
         absl::StrCat(::testing::TempDir(), "/loomd-single.log"));
-    if (!daemon.ok()) return JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, daemon.status().ToString()};
-    Client client((*daemon)->address());
-    absl::StatusOr<std::string> id = client.Submit(job);
-    JobOutcome outcome = id.ok()
-                             ? client.Watch(*id)
-                             : JobOutcome{v1::JOB_STATE_UNSPECIFIED, {}, id.status().ToString()};
+    if (!daemon.ok()) {
+      JobOutcome failed;
+      failed.error = daemon.status().ToString();
+      return failed;
+    }
+    LoomdClient client((*daemon)->address());
+    JobOutcome outcome = client.Run(job);
     (*daemon)->Signal(SIGTERM);
     return outcome;
   }
@@ -190,7 +92,7 @@ class LoomdClusterTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<LoomdProcess>> daemons_;
-  std::unique_ptr<Client> client_;
+  std::unique_ptr<LoomdClient> client_;
 };
 
 TEST_F(LoomdClusterTest, ListsEveryNode) {

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -16,10 +19,47 @@ namespace loom::testing {
 absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(
     const std::string& binary, const std::vector<std::string>& arguments,
     const std::string& log_path, absl::Duration deadline) {
+  Options options;
+  options.binary = binary;
+  options.arguments = arguments;
+  options.log_path = log_path;
+  options.deadline = deadline;
+  return Start(options);
+}
+
+absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(const Options& options) {
   auto process = std::make_unique<LoomdProcess>();
-  process->log_path_ = log_path;
-  std::vector<std::string> argv_strings = {binary, "--listen", "127.0.0.1:0"};
-  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
+  process->log_path_ = options.log_path;
+  std::vector<std::string> argv_strings = {options.binary, "--listen", options.listen_address};
+  argv_strings.insert(argv_strings.end(), options.arguments.begin(), options.arguments.end());
+  std::vector<std::string> environment_strings;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string inherited = *entry;
+    bool overridden = false;
+    for (const std::string& added : options.environment) {
+      overridden |=
+          inherited.substr(0, inherited.find('=') + 1) == added.substr(0, added.find('=') + 1);
+    }
+    if (!overridden) environment_strings.push_back(inherited);
+  }
+  environment_strings.insert(environment_strings.end(), options.environment.begin(),
+                             options.environment.end());
+  std::string program = options.binary;
+  if (!options.network_namespace.empty()) {
+    // `ip netns exec` enters the namespace and mounts a /sys that shows its interfaces (UCX lists
+    // them there), then executes loomd in the same process.
+    argv_strings.insert(argv_strings.begin(), {"ip", "netns", "exec", options.network_namespace});
+    program = "/usr/sbin/ip";
+    if (access(program.c_str(), X_OK) != 0) program = "/sbin/ip";
+  }
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<char*> argv;
+  for (std::string& argument : argv_strings) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (std::string& entry : environment_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  const std::string& log_path = options.log_path;
   // Empty before the child starts, so that no earlier run's address is read.
   { std::ofstream truncate(log_path, std::ios::trunc); }
   pid_t pid = fork();
@@ -28,12 +68,12 @@ absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(
     int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, 1);
     dup2(log, 2);
-    std::vector<char*> argv;
-    for (std::string& argument : argv_strings) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
+    // Dies with the test, even when the test is killed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
+  const absl::Duration deadline = options.deadline;
   process->pid_ = pid;
   const absl::Time end = absl::Now() + deadline;
   const std::string marker = "' listening on ";
@@ -61,6 +101,16 @@ absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(
 
 LoomdProcess::~LoomdProcess() {
   if (pid_ > 0) Signal(SIGKILL);
+}
+
+bool LoomdProcess::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    return false;
+  }
+  return true;
 }
 
 int LoomdProcess::Signal(int signal) {

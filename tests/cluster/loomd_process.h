@@ -13,11 +13,27 @@
 namespace loom::testing {
 
 // A loomd child process (build/bin/loomd) with its output in a log file; killed (SIGKILL) when
-// destroyed if still running.
+// destroyed if still running, or when the test process dies.
 class LoomdProcess {
  public:
-  // Starts `loomd --listen 127.0.0.1:0 ARGUMENTS...` and waits (up to `deadline`) for the line
-  // that names its address.
+  struct Options {
+    std::string binary;
+    std::vector<std::string> arguments;
+    std::string log_path;
+    // --listen; port 0 picks a free one (read back from the log).
+    std::string listen_address = "127.0.0.1:0";
+    // Runs it inside this network namespace (through `ip netns exec NAME`); empty: this process's.
+    std::string network_namespace;
+    // "NAME=VALUE" entries added to its environment (e.g. UCX's own UCX_TLS=tcp).
+    std::vector<std::string> environment;
+    // How long it may take to serve.
+    absl::Duration deadline = absl::Seconds(20);
+  };
+
+  // Starts `loomd --listen LISTEN_ADDRESS ARGUMENTS...` and waits (up to the deadline) for the
+  // line that names its address.
+  static absl::StatusOr<std::unique_ptr<LoomdProcess>> Start(const Options& options);
+  // The same on 127.0.0.1 with a free port, in this network namespace.
   static absl::StatusOr<std::unique_ptr<LoomdProcess>> Start(
       const std::string& binary, const std::vector<std::string>& arguments,
       const std::string& log_path, absl::Duration deadline = absl::Seconds(20));
@@ -25,6 +41,8 @@ class LoomdProcess {
 
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
+  // Whether it still runs (it has not exited).
+  bool Running();
   // Sends `signal`; for SIGTERM/SIGKILL waits for the exit and returns the exit status.
   int Signal(int signal);
   std::string Log() const;

@@ -41,6 +41,10 @@ absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
   for (auto& job : jobs) {
     if (absl::Status status = job->Connect(addresses); !status.ok()) return status;
   }
+  // As loomd's nodes do before they start (every probe was sent by the connects above).
+  for (auto& job : jobs) {
+    if (absl::Status status = job->WaitForPeers(absl::Seconds(10)); !status.ok()) return status;
+  }
   for (auto& job : jobs) {
     if (absl::Status status = job->Start(); !status.ok()) return status;
   }

@@ -1,10 +1,20 @@
 // Jobs split over nodes, each node a NodeJob with its own UCX network in this process: the
-// fetched losses equal the one-node run's bit for bit.
+// fetched losses equal the one-node run's bit for bit. The connect phase's probes: every peer is
+// heard from when all connect; a silent peer and a dead one fail the wait naming them.
+#include "daemon/node_job.h"
+
+#include <map>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "examples/gpt/gpt_model.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "tests/cluster/multi_node_run.h"
 
 namespace loom::testing {
@@ -79,6 +89,95 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
                       Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+
+// Three NodeJobs of a three-stage pipeline, created (networks open) but not connected.
+class PeerProbeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterCpuKernels(&kernels_).ok());
+    gpt::GptConfig config = SmallGpt();
+    config.layers = 3;
+    config.pipeline_stages = 3;
+    config.devices_per_node = 1;
+    absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+    ASSERT_TRUE(job.ok()) << job.status();
+    plan::Plan whole;
+    absl::StatusOr<std::vector<plan::Plan>> plans = CompileForNodes(*job, 3, 1, &whole);
+    ASSERT_TRUE(plans.ok()) << plans.status();
+    for (const plan::Plan& node_plan : *plans) {
+      absl::StatusOr<std::unique_ptr<daemon::NodeJob>> node_job =
+          daemon::NodeJob::Create(node_plan, &kernels_, JobOptions{});
+      ASSERT_TRUE(node_job.ok()) << node_job.status();
+      addresses_[node_plan.node()] = (*node_job)->address();
+      jobs_.push_back(*std::move(node_job));
+    }
+  }
+
+  // Each node's WaitForPeers, in parallel (as on separate machines).
+  std::vector<absl::Status> WaitForPeers(const std::vector<int>& nodes, absl::Duration timeout) {
+    std::vector<absl::Status> statuses(nodes.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      threads.emplace_back([&, i] { statuses[i] = jobs_[nodes[i]]->WaitForPeers(timeout); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return statuses;
+  }
+
+  KernelRegistry kernels_;
+  std::map<int, std::string> addresses_;
+  std::vector<std::unique_ptr<daemon::NodeJob>> jobs_;
+};
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Key;
+
+TEST_F(PeerProbeTest, EveryPeerIsHeardFromWhenAllConnect) {
+  for (auto& job : jobs_) ASSERT_TRUE(job->Connect(addresses_).ok());
+  const absl::Time start = absl::Now();
+  for (const absl::Status& status : WaitForPeers({0, 1, 2}, absl::Seconds(20))) {
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  for (auto& job : jobs_) EXPECT_TRUE(job->unreachable_peers().empty());
+}
+
+TEST_F(PeerProbeTest, APeerThatNeverConnectsFailsTheWaitNamingIt) {
+  // Node 2 never connects back (as when its traffic to the others is dropped): nodes 0 and 1 reach
+  // it, but never hear from it.
+  ASSERT_TRUE(jobs_[0]->Connect(addresses_).ok());
+  ASSERT_TRUE(jobs_[1]->Connect(addresses_).ok());
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> statuses = WaitForPeers({0, 1}, absl::Seconds(1));
+  const absl::Duration waited = absl::Now() - start;
+  for (int node : {0, 1}) {
+    EXPECT_EQ(statuses[node].code(), absl::StatusCode::kUnavailable) << statuses[node];
+    EXPECT_THAT(statuses[node].message(),
+                HasSubstr(absl::StrCat("node ", node,
+                                       " cannot reach node 2: no probe from node 2 "
+                                       "within 1s")));
+    EXPECT_THAT(jobs_[node]->unreachable_peers(), ElementsAre(Key(2)));
+  }
+  EXPECT_GE(waited, absl::Seconds(1));
+  EXPECT_LT(waited, absl::Seconds(4));
+}
+
+TEST_F(PeerProbeTest, ADeadPeerFailsTheWaitWithUcxsReasonBeforeTheTimeout) {
+  jobs_[2].reset();  // its network closed: connecting to its address is refused
+  ASSERT_TRUE(jobs_[0]->Connect(addresses_).ok());  // connects do not wait
+  ASSERT_TRUE(jobs_[1]->Connect(addresses_).ok());
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> statuses = WaitForPeers({0, 1}, absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  for (int node : {0, 1}) {
+    EXPECT_EQ(statuses[node].code(), absl::StatusCode::kUnavailable) << statuses[node];
+    EXPECT_THAT(statuses[node].message(),
+                HasSubstr(absl::StrCat("node ", node, " cannot reach node 2: node ", node,
+                                       ": the connection to peer 2 failed")));
+    EXPECT_THAT(jobs_[node]->unreachable_peers(), ElementsAre(Key(2)));
+  }
+}
 
 }  // namespace
 }  // namespace loom::testing

@@ -1,0 +1,61 @@
+#ifndef LOOM_TESTS_CLUSTER_LOOMD_CLIENT_H_
+#define LOOM_TESTS_CLUSTER_LOOMD_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "examples/gpt/gpt_model.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "proto/loom/v1/cluster_service.grpc.pb.h"
+#include "proto/loom/v1/job_service.grpc.pb.h"
+
+namespace loom::testing {
+
+// How a job ended, as its watcher saw it.
+struct JobOutcome {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  // Every state the job went through, in order.
+  std::vector<v1::JobState> states;
+  std::vector<double> losses;
+  std::string error;
+};
+
+// The loom.v1 API of one loomd, for the cluster tests. Every call has a deadline.
+class LoomdClient {
+ public:
+  explicit LoomdClient(const std::string& address);
+
+  static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(30));
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // ListNodes; empty when the call fails.
+  std::vector<v1::NodeInfo> Nodes();
+  // Whether `count` nodes are READY within `deadline`.
+  bool WaitForReadyNodes(int count, absl::Duration deadline);
+  absl::StatusOr<std::string> Submit(const job::Job& job);
+  v1::JobInfo Get(const std::string& id);
+  std::vector<v1::JobInfo> List();
+  grpc::Status Cancel(const std::string& id);
+  // Watches the job until it ends (at most `timeout`).
+  JobOutcome Watch(const std::string& id, absl::Duration timeout = absl::Minutes(5));
+  // Submit and Watch.
+  JobOutcome Run(const job::Job& job);
+  // grpc.health.v1.Health/Check for the whole server: SERVING.
+  bool Serving();
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+// A GPT small enough for 2 shared cores (the cluster tests' model).
+gpt::GptConfig SmallGpt(int64_t steps);
+
+}  // namespace loom::testing
+
+#endif  // LOOM_TESTS_CLUSTER_LOOMD_CLIENT_H_
