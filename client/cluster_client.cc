@@ -155,9 +155,10 @@ absl::Status ClusterClient::FromGrpc(const grpc::Status& status, const std::stri
   }
 }
 
-absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job) {
+absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job, bool trace) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
+  request.set_trace(trace);
   v1::SubmitJobResponse response;
   grpc::Status status =
       jobs_->SubmitJob(CallContext(options_.call_timeout).get(), request, &response);
@@ -227,6 +228,16 @@ absl::StatusOr<v1::GetPlanResponse> ClusterClient::GetPlan(const std::string& jo
   grpc::Status status =
       jobs_->GetPlan(CallContext(options_.call_timeout).get(), request, &response);
   if (!status.ok()) return FromGrpc(status, absl::StrCat("GetPlan(", job_id, ")"));
+  return response;
+}
+
+absl::StatusOr<v1::GetTraceResponse> ClusterClient::GetTrace(const std::string& job_id) {
+  v1::GetTraceRequest request;
+  request.set_job_id(job_id);
+  v1::GetTraceResponse response;
+  grpc::Status status =
+      jobs_->GetTrace(CallContext(options_.call_timeout).get(), request, &response);
+  if (!status.ok()) return FromGrpc(status, absl::StrCat("GetTrace(", job_id, ")"));
   return response;
 }
 

@@ -77,7 +77,8 @@ class ClusterClient {
   // Validates, compiles and queues the job; its JobInfo (PENDING, with its id). INVALID_ARGUMENT
   // naming the op for a job the compiler rejects; RESOURCE_EXHAUSTED when it needs more devices
   // or memory than the cluster has.
-  absl::StatusOr<v1::JobInfo> SubmitJob(const job::Job& job);
+  // `trace`: every node records every act, for GetTrace once the job ended (short jobs).
+  absl::StatusOr<v1::JobInfo> SubmitJob(const job::Job& job, bool trace = false);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
   // Oldest first; only jobs in `states` unless it is empty.
@@ -94,6 +95,8 @@ class ClusterClient {
                         const WatchOptions& options = {});
   // The compiled plan, whole and per node.
   absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id);
+  // The Chrome trace of an ended job submitted with `trace`.
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id);
   // Every node, the coordinator first.
   absl::StatusOr<std::vector<v1::NodeInfo>> ListNodes();
   // The standard grpc.health.v1 health of `service` ("" for the whole daemon): OK when SERVING,

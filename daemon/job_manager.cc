@@ -12,6 +12,7 @@
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
+#include "runtime/chrome_trace.h"
 #include "runtime/data_type.h"
 #include "runtime/device_name.h"
 
@@ -91,7 +92,7 @@ void JobManager::Shutdown(absl::Duration grace) {
   if (worker.joinable()) worker.join();
 }
 
-absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job) {
+absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
   if (!accepting()) {
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
@@ -118,8 +119,10 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job) {
   record->number = ++last_number_;
   record->id = absl::StrCat("job-", record->number);
   record->compiled = std::move(*compiled);
+  record->trace = trace;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
+  info.set_traced(trace);
   info.set_job_id(record->id);
   info.set_name(admitted.name());
   info.set_num_steps(std::max<int64_t>(admitted.num_steps(), 1));
@@ -203,6 +206,28 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   for (const plan::Plan& node_plan : record->compiled->result.node_plans) {
     *response.add_node_plans() = node_plan;
   }
+  return response;
+}
+
+absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord* record = Find(job_id);
+  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (!record->trace) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_id, "' was submitted without trace (loomctl submit --trace FILE)"));
+  }
+  if (!IsTerminal(record->info.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is ",
+                                                      v1::JobState_Name(record->info.state()),
+                                                      ": its trace is there once it ends"));
+  }
+  std::vector<std::string> event_lists;
+  for (const auto& [node, events] : record->trace_events) event_lists.push_back(events);
+  v1::GetTraceResponse response;
+  response.set_chrome_trace_json(
+      ChromeTraceDocument(record->compiled->result.plan.job_name(), event_lists));
+  response.set_acts(record->trace_acts);
   return response;
 }
 
@@ -366,6 +391,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           *launch->mutable_plan() = node_plans[node];
           for (const std::string& sink : loss_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
+          launch->set_record_events(record->trace);
         }));
   }
   bool ok = wait_for([](const JobRecord::NodeProgress& node) { return node.launched; },
@@ -497,6 +523,18 @@ void JobManager::NameUnreachableNodes(JobRecord* record, const std::vector<int>&
 }
 
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
+  if (update.has_trace()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Only from a node of the traced job still running it.
+    if (running_ == nullptr || running_->id != update.job_id() || !running_->trace || node < 0 ||
+        node >= static_cast<int>(running_->nodes.size()) || running_->nodes[node].ended ||
+        running_->trace_events.contains(node)) {
+      return;
+    }
+    running_->trace_events[node] = update.trace().events();
+    running_->trace_acts += update.trace().acts();
+    return;
+  }
   if (update.has_ended()) {
     OnNodeEnded(update.job_id(), node, FromJobError(update.ended()));
     return;

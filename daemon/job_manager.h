@@ -65,8 +65,9 @@ class JobManager {
   // for `grace`, then cancels it, and joins the worker. Returns when no job runs.
   void Shutdown(absl::Duration grace);
 
-  // Admits (AdmitJob's errors), then queues the job. UNAVAILABLE while shutting down.
-  absl::StatusOr<v1::JobInfo> Submit(job::Job job);
+  // Admits (AdmitJob's errors), then queues the job. UNAVAILABLE while shutting down. `trace`:
+  // its nodes record every act, for GetTrace.
+  absl::StatusOr<v1::JobInfo> Submit(job::Job job, bool trace = false);
   // NOT_FOUND for an unknown (or forgotten) id.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
   // Oldest first; `states` empty: every job.
@@ -77,6 +78,9 @@ class JobManager {
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& job_id, const std::string& reason,
                                      absl::Duration timeout);
   absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id) const;
+  // The Chrome trace of an ended job submitted with `trace` (its nodes' acts merged).
+  // FAILED_PRECONDITION for a job without trace or not ended; NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id) const;
 
   struct EventBatch {
     // Held events with sequence >= the one asked for, in order.

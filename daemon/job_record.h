@@ -41,6 +41,11 @@ struct JobRecord {
   std::vector<NodeProgress> nodes;
   // The first failure on any node (the job's error), set once.
   absl::Status first_error;
+  // Submitted with `trace` (set once, before the record is shared): the nodes record their acts
+  // and send them (Chrome trace events) before they end.
+  bool trace = false;
+  std::map<int, std::string> trace_events;  // by node
+  int64_t trace_acts = 0;
 };
 
 inline bool IsTerminal(v1::JobState state) {

@@ -38,7 +38,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the request has no job: set SubmitJobRequest.job");
   }
-  absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job());
+  absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job(), request->trace());
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response->mutable_job() = std::move(*info);
   return grpc::Status::OK;
@@ -104,6 +104,16 @@ grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
   absl::StatusOr<v1::GetPlanResponse> plan = manager_->GetPlan(request->job_id());
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   *response = std::move(*plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* context,
+                                      const v1::GetTraceRequest* request,
+                                      v1::GetTraceResponse* response) {
+  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  absl::StatusOr<v1::GetTraceResponse> trace = manager_->GetTrace(request->job_id());
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
+  *response = std::move(*trace);
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,8 @@ class JobServiceImpl final : public v1::JobService::Service {
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status GetPlan(grpc::ServerContext* context, const v1::GetPlanRequest* request,
                        v1::GetPlanResponse* response) override;
+  grpc::Status GetTrace(grpc::ServerContext* context, const v1::GetTraceRequest* request,
+                        v1::GetTraceResponse* response) override;
 
  private:
   JobManager* const manager_;

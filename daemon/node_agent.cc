@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "glog/logging.h"
+#include "runtime/chrome_trace.h"
 
 namespace loom::daemon {
 namespace {
@@ -152,7 +153,17 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       ReportEnded(job_id, status);
       return;
     }
-    waiter_ = std::thread([this, job, job_id] { ReportEnded(job_id, job->Wait()); });
+    waiter_ = std::thread([this, job, job_id, traced = record_events_] {
+      absl::Status status = job->Wait();
+      if (traced) {
+        v1::NodeJobUpdate trace;
+        trace.set_job_id(job_id);
+        trace.mutable_trace()->set_events(ChromeTraceEvents(job->runtime()));
+        trace.mutable_trace()->set_acts(static_cast<int64_t>(job->runtime().events().size()));
+        Report(trace);
+      }
+      ReportEnded(job_id, status);
+    });
   } else if (command.has_abort()) {
     // Handle aborted the runtime already; a job that never started ends here.
     if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
@@ -171,8 +182,10 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     job_id_ = job_id;
     ended_reported_ = false;
   }
+  record_events_ = launch.record_events();
   JobOptions options;
-  options.record_events = false;  // a daemon's jobs may run for days
+  // Off unless the job asked for a trace: a daemon's jobs may run for days.
+  options.record_events = launch.record_events();
   options.metrics = metrics_;
   if (launch.stall_timeout_milliseconds() > 0) {
     options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());

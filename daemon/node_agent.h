@@ -54,6 +54,8 @@ class NodeAgent {
   void Report(const v1::NodeJobUpdate& update);
 
   const KernelRegistry* const kernels_;
+  // The current job records its acts and sends them before its end (agent thread only).
+  bool record_events_ = false;
   RuntimeMetrics* const metrics_;
   const Reporter report_;
 

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_name.h"
 #include "runtime/job_runtime.h"
@@ -77,15 +78,16 @@ std::string JsonString(absl::string_view text) {
   return result;
 }
 
-std::string ChromeTraceJson(const JobRuntime& job) {
+std::string ChromeTraceEvents(const JobRuntime& job) {
   const plan::Plan& plan = job.plan();
   std::vector<std::string> events;
 
-  // Processes: the plan's devices, in plan order, pid 1, 2, ...
+  // Processes: the plan's devices, in plan order, pid 1, 2, ... (node n's from n * 1000 + 1, so
+  // that the traces of a job's nodes merge).
   absl::flat_hash_map<std::string, int> pid_of_device;
   for (int d = 0; d < plan.devices_size(); ++d) {
     std::string device = DeviceName(plan.devices(d).device());
-    int pid = d + 1;
+    int pid = plan.node() * kTracePidsPerNode + d + 1;
     pid_of_device[device] = pid;
     events.push_back(MetadataEvent("process_name", pid, 0, "name", JsonString(device)));
     events.push_back(MetadataEvent("process_sort_index", pid, 0, "sort_index", absl::StrCat(pid)));
@@ -145,13 +147,26 @@ std::string ChromeTraceJson(const JobRuntime& job) {
         ",\"args\":{\"piece\":", event.piece, ",\"kind\":", JsonString(kind), "}}"));
   }
 
-  std::string json = absl::StrCat("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"job_name\":",
-                                  JsonString(plan.job_name()), "},\"traceEvents\":[\n");
-  for (size_t i = 0; i < events.size(); ++i) {
-    absl::StrAppend(&json, events[i], i + 1 < events.size() ? ",\n" : "\n");
+  return absl::StrJoin(events, ",\n");
+}
+
+std::string ChromeTraceDocument(absl::string_view job_name,
+                                const std::vector<std::string>& event_lists) {
+  std::string json =
+      absl::StrCat("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"job_name\":", JsonString(job_name),
+                   "},\"traceEvents\":[\n");
+  bool first = true;
+  for (const std::string& events : event_lists) {
+    if (events.empty()) continue;
+    absl::StrAppend(&json, first ? "" : ",\n", events);
+    first = false;
   }
-  json += "]}\n";
+  json += "\n]}\n";
   return json;
+}
+
+std::string ChromeTraceJson(const JobRuntime& job) {
+  return ChromeTraceDocument(job.plan().job_name(), {ChromeTraceEvents(job)});
 }
 
 absl::Status WriteChromeTrace(const JobRuntime& job, const std::string& path) {

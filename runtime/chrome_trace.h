@@ -2,6 +2,7 @@
 #define LOOM_RUNTIME_CHROME_TRACE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -20,6 +21,16 @@ absl::Status WriteChromeTrace(const JobRuntime& job, const std::string& path);
 
 // The trace as a string (what WriteChromeTrace writes).
 std::string ChromeTraceJson(const JobRuntime& job);
+
+// The trace's events alone, comma-separated (metadata first, then one event per act): one node's
+// part of a multi-node job's trace. Device pids start at node * kTracePidsPerNode + 1, so that the
+// parts of a job's nodes never share a process.
+inline constexpr int kTracePidsPerNode = 1000;
+std::string ChromeTraceEvents(const JobRuntime& job);
+
+// A whole trace from event lists (ChromeTraceEvents of each node; empty lists are skipped).
+std::string ChromeTraceDocument(absl::string_view job_name,
+                                const std::vector<std::string>& event_lists);
 
 // `text` as a quoted JSON string literal: quotes, backslashes and control characters escaped
 // ("\n", "\u0001", ...); other bytes, UTF-8 included, are kept as they are.

@@ -1,5 +1,9 @@
 #include "client/loomctl/submit_command.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/cluster_connection.h"
@@ -32,6 +36,16 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     return kExitUsage;
   }
 
+  const std::string trace_path = parsed->Value("trace");
+  if (parsed->Has("trace") && (trace_path.empty() || !parsed->Switch("watch"))) {
+    error << UsageError(kCommand,
+                        "--trace needs a file path, and --watch (the trace is there "
+                        "once the job ends)")
+                 .message()
+          << "\n";
+    return kExitUsage;
+  }
+
   const std::string& path = parsed->positionals().at(0);
   absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
   if (!job.ok()) {
@@ -42,7 +56,7 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
 
   std::unique_ptr<ClusterClient> client = ConnectOrReport(kCommand, *options, error);
   if (client == nullptr) return kExitUnreachable;
-  absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job);
+  absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job, !trace_path.empty());
   if (!submitted.ok()) {
     return ReportRpcError(
         kCommand,
@@ -57,7 +71,26 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   }
   out.flush();
   if (!parsed->Switch("watch")) return kExitSuccess;
-  return WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output, out, error);
+  const int watched =
+      WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output, out, error);
+  if (trace_path.empty() || watched == kExitUnreachable) return watched;
+  // The acts of a failed or cancelled job are worth a look too.
+  absl::StatusOr<v1::GetTraceResponse> trace = client->GetTrace(submitted->job_id());
+  if (!trace.ok()) {
+    ReportRpcError(kCommand, trace.status(), error);
+    return watched == kExitSuccess ? kExitFailure : watched;
+  }
+  std::ofstream file(trace_path, std::ios::binary | std::ios::trunc);
+  file << trace->chrome_trace_json();
+  file.close();
+  if (!file) {
+    error << kCommand << ": cannot write the trace to '" << trace_path
+          << "': " << std::strerror(errno) << "\n";
+    return watched == kExitSuccess ? kExitFailure : watched;
+  }
+  error << "trace: " << trace_path << " (" << trace->acts()
+        << " acts; open it in https://ui.perfetto.dev)\n";
+  return watched;
 }
 
 }  // namespace
@@ -83,7 +116,10 @@ ArgumentSpec SubmitArgumentSpec() {
       "job (e.g. INVALID_ARGUMENT naming the op); 5 no daemon answered or the connection broke.");
   spec.AddPositional("JOB", "the job: protobuf text format (.pbtxt), JSON (.json) or binary (.pb)")
       .AddSwitch("watch", "follow the job until it ends; the exit code says how it ended")
-      .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)");
+      .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)")
+      .AddFlag("trace", "PATH", "",
+               "with --watch: every node records every act, and once the job ended its Chrome "
+               "trace is written to PATH (for short jobs: a few bytes per act)");
   AddClusterFlags(spec);
   return spec;
 }

@@ -141,6 +141,51 @@ TEST_F(LoomdClusterTest, DataParallelAcrossNodesTimesTensorParallelWithinEqualsT
   ExpectEqualsOneNodeRun(config, 2);
 }
 
+TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {
+  gpt::GptConfig config = SmallGpt(1);
+  config.pipeline_stages = 3;
+  config.micro_batches = 3;
+  config.devices_per_node = 1;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto jobs = v1::JobService::NewStub(client_->channel());
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = *job;
+  request.set_trace(true);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs->SubmitJob(LoomdClient::Context().get(), request, &submitted).ok());
+  EXPECT_TRUE(submitted.job().traced());
+  JobOutcome outcome = client_->Watch(submitted.job().job_id());
+  ASSERT_EQ(outcome.state, v1::JOB_STATE_SUCCEEDED) << outcome.error;
+
+  v1::GetTraceRequest trace_request;
+  trace_request.set_job_id(submitted.job().job_id());
+  v1::GetTraceResponse trace;
+  grpc::Status status = jobs->GetTrace(LoomdClient::Context().get(), trace_request, &trace);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(trace.acts(), 0);
+  const std::string& json = trace.chrome_trace_json();
+  EXPECT_THAT(json, HasSubstr("\"traceEvents\""));
+  // Every node's device is a process of its own (pid node * 1000 + 1), named, with acts.
+  for (int node = 0; node < 3; ++node) {
+    const int pid = node * 1000 + 1;
+    EXPECT_THAT(
+        json, HasSubstr(absl::StrCat("\"pid\":", pid, ",\"tid\":0,\"args\":{\"name\":\"node", node,
+                                     "/cpu:0\"}")));
+    EXPECT_THAT(json, HasSubstr(absl::StrCat("\"ph\":\"X\"")));
+    EXPECT_NE(json.find(absl::StrCat("\"pid\":", pid, ",\"tid\":1,\"ts\"")), std::string::npos)
+        << "no act on node " << node;
+  }
+
+  // A job submitted without trace has none.
+  absl::StatusOr<std::string> plain = client_->Submit(*job);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(client_->Watch(*plain).state, v1::JOB_STATE_SUCCEEDED);
+  trace_request.set_job_id(*plain);
+  EXPECT_EQ(jobs->GetTrace(LoomdClient::Context().get(), trace_request, &trace).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST_F(LoomdClusterTest, AJobLargerThanTheClusterIsResourceExhausted) {
   gpt::GptConfig config = SmallGpt(1);
   config.pipeline_stages = 3;

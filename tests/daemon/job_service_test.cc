@@ -161,6 +161,12 @@ TEST_F(JobServiceTest, UnknownIdsAreNotFound) {
   EXPECT_EQ(jobs_->GetPlan(ContextWithDeadline().get(), plan, &plan_response).error_code(),
             grpc::StatusCode::NOT_FOUND);
 
+  v1::GetTraceRequest trace;
+  trace.set_job_id("job-42");
+  v1::GetTraceResponse trace_response;
+  EXPECT_EQ(jobs_->GetTrace(ContextWithDeadline().get(), trace, &trace_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
   grpc::Status watch;
   EXPECT_THAT(WatchToEnd("job-42", absl::Seconds(5), &watch), SizeIs(0));
   EXPECT_EQ(watch.error_code(), grpc::StatusCode::NOT_FOUND);
@@ -179,6 +185,45 @@ TEST_F(JobServiceTest, GetPlanReturnsTheCompiledPlan) {
   EXPECT_GT(response.plan().tasks_size(), 0);
   EXPECT_THAT(response.node_plans(), SizeIs(1));
   WatchToEnd(id);
+}
+
+TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = SlowJob(3, 200000);
+  request.set_trace(true);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
+  const std::string id = submitted.job().job_id();
+  EXPECT_TRUE(submitted.job().traced());
+  v1::GetTraceRequest trace_request;
+  trace_request.set_job_id(id);
+  v1::GetTraceResponse trace;
+  // Not before it ended.
+  grpc::Status early = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
+  EXPECT_EQ(early.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(early.error_message(), HasSubstr("once it ends"));
+  WatchToEnd(id);
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+  grpc::Status status = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(trace.acts(), 0);
+  // One complete event per act, on both devices.
+  const std::string& json = trace.chrome_trace_json();
+  size_t events = 0;
+  for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos;
+       at = json.find("\"ph\":\"X\"", at + 1)) {
+    ++events;
+  }
+  EXPECT_EQ(events, static_cast<size_t>(trace.acts()));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"node0/cpu:1\""));
+
+  // A job without trace: FAILED_PRECONDITION, saying how to get one.
+  const std::string plain = SubmitOrDie(TrainingJob(1));
+  WatchToEnd(plain);
+  trace_request.set_job_id(plain);
+  grpc::Status refused = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("--trace"));
 }
 
 TEST_F(JobServiceTest, ListNodesDescribesThisNode) {
