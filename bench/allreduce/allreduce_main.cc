@@ -159,24 +159,27 @@ struct RankMedians {
   double loom = 0, gloo = 0, mpi = 0;
 };
 
-// `bench_allreduce --loom-only RANKS`: Loom's side alone, kRepetitions runs, no RESULT line (for
-// profiling it, e.g. under `perf record -a -g`).
-int LoomOnly(int ranks) {
-  std::vector<double> loom;
+// `bench_allreduce --only loom|gloo|mpi RANKS`: one side alone, kRepetitions runs, no RESULT line
+// (for profiling it, e.g. under `perf record -a -g`).
+int OnlyOne(const std::string& system, int ranks) {
+  std::vector<double> times;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
-    absl::StatusOr<double> ours = RunLoom(ranks);
-    ExitIfError(ours.status(), "Loom's all-reduce");
-    loom.push_back(*ours);
+    absl::StatusOr<double> time = system == "loom"   ? RunLoom(ranks)
+                                  : system == "gloo" ? RunGloo(ranks)
+                                  : system == "mpi"  ? RunMpi(ranks, "")
+                                                     : absl::InvalidArgumentError(system);
+    ExitIfError(time.status(), absl::StrCat(system, "'s all-reduce"));
+    times.push_back(*time);
   }
-  std::printf("loom, %d ranks: %s (median %.2f ms)\n", ranks, JoinValues(loom, 2).c_str(),
-              Median(loom));
+  std::printf("%s, %d ranks: %s (median %.2f ms)\n", system.c_str(), ranks,
+              JoinValues(times, 2).c_str(), Median(times));
   return 0;
 }
 
 int Main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--loom-only") return LoomOnly(std::atoi(argv[2]));
+  if (argc == 4 && std::string(argv[1]) == "--only") return OnlyOne(argv[2], std::atoi(argv[3]));
   if (argc != 1) {
-    std::fprintf(stderr, "usage: bench_allreduce [--loom-only RANKS]\n");
+    std::fprintf(stderr, "usage: bench_allreduce [--only loom|gloo|mpi RANKS]\n");
     return 2;
   }
   std::vector<std::string> missing;
