@@ -43,8 +43,10 @@ absl::StatusOr<std::string> RunCommand(const std::string& command) {
   while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
   const int status = pclose(pipe);
   if (status != 0) {
-    return absl::InternalError(
-        absl::StrCat("'", command, "' failed (status ", status, "):\n", output));
+    const std::string how = WIFEXITED(status)
+                                ? absl::StrCat("exited with status ", WEXITSTATUS(status))
+                                : absl::StrCat("ended by signal ", WTERMSIG(status));
+    return absl::InternalError(absl::StrCat("'", command, "' ", how, ":\n", output));
   }
   return output;
 }

@@ -13,8 +13,9 @@ namespace loom::bench {
 // Whether `program` is an executable file: a path, or a name found on PATH.
 bool ProgramExists(const std::string& program);
 
-// Runs `command` with /bin/sh and returns what it wrote to stdout and stderr. An error (with the
-// output) when it exits non-zero.
+// Runs `command` with /bin/sh and returns what it wrote to stdout and stderr. An error saying how
+// it ended ("exited with status N", e.g. 124 when timeout(1) stopped it), with its output, when it
+// exits non-zero.
 absl::StatusOr<std::string> RunCommand(const std::string& command);
 
 // A command running in the background (/bin/sh -c), its output in a file.

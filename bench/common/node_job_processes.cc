@@ -128,12 +128,12 @@ std::map<int, std::string> DecodeAddresses(const std::string& bytes) {
   if (absl::Status status = (*job)->Wait(); !status.ok()) fail("running", status);
   absl::StatusOr<std::string> reported = report(**job);
   if (!reported.ok()) fail("reporting", reported.status());
+  // From here on the nodes stop one after the other, and each sees the others go (its runtime,
+  // already ended, logs that as a lost peer): only errors are of interest.
+  FLAGS_minloglevel = google::GLOG_ERROR;
   if (!WriteFrame(to_parent, kReport, *reported)) _exit(1);
   // The end barrier: peers may still need this node's network.
   ReadFrame(from_parent, &frame);
-  // Stopping: every node closes its connections now, and each sees the others go (the runtime,
-  // already ended, logs it as a lost peer). Only errors are of interest from here on.
-  FLAGS_minloglevel = google::GLOG_ERROR;
   job->reset();
   _exit(0);
 }
