@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "glog/logging.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
 
@@ -110,6 +111,7 @@ std::map<int, std::string> DecodeAddresses(const std::string& bytes) {
     WriteFrame(to_parent, kError, absl::StrCat(what, ": ", status.ToString()));
     _exit(1);
   };
+  SetBlasThreads(options.blas_threads);
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) fail("kernels", status);
   if (absl::Status status = RegisterNoopKernel(&kernels); !status.ok()) fail("kernels", status);

@@ -23,6 +23,8 @@ struct NodeJobProcessOptions {
   transport::UcxContextOptions ucx;
   // A child that has not finished by then is killed (SIGALRM) and the run fails.
   absl::Duration deadline = absl::Seconds(120);
+  // OpenBLAS threads per GEMM in each child (loomd's --blas-threads, default 1).
+  int blas_threads = 1;
 };
 
 // Runs every node plan in a process of its own, forked from this one, the way loomd's nodes run
