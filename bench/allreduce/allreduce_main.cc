@@ -200,7 +200,7 @@ int Main(int argc, char** argv) {
       "tcp) vs Gloo (tcp, ring) vs OpenMPI (defaults); %d warm-up + %d measured "
       "iterations per run, %d runs; ms per all-reduce (median iteration of each run)\n",
       kWarmup, kMeasured, kRepetitions);
-  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
   std::map<int, RankMedians> medians;
   for (int ranks : {2, 4}) {
     std::vector<double> loom, gloo, mpi;
@@ -235,7 +235,7 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
-  std::printf("load average at end: %s\n", LoadAverage().c_str());
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
   // One RESULT line per peer, each for the rank count with the larger ratio.
   int worst_gloo = 2, worst_mpi = 2;
   for (const auto& [ranks, result] : medians) {

@@ -102,11 +102,4 @@ std::string BackgroundCommand::Output() const {
   return text.str();
 }
 
-std::string LoadAverage() {
-  std::ifstream file("/proc/loadavg");
-  std::string one, five, fifteen;
-  file >> one >> five >> fifteen;
-  return absl::StrCat(one, " ", five, " ", fifteen);
-}
-
 }  // namespace loom::bench

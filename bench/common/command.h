@@ -41,9 +41,6 @@ class BackgroundCommand {
   std::string output_path_;
 };
 
-// The machine's load averages (1, 5, 15 minutes), as /proc/loadavg gives them.
-std::string LoadAverage();
-
 }  // namespace loom::bench
 
 #endif  // LOOM_BENCH_COMMON_COMMAND_H_

@@ -133,7 +133,7 @@ int Main(int argc, char** argv) {
       "warm-up + %d measured steps per run, %d runs; ms per step (median step of each "
       "run)\n",
       kWarmup, kMeasured, kRepetitions);
-  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
   absl::StatusOr<LocalCluster> cluster = StartLocalCluster(loomd, "dp_step", 2, 1);
   ExitIfError(cluster.status(), "starting the local cluster");
   std::vector<double> loom, torch, gemm;
@@ -152,7 +152,7 @@ int Main(int argc, char** argv) {
               JoinValues(gemm, 1).c_str());
   std::printf("median: loom %.2f  pytorch ddp %.2f  ratio %.3f\n", Median(loom), Median(torch),
               Median(loom) / Median(torch));
-  std::printf("load average at end: %s\n", LoadAverage().c_str());
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
   std::printf("GOAL dp-step: ratio <= %.1f (lower is better)\n", kGoalRatio);
   PrintResult("dp-step", "loom_ms", Median(loom), "pytorch_ddp_ms", Median(torch));
   return 0;

@@ -104,7 +104,7 @@ int Main() {
       "L=2, batch 12) DP=%d over %d loomd processes (one CPU device each); 1 untimed + "
       "%d jobs\n",
       kNodes, kNodes, kRepetitions);
-  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
   absl::StatusOr<LocalCluster> cluster = StartLocalCluster(loomd, "submit_latency", kNodes, 1);
   ExitIfError(cluster.status(), "starting the local cluster");
   absl::StatusOr<Latency> cold = SubmitOnce(*cluster->client, *job);
@@ -125,7 +125,7 @@ int Main() {
               cold->first_step_ms);
   std::printf("medians: SubmitJob returned %.1f  RUNNING %.1f  first step %.1f ms\n",
               Median(submit_returned), Median(running), Median(first_step));
-  std::printf("load average at end: %s\n", LoadAverage().c_str());
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
   std::printf("GOAL submit-latency: <= %.1f s (ratio <= 1)\n", kGoalSeconds);
   PrintResult("submit-latency", "seconds", Median(first_step) / 1e3, "goal_seconds", kGoalSeconds);
   return 0;

@@ -188,7 +188,7 @@ int Main() {
       "transfer: a register between two processes, Loom SEND/RECEIVE (NodeJob per node) vs "
       "ucx_perftest tag_bw; UCX_TLS=tcp; %d repetitions; MiB/s\n",
       kRepetitions);
-  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
   struct Medians {
     double loom = 0, perftest = 0, perftest_like_loom = 0;
   };
@@ -255,7 +255,7 @@ int Main() {
     std::printf("  ucx_perftest -e (UCX_TLS=sm)   not possible either: %s\n",
                 Reason(perftest_shared_error_handling.status()).c_str());
   }
-  std::printf("load average at end: %s\n", LoadAverage().c_str());
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
 
   // The RESULT line: the size with the lower ratio over tcp against plain ucx_perftest.
   std::string worst = Sizes()[0].label;
