@@ -25,6 +25,16 @@ void PrintResult(const std::string& name, const std::string& metric, double valu
 // Prints `status` with `what` and exits the process when it is not OK.
 void ExitIfError(const absl::Status& status, const std::string& what);
 
+// Median GFLOP/s of Loom's "matmul" kernel (OpenBLAS, at its current thread count) on two
+// 1024 x 1024 float32 matrices, over 10 repetitions after one warm-up.
+double GemmGflops(const KernelRegistry& kernels);
+
+// One line on the state of this (shared) machine, for the lines above a RESULT line: the load
+// averages, a one-thread 1024^3 GEMM's GFLOP/s and a 32 MiB memcpy's GB/s. On the 2-core
+// development machine the GEMM gives about 105-110 GFLOP/s when nothing else runs on its cores
+// and about half that when another tenant's work shares them.
+std::string MachineCheck();
+
 // Registers "bench_noop" for CPU: a kernel whose Compute does nothing (any inputs and outputs),
 // so that an act costs only the runtime's own work.
 absl::Status RegisterNoopKernel(KernelRegistry* registry);

@@ -36,35 +36,6 @@ namespace {
 
 constexpr int kWarmupSteps = 3;
 constexpr int kMeasuredSteps = 20;
-constexpr int kGemmRepetitions = 10;
-constexpr int64_t kGemmSize = 1024;
-
-// Median GFLOP/s of Loom's "matmul" kernel on two 1024 x 1024 float32 matrices.
-double LoomGemmGflops(const KernelRegistry& kernels) {
-  plan::KernelConf conf;
-  conf.set_op_type("matmul");
-  plan::TensorDesc desc;
-  desc.add_shape(kGemmSize);
-  desc.add_shape(kGemmSize);
-  desc.set_data_type(plan::FLOAT32);
-  KernelInit init{"gemm", &conf, {desc, desc}, {desc}};
-  absl::StatusOr<std::unique_ptr<Kernel>> kernel = kernels.Create(plan::CPU, init);
-  ExitIfError(kernel.status(), "building the matmul kernel");
-  std::vector<float> a(kGemmSize * kGemmSize, 0.5f), b(kGemmSize * kGemmSize, 0.25f),
-      c(kGemmSize * kGemmSize);
-  const Shape shape({kGemmSize, kGemmSize});
-  const TensorView inputs[] = {{a.data(), plan::FLOAT32, shape}, {b.data(), plan::FLOAT32, shape}};
-  const TensorView outputs[] = {{c.data(), plan::FLOAT32, shape}};
-  std::vector<double> gflops;
-  for (int repetition = 0; repetition < kGemmRepetitions + 1; ++repetition) {
-    const auto start = std::chrono::steady_clock::now();
-    ExitIfError((*kernel)->Compute(KernelContext{inputs, outputs, 0}), "running the GEMM");
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (repetition > 0) gflops.push_back(2.0 * kGemmSize * kGemmSize * kGemmSize / seconds / 1e9);
-  }
-  return Median(gflops);
-}
 
 struct LoomSteps {
   std::vector<double> step_milliseconds;
@@ -140,7 +111,7 @@ int Main(int argc, char** argv) {
       "gpt-step: tiny GPT (V=256 T=64 D=128 L=4 H=4 F=512, batch 16, AdamW), one CPU "
       "device, 1 thread each side; %d warm-up + %d measured steps\n",
       kWarmupSteps, kMeasuredSteps);
-  const double loom_gemm = LoomGemmGflops(kernels);
+  const double loom_gemm = GemmGflops(kernels);
   const LoomSteps loom = RunLoom(kernels);
   const double loom_median = Median(loom.step_milliseconds);
   const std::string torch = RunPyTorch(reference, kMeasuredSteps);

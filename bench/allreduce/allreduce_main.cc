@@ -1,0 +1,263 @@
+// bench_allreduce: a 64 MiB float32 all-reduce (sum) over 2 and 4 ranks, each rank a process of
+// its own on this machine: Loom's NetworkCollectives against Gloo (TCP) and OpenMPI's
+// MPI_Allreduce, in one run.
+//
+// Loom: a whole-job plan with, per rank r, a SOURCE on node r/cpu:0 ("bench_noop": its 2-slot
+// register of zeros is the input), the all-reduce as a COLLECTIVE task on node r's communication
+// stream (one communicator "world" over the n nodes, one collective in its order) writing a 2-slot
+// output register, and a COMPUTE ("bench_noop") reading the output. compiler::SplitByNode gives
+// each node its plan; each runs in a process of its own as a daemon::NodeJob, as in loomd, so the
+// communicator spans nodes and gets the UCX backend (NetworkCollectives: direct exchange,
+// reduce-scatter then all-gather, UCX_TLS=tcp between processes; UCX's error handling mode PEER
+// rules out shared memory). Out of place: input and output are different registers.
+// Gloo: the same number of forked processes, gloo::allreduce (ring) over its TCP transport on
+// 127.0.0.1, in place.
+// OpenMPI: `mpirun --allow-run-as-root --oversubscribe -np n allreduce_mpi_peer`, MPI_Allreduce
+// in place, with OpenMPI's default choices (shared memory between processes of one host). For
+// reference, also one run per rank count forced onto TCP (--mca pml ob1 --mca btl tcp,self).
+//
+// Timing, the same for all three: each rank runs kWarmup + kMeasured all-reduces back to back; an
+// iteration's time is the interval between successive completions on rank 0 (Loom: the ends of
+// the COLLECTIVE task's acts in rank 0's event record; the peers: the clock after each call
+// returns), and a run's time is the median over its kMeasured iterations. Each run is repeated
+// kRepetitions times, the three systems interleaved; the medians of the runs are compared.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/allreduce/gloo_allreduce.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/command.h"
+#include "bench/common/node_job_processes.h"
+#include "compiler/node_split.h"
+#include "runtime/plan_builder.h"
+
+#ifndef LOOM_ALLREDUCE_MPI_PEER
+#define LOOM_ALLREDUCE_MPI_PEER ""
+#endif
+
+namespace loom::bench {
+namespace {
+
+constexpr int64_t kBytes = int64_t{64} << 20;
+constexpr int64_t kElements = kBytes / 4;
+constexpr int kWarmup = 3;
+constexpr int kMeasured = 10;
+constexpr int kRepetitions = 5;
+constexpr double kGoalVersusGloo = 1.0;
+constexpr double kGoalVersusMpi = 1.2;
+
+plan::Device NodeDevice(int node) {
+  plan::Device device;
+  device.set_node(node);
+  device.set_type(plan::CPU);
+  device.set_index(0);
+  return device;
+}
+
+// Per rank r on node r: source -> in<r> -> allreduce<r> -> out<r> -> consumer<r>.
+plan::Plan AllreducePlan(int ranks) {
+  PlanBuilder builder("allreduce");
+  builder.AddCpuDevices(ranks);
+  plan::Plan& plan = builder.mutable_plan();
+  plan::Communicator* world = plan.add_communicators();
+  world->set_name("world");
+  world->set_num_collectives(1);
+  world->set_index(0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    *plan.mutable_devices(rank)->mutable_device() = NodeDevice(rank);
+    *world->add_devices() = NodeDevice(rank);
+    const std::string in = absl::StrCat("in", rank), out = absl::StrCat("out", rank);
+    builder.AddRegister(in, {kElements}, plan::FLOAT32, 2);
+    builder.AddRegister(out, {kElements}, plan::FLOAT32, 2);
+    builder.AddRegister(absl::StrCat("unread", rank), {1}, plan::FLOAT32, 1);
+    builder.AddTask(absl::StrCat("source", rank), plan::SOURCE, rank, {}, {in}, "bench_noop")
+        .set_num_pieces(kWarmup + kMeasured);
+    plan::Task& collective =
+        builder.AddTask(absl::StrCat("allreduce", rank), plan::COLLECTIVE, rank, {in}, {out});
+    collective.mutable_stream()->set_kind(plan::STREAM_COMMUNICATION);
+    collective.set_rank(rank);
+    plan::CollectiveConf* conf = collective.mutable_collective();
+    conf->set_communicator("world");
+    conf->set_kind(plan::ALL_REDUCE);
+    conf->set_reduce(plan::REDUCE_SUM);
+    conf->set_sequence(0);
+    conf->set_name("allreduce");
+    builder.AddTask(absl::StrCat("consumer", rank), plan::COMPUTE, rank, {out},
+                    {absl::StrCat("unread", rank)}, "bench_noop");
+  }
+  // PlanBuilder's cpu:r of node 0 becomes cpu:0 of node r.
+  for (plan::Task& task : *plan.mutable_tasks()) {
+    *task.mutable_stream()->mutable_device() = NodeDevice(task.stream().device().index());
+  }
+  return plan;
+}
+
+// The median interval, in milliseconds, between successive completion times (nanoseconds) after
+// the warm-up.
+absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, const std::string& who) {
+  if (static_cast<int>(ends.size()) != kWarmup + kMeasured) {
+    return absl::InternalError(
+        absl::StrCat(who, ": ", ends.size(), " completions, expected ", kWarmup + kMeasured));
+  }
+  std::vector<double> intervals;
+  for (int iteration = kWarmup; iteration < kWarmup + kMeasured; ++iteration) {
+    intervals.push_back((ends[iteration] - ends[iteration - 1]) / 1e6);
+  }
+  return Median(intervals);
+}
+
+absl::StatusOr<double> RunLoom(int ranks) {
+  const std::vector<plan::Plan> plans = compiler::SplitByNode(AllreducePlan(ranks));
+  NodeJobProcessOptions options;
+  options.ucx.configuration = {{"TLS", "tcp"}};
+  options.deadline = absl::Seconds(120);
+  absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(
+      plans, options,
+      [](daemon::NodeJob& job) { return ReportActs(job, absl::StrCat("allreduce", job.node())); });
+  if (!reports.ok()) return reports.status();
+  std::map<int64_t, int64_t> end_of_piece;
+  for (const Act& act : ParseActs((*reports)[0])) end_of_piece[act.piece] = act.end_nanoseconds;
+  std::vector<int64_t> ends;
+  for (const auto& [piece, end] : end_of_piece) ends.push_back(end);
+  return MedianIteration(ends, "Loom");
+}
+
+absl::StatusOr<double> RunGloo(int ranks) {
+  absl::StatusOr<std::vector<int64_t>> ends =
+      RunGlooAllreduce(ranks, kElements, kWarmup + kMeasured);
+  if (!ends.ok()) return ends.status();
+  return MedianIteration(*ends, "Gloo");
+}
+
+absl::StatusOr<double> RunMpi(int ranks, const std::string& transport_flags) {
+  absl::StatusOr<std::string> output = RunCommand(absl::StrCat(
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", ranks, " ", transport_flags,
+      " ", LOOM_ALLREDUCE_MPI_PEER, " ", kElements, " ", kWarmup, " ", kMeasured));
+  if (!output.ok()) return output.status();
+  for (absl::string_view line : absl::StrSplit(*output, '\n')) {
+    if (!absl::ConsumePrefix(&line, "ENDS_NS")) continue;
+    std::vector<int64_t> ends;
+    for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+      int64_t end = 0;
+      if (absl::SimpleAtoi(word, &end)) ends.push_back(end);
+    }
+    return MedianIteration(ends, "OpenMPI");
+  }
+  return absl::InternalError(absl::StrCat("no ENDS_NS line from the MPI peer:\n", *output));
+}
+
+struct RankMedians {
+  double loom = 0, gloo = 0, mpi = 0;
+};
+
+// `bench_allreduce --only loom|gloo|mpi RANKS`: one side alone, kRepetitions runs, no RESULT line
+// (for profiling it, e.g. under `perf record -a -g`).
+int OnlyOne(const std::string& system, int ranks) {
+  std::vector<double> times;
+  for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+    absl::StatusOr<double> time = system == "loom"   ? RunLoom(ranks)
+                                  : system == "gloo" ? RunGloo(ranks)
+                                  : system == "mpi"  ? RunMpi(ranks, "")
+                                                     : absl::InvalidArgumentError(system);
+    ExitIfError(time.status(), absl::StrCat(system, "'s all-reduce"));
+    times.push_back(*time);
+  }
+  std::printf("%s, %d ranks: %s (median %.2f ms)\n", system.c_str(), ranks,
+              JoinValues(times, 2).c_str(), Median(times));
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--only") return OnlyOne(argv[2], std::atoi(argv[3]));
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: bench_allreduce [--only loom|gloo|mpi RANKS]\n");
+    return 2;
+  }
+  std::vector<std::string> missing;
+  if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
+  if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
+  if (!ProgramExists(LOOM_ALLREDUCE_MPI_PEER)) {
+    missing.push_back("allreduce_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
+  }
+  if (!missing.empty()) {
+    for (const std::string& peer : missing) {
+      std::fprintf(stderr, "allreduce: peer missing: %s\n", peer.c_str());
+    }
+    std::fprintf(stderr, "allreduce: no result without its peers (scripts/install-deps)\n");
+    return 2;
+  }
+  std::printf(
+      "allreduce: 64 MiB float32 sum, one process per rank; Loom NetworkCollectives (UCX "
+      "tcp) vs Gloo (tcp, ring) vs OpenMPI (defaults); %d warm-up + %d measured "
+      "iterations per run, %d runs; ms per all-reduce (median iteration of each run)\n",
+      kWarmup, kMeasured, kRepetitions);
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
+  std::map<int, RankMedians> medians;
+  for (int ranks : {2, 4}) {
+    std::vector<double> loom, gloo, mpi;
+    for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+      absl::StatusOr<double> ours = RunLoom(ranks);
+      ExitIfError(ours.status(), "Loom's all-reduce");
+      loom.push_back(*ours);
+      absl::StatusOr<double> gloo_run = RunGloo(ranks);
+      ExitIfError(gloo_run.status(), "Gloo's all-reduce");
+      gloo.push_back(*gloo_run);
+      absl::StatusOr<double> mpi_run = RunMpi(ranks, "");
+      ExitIfError(mpi_run.status(), "OpenMPI's all-reduce");
+      mpi.push_back(*mpi_run);
+    }
+    absl::StatusOr<double> mpi_tcp = RunMpi(ranks, "--mca pml ob1 --mca btl tcp,self");
+    RankMedians& result = medians[ranks];
+    result = {Median(loom), Median(gloo), Median(mpi)};
+    std::printf("%d ranks:\n", ranks);
+    std::printf("  loom     %s\n", JoinValues(loom, 2).c_str());
+    std::printf("  gloo     %s\n", JoinValues(gloo, 2).c_str());
+    std::printf("  openmpi  %s\n", JoinValues(mpi, 2).c_str());
+    std::printf(
+        "  median: loom %.2f  gloo %.2f (loom/gloo %.3f)  openmpi %.2f (loom/openmpi %.3f)\n",
+        result.loom, result.gloo, result.loom / result.gloo, result.mpi, result.loom / result.mpi);
+    if (mpi_tcp.ok()) {
+      std::printf(
+          "  for reference, openmpi forced onto tcp (pml ob1, btl tcp,self), one run: %.2f\n",
+          *mpi_tcp);
+    } else {
+      std::printf("  for reference, openmpi forced onto tcp: failed: %s\n",
+                  std::string(mpi_tcp.status().message()).c_str());
+    }
+    std::fflush(stdout);
+  }
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
+  // One RESULT line per peer, each for the rank count with the larger ratio.
+  int worst_gloo = 2, worst_mpi = 2;
+  for (const auto& [ranks, result] : medians) {
+    if (result.loom / result.gloo > medians[worst_gloo].loom / medians[worst_gloo].gloo) {
+      worst_gloo = ranks;
+    }
+    if (result.loom / result.mpi > medians[worst_mpi].loom / medians[worst_mpi].mpi) {
+      worst_mpi = ranks;
+    }
+  }
+  std::printf("GOALS allreduce: loom/gloo < %.1f; loom/openmpi <= %.1f (lower is better)\n",
+              kGoalVersusGloo, kGoalVersusMpi);
+  PrintResult("allreduce-vs-gloo", absl::StrCat("loom_ms_", worst_gloo, "_ranks"),
+              medians[worst_gloo].loom, absl::StrCat("gloo_ms_", worst_gloo, "_ranks"),
+              medians[worst_gloo].gloo);
+  PrintResult("allreduce-vs-mpi", absl::StrCat("loom_ms_", worst_mpi, "_ranks"),
+              medians[worst_mpi].loom, absl::StrCat("openmpi_ms_", worst_mpi, "_ranks"),
+              medians[worst_mpi].mpi);
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::bench
+
+int main(int argc, char** argv) { return loom::bench::Main(argc, argv); }

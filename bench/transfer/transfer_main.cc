@@ -1,0 +1,277 @@
+// bench_transfer: a register moving between two processes through Loom's SEND/RECEIVE path, against
+// ucx_perftest tag_bw between two processes over the same UCX transport, in one run.
+//
+// Loom: a whole-job plan with a SOURCE on node0/cpu:0 writing register "data" (4 MiB or 64 MiB of
+// float32, 2 slots) and a COMPUTE on node1/cpu:0 reading it; both run "bench_noop" (a kernel that
+// does nothing), so all the time goes to moving the register. compiler::SplitByNode turns the
+// cross-node read into a SEND on node 0 and a RECEIVE on node 1 (whose 2 slots are the credits), as
+// for every job loomd runs; each node's plan runs in a process of its own as a daemon::NodeJob
+// (JobRuntime + UCX TransportNetwork, connected through this process, started together). The
+// bandwidth is timed on the receiving node, from its event record: the consumer's act starts of
+// the measured pieces, (pieces x size) / (start(last) - start(last warm-up piece)). That is the
+// steady rate at which registers become readable on node 1, with everything a piece costs: the
+// credit (kCredit) to the sender, the tagged UCX transfer, the kSent message, the READY and FREE
+// messages, the acts of the SEND, RECEIVE and consumer actors.
+//
+// ucx_perftest: `ucx_perftest -t tag_bw -s SIZE -n N -w W` (server and client on 127.0.0.1), the
+// "average" bandwidth of its final line (MB/s in ucx_perftest is 2^20 bytes per second). This is
+// the peer of the RESULT line. Both of its processes busy-poll their UCX worker, i.e. hold a core
+// each for the whole run; Loom's progress thread polls 20 us after the last activity and then
+// sleeps on the worker's event file descriptor (transport/README.md). For reference the benchmark
+// also runs ucx_perftest with Loom's settings: `-e -I -E sleep` (error handling mode PEER, the
+// wake-up feature, sleeping while waiting); a failed run of that variant is printed, not fatal.
+//
+// Transports: UCX_TLS=tcp for both (Loom sets TLS=tcp in its UCX context's configuration, the
+// perftest processes get it in their environment). Shared memory: Loom's endpoints use UCX's error
+// handling mode PEER (a lost node must fail the job, not hang it), and UCX 1.13 excludes shared
+// memory transports in that mode; the benchmark tries it anyway (TLS=sm,self) and prints what
+// happens, next to ucx_perftest over shared memory (UCX_TLS=sm) for reference and ucx_perftest
+// with its own error-handling flag (-e) over sm, which fails the same way.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/command.h"
+#include "bench/common/node_job_processes.h"
+#include "compiler/node_split.h"
+#include "runtime/plan_builder.h"
+
+namespace loom::bench {
+namespace {
+
+constexpr int kRepetitions = 5;
+constexpr double kGoalRatio = 0.9;
+constexpr int kPerftestTimeoutSeconds = 60;
+// ucx_perftest configured as Loom's transport is: error handling mode PEER, the wake-up feature,
+// sleeping (not polling) while it waits.
+constexpr char kLoomLikePerftestFlags[] = "-e -I -E sleep";
+
+struct Size {
+  int64_t bytes;
+  std::string label;
+  int warmup;
+  int measured;
+};
+
+const std::vector<Size>& Sizes() {
+  static const std::vector<Size> sizes = {
+      {int64_t{4} << 20, "4mib", 10, 100},
+      {int64_t{64} << 20, "64mib", 2, 16},
+  };
+  return sizes;
+}
+
+plan::Device NodeDevice(int node) {
+  plan::Device device;
+  device.set_node(node);
+  device.set_type(plan::CPU);
+  device.set_index(0);
+  return device;
+}
+
+// Source on node 0, consumer on node 1; the whole job's plan, before the node split.
+plan::Plan TransferPlan(const Size& size) {
+  PlanBuilder builder("transfer");
+  builder.AddCpuDevices(2);
+  plan::Plan& plan = builder.mutable_plan();
+  builder.AddRegister("data", {size.bytes / 4}, plan::FLOAT32, 2);
+  builder.AddRegister("unread", {1}, plan::FLOAT32, 1);
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"data"}, "bench_noop")
+      .set_num_pieces(size.warmup + size.measured);
+  builder.AddTask("consumer", plan::COMPUTE, 1, {"data"}, {"unread"}, "bench_noop");
+  // PlanBuilder's cpu:0 and cpu:1 of node 0 become cpu:0 of nodes 0 and 1.
+  for (int node = 0; node < 2; ++node) {
+    *plan.mutable_devices(node)->mutable_device() = NodeDevice(node);
+    *plan.mutable_tasks(node)->mutable_stream()->mutable_device() = NodeDevice(node);
+  }
+  return plan;
+}
+
+double MebibytesPerSecond(int64_t bytes, int64_t nanoseconds) {
+  return static_cast<double>(bytes) / (1 << 20) / (nanoseconds / 1e9);
+}
+
+// One Loom run: both nodes in their own processes; the receiving node's bandwidth.
+absl::StatusOr<double> RunLoom(const Size& size, const std::string& transports) {
+  const std::vector<plan::Plan> plans = compiler::SplitByNode(TransferPlan(size));
+  NodeJobProcessOptions options;
+  options.ucx.configuration = {{"TLS", transports}};
+  options.deadline = absl::Seconds(60);
+  absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(
+      plans, options, [](daemon::NodeJob& job) -> absl::StatusOr<std::string> {
+        if (job.node() == 0) return std::string();
+        return ReportActs(job, "consumer");
+      });
+  if (!reports.ok()) return reports.status();
+  std::vector<Act> acts = ParseActs((*reports)[1]);
+  std::sort(acts.begin(), acts.end(), [](const Act& a, const Act& b) { return a.piece < b.piece; });
+  const int total = size.warmup + size.measured;
+  if (static_cast<int>(acts.size()) != total) {
+    return absl::InternalError(
+        absl::StrCat("the consumer acted ", acts.size(), " times, expected ", total));
+  }
+  const int64_t elapsed =
+      acts[total - 1].start_nanoseconds - acts[size.warmup - 1].start_nanoseconds;
+  return MebibytesPerSecond(size.bytes * size.measured, elapsed);
+}
+
+// One ucx_perftest tag_bw run between two processes; its average bandwidth in MiB/s.
+absl::StatusOr<double> RunPerftest(const Size& size, const std::string& transports,
+                                   const std::string& extra_flags) {
+  static int next_port = 20000 + static_cast<int>(getpid() % 20000);
+  const int port = next_port++;
+  const std::string arguments = absl::StrCat("-t tag_bw -s ", size.bytes, " -n ", size.measured,
+                                             " -w ", size.warmup, " -p ", port, " ", extra_flags);
+  const std::string environment = absl::StrCat("UCX_TLS=", transports, " ");
+  absl::StatusOr<BackgroundCommand> server = BackgroundCommand::Start(
+      absl::StrCat(environment, "exec timeout ", kPerftestTimeoutSeconds, " ucx_perftest ",
+                   arguments),
+      absl::StrCat("/tmp/loom_bench_transfer_perftest_server_", getpid(), ".txt"));
+  if (!server.ok()) return server.status();
+  // The server listens once it is up; the client retries while it is not.
+  absl::StatusOr<std::string> client;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    usleep(200 * 1000);
+    client = RunCommand(absl::StrCat(environment, "timeout ", kPerftestTimeoutSeconds,
+                                     " ucx_perftest 127.0.0.1 ", arguments));
+    if (client.ok() || client.status().message().find("Connection refused") == std::string::npos) {
+      break;
+    }
+  }
+  server->Wait(absl::Seconds(10));
+  if (!client.ok()) return client.status();
+  for (absl::string_view line : absl::StrSplit(*client, '\n')) {
+    if (!absl::ConsumePrefix(&line, "Final:")) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    double bandwidth = 0;
+    // iterations, overhead 50%ile / average / overall (us), bandwidth average / overall (MB/s),
+    // message rate average / overall.
+    if (fields.size() >= 6 && absl::SimpleAtod(fields[4], &bandwidth)) return bandwidth;
+  }
+  return absl::InternalError(absl::StrCat("no 'Final:' line from ucx_perftest:\n", *client));
+}
+
+// Why a run failed, in one line: UCX's first error line when there is one.
+std::string Reason(const absl::Status& status) {
+  if (absl::StrContains(status.message(), "exited with status 124")) {
+    return absl::StrCat("no result within ", kPerftestTimeoutSeconds, " s");
+  }
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    const size_t error = line.find("ERROR ");
+    if (error != absl::string_view::npos) return std::string(line.substr(error + 6));
+  }
+  std::string text(status.message());
+  return text.substr(0, text.find('\n'));
+}
+
+int Main() {
+  if (!ProgramExists("ucx_perftest")) {
+    std::fprintf(stderr,
+                 "transfer: the peer ucx_perftest is not installed (Debian package ucx-utils; "
+                 "scripts/install-deps installs it)\n");
+    return 2;
+  }
+  std::printf(
+      "transfer: a register between two processes, Loom SEND/RECEIVE (NodeJob per node) vs "
+      "ucx_perftest tag_bw; UCX_TLS=tcp; %d repetitions; MiB/s\n",
+      kRepetitions);
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
+  struct Medians {
+    double loom = 0, perftest = 0, perftest_like_loom = 0;
+  };
+  std::map<std::string, Medians> medians;
+  for (const Size& size : Sizes()) {
+    std::vector<double> loom, perftest, perftest_like_loom;
+    std::vector<std::string> failures;
+    for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+      absl::StatusOr<double> peer = RunPerftest(size, "tcp", "");
+      ExitIfError(peer.status(), "ucx_perftest over tcp");
+      perftest.push_back(*peer);
+      absl::StatusOr<double> peer_like_loom = RunPerftest(size, "tcp", kLoomLikePerftestFlags);
+      if (peer_like_loom.ok()) {
+        perftest_like_loom.push_back(*peer_like_loom);
+      } else {
+        failures.push_back(Reason(peer_like_loom.status()));
+      }
+      absl::StatusOr<double> ours = RunLoom(size, "tcp");
+      ExitIfError(ours.status(), "Loom's transfer over tcp");
+      loom.push_back(*ours);
+    }
+    std::printf("%s x %d pieces (after %d warm-up), tcp:\n", size.label.c_str(), size.measured,
+                size.warmup);
+    std::printf("  loom                          %s\n", JoinValues(loom, 0).c_str());
+    std::printf("  ucx_perftest                  %s\n", JoinValues(perftest, 0).c_str());
+    std::printf("  ucx_perftest %s  %s\n", kLoomLikePerftestFlags,
+                JoinValues(perftest_like_loom, 0).c_str());
+    for (const std::string& failure : failures) {
+      std::printf("    (a run of ucx_perftest %s failed: %s)\n", kLoomLikePerftestFlags,
+                  failure.c_str());
+    }
+    Medians& result = medians[size.label];
+    result = {Median(loom), Median(perftest), Median(perftest_like_loom)};
+    std::printf(
+        "  median: loom %.0f  ucx_perftest %.0f (ratio %.3f)  with Loom's settings %.0f "
+        "(ratio %.3f)\n",
+        result.loom, result.perftest, result.loom / result.perftest, result.perftest_like_loom,
+        result.loom / result.perftest_like_loom);
+    std::fflush(stdout);
+  }
+
+  // Shared memory: what each side can do.
+  const Size& small = Sizes()[0];
+  std::printf("shared memory (%s):\n", small.label.c_str());
+  absl::StatusOr<double> loom_shared = RunLoom(small, "sm,self");
+  if (loom_shared.ok()) {
+    std::printf("  loom (TLS=sm,self)             %.0f\n", *loom_shared);
+  } else {
+    std::printf("  loom (TLS=sm,self)             not possible: %s\n",
+                Reason(loom_shared.status()).c_str());
+  }
+  std::vector<double> perftest_shared;
+  for (int repetition = 0; repetition < 3; ++repetition) {
+    absl::StatusOr<double> peer = RunPerftest(small, "sm", "");
+    ExitIfError(peer.status(), "ucx_perftest over sm");
+    perftest_shared.push_back(*peer);
+  }
+  std::printf("  ucx_perftest (UCX_TLS=sm)      %s (median %.0f)\n",
+              JoinValues(perftest_shared, 0).c_str(), Median(perftest_shared));
+  absl::StatusOr<double> perftest_shared_error_handling = RunPerftest(small, "sm", "-e");
+  if (perftest_shared_error_handling.ok()) {
+    std::printf("  ucx_perftest -e (UCX_TLS=sm)   %.0f\n", *perftest_shared_error_handling);
+  } else {
+    std::printf("  ucx_perftest -e (UCX_TLS=sm)   not possible either: %s\n",
+                Reason(perftest_shared_error_handling.status()).c_str());
+  }
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
+
+  // The RESULT line: the size with the lower ratio over tcp against plain ucx_perftest.
+  std::string worst = Sizes()[0].label;
+  for (const Size& size : Sizes()) {
+    const Medians& candidate = medians[size.label];
+    const Medians& current = medians[worst];
+    if (candidate.loom / candidate.perftest < current.loom / current.perftest) worst = size.label;
+  }
+  std::printf("GOAL transfer: ratio >= %.1f of ucx_perftest's bandwidth (higher is better)\n",
+              kGoalRatio);
+  PrintResult("transfer", absl::StrCat("loom_mib_per_s_", worst, "_tcp"), medians[worst].loom,
+              absl::StrCat("ucx_perftest_mib_per_s_", worst, "_tcp"), medians[worst].perftest);
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::bench
+
+int main() { return loom::bench::Main(); }
