@@ -15,6 +15,7 @@
 // Per run: the median over the kMeasured steps; kRepetitions runs of each, interleaved; the
 // medians of the runs are compared.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -91,6 +92,7 @@ struct TorchRun {
 
 absl::StatusOr<TorchRun> RunPyTorch(const std::string& script) {
   const std::string output = "/tmp/loom_bench_dp_step_ddp.json";
+  std::remove(output.c_str());  // a result is never an earlier run's
   absl::StatusOr<std::string> ran =
       RunCommand(absl::StrCat("timeout 300 ", kPython, " ", script, " --world-size 2 --warmup ",
                               kWarmup, " --steps ", kMeasured, " --threads 1 --output ", output));
