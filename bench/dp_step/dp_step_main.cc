@@ -138,13 +138,18 @@ int Main(int argc, char** argv) {
   std::printf("machine at start: %s\n", MachineCheck().c_str());
   absl::StatusOr<LocalCluster> cluster = StartLocalCluster(loomd, "dp_step", 2, 1);
   ExitIfError(cluster.status(), "starting the local cluster");
+  // std::exit skips the destructors: the daemons are stopped before a failure exits.
+  auto exit_if_error = [&cluster](const absl::Status& status, const std::string& what) {
+    if (!status.ok()) cluster->daemons.clear();
+    ExitIfError(status, what);
+  };
   std::vector<double> loom, torch, gemm;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
     absl::StatusOr<double> ours = RunLoom(*cluster->client, *job);
-    ExitIfError(ours.status(), "Loom's job");
+    exit_if_error(ours.status(), "Loom's job");
     loom.push_back(*ours);
     absl::StatusOr<TorchRun> peer = RunPyTorch(script);
-    ExitIfError(peer.status(), "PyTorch DDP");
+    exit_if_error(peer.status(), "PyTorch DDP");
     torch.push_back(peer->median_ms);
     gemm.push_back(peer->gemm_gflops);
   }
