@@ -15,6 +15,7 @@
 // Per run: the median over the kMeasured steps; kRepetitions runs of each, interleaved; the
 // medians of the runs are compared.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -91,6 +92,7 @@ struct TorchRun {
 
 absl::StatusOr<TorchRun> RunPyTorch(const std::string& script) {
   const std::string output = "/tmp/loom_bench_dp_step_ddp.json";
+  std::remove(output.c_str());  // a result is never an earlier run's
   absl::StatusOr<std::string> ran =
       RunCommand(absl::StrCat("timeout 300 ", kPython, " ", script, " --world-size 2 --warmup ",
                               kWarmup, " --steps ", kMeasured, " --threads 1 --output ", output));
@@ -136,13 +138,18 @@ int Main(int argc, char** argv) {
   std::printf("machine at start: %s\n", MachineCheck().c_str());
   absl::StatusOr<LocalCluster> cluster = StartLocalCluster(loomd, "dp_step", 2, 1);
   ExitIfError(cluster.status(), "starting the local cluster");
+  // std::exit skips the destructors: the daemons are stopped before a failure exits.
+  auto exit_if_error = [&cluster](const absl::Status& status, const std::string& what) {
+    if (!status.ok()) cluster->daemons.clear();
+    ExitIfError(status, what);
+  };
   std::vector<double> loom, torch, gemm;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
     absl::StatusOr<double> ours = RunLoom(*cluster->client, *job);
-    ExitIfError(ours.status(), "Loom's job");
+    exit_if_error(ours.status(), "Loom's job");
     loom.push_back(*ours);
     absl::StatusOr<TorchRun> peer = RunPyTorch(script);
-    ExitIfError(peer.status(), "PyTorch DDP");
+    exit_if_error(peer.status(), "PyTorch DDP");
     torch.push_back(peer->median_ms);
     gemm.push_back(peer->gemm_gflops);
   }

@@ -107,12 +107,17 @@ int Main() {
   std::printf("machine at start: %s\n", MachineCheck().c_str());
   absl::StatusOr<LocalCluster> cluster = StartLocalCluster(loomd, "submit_latency", kNodes, 1);
   ExitIfError(cluster.status(), "starting the local cluster");
+  // std::exit skips the destructors: the daemons are stopped before a failure exits.
+  auto exit_if_error = [&cluster](const absl::Status& status, const std::string& what) {
+    if (!status.ok()) cluster->daemons.clear();
+    ExitIfError(status, what);
+  };
   absl::StatusOr<Latency> cold = SubmitOnce(*cluster->client, *job);
-  ExitIfError(cold.status(), "the untimed first job");
+  exit_if_error(cold.status(), "the untimed first job");
   std::vector<double> submit_returned, running, first_step;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
     absl::StatusOr<Latency> latency = SubmitOnce(*cluster->client, *job);
-    ExitIfError(latency.status(), "a job");
+    exit_if_error(latency.status(), "a job");
     submit_returned.push_back(latency->submit_returned_ms);
     running.push_back(latency->running_ms);
     first_step.push_back(latency->first_step_ms);
