@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
           self->session_->Report(update);
         }
       },
-      daemon->metrics_.get());
+      daemon->metrics_.get(), options.max_message_bytes / 2);
   if (coordinator) {
     v1::NodeInfo node;
     node.set_name(options.node_name);

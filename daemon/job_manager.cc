@@ -222,6 +222,10 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
                                                       v1::JobState_Name(record->info.state()),
                                                       ": its trace is there once it ends"));
   }
+  if (!record->trace_error.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
+  }
   std::vector<std::string> event_lists;
   for (const auto& [node, events] : record->trace_events) event_lists.push_back(events);
   v1::GetTraceResponse response;
@@ -533,6 +537,9 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     }
     running_->trace_events[node] = update.trace().events();
     running_->trace_acts += update.trace().acts();
+    if (!update.trace().error().empty() && running_->trace_error.empty()) {
+      running_->trace_error = update.trace().error();
+    }
     return;
   }
   if (update.has_ended()) {

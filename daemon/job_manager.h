@@ -79,7 +79,8 @@ class JobManager {
                                      absl::Duration timeout);
   absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id) const;
   // The Chrome trace of an ended job submitted with `trace` (its nodes' acts merged).
-  // FAILED_PRECONDITION for a job without trace or not ended; NOT_FOUND for an unknown id.
+  // FAILED_PRECONDITION for a job without trace or not ended; RESOURCE_EXHAUSTED naming the node
+  // when a node's trace did not fit in a message; NOT_FOUND for an unknown id.
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id) const;
 
   struct EventBatch {

@@ -46,6 +46,8 @@ struct JobRecord {
   bool trace = false;
   std::map<int, std::string> trace_events;  // by node
   int64_t trace_acts = 0;
+  // A node's trace did not fit in a message: why (GetTrace then fails with it).
+  std::string trace_error;
 };
 
 inline bool IsTerminal(v1::JobState state) {

@@ -17,8 +17,12 @@ constexpr absl::Duration kDefaultProbeTimeout = absl::Seconds(5);
 
 }  // namespace
 
-NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics)
-    : kernels_(kernels), metrics_(metrics), report_(std::move(report)) {
+NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics,
+                     int64_t max_trace_bytes)
+    : kernels_(kernels),
+      metrics_(metrics),
+      max_trace_bytes_(max_trace_bytes),
+      report_(std::move(report)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -158,8 +162,17 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       if (traced) {
         v1::NodeJobUpdate trace;
         trace.set_job_id(job_id);
-        trace.mutable_trace()->set_events(ChromeTraceEvents(job->runtime()));
-        trace.mutable_trace()->set_acts(static_cast<int64_t>(job->runtime().events().size()));
+        std::string events = ChromeTraceEvents(job->runtime());
+        const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
+        trace.mutable_trace()->set_acts(acts);
+        if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
+          trace.mutable_trace()->set_error(absl::StrCat(
+              "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
+              " bytes, over the ", max_trace_bytes_,
+              " a message may carry (half of --max-message-size): trace a shorter job"));
+        } else {
+          trace.mutable_trace()->set_events(std::move(events));
+        }
         Report(trace);
       }
       ReportEnded(job_id, status);

@@ -2,6 +2,7 @@
 #define LOOM_DAEMON_NODE_AGENT_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -32,8 +33,10 @@ class NodeAgent {
 
   // `kernels` must outlive the agent; `report` is called from the agent's threads.
   // `metrics` (may be null) receives the runtime's live metrics of every job; it must outlive
-  // the agent.
-  NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics = nullptr);
+  // the agent. A traced job's events larger than `max_trace_bytes` are not sent (the update says
+  // so instead): they would not fit in a message to the coordinator.
+  NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics = nullptr,
+            int64_t max_trace_bytes = int64_t{32} << 20);
   // Aborts and releases the job, joins the threads.
   ~NodeAgent();
 
@@ -57,6 +60,7 @@ class NodeAgent {
   // The current job records its acts and sends them before its end (agent thread only).
   bool record_events_ = false;
   RuntimeMetrics* const metrics_;
+  const int64_t max_trace_bytes_;
   const Reporter report_;
 
   mutable std::mutex mutex_;

@@ -226,6 +226,27 @@ TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
   EXPECT_THAT(refused.error_message(), HasSubstr("--trace"));
 }
 
+TEST_F(JobServiceTest, ATraceTooLargeForAMessageIsResourceExhaustedNamingTheNode) {
+  DaemonOptions options = TestOptions();
+  options.max_message_bytes = 16 << 10;  // traces up to 8 KiB
+  StartDaemon(options);
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = TrainingJob(20);
+  request.set_trace(true);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
+  const std::string id = submitted.job().job_id();
+  WatchToEnd(id);
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));  // the job itself is not harmed
+  v1::GetTraceRequest trace_request;
+  trace_request.set_job_id(id);
+  v1::GetTraceResponse trace;
+  grpc::Status status = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("node 0's trace"));
+  EXPECT_THAT(status.error_message(), HasSubstr("trace a shorter job"));
+}
+
 TEST_F(JobServiceTest, ListNodesDescribesThisNode) {
   v1::ListNodesResponse response;
   grpc::Status status =
