@@ -31,6 +31,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (absl::Status status = RegisterCpuKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
   const bool coordinator = options.coordinator_address.empty();
+  if (!options.data_directory.empty()) {
+    absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(options.data_directory);
+    if (!lock.ok()) return lock.status();
+    daemon->data_directory_lock_.emplace(*std::move(lock));
+    if (coordinator) {
+      absl::StatusOr<JobStore> store = JobStore::Open(options.data_directory);
+      if (!store.ok()) return store.status();
+      daemon->store_.emplace(*std::move(store));
+    }
+  }
   daemon->metrics_ = std::make_shared<DaemonMetrics>();
 
   // This node's devices, as ListNodes shows them.
@@ -75,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.metrics = daemon->metrics_.get();
+    if (daemon->store_.has_value()) manager_options.store = &*daemon->store_;
     daemon->manager_ =
         std::make_unique<JobManager>(std::move(manager_options), daemon->cluster_.get());
     daemon->cluster_->set_lost_handler(

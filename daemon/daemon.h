@@ -2,6 +2,7 @@
 #define LOOM_DAEMON_DAEMON_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -9,8 +10,10 @@
 #include "daemon/cluster.h"
 #include "daemon/cluster_service.h"
 #include "daemon/daemon_options.h"
+#include "daemon/directory_lock.h"
 #include "daemon/job_manager.h"
 #include "daemon/job_service.h"
+#include "daemon/job_store.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_server.h"
 #include "daemon/node_agent.h"
@@ -65,6 +68,9 @@ class Daemon {
 
   DaemonOptions options_;
   KernelRegistry kernels_;
+  // With --data-dir: held for the daemon's life; the store outlives the manager.
+  std::optional<DirectoryLock> data_directory_lock_;
+  std::optional<JobStore> store_;
   // Before everything that reports to it (the agent's jobs, the manager), so it outlives them.
   std::shared_ptr<DaemonMetrics> metrics_;
   std::shared_ptr<ScrapeGauges> scrape_gauges_;

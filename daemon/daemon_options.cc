@@ -82,6 +82,10 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("metrics-listen", "HOST:PORT", "",
                "serve Prometheus metrics (GET /metrics) on this address, e.g. 0.0.0.0:9400; port 0 "
                "picks a free port (printed at start); empty: no metrics")
+      .AddFlag("data-dir", "DIR", "",
+               "keep state here across restarts (created if missing; one loomd per directory): "
+               "the coordinator's jobs, with their events, plans, traces and ids. Jobs that had "
+               "not ended when it stopped are FAILED after the restart. Empty: nothing is kept")
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
       .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
       .AddFlag("memory-budget-per-device", "BYTES", "0",
@@ -129,6 +133,8 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     return loomctl::UsageError(kCommand, absl::StrCat("--metrics-listen must be HOST:PORT, not '",
                                                       options.metrics_listen_address, "'"));
   }
+
+  options.data_directory = arguments.Value("data-dir");
 
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();

@@ -26,6 +26,9 @@ struct DaemonOptions {
   absl::Duration peer_probe_timeout = absl::Seconds(5);
   // HOST:PORT for Prometheus' GET /metrics (port 0 picks a free port); empty: not served.
   std::string metrics_listen_address;
+  // Where the coordinator keeps its jobs across restarts (locked against a second loomd); empty:
+  // nothing is kept on disk.
+  std::string data_directory;
   int cpu_devices = 1;
   // 0: no limit.
   int64_t memory_budget_per_device_bytes = 0;

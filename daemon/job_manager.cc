@@ -21,6 +21,9 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
+// How often a running job's record is written for its steps (state changes: always).
+constexpr absl::Duration kPersistStepsEvery = absl::Seconds(1);
+
 // The nodes whose plans have tasks.
 std::vector<int> NodesOf(const compiler::CompileResult& result) {
   std::vector<int> nodes;
@@ -44,6 +47,27 @@ bool PieceSizeMatches(const v1::SinkPieceUpdate& piece) {
   return elements * element_bytes == bytes;
 }
 
+v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled) {
+  v1::GetPlanResponse response;
+  *response.mutable_plan() = compiled.result.plan;
+  for (const plan::Plan& node_plan : compiled.result.node_plans) {
+    *response.add_node_plans() = node_plan;
+  }
+  return response;
+}
+
+absl::Status CancelledAtShutdown(const JobRecord& record) {
+  return absl::CancelledError(
+      absl::StrCat("job '", record.id, "' was cancelled: the daemon shut down before it started"));
+}
+
+// The nodes' trace events merged into one Chrome trace document.
+std::string MergedTrace(const JobRecord& record) {
+  std::vector<std::string> event_lists;
+  for (const auto& [node, events] : record.trace_events) event_lists.push_back(events);
+  return ChromeTraceDocument(record.info.name(), event_lists);
+}
+
 }  // namespace
 
 JobManager::JobManager(Options options, Cluster* cluster)
@@ -54,6 +78,7 @@ JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 void JobManager::Start() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (worker_.joinable() || stopping_) return;
+  if (options_.store != nullptr) Restore();
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -68,10 +93,7 @@ void JobManager::Shutdown(absl::Duration grace) {
     while (!queue_.empty()) {
       JobRecord* record = records_.at(queue_.front()).get();
       queue_.pop_front();
-      Finish(record, v1::JOB_STATE_CANCELLED,
-             absl::CancelledError(absl::StrCat("job '", record->id,
-                                               "' was cancelled: the daemon shut down before it "
-                                               "started")));
+      Finish(record, v1::JOB_STATE_CANCELLED, CancelledAtShutdown(*record));
     }
     changed_.wait_for(lock, absl::ToChronoNanoseconds(grace),
                       [this] { return running_ == nullptr; });
@@ -134,6 +156,13 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
   records_[record->number] = record;
   number_of_id_[record->id] = record->number;
   queue_.push_back(record->number);
+  if (options_.store != nullptr) {
+    for (absl::Status saved :
+         {options_.store->SaveLastNumber(record->number),
+          options_.store->SavePlan(record->number, PlanResponseOf(*record->compiled))}) {
+      if (!saved.ok()) LOG(ERROR) << "job " << record->id << " is not kept on disk: " << saved;
+    }
+  }
   ChangeState(record.get(), v1::JOB_STATE_PENDING, absl::OkStatus());
   LOG(INFO) << "queued job " << record->id << " ('" << info.name() << "', "
             << record->compiled->result.plan.tasks_size() << " tasks), " << queue_.size()
@@ -201,12 +230,15 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord* record = Find(job_id);
   if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  v1::GetPlanResponse response;
-  *response.mutable_plan() = record->compiled->result.plan;
-  for (const plan::Plan& node_plan : record->compiled->result.node_plans) {
-    *response.add_node_plans() = node_plan;
+  if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
+  // A job restored from the data directory.
+  absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(record->number);
+  if (!stored.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("the plan of job '", job_id,
+                     "' (from before the restart) is lost: ", stored.status().message()));
   }
-  return response;
+  return stored;
 }
 
 absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id) const {
@@ -226,12 +258,22 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
     return absl::ResourceExhaustedError(
         absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
   }
-  std::vector<std::string> event_lists;
-  for (const auto& [node, events] : record->trace_events) event_lists.push_back(events);
   v1::GetTraceResponse response;
-  response.set_chrome_trace_json(
-      ChromeTraceDocument(record->compiled->result.plan.job_name(), event_lists));
   response.set_acts(record->trace_acts);
+  if (record->compiled != nullptr) {
+    response.set_chrome_trace_json(MergedTrace(*record));
+    return response;
+  }
+  // A job restored from the data directory.
+  absl::StatusOr<std::string> stored = record->trace_stored
+                                           ? options_.store->LoadTrace(record->number)
+                                           : absl::NotFoundError("it was not written");
+  if (!stored.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("the trace of job '", job_id,
+                     "' (from before the restart) is lost: ", stored.status().message()));
+  }
+  response.set_chrome_trace_json(*std::move(stored));
   return response;
 }
 
@@ -313,6 +355,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
             raw->info.set_last_loss(step.loss());
             *AppendEvent(raw)->mutable_step() = step;
             if (options_.metrics != nullptr) options_.metrics->StepFinished(step);
+            // The progress survives a crash of the coordinator (to within a second).
+            if (absl::Now() - raw->persisted >= kPersistStepsEvery) Persist(raw);
           });
       if (created.ok()) {
         tracker = std::move(*created);
@@ -325,6 +369,11 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   if (status.ok()) status = cluster_->CheckReady(participants);
   if (!status.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) {
+      // The daemon began to shut down (its nodes drain) as this job left the queue.
+      Finish(record.get(), v1::JOB_STATE_CANCELLED, CancelledAtShutdown(*record));
+      return;
+    }
     Finish(record.get(), v1::JOB_STATE_FAILED, status);
     LOG(INFO) << "job " << record->id << " failed before launch: " << status;
     return;
@@ -645,10 +694,17 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
     *record->info.mutable_error() = ToJobError(error);
     *change->mutable_error() = ToJobError(error);
   }
+  Persist(record);
 }
 
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
+  if (options_.store != nullptr && record->trace && record->trace_error.empty() &&
+      record->compiled != nullptr) {
+    absl::Status saved = options_.store->SaveTrace(record->number, MergedTrace(*record));
+    record->trace_stored = saved.ok();
+    if (!saved.ok()) LOG(ERROR) << "the trace of job " << record->id << " is not kept: " << saved;
+  }
   ChangeState(record, state, error);
   if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
   finished_.push_back(record->number);
@@ -660,9 +716,61 @@ void JobManager::ForgetOldFinishedJobs() {
     auto record = records_.find(finished_.front());
     finished_.pop_front();
     if (record == records_.end()) continue;
+    if (options_.store != nullptr) options_.store->Remove(record->first);
     number_of_id_.erase(record->second->id);
     records_.erase(record);
   }
+}
+
+void JobManager::Persist(JobRecord* record) {
+  if (options_.store == nullptr) return;
+  record->persisted = absl::Now();
+  StoredJob stored;
+  stored.set_number(record->number);
+  *stored.mutable_info() = record->info;
+  for (const v1::JobEvent& event : record->events) *stored.add_events() = event;
+  stored.set_next_sequence(record->next_sequence);
+  stored.set_has_trace(record->trace_stored);
+  stored.set_trace_acts(record->trace_acts);
+  stored.set_trace_error(record->trace_error);
+  if (absl::Status saved = options_.store->Save(stored); !saved.ok()) {
+    LOG(ERROR) << "job " << record->id << " is not kept on disk: " << saved;
+  }
+}
+
+void JobManager::Restore() {
+  JobStore::Contents contents = options_.store->Load();
+  for (const std::string& problem : contents.problems) {
+    LOG(WARNING) << "data directory: skipped " << problem;
+  }
+  last_number_ = contents.last_number;
+  for (StoredJob& stored : contents.jobs) {
+    auto record = std::make_shared<JobRecord>();
+    record->number = stored.number();
+    record->id = stored.info().job_id();
+    record->info = std::move(*stored.mutable_info());
+    record->info.clear_queue_position();
+    for (v1::JobEvent& event : *stored.mutable_events()) record->events.push_back(std::move(event));
+    record->next_sequence = stored.next_sequence();
+    record->trace = record->info.traced();
+    record->trace_stored = stored.has_trace();
+    record->trace_acts = stored.trace_acts();
+    record->trace_error = stored.trace_error();
+    records_[record->number] = record;
+    number_of_id_[record->id] = record->number;
+    if (IsTerminal(record->info.state())) {
+      finished_.push_back(record->number);
+    } else {
+      // It was pending or running when the coordinator stopped: nothing runs it any more.
+      Finish(record.get(), v1::JOB_STATE_FAILED,
+             absl::AbortedError(absl::StrCat(
+                 "job '", record->id, "' was ", JobStateLabel(record->info.state()),
+                 " when the coordinator stopped, and did not finish (submit it again)")));
+    }
+  }
+  ForgetOldFinishedJobs();
+  LOG(INFO) << "restored " << records_.size() << " jobs from " << options_.store->jobs_directory()
+            << "; the next is job-" << last_number_ + 1;
 }
 
 }  // namespace loom::daemon

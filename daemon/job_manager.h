@@ -18,6 +18,7 @@
 #include "daemon/cluster.h"
 #include "daemon/job_admission.h"
 #include "daemon/job_record.h"
+#include "daemon/job_store.h"
 #include "daemon/metrics.h"
 #include "daemon/step_tracker.h"
 #include "proto/job.pb.h"
@@ -52,6 +53,9 @@ class JobManager {
     int max_events_per_job = 10000;
     // Jobs' ends and steps are counted here (may be null); it must outlive the manager.
     DaemonMetrics* metrics = nullptr;
+    // Where jobs are kept across restarts (loomd --data-dir); null: in memory only. It must
+    // outlive the manager.
+    const JobStore* store = nullptr;
   };
 
   // `cluster` must outlive the manager.
@@ -59,7 +63,8 @@ class JobManager {
   // Shutdown(zero grace) when it was not called.
   ~JobManager();
 
-  // Starts the worker thread.
+  // Restores the jobs of the store (those that had not ended fail: the coordinator restarted
+  // under them), then starts the worker thread.
   void Start();
   // Stops taking jobs (Submit: UNAVAILABLE), cancels the pending ones, lets the running one go on
   // for `grace`, then cancels it, and joins the worker. Returns when no job runs.
@@ -118,6 +123,9 @@ class JobManager {
   void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
+  void Restore();
+  // Writes the record to the store (when there is one); a failure is logged, not fatal.
+  void Persist(JobRecord* record);
 
   const Options options_;
   Cluster* const cluster_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "client/loomctl/compile_command.h"
 #include "proto/loom/v1/job_service.pb.h"
 
@@ -19,6 +20,8 @@ struct JobRecord {
   // "job-<number>"; numbers grow from 1 in submission order.
   std::string id;
   int64_t number = 0;
+  // Null for a job restored from the data directory (it ended before the restart; its plan and
+  // trace are read from there).
   std::unique_ptr<loomctl::CompiledJob> compiled;
   // Kept current; queue_position is filled in when the record is read.
   v1::JobInfo info;
@@ -48,6 +51,10 @@ struct JobRecord {
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).
   std::string trace_error;
+  // The data directory holds its merged trace (written when it ended).
+  bool trace_stored = false;
+  // When the record was last written to the data directory.
+  absl::Time persisted = absl::InfinitePast();
 };
 
 inline bool IsTerminal(v1::JobState state) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/loomd_client.h"
@@ -88,7 +89,8 @@ class CoordinatorRestartTest : public ::testing::Test {
     if (coordinator_ != nullptr) coordinator_->Signal(SIGTERM);
   }
 
-  void StartCoordinator(const std::string& listen_address) {
+  void StartCoordinator(const std::string& listen_address,
+                        const std::vector<std::string>& more_arguments = {}) {
     LoomdProcess::Options options;
     options.binary = LOOMD_BINARY;
     options.listen_address = listen_address;
@@ -98,6 +100,7 @@ class CoordinatorRestartTest : public ::testing::Test {
                          "200ms",     "--node-timeout",
                          "2s",        "--shutdown-grace",
                          "1s"};
+    options.arguments.insert(options.arguments.end(), more_arguments.begin(), more_arguments.end());
     options.log_path = absl::StrCat(log_prefix_, "coordinator-", ++coordinator_starts_, ".log");
     auto coordinator = LoomdProcess::Start(options);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -166,6 +169,42 @@ TEST_F(CoordinatorRestartTest, WorkersRejoinACoordinatorKilledMidJob) {
   }
   ASSERT_GE(client_->Get(*id).steps_done(), 1);
   ExpectWorkersRejoinAfterRestart(SIGKILL);
+}
+
+TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn) {
+  const std::string data_directory = absl::StrCat(log_prefix_, "data");
+  const std::string address = coordinator_->address();
+  coordinator_->Signal(SIGTERM);
+  coordinator_.reset();
+  StartCoordinator(address, {"--data-dir", data_directory});
+  ASSERT_NE(coordinator_, nullptr);
+  ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(20))) << coordinator_->Log();
+  absl::StatusOr<std::string> killed = client_->Submit(PipelineJob(100000));
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  const absl::Time submitted = absl::Now();
+  while (client_->Get(*killed).steps_done() < 1 && absl::Now() - submitted < absl::Seconds(60)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const int64_t steps_done = client_->Get(*killed).steps_done();
+  ASSERT_GE(steps_done, 1);
+  // A running job's progress is written at least every second.
+  absl::SleepFor(absl::Milliseconds(1500));
+
+  coordinator_->Signal(SIGKILL);
+  coordinator_.reset();
+  StartCoordinator(address, {"--data-dir", data_directory});
+  ASSERT_NE(coordinator_, nullptr);
+  const v1::JobInfo info = client_->Get(*killed);
+  EXPECT_EQ(info.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(info.error().message(),
+              ::testing::HasSubstr("was running when the coordinator stopped, and did not finish"));
+  EXPECT_GE(info.steps_done(), steps_done);
+  ASSERT_TRUE(client_->WaitForReadyNodes(3, kRejoinBound)) << coordinator_->Log();
+  absl::StatusOr<std::string> next = client_->Submit(PipelineJob(2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, "job-2");
+  JobOutcome outcome = client_->Watch(*next);
+  EXPECT_EQ(outcome.state, v1::JOB_STATE_SUCCEEDED) << outcome.error;
 }
 
 TEST_F(CoordinatorRestartTest, TheOldCoordinatorsJobEndingLateDoesNotFailTheNewOnes) {

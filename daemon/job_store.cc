@@ -1,0 +1,174 @@
+#include "daemon/job_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace loom::daemon {
+namespace {
+
+constexpr char kRecordSuffix[] = ".binpb";
+constexpr char kPlanSuffix[] = ".plan.binpb";
+constexpr char kTraceSuffix[] = ".trace.json";
+constexpr char kLastNumberFile[] = "last-number";
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// Writes `bytes` to `path` through a synced temporary file renamed over it.
+absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
+  const std::string temporary = absl::StrCat(path, ".tmp");
+  const int descriptor = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (descriptor < 0) {
+    return absl::InternalError(absl::StrCat("cannot write '", temporary, "': ", ErrnoText()));
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t count = ::write(descriptor, bytes.data() + written, bytes.size() - written);
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) {
+      const std::string why = ErrnoText();
+      ::close(descriptor);
+      return absl::InternalError(absl::StrCat("cannot write '", temporary, "': ", why));
+    }
+    written += static_cast<size_t>(count);
+  }
+  if (::fsync(descriptor) != 0) {
+    const std::string why = ErrnoText();
+    ::close(descriptor);
+    return absl::InternalError(absl::StrCat("cannot sync '", temporary, "': ", why));
+  }
+  ::close(descriptor);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename '", temporary, "' to '", path, "': ", ErrnoText()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  if (file.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  return contents.str();
+}
+
+// The number of a record file's name ("job-12.binpb" -> 12); 0 for any other name.
+int64_t RecordNumber(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "job-") || !absl::ConsumeSuffix(&name, kRecordSuffix)) return 0;
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(name, &number) || number <= 0) return 0;
+  return number;
+}
+
+}  // namespace
+
+absl::StatusOr<JobStore> JobStore::Open(const std::string& directory) {
+  const std::string jobs = (std::filesystem::path(directory) / "jobs").string();
+  std::error_code error;
+  std::filesystem::create_directories(jobs, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-dir: cannot create '", jobs, "': ", error.message()));
+  }
+  if (::access(jobs.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-dir: cannot write in '", jobs, "': ", ErrnoText()));
+  }
+  return JobStore(jobs);
+}
+
+JobStore::Contents JobStore::Load() const {
+  Contents contents;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(jobs_directory_, error)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t number = RecordNumber(name);
+    if (number == 0) continue;  // plans, traces, temporary files, anything else
+    absl::StatusOr<std::string> bytes = ReadWhole(entry.path().string());
+    StoredJob job;
+    if (!bytes.ok()) {
+      contents.problems.push_back(std::string(bytes.status().message()));
+    } else if (!job.ParseFromString(*bytes) || job.number() != number ||
+               job.info().job_id() != absl::StrCat("job-", number)) {
+      contents.problems.push_back(
+          absl::StrCat("'", entry.path().string(), "' is not a stored job of number ", number));
+    } else {
+      contents.last_number = std::max(contents.last_number, number);
+      contents.jobs.push_back(std::move(job));
+    }
+  }
+  if (error) {
+    contents.problems.push_back(
+        absl::StrCat("cannot list '", jobs_directory_, "': ", error.message()));
+  }
+  std::sort(contents.jobs.begin(), contents.jobs.end(),
+            [](const StoredJob& a, const StoredJob& b) { return a.number() < b.number(); });
+  const std::string last_path = (std::filesystem::path(jobs_directory_) / kLastNumberFile).string();
+  if (absl::StatusOr<std::string> text = ReadWhole(last_path); text.ok()) {
+    int64_t last = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &last) && last >= 0) {
+      contents.last_number = std::max(contents.last_number, last);
+    } else {
+      contents.problems.push_back(absl::StrCat("'", last_path, "' does not hold a number"));
+    }
+  }
+  return contents;
+}
+
+absl::Status JobStore::Save(const StoredJob& job) const {
+  return WriteAtomically(PathOf(job.number(), kRecordSuffix), job.SerializeAsString());
+}
+
+absl::Status JobStore::SaveLastNumber(int64_t number) const {
+  return WriteAtomically((std::filesystem::path(jobs_directory_) / kLastNumberFile).string(),
+                         absl::StrCat(number, "\n"));
+}
+
+absl::Status JobStore::SavePlan(int64_t number, const v1::GetPlanResponse& plan) const {
+  return WriteAtomically(PathOf(number, kPlanSuffix), plan.SerializeAsString());
+}
+
+absl::StatusOr<v1::GetPlanResponse> JobStore::LoadPlan(int64_t number) const {
+  const std::string path = PathOf(number, kPlanSuffix);
+  absl::StatusOr<std::string> bytes = ReadWhole(path);
+  if (!bytes.ok()) return bytes.status();
+  v1::GetPlanResponse plan;
+  if (!plan.ParseFromString(*bytes)) {
+    return absl::DataLossError(absl::StrCat("'", path, "' is not a stored plan"));
+  }
+  return plan;
+}
+
+absl::Status JobStore::SaveTrace(int64_t number, const std::string& chrome_trace_json) const {
+  return WriteAtomically(PathOf(number, kTraceSuffix), chrome_trace_json);
+}
+
+absl::StatusOr<std::string> JobStore::LoadTrace(int64_t number) const {
+  return ReadWhole(PathOf(number, kTraceSuffix));
+}
+
+void JobStore::Remove(int64_t number) const {
+  for (const char* suffix : {kRecordSuffix, kPlanSuffix, kTraceSuffix}) {
+    std::error_code ignored;
+    std::filesystem::remove(PathOf(number, suffix), ignored);
+  }
+}
+
+std::string JobStore::PathOf(int64_t number, const char* suffix) const {
+  return (std::filesystem::path(jobs_directory_) / absl::StrCat("job-", number, suffix)).string();
+}
+
+}  // namespace loom::daemon

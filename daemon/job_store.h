@@ -1,0 +1,59 @@
+#ifndef LOOM_DAEMON_JOB_STORE_H_
+#define LOOM_DAEMON_JOB_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/loom/daemon/stored_job.pb.h"
+#include "proto/loom/v1/job_service.pb.h"
+
+namespace loom::daemon {
+
+// The coordinator's job history on disk (loomd --data-dir), so that jobs, their events, plans
+// and traces, and the job numbering survive a restart. Under <directory>/jobs/:
+//   job-<number>.binpb       the StoredJob, rewritten (atomically) at every state change
+//   job-<number>.plan.binpb  its GetPlanResponse, written once at submission
+//   job-<number>.trace.json  its merged Chrome trace, when it was traced
+//   last-number              the last job number handed out (ids are never reused)
+// Every write goes to a temporary file that is synced and renamed over the old one, so a crash
+// leaves the old or the new version, never half of one.
+//
+// Not thread-safe: the JobManager calls it under its mutex.
+class JobStore {
+ public:
+  // Creates <directory>/jobs when missing. INVALID_ARGUMENT naming the directory when it cannot be
+  // created or written.
+  static absl::StatusOr<JobStore> Open(const std::string& directory);
+
+  struct Contents {
+    std::vector<StoredJob> jobs;  // by number
+    int64_t last_number = 0;
+    // Files that could not be read (each named, with why); they are left in place and skipped.
+    std::vector<std::string> problems;
+  };
+  Contents Load() const;
+
+  absl::Status Save(const StoredJob& job) const;
+  absl::Status SaveLastNumber(int64_t number) const;
+  absl::Status SavePlan(int64_t number, const v1::GetPlanResponse& plan) const;
+  absl::StatusOr<v1::GetPlanResponse> LoadPlan(int64_t number) const;
+  absl::Status SaveTrace(int64_t number, const std::string& chrome_trace_json) const;
+  absl::StatusOr<std::string> LoadTrace(int64_t number) const;
+  // Deletes the job's files (a forgotten job); missing files are not an error.
+  void Remove(int64_t number) const;
+
+  const std::string& jobs_directory() const { return jobs_directory_; }
+
+ private:
+  explicit JobStore(std::string jobs_directory) : jobs_directory_(std::move(jobs_directory)) {}
+  std::string PathOf(int64_t number, const char* suffix) const;
+
+  std::string jobs_directory_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_JOB_STORE_H_

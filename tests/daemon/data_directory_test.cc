@@ -1,0 +1,153 @@
+// loomd --data-dir: the coordinator's jobs (events, plans, traces, ids) survive a restart, and
+// two daemons never share one directory.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/daemon.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/daemon_test_util.h"
+
+namespace loom::daemon::testing {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+class DataDirectoryTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    directory_ = absl::StrCat(::testing::TempDir(), "/loomd-data-", getpid(), "-",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(directory_);
+    StartDaemon(Options());
+  }
+
+  DaemonOptions Options() const {
+    DaemonOptions options = TestOptions();
+    options.data_directory = directory_;
+    return options;
+  }
+
+  v1::GetPlanResponse GetPlan(const std::string& id) {
+    v1::GetPlanRequest request;
+    request.set_job_id(id);
+    v1::GetPlanResponse response;
+    grpc::Status status = jobs_->GetPlan(ContextWithDeadline().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  grpc::Status GetTrace(const std::string& id, v1::GetTraceResponse* response) {
+    v1::GetTraceRequest request;
+    request.set_job_id(id);
+    return jobs_->GetTrace(ContextWithDeadline().get(), request, response);
+  }
+
+  std::string directory_;
+};
+
+TEST_F(DataDirectoryTest, EndedJobsTheirEventsPlansTracesAndIdsSurviveARestart) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = TrainingJob(3);
+  request.set_trace(true);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
+  const std::string id = submitted.job().job_id();
+  const std::vector<v1::JobEvent> events = WatchToEnd(id);
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+  v1::JobInfo before;
+  ASSERT_TRUE(GetJob(id, &before).ok());
+  const v1::GetPlanResponse plan = GetPlan(id);
+  v1::GetTraceResponse trace;
+  ASSERT_TRUE(GetTrace(id, &trace).ok());
+
+  StartDaemon(Options());
+  v1::JobInfo after;
+  ASSERT_TRUE(GetJob(id, &after).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(after, before));
+  const std::vector<v1::JobEvent> watched = WatchToEnd(id);
+  ASSERT_EQ(watched.size(), events.size());
+  for (size_t index = 0; index < events.size(); ++index) {
+    EXPECT_TRUE(MessageDifferencer::Equals(watched[index], events[index])) << index;
+  }
+  EXPECT_EQ(StepsOf(watched).size(), 3u);
+  EXPECT_TRUE(MessageDifferencer::Equals(GetPlan(id), plan));
+  v1::GetTraceResponse restored_trace;
+  grpc::Status status = GetTrace(id, &restored_trace);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(restored_trace.chrome_trace_json(), trace.chrome_trace_json());
+  EXPECT_EQ(restored_trace.acts(), trace.acts());
+
+  // Ids go on from the last one: a watcher of job-1 never sees another job under its id.
+  EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-2");
+}
+
+TEST_F(DataDirectoryTest, JobsCancelledAtShutdownStayCancelledAndForgottenJobsStayForgotten) {
+  DaemonOptions options = Options();
+  options.max_finished_jobs = 2;
+  StartDaemon(options);
+  for (int job = 1; job <= 3; ++job) WatchToEnd(SubmitOrDie(TrainingJob(1)));
+  // job-5 waits behind job-4 when the daemon shuts down: it is cancelled.
+  const std::string running = SubmitOrDie(SlowJob(1000, 100000));
+  const std::string pending = SubmitOrDie(TrainingJob(1));
+  ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
+
+  StartDaemon(options);
+  v1::JobInfo info;
+  EXPECT_EQ(GetJob("job-1", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetJob("job-2", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetJob("job-3", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(GetJob(running, &info).ok());
+  EXPECT_EQ(info.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(info.error().message(), HasSubstr("shut down"));
+  ASSERT_TRUE(GetJob(pending, &info).ok());
+  EXPECT_EQ(info.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-6");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(directory_) / "jobs/job-1.binpb"));
+  EXPECT_FALSE(
+      std::filesystem::exists(std::filesystem::path(directory_) / "jobs/job-1.plan.binpb"));
+}
+
+TEST_F(DataDirectoryTest, AnUnreadableJobFileIsSkippedNotFatal) {
+  WatchToEnd(SubmitOrDie(TrainingJob(1)));
+  std::ofstream(std::filesystem::path(directory_) / "jobs/job-9.binpb") << "not a stored job";
+  StartDaemon(Options());
+  v1::JobInfo info;
+  EXPECT_TRUE(GetJob("job-1", &info).ok());
+  EXPECT_EQ(GetJob("job-9", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-2");
+}
+
+TEST_F(DataDirectoryTest, ASecondDaemonCannotUseTheSameDirectory) {
+  DaemonOptions second = Options();
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(second);
+  ASSERT_FALSE(daemon.ok());
+  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(daemon.status().message(),
+              HasSubstr(absl::StrCat("is in use by another loomd (pid ", getpid(), ")")));
+  // A worker locks its directory too.
+  second.coordinator_address = "127.0.0.1:1";
+  daemon = Daemon::Start(second);
+  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DataDirectoryTest, ADirectoryThatCannotBeCreatedIsInvalidArgument) {
+  std::ofstream(std::filesystem::path(directory_) / "a-file") << "x";
+  DaemonOptions options = TestOptions();
+  options.data_directory = (std::filesystem::path(directory_) / "a-file" / "below").string();
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+  ASSERT_FALSE(daemon.ok());
+  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(daemon.status().message(), HasSubstr("--data-dir"));
+  EXPECT_THAT(daemon.status().message(), HasSubstr("a-file"));
+}
+
+}  // namespace
+}  // namespace loom::daemon::testing
