@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/fetch_assembly.h"
 
 namespace loom {
 
@@ -18,34 +17,19 @@ absl::StatusOr<StepLossCollector> StepLossCollector::Create(const plan::Fetch& l
                                                    "' must be a float32 scalar, not ",
                                                    Shape(loss.logical().shape()).ToString()));
   }
-  StepLossCollector collector;
-  collector.loss_ = loss;
-  collector.micro_batches_ = std::max(micro_batches_per_step, 1);
-  for (int rank = 0; rank < loss.sinks_size(); ++rank) {
-    collector.rank_of_sink_[loss.sinks(rank)] = rank;
-  }
+  StepLossCollector collector(loss, std::max(micro_batches_per_step, 1));
   collector.RestartClock();
   return collector;
 }
 
 absl::StatusOr<std::vector<FinishedStep>> StepLossCollector::Add(const SinkPiece& piece) {
   std::vector<FinishedStep> finished;
-  auto rank = rank_of_sink_.find(piece.sink);
-  if (rank == rank_of_sink_.end() || piece.input != 0) return finished;
-  std::vector<std::optional<HostTensor>>& ranks = pending_[piece.piece];
-  ranks.resize(rank_of_sink_.size());
-  ranks[rank->second] = piece.tensor;
-  std::vector<const HostTensor*> pieces;
-  for (const std::optional<HostTensor>& tensor : ranks) {
-    if (!tensor.has_value()) return finished;
-    pieces.push_back(&*tensor);
-  }
-  absl::StatusOr<HostTensor> loss = AssembleFetch(loss_, pieces);
+  absl::StatusOr<std::optional<AssembledPiece>> loss = pieces_.Add(piece);
   if (!loss.ok()) return loss.status();
+  if (!loss->has_value()) return finished;
   float value;
-  std::memcpy(&value, loss->bytes.data(), sizeof(value));
-  piece_losses_[piece.piece / micro_batches_].push_back(value);
-  pending_.erase(piece.piece);
+  std::memcpy(&value, (*loss)->tensor.bytes.data(), sizeof(value));
+  piece_losses_[(*loss)->piece / micro_batches_].push_back(value);
 
   for (auto step = piece_losses_.find(next_step_);
        step != piece_losses_.end() && static_cast<int>(step->second.size()) == micro_batches_;

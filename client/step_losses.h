@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "client/fetch_pieces.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
@@ -43,16 +44,14 @@ class StepLossCollector {
   // The next step's time runs from now.
   void RestartClock() { last_completion_ = std::chrono::steady_clock::now(); }
   int64_t steps_done() const { return next_step_; }
-  const std::string& loss_name() const { return loss_.tensor(); }
+  const std::string& loss_name() const { return pieces_.fetch().tensor(); }
 
  private:
-  StepLossCollector() = default;
+  StepLossCollector(const plan::Fetch& loss, int micro_batches)
+      : pieces_(loss), micro_batches_(micro_batches) {}
 
-  plan::Fetch loss_;
+  FetchPieceAssembler pieces_;
   int micro_batches_ = 1;
-  absl::flat_hash_map<std::string, int> rank_of_sink_;
-  // Pieces that have not reached every rank yet: piece -> per rank.
-  std::map<int64_t, std::vector<std::optional<HostTensor>>> pending_;
   // Step -> the assembled losses of its pieces.
   std::map<int64_t, std::vector<double>> piece_losses_;
   int64_t next_step_ = 0;

@@ -56,6 +56,28 @@ v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled) {
   return response;
 }
 
+// The MoE fetches of the plan (kMoeDroppedFetch, kMoeTokensPerExpertFetch), counted into the
+// metrics per micro-batch.
+void CountMoeFetches(const plan::Plan& plan, StepTracker* tracker, DaemonMetrics* metrics) {
+  auto values = [](const HostTensor& tensor) {
+    std::vector<float> floats(tensor.bytes.size() / sizeof(float));
+    std::memcpy(floats.data(), tensor.bytes.data(), floats.size() * sizeof(float));
+    return floats;
+  };
+  for (const plan::Fetch& fetch : plan.fetches()) {
+    if (fetch.logical().data_type() != plan::FLOAT32) continue;
+    if (fetch.tensor() == kMoeDroppedFetch) {
+      tracker->AddCountedFetch(fetch, [metrics, values](const HostTensor& tensor) {
+        for (float dropped : values(tensor)) metrics->AddDroppedAssignments(dropped);
+      });
+    } else if (fetch.tensor() == kMoeTokensPerExpertFetch) {
+      tracker->AddCountedFetch(fetch, [metrics, values](const HostTensor& tensor) {
+        metrics->AddExpertAssignments(values(tensor));
+      });
+    }
+  }
+}
+
 absl::Status CancelledAtShutdown(const JobRecord& record) {
   return absl::CancelledError(
       absl::StrCat("job '", record.id, "' was cancelled: the daemon shut down before it started"));
@@ -333,9 +355,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   const int nodes = static_cast<int>(node_plans.size());
   const int64_t num_steps = std::max<int64_t>(compiled.job.num_steps(), 1);
 
-  // Step events from the loss's sinks, wherever they run (their nodes forward the pieces).
+  // Step events from the loss's sinks, wherever they run (their nodes forward the pieces), and the
+  // counted fetches' (the MoE metrics).
   std::shared_ptr<StepTracker> tracker;
-  std::vector<std::string> loss_sinks;
+  std::vector<std::string> forwarded_sinks;
   absl::Status status;
   if (!compiled.job.loss().empty()) {
     const plan::Fetch* loss = nullptr;
@@ -346,7 +369,6 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       status = absl::InternalError(
           absl::StrCat("the plan does not fetch the loss '", compiled.job.loss(), "'"));
     } else {
-      loss_sinks.assign(loss->sinks().begin(), loss->sinks().end());
       absl::StatusOr<std::unique_ptr<StepTracker>> created = StepTracker::Create(
           *loss, plan.num_micro_batches(), num_steps, TokensPerStep(compiled.job),
           [this, raw = record.get()](const v1::StepEvent& step) {
@@ -360,6 +382,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           });
       if (created.ok()) {
         tracker = std::move(*created);
+        if (options_.metrics != nullptr) CountMoeFetches(plan, tracker.get(), options_.metrics);
+        forwarded_sinks = tracker->sinks();
       } else {
         status = created.status();
       }
@@ -442,7 +466,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
         node, command([&](v1::NodeCommand& message) {
           v1::LaunchNodeJob* launch = message.mutable_launch();
           *launch->mutable_plan() = node_plans[node];
-          for (const std::string& sink : loss_sinks) launch->add_forward_sinks(sink);
+          for (const std::string& sink : forwarded_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
           launch->set_record_events(record->trace);
         }));

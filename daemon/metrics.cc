@@ -127,6 +127,21 @@ DaemonMetrics::DaemonMetrics()
                      "(coordinator only).")
                  .Register(*registry_)
                  .Add({});
+  dropped_assignments_ = &prometheus::BuildCounter()
+                              .Name("loom_moe_dropped_assignments_total")
+                              .Help(
+                                  "Token-to-expert assignments over an expert's capacity (the "
+                                  "token skips that expert), summed over MoE layers (coordinator "
+                                  "only, jobs that fetch moe.dropped).")
+                              .Register(*registry_)
+                              .Add({});
+  expert_assignments_ = &prometheus::BuildCounter()
+                             .Name("loom_moe_expert_assignments_total")
+                             .Help(
+                                 "Token-to-expert assignments by expert index, before capacity "
+                                 "drops, summed over MoE layers (coordinator only, jobs that "
+                                 "fetch moe.tokens_per_expert).")
+                             .Register(*registry_);
 }
 
 void DaemonMetrics::AddActs(plan::TaskKind kind, int64_t acts) {
@@ -171,6 +186,17 @@ void DaemonMetrics::StepFinished(const v1::StepEvent& step) {
   step_seconds_->Observe(step.step_time_seconds());
   if (step.has_tokens_per_second()) {
     tokens_->Increment(std::round(step.tokens_per_second() * step.step_time_seconds()));
+  }
+}
+
+void DaemonMetrics::AddDroppedAssignments(double assignments) {
+  dropped_assignments_->Increment(assignments);
+}
+
+void DaemonMetrics::AddExpertAssignments(const std::vector<float>& assignments_per_expert) {
+  for (size_t expert = 0; expert < assignments_per_expert.size(); ++expert) {
+    expert_assignments_->Add({{"expert", std::to_string(expert)}})
+        .Increment(assignments_per_expert[expert]);
   }
 }
 

@@ -45,6 +45,10 @@ class DaemonMetrics final : public RuntimeMetrics {
   void JobFinished(v1::JobState state);
   // A training step of the running job ended.
   void StepFinished(const v1::StepEvent& step);
+  // A micro-batch of a mixture-of-experts job: its assignments over capacity, and the assignments
+  // each expert got (before dropping), summed over the MoE layers.
+  void AddDroppedAssignments(double assignments);
+  void AddExpertAssignments(const std::vector<float>& assignments_per_expert);
 
  private:
   struct ActorCounters {
@@ -65,7 +69,15 @@ class DaemonMetrics final : public RuntimeMetrics {
   prometheus::Histogram* step_seconds_ = nullptr;
   prometheus::Counter* steps_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
+  prometheus::Counter* dropped_assignments_ = nullptr;
+  prometheus::Family<prometheus::Counter>* expert_assignments_ = nullptr;
 };
+
+// The fetches whose pieces the coordinator counts into the MoE metrics, when a job has them
+// (examples/gpt's MoE GPT fetches both): float32 scalars of dropped assignments, and float32
+// [experts] of assignments per expert.
+inline constexpr char kMoeDroppedFetch[] = "moe.dropped";
+inline constexpr char kMoeTokensPerExpertFetch[] = "moe.tokens_per_expert";
 
 // "compute", "copy", "send": a task kind as a label value (lower case, no prefix).
 std::string TaskKindLabel(plan::TaskKind kind);

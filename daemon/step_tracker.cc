@@ -12,7 +12,20 @@ absl::StatusOr<std::unique_ptr<StepTracker>> StepTracker::Create(
   tracker->num_steps_ = num_steps;
   tracker->tokens_per_step_ = tokens_per_step;
   tracker->on_step_ = std::move(on_step);
+  tracker->sinks_.assign(loss.sinks().begin(), loss.sinks().end());
   return tracker;
+}
+
+void StepTracker::AddCountedFetch(const plan::Fetch& fetch,
+                                  std::function<void(const HostTensor&)> on_piece) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counted_.push_back(CountedFetch{FetchPieceAssembler(fetch), std::move(on_piece)});
+  sinks_.insert(sinks_.end(), fetch.sinks().begin(), fetch.sinks().end());
+}
+
+std::vector<std::string> StepTracker::sinks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sinks_;
 }
 
 void StepTracker::Start() {
@@ -31,6 +44,11 @@ int64_t StepTracker::steps_done() const {
 
 absl::Status StepTracker::OnPiece(const SinkPiece& piece) {
   std::lock_guard<std::mutex> lock(mutex_);
+  for (CountedFetch& counted : counted_) {
+    absl::StatusOr<std::optional<AssembledPiece>> assembled = counted.pieces.Add(piece);
+    if (!assembled.ok()) return assembled.status();
+    if (assembled->has_value()) counted.on_piece((*assembled)->tensor);
+  }
   absl::StatusOr<std::vector<FinishedStep>> finished = collector_.Add(piece);
   if (!finished.ok()) return finished.status();
   for (const FinishedStep& step : *finished) {

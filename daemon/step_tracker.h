@@ -6,10 +6,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/fetch_pieces.h"
 #include "client/step_losses.h"
 #include "proto/loom/v1/job_service.pb.h"
 #include "proto/plan.pb.h"
@@ -34,6 +37,13 @@ class StepTracker {
                                                              std::optional<int64_t> tokens_per_step,
                                                              StepCallback on_step);
 
+  // Also assembles `fetch` (all its ranks, per micro-batch piece) and hands every assembled piece
+  // to `on_piece` (under the tracker's lock; it must be quick). Before the job starts.
+  void AddCountedFetch(const plan::Fetch& fetch, std::function<void(const HostTensor&)> on_piece);
+  // The sinks whose pieces the tracker reads (the loss's and the counted fetches'): what the
+  // nodes must forward.
+  std::vector<std::string> sinks() const;
+
   // Starts the step clock (when the job starts).
   void Start();
   // For JobOptions::sink_piece_callback: ignores sinks of other fetches.
@@ -49,6 +59,12 @@ class StepTracker {
   StepCallback on_step_;
   mutable std::mutex mutex_;
   StepLossCollector collector_;  // guarded by mutex_
+  struct CountedFetch {
+    FetchPieceAssembler pieces;
+    std::function<void(const HostTensor&)> on_piece;
+  };
+  std::vector<CountedFetch> counted_;  // guarded by mutex_
+  std::vector<std::string> sinks_;
 };
 
 }  // namespace loom::daemon

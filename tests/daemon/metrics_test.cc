@@ -187,5 +187,57 @@ TEST_F(DaemonMetricsJobTest, ATrainingJobMovesTheCounters) {
   EXPECT_EQ(queued, "") << "messages still counted as queued 10 s after the job";
 }
 
+TEST_F(DaemonMetricsJobTest, TheMoeFetchesOfAJobAreCountedPerMicroBatch) {
+  // Stand-ins for an MoE model's counts: partial sums over the data-parallel ranks (reduce_sum of
+  // a split tensor), two micro-batches per step, assembled before they are counted.
+  job::Job job = testing::ParseJob(R"pb(
+    name: "moe_counts"
+    placement { devices: [ "cpu:0", "cpu:1" ] }
+    optimizer { sgd { learning_rate: 0.01 } }
+    loss: "loss"
+    num_micro_batches: 2
+    fetch: [ "moe.dropped", "moe.tokens_per_expert" ]
+    inputs {
+      name: "x"
+      shape: [ 8, 4 ]
+      sbp: "S(0)"
+      random_normal { std: 1 seed: 1 }
+    }
+    variables {
+      name: "w"
+      shape: [ 4, 2 ]
+      initializer { normal { std: 0.5 seed: 2 } }
+    }
+    ops { name: "y" type: "matmul" inputs: [ "x", "w" ] outputs: "y" }
+    ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
+    ops { name: "ones" type: "ones_like" inputs: "x" outputs: "ones" }
+    ops { name: "moe.dropped" type: "reduce_sum" inputs: "ones" outputs: "moe.dropped" }
+    ops {
+      name: "moe.tokens_per_expert"
+      type: "reduce_sum"
+      inputs: "ones"
+      outputs: "moe.tokens_per_expert"
+      attributes {
+        key: "axes"
+        value { int_list { values: 0 } }
+      }
+    }
+  )pb");
+  constexpr int kSteps = 3;
+  job.set_num_steps(kSteps);
+  const std::string job_id = SubmitOrDie(job);
+  ASSERT_TRUE(WaitForState(job_id, v1::JOB_STATE_SUCCEEDED));
+  const std::string text = Scrape(daemon_->metrics_address());
+  std::map<std::string, double> after = Samples(text);
+  // Per step: the 8 x 4 ones summed (32), and 8 per column.
+  EXPECT_EQ(after["loom_moe_dropped_assignments_total"], 32 * kSteps);
+  for (int expert = 0; expert < 4; ++expert) {
+    EXPECT_EQ(after[absl::StrCat("loom_moe_expert_assignments_total{expert=\"", expert, "\"}")],
+              8 * kSteps)
+        << expert;
+  }
+  ExpectPromtoolAccepts(text);
+}
+
 }  // namespace
 }  // namespace loom::daemon
