@@ -335,6 +335,52 @@ absl::StatusOr<Names> CausalAttentionGradient(const GradientRequest& r, Gradient
   return Only(r, outputs);
 }
 
+// Only slot_weight is differentiable; the slots and counts are piecewise constant in probs.
+absl::StatusOr<Names> MoeRouteGradient(const GradientRequest& r, GradientBuilder* b) {
+  Names gradients(1);
+  if (!r.needs_input_gradient[0] || r.output_gradients[1].empty()) return gradients;
+  AttributeMap map;
+  map["k"] = r.op->attributes->at("k");
+  gradients[0] = b->Emit("moe_route_grad", {r.inputs[0], r.outputs[0], r.output_gradients[1]},
+                         std::move(map))[0];
+  return gradients;
+}
+
+absl::StatusOr<Names> MoeDispatchGradient(const GradientRequest& r, GradientBuilder* b) {
+  Names gradients(2);
+  if (!r.needs_input_gradient[0]) return gradients;
+  AttributeMap map;
+  map["tokens"] = IntAttribute(InputShape(r, 0).dimension(1));
+  gradients[0] =
+      b->Emit("moe_dispatch_grad", {r.output_gradients[0], r.inputs[1]}, std::move(map))[0];
+  return gradients;
+}
+
+// y[t] = sum over t's slots of w * expert_out: dexpert_out = w * dy[t], dw = expert_out . dy[t],
+// with dy's rows brought to the slots by moe_dispatch.
+absl::StatusOr<Names> MoeCombineGradient(const GradientRequest& r, GradientBuilder* b) {
+  Names gradients(3);
+  const bool need_rows = r.needs_input_gradient[0];
+  const bool need_weights = r.needs_input_gradient[2];
+  if (!need_rows && !need_weights) return gradients;
+  const std::string slot_rows = Binary(b, "moe_dispatch", r.output_gradients[0], r.inputs[1]);
+  if (need_rows) {
+    std::vector<int64_t> weight_shape = Dimensions(InputShape(r, 2));
+    weight_shape.push_back(1);
+    AttributeMap map;
+    map["shape"] = ListAttribute(weight_shape);
+    const std::string weights = b->Emit("reshape", {r.inputs[2]}, std::move(map))[0];
+    gradients[0] = Binary(b, "multiply", slot_rows, weights);
+  }
+  if (need_weights) {
+    const std::string products = Binary(b, "multiply", r.inputs[0], slot_rows);
+    AttributeMap map;
+    map["axes"] = ListAttribute({3});
+    gradients[2] = b->Emit("reduce_sum", {products}, std::move(map))[0];
+  }
+  return gradients;
+}
+
 const absl::flat_hash_map<std::string, GradientFunction>& GradientTable() {
   static const auto* table = new absl::flat_hash_map<std::string, GradientFunction>{
       {"matmul", MatmulGradient},
@@ -360,6 +406,9 @@ const absl::flat_hash_map<std::string, GradientFunction>& GradientTable() {
       {"concat", ConcatGradient},
       {"embedding", EmbeddingGradient},
       {"causal_attention", CausalAttentionGradient},
+      {"moe_route", MoeRouteGradient},
+      {"moe_dispatch", MoeDispatchGradient},
+      {"moe_combine", MoeCombineGradient},
   };
   return *table;
 }

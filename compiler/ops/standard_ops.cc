@@ -10,6 +10,8 @@
 #include "compiler/ops/gradients.h"
 #include "compiler/ops/layer_norm_op.h"
 #include "compiler/ops/matmul_op.h"
+#include "compiler/ops/moe_route_op.h"
+#include "compiler/ops/moe_slot_ops.h"
 #include "compiler/ops/reduce_ops.h"
 #include "compiler/ops/reshape_op.h"
 #include "compiler/ops/sleep_op.h"
@@ -50,6 +52,9 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"sparse_cross_entropy", MakeSparseCrossEntropyOp()});
   entries.push_back({"causal_attention", MakeCausalAttentionOp()});
   entries.push_back({"sleep", MakeSleepOp()});
+  entries.push_back({"moe_route", MakeMoeRouteOp()});
+  entries.push_back({"moe_dispatch", MakeMoeDispatchOp()});
+  entries.push_back({"moe_combine", MakeMoeCombineOp()});
   // The ops autodiff emits (compiler/autodiff.h).
   entries.push_back({"ones_like", MakeOnesLikeOp()});
   for (const char* op_type : {"relu_grad", "gelu_grad", "tanh_grad"}) {
@@ -64,6 +69,8 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"pad", MakePadOp()});
   entries.push_back({"embedding_grad", MakeEmbeddingGradOp()});
   entries.push_back({"causal_attention_grad", MakeCausalAttentionGradOp()});
+  entries.push_back({"moe_route_grad", MakeMoeRouteGradOp()});
+  entries.push_back({"moe_dispatch_grad", MakeMoeDispatchGradOp()});
   // Gradient clipping (compiler/gradient_clipping.h).
   entries.push_back({"squared_norm", MakeSquaredNormOp()});
   entries.push_back({"clip_coefficient", MakeClipCoefficientOp()});

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/loomctl/arguments.h"
 #include "examples/gpt/gpt_model.h"
 #include "google/protobuf/text_format.h"
@@ -46,6 +47,18 @@ loomctl::ArgumentSpec MakeSpec() {
                "spread the devices over nodes, K per node (node<i/K>/cpu:<i%K>), for a cluster "
                "of loomd processes; 0: all on one node")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
+      .AddFlag("experts", "E", "0",
+               "experts of each MoE MLP (0: dense MLPs only); the MoE GPT of the expert work is "
+               "--experts 4 (top-2, capacity factor 1.25, MoE blocks 1 and 3)")
+      .AddFlag("moe-layers", "LIST", "1,3", "the blocks (0-based, comma-separated) with an MoE MLP")
+      .AddFlag("top-k", "K", "2", "experts per token (1 or 2)")
+      .AddFlag("capacity-factor", "X", "1.25",
+               "each expert takes at most ceil(X * context * top-k / experts) tokens per sequence")
+      .AddFlag("aux-loss-coefficient", "X", "0.01",
+               "weight of the load-balancing loss (Switch Transformer) added to the loss")
+      .AddFlag("ep", "N", "1",
+               "expert-parallel degree: experts split over groups of N data-parallel ranks "
+               "(divides --dp; --dp 4 --ep 2 is [2 groups, 2 experts' ranks])")
       .AddFlag("batch", "B", number(defaults.batch), "global batch")
       .AddFlag("steps", "N", number(defaults.steps), "training steps of the job")
       .AddFlag("vocab", "V", number(defaults.vocab), "vocabulary size")
@@ -92,6 +105,8 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const loomctl::ParsedArguments& pa
       {"width", &config.width},        {"layers", &config.layers},
       {"heads", &config.heads},        {"mlp-width", &config.mlp_width},
       {"seed", &config.seed},          {"devices-per-node", &config.devices_per_node},
+      {"experts", &config.experts},    {"top-k", &config.top_k},
+      {"ep", &config.expert_parallel},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;
@@ -104,9 +119,23 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const loomctl::ParsedArguments& pa
       {"beta2", &config.beta2},
       {"eps", &config.adam_epsilon},
       {"weight-decay", &config.weight_decay},
+      {"capacity-factor", &config.capacity_factor},
+      {"aux-loss-coefficient", &config.aux_loss_coefficient},
   };
   for (const auto& [flag, value] : reals) {
     if (absl::Status status = ParseDouble(parsed, flag, value); !status.ok()) return status;
+  }
+  config.moe_layers.clear();
+  for (absl::string_view item :
+       absl::StrSplit(parsed.Value("moe-layers"), ',', absl::SkipEmpty())) {
+    int64_t layer = 0;
+    if (!absl::SimpleAtoi(item, &layer)) {
+      return loomctl::UsageError(kCommand,
+                                 absl::StrCat("--moe-layers needs comma-separated block indices, "
+                                              "got '",
+                                              parsed.Value("moe-layers"), "'"));
+    }
+    config.moe_layers.push_back(layer);
   }
   config.data_path = parsed.Value("data");
   config.data_format = parsed.Value("data-format");

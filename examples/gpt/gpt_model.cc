@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/job_builder.h"
 #include "kernels/cpu/counter_random.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -20,18 +21,26 @@ absl::Status ConfigError(const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("GPT config: ", message));
 }
 
-// The SBPs of one tensor on a stage's placement: [dp, tp] when both exceed 1, otherwise the one
-// axis that is parallel (data parallel when neither is).
+// The SBPs of one tensor on a stage's placement. The stage's devices are one axis, or two:
+// [dp, tp] (tensor parallel) or [dp / ep, ep] (expert parallel inside data parallel). The first
+// axis always splits the batch; the second is the "model" axis: tensor-parallel splits, or the
+// experts' split (activations split the batch there too).
 class Layout {
  public:
   explicit Layout(const GptConfig& config)
-      : data_parallel_(config.data_parallel), tensor_parallel_(config.tensor_parallel) {}
+      : data_parallel_(config.data_parallel),
+        tensor_parallel_(config.tensor_parallel),
+        expert_parallel_(config.expert_parallel) {}
 
-  bool two_dimensional() const { return data_parallel_ > 1 && tensor_parallel_ > 1; }
+  bool two_dimensional() const {
+    return (data_parallel_ > 1 && tensor_parallel_ > 1) ||
+           (expert_parallel_ > 1 && expert_parallel_ < data_parallel_);
+  }
 
   std::vector<int64_t> Hierarchy() const {
-    if (two_dimensional()) return {data_parallel_, tensor_parallel_};
-    return {};
+    if (!two_dimensional()) return {};
+    if (tensor_parallel_ > 1) return {data_parallel_, tensor_parallel_};
+    return {data_parallel_ / expert_parallel_, expert_parallel_};
   }
 
   std::vector<std::string> Sbp(const std::string& data_axis, const std::string& model_axis) const {
@@ -45,14 +54,28 @@ class Layout {
     return Sbp("B", model_axis);
   }
   // An activation: split by samples over data-parallel ranks, with `model_axis` on the
-  // tensor-parallel axis.
+  // tensor-parallel axis (on an expert-parallel axis, split by samples too).
   std::vector<std::string> Activation(const std::string& model_axis = "B") const {
-    return Sbp("S(0)", model_axis);
+    return Sbp("S(0)", tensor_parallel_ > 1 ? model_axis : "S(0)");
+  }
+  // An expert variable ([E, ...]): split over the expert-parallel group, replicated across groups.
+  std::vector<std::string> ExpertVariable() const {
+    if (expert_parallel_ == 1) return Variable("B");
+    if (two_dimensional()) return {"B", "S(0)"};
+    return {"S(0)"};
+  }
+  // An expert-major activation ([E, B, ...]): experts split over the group, the batch (axis 1)
+  // across groups.
+  std::vector<std::string> ExpertActivation() const {
+    if (expert_parallel_ == 1) return Sbp("S(1)", "B");
+    if (two_dimensional()) return {"S(1)", "S(0)"};
+    return {"S(0)"};
   }
 
  private:
   int64_t data_parallel_;
   int64_t tensor_parallel_;
+  int64_t expert_parallel_;
 };
 
 std::vector<std::string> StageDevices(const GptConfig& config, int64_t stage) {
@@ -96,7 +119,21 @@ class GptGraph {
         builder_.Matmul("lm_head", normed, "lm_head.weight", false, false, Options(last));
     const std::string token_loss =
         builder_.Op("sparse_cross_entropy", "token_loss", {logits, "y"}, {}, Options(last));
-    return builder_.Op("reduce_mean", "loss", {token_loss}, {}, Options(last));
+    if (aux_losses_.empty())
+      return builder_.Op("reduce_mean", "loss", {token_loss}, {}, Options(last));
+    const std::string cross_entropy =
+        builder_.Op("reduce_mean", "cross_entropy", {token_loss}, {}, Options(last));
+    return builder_.Add("loss", cross_entropy, Sum("moe.aux_loss", aux_losses_, last),
+                        Options(last));
+  }
+
+  // With experts (after Build): the step's dropped assignments ([]) and assignments per expert
+  // ([E]), summed over the MoE layers (on the last stage).
+  std::vector<std::string> MoeCounts() {
+    if (dropped_counts_.empty()) return {};
+    const int last = static_cast<int>(config_.pipeline_stages - 1);
+    return {Sum("moe.dropped", dropped_counts_, last),
+            Sum("moe.tokens_per_expert", expert_counts_, last)};
   }
 
  private:
@@ -157,6 +194,10 @@ class GptGraph {
     const std::string after_attention =
         builder_.Add(prefix + "attn.residual", h, projected, Options(stage, layout_.Activation()));
     const std::string m = LayerNorm(prefix + "ln_2", after_attention, stage);
+    if (IsMoeLayer(config_, layer)) {
+      return builder_.Add(prefix + "moe.residual", after_attention, Moe(prefix + "moe.", m, stage),
+                          Options(stage, layout_.Activation()));
+    }
     const std::string hidden =
         builder_.Gelu(prefix + "mlp.gelu", Linear(prefix + "mlp.c_fc", m, stage, column_split),
                       Options(stage, column_split));
@@ -165,9 +206,109 @@ class GptGraph {
                         Options(stage, layout_.Activation()));
   }
 
+  // The MoE MLP of one block: [B, T, D] -> [B, T, D]. Tokens are routed within their sequence
+  // (moe_route), gathered into per-expert slots [B, E, C, D] (moe_dispatch), made expert-major
+  // [E, B * C, D] for one batched matmul per expert layer, and scattered back weighted
+  // (moe_combine). With expert parallelism the expert-major tensors are split on E: the compiler
+  // boxes batch-split into expert-split (and back) with all-to-alls.
+  std::string Moe(const std::string& prefix, const std::string& x, int stage) {
+    const int64_t E = config_.experts, D = config_.width;
+    const std::string logits = builder_.Matmul(prefix + "router", x, prefix + "router.weight",
+                                               false, false, Options(stage, layout_.Activation()));
+    const std::string probabilities =
+        builder_.Op("softmax", prefix + "router.softmax", {logits}, {}, Options(stage));
+    const std::string slot_token = prefix + "route.slot_token";
+    const std::string slot_weight = prefix + "route.slot_weight";
+    const std::string expert_fraction = prefix + "route.expert_fraction";
+    const std::string dropped = prefix + "route.dropped";
+    JobBuilder::OpOptions route_options = Options(stage);
+    route_options.output_sbp.assign(4, layout_.Activation());
+    builder_.Op("moe_route", prefix + "route", {probabilities},
+                {{"k", IntAttribute(config_.top_k)},
+                 {"capacity_factor", FloatAttribute(config_.capacity_factor)}},
+                route_options, {slot_token, slot_weight, expert_fraction, dropped});
+    const std::string dispatched =
+        builder_.Op("moe_dispatch", prefix + "dispatch", {x, slot_token}, {}, Options(stage));
+    // [B, E, C, D] -> [E, B, C, D] -> [E, B * C, D]: expert-major, split on E.
+    const std::string expert_major = builder_.Op("transpose", prefix + "experts.in", {dispatched},
+                                                 {{"permutation", IntListAttribute({1, 0, 2, 3})}},
+                                                 Options(stage, layout_.ExpertActivation()));
+    const std::string rows = builder_.Op("reshape", prefix + "experts.rows", {expert_major},
+                                         {{"shape", IntListAttribute({E, -1, D})}},
+                                         Options(stage, layout_.ExpertActivation()));
+    const std::string hidden =
+        builder_.Gelu(prefix + "experts.gelu", ExpertLinear(prefix + "experts.c_fc", rows, stage),
+                      Options(stage));
+    const std::string out = ExpertLinear(prefix + "experts.c_proj", hidden, stage);
+    const std::string slots = builder_.Op(
+        "reshape", prefix + "experts.slots", {out},
+        {{"shape", IntListAttribute({E, config_.batch / config_.micro_batches, -1, D})}},
+        Options(stage));
+    const std::string batch_major =
+        builder_.Op("transpose", prefix + "experts.out", {slots},
+                    {{"permutation", IntListAttribute({1, 0, 2, 3})}}, Options(stage));
+    const std::string combined = builder_.Op(
+        "moe_combine", prefix + "combine", {batch_major, slot_token, slot_weight},
+        {{"tokens", IntAttribute(config_.context)}}, Options(stage, layout_.Activation()));
+
+    // Switch Transformer load balancing, per sequence: E * sum_e f_e * P_e; the mean over the
+    // sequences of the batch.
+    const std::string mean_probability =
+        builder_.Op("reduce_mean", prefix + "aux.mean_probability", {probabilities},
+                    {{"axes", IntListAttribute({1})}}, Options(stage));
+    const std::string product =
+        builder_.Op("multiply", prefix + "aux.product", {expert_fraction, mean_probability}, {},
+                    Options(stage));
+    const std::string per_sequence =
+        builder_.Op("reduce_sum", prefix + "aux.per_sequence", {product},
+                    {{"axes", IntListAttribute({1})}}, Options(stage));
+    const std::string mean =
+        builder_.Op("reduce_mean", prefix + "aux.mean", {per_sequence}, {}, Options(stage));
+    // Counts for the step's report: assignments over capacity, and assignments per expert.
+    dropped_counts_.push_back(
+        builder_.Op("reduce_sum", prefix + "dropped", {dropped}, {}, Options(stage)));
+    const std::string assignments = builder_.Op(
+        "scale", prefix + "assignments", {expert_fraction},
+        {{"scale", FloatAttribute(static_cast<double>(config_.top_k * config_.context))}},
+        Options(stage));
+    expert_counts_.push_back(builder_.Op("reduce_sum", prefix + "tokens_per_expert", {assignments},
+                                         {{"axes", IntListAttribute({0})}}, Options(stage)));
+    aux_losses_.push_back(builder_.Op(
+        "scale", prefix + "aux.loss", {mean},
+        {{"scale", FloatAttribute(config_.aux_loss_coefficient * static_cast<double>(E))}},
+        Options(stage)));
+    return combined;
+  }
+
+  // x [E, N, K] @ weight [E, K, M] + bias [E, M] (as [E, 1, M]).
+  std::string ExpertLinear(const std::string& name, const std::string& x, int stage) {
+    const std::string product = builder_.Matmul(name + ".matmul", x, name + ".weight", false, false,
+                                                Options(stage, layout_.ExpertActivation()));
+    const std::string bias =
+        builder_.Op("reshape", name + ".bias.rows", {name + ".bias"},
+                    {{"shape", IntListAttribute({config_.experts, 1, -1})}}, Options(stage));
+    return builder_.Add(name, product, bias, Options(stage, layout_.ExpertActivation()));
+  }
+
+  // a + b + ... as a chain of adds named `name`.0, `name`.1, ... (the last is `name`).
+  std::string Sum(const std::string& name, const std::vector<std::string>& terms, int stage) {
+    std::string total = terms.front();
+    for (size_t i = 1; i < terms.size(); ++i) {
+      total = builder_.Add(i + 1 == terms.size() ? name : absl::StrCat(name, ".", i), total,
+                           terms[i], Options(stage));
+    }
+    if (terms.size() == 1) {
+      total = builder_.Op("identity", name, {total}, {}, Options(stage));
+    }
+    return total;
+  }
+
   const GptConfig& config_;
   Layout layout_;
   JobBuilder& builder_;
+  std::vector<std::string> aux_losses_;
+  std::vector<std::string> dropped_counts_;
+  std::vector<std::string> expert_counts_;
 };
 
 }  // namespace
@@ -209,6 +350,33 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(absl::StrCat("mlp_width ", config.mlp_width,
                                     " is not divisible by the tensor-parallel degree ",
                                     config.tensor_parallel));
+  }
+  if (config.experts < 0)
+    return ConfigError(absl::StrCat("experts must be >= 0, got ", config.experts));
+  if (config.expert_parallel < 1 || config.data_parallel % config.expert_parallel != 0) {
+    return ConfigError(absl::StrCat("the expert-parallel degree ", config.expert_parallel,
+                                    " must divide the data-parallel degree ", config.data_parallel,
+                                    " (expert parallelism splits the experts over data-parallel "
+                                    "ranks)"));
+  }
+  if (config.expert_parallel > 1 && config.experts == 0) {
+    return ConfigError("expert parallelism needs experts (experts is 0)");
+  }
+  if (config.expert_parallel > 1 && config.tensor_parallel > 1) {
+    return ConfigError("expert and tensor parallelism together are not supported; use one");
+  }
+  if (config.experts > 0) {
+    if (config.moe_layers.empty()) return ConfigError("experts > 0 but no MoE layers given");
+    for (int64_t layer : config.moe_layers) {
+      if (layer < 0 || layer >= config.layers) {
+        return ConfigError(
+            absl::StrCat("MoE layer ", layer, " is not a block (0 to ", config.layers - 1, ")"));
+      }
+    }
+    if (!std::isfinite(config.aux_loss_coefficient) || config.aux_loss_coefficient < 0) {
+      return ConfigError(absl::StrCat("aux loss coefficient must be finite and >= 0, got ",
+                                      config.aux_loss_coefficient));
+    }
   }
   if (config.layers < config.pipeline_stages) {
     return ConfigError(absl::StrCat("layers ", config.layers, " < pipeline stages ",
@@ -256,6 +424,11 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
   return absl::OkStatus();
 }
 
+bool IsMoeLayer(const GptConfig& config, int64_t layer) {
+  return config.experts > 0 && std::find(config.moe_layers.begin(), config.moe_layers.end(),
+                                         layer) != config.moe_layers.end();
+}
+
 int64_t GptDeviceCount(const GptConfig& config) {
   return config.pipeline_stages * config.data_parallel * config.tensor_parallel;
 }
@@ -277,6 +450,11 @@ std::vector<GptParameter> GptParameters(const GptConfig& config) {
     parameters.push_back(GptParameter{std::move(name), std::move(shape), init, init_std,
                                       std::move(tensor_parallel_sbp), stage});
   };
+  auto add_expert = [&](std::string name, std::vector<int64_t> shape, ParameterInit init,
+                        double init_std, int stage) {
+    add(std::move(name), std::move(shape), init, init_std, "B", stage);
+    parameters.back().expert = true;
+  };
   add("wte", {V, D}, ParameterInit::kNormal, std, "B", 0);
   add("wpe", {T, D}, ParameterInit::kNormal, std, "B", 0);
   for (int64_t layer = 0; layer < config.layers; ++layer) {
@@ -293,6 +471,16 @@ std::vector<GptParameter> GptParameters(const GptConfig& config) {
     add(p + "attn.c_proj.bias", {D}, ParameterInit::kZeros, 0, "B", stage);
     add(p + "ln_2.weight", {D}, ParameterInit::kOnes, 0, "B", stage);
     add(p + "ln_2.bias", {D}, ParameterInit::kZeros, 0, "B", stage);
+    if (IsMoeLayer(config, layer)) {
+      const int64_t E = config.experts;
+      add(p + "moe.router.weight", {D, E}, ParameterInit::kNormal, std, "B", stage);
+      add_expert(p + "moe.experts.c_fc.weight", {E, D, F}, ParameterInit::kNormal, std, stage);
+      add_expert(p + "moe.experts.c_fc.bias", {E, F}, ParameterInit::kZeros, 0, stage);
+      add_expert(p + "moe.experts.c_proj.weight", {E, F, D}, ParameterInit::kNormal, projection_std,
+                 stage);
+      add_expert(p + "moe.experts.c_proj.bias", {E, D}, ParameterInit::kZeros, 0, stage);
+      continue;
+    }
     add(p + "mlp.c_fc.weight", {D, F}, ParameterInit::kNormal, std, "S(1)", stage);
     add(p + "mlp.c_fc.bias", {F}, ParameterInit::kZeros, 0, "S(0)", stage);
     add(p + "mlp.c_proj.weight", {F, D}, ParameterInit::kNormal, projection_std, "S(0)", stage);
@@ -334,6 +522,7 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   GptGraph graph(config, &builder);
   const std::string loss = graph.Build();
   builder.Fetch(loss);
+  for (const std::string& count : graph.MoeCounts()) builder.Fetch(count);
   job::Job job = builder.Build();
 
   // Variables and inputs are placed on their stage (with its hierarchy) explicitly.
@@ -360,7 +549,9 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
         *variable->mutable_initializer() = ConstantInit(1.0);
         break;
     }
-    for (const std::string& sbp : layout.Variable(parameter.tensor_parallel_sbp)) {
+    for (const std::string& sbp : parameter.expert
+                                      ? layout.ExpertVariable()
+                                      : layout.Variable(parameter.tensor_parallel_sbp)) {
       variable->add_sbp(sbp);
     }
     place(variable, parameter.stage);
@@ -395,11 +586,19 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
 }
 
 std::string GptConfigJson(const GptConfig& config) {
-  return absl::StrFormat(
+  std::string json = absl::StrFormat(
       "{\"vocab\": %d, \"context\": %d, \"width\": %d, \"layers\": %d, \"heads\": %d, "
-      "\"mlp_width\": %d, \"eps\": %g}",
+      "\"mlp_width\": %d, \"eps\": %g",
       config.vocab, config.context, config.width, config.layers, config.heads, config.mlp_width,
       config.layer_norm_epsilon);
+  if (config.experts > 0) {
+    absl::StrAppendFormat(&json,
+                          ", \"experts\": %d, \"moe_layers\": [%s], \"top_k\": %d, "
+                          "\"capacity_factor\": %g, \"aux_loss_coefficient\": %g",
+                          config.experts, absl::StrJoin(config.moe_layers, ", "), config.top_k,
+                          config.capacity_factor, config.aux_loss_coefficient);
+  }
+  return json + "}";
 }
 
 absl::Status WriteGptInitialWeights(const GptConfig& config, const std::string& path) {

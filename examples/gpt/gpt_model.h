@@ -25,6 +25,17 @@ struct GptConfig {
   int64_t mlp_width = 512;  // F
   double layer_norm_epsilon = 1e-5;
 
+  // Mixture of experts (0 experts: every block has the dense MLP). The blocks in `moe_layers`
+  // have an MoE MLP instead: a router (no bias) picking the top `top_k` of `experts` experts per
+  // token, each expert an MLP width -> mlp_width -> width with GELU, each taking at most
+  // ceil(capacity_factor * context * top_k / experts) tokens of a sequence. The loss adds
+  // aux_loss_coefficient times the Switch Transformer load-balancing loss of every MoE layer.
+  int64_t experts = 0;
+  std::vector<int64_t> moe_layers = {1, 3};
+  int64_t top_k = 2;
+  double capacity_factor = 1.25;
+  double aux_loss_coefficient = 0.01;
+
   // Training.
   int64_t batch = 16;  // global batch B
   int64_t steps = 20;
@@ -46,6 +57,12 @@ struct GptConfig {
   int64_t tensor_parallel = 1;
   int64_t pipeline_stages = 1;
   int64_t micro_batches = 1;
+  // The experts are split over groups of this many devices of a stage (it divides
+  // data_parallel: expert parallelism is carved out of data parallelism, as in Megatron-Core).
+  // expert_parallel == data_parallel: one group, the stage's devices. Smaller: a stage's devices
+  // are seen as [data_parallel / expert_parallel, expert_parallel], tokens split over both axes,
+  // experts over the second. 1: every device holds every expert.
+  int64_t expert_parallel = 1;
   job::PipelineSchedule schedule = job::ONE_F_ONE_B;
   // > 0: the devices are spread over nodes, this many per node (device i is
   // "node<i / devices_per_node>/cpu:<i % devices_per_node>"), for a cluster of loomd processes.
@@ -66,13 +83,19 @@ struct GptParameter {
   ParameterInit init = ParameterInit::kZeros;
   double std = 0;  // for kNormal
   // Its SBP on the tensor-parallel axis (Megatron layout): "S(1)" for the q, k, v and c_fc
-  // weights and their biases' "S(0)", "S(0)" for the c_proj weights, "B" otherwise.
+  // weights and their biases' "S(0)", "S(0)" for the c_proj weights, "B" otherwise; and on the
+  // expert-parallel axis: "S(0)" for the experts' weights and biases.
   std::string tensor_parallel_sbp = "B";
   int stage = 0;  // the pipeline stage that holds it
+  // An expert's weight or bias ([E, ...]): split over the expert-parallel group.
+  bool expert = false;
 };
 
 // OK, or INVALID_ARGUMENT saying which setting is wrong and what would be valid.
 absl::Status ValidateGptConfig(const GptConfig& config);
+
+// Whether block `layer` has an MoE MLP.
+bool IsMoeLayer(const GptConfig& config, int64_t layer);
 
 // The number of devices the job runs on: pipeline_stages * data_parallel * tensor_parallel.
 int64_t GptDeviceCount(const GptConfig& config);
@@ -87,8 +110,11 @@ int64_t GptFirstLayer(const GptConfig& config, int64_t stage);
 std::vector<GptParameter> GptParameters(const GptConfig& config);
 
 // The training job: variables named as GptParameters, inputs "x" and "y" (int32 [B, T], read from
-// the token file), loss "loss" (fetched every step), the AdamW optimizer, and the parallel layout
-// of the config. INVALID_ARGUMENT for an invalid config.
+// the token file), loss "loss" (fetched every step: the mean cross-entropy plus, with experts, the
+// auxiliary loss), the AdamW optimizer, and the parallel layout of the config. With experts it
+// also fetches "moe.dropped" (float32 [1]: the step's assignments over capacity, summed over the
+// MoE layers and sequences) and "moe.tokens_per_expert" ([experts]: assignments each expert took).
+// INVALID_ARGUMENT for an invalid config.
 absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config);
 
 // The initial value of element `index` of a parameter with normal initialisation: the value the

@@ -15,6 +15,8 @@
 #include "kernels/cpu/layer_norm_kernel.h"
 #include "kernels/cpu/layout_kernels.h"
 #include "kernels/cpu/matmul_kernel.h"
+#include "kernels/cpu/moe_route_kernel.h"
+#include "kernels/cpu/moe_slot_kernels.h"
 #include "kernels/cpu/ones_like_kernel.h"
 #include "kernels/cpu/optimizers/optimizer_kernels.h"
 #include "kernels/cpu/random_kernel.h"
@@ -62,6 +64,11 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"sparse_cross_entropy", cpu::CreateSparseCrossEntropyKernel},
       {"causal_attention", cpu::CreateCausalAttentionKernel},
       {"random_integers", cpu::CreateRandomIntegersKernel},
+      {"moe_route", cpu::CreateMoeRouteKernel},
+      {"moe_route_grad", cpu::CreateMoeRouteGradKernel},
+      {"moe_dispatch", cpu::CreateMoeDispatchKernel},
+      {"moe_combine", cpu::CreateMoeCombineKernel},
+      {"moe_dispatch_grad", cpu::CreateMoeDispatchGradKernel},
   };
   for (const Entry& entry : kEntries) {
     absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);

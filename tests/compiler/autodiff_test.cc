@@ -267,6 +267,53 @@ std::vector<Case> Cases() {
              Op("y", "causal_attention", "[\"q_eff\", \"k_eff\", \"v_eff\"]"),
              "[2, 2, 5, 3]"});
   }
+  // Mixture of experts: slots of 3 experts x 2 per group over 4 tokens (tokens repeat).
+  const std::string slots =
+      "inputs { name: \"slots\" shape: [2, 3, 2] data_type: INT32 random_integers_below: 4 "
+      "seed: 3 }\n";
+  const std::string tokens = "attributes { key: \"tokens\" value { int_value: 4 } }";
+  for (const char* sbp : {"S(0)", "S(3)"}) {
+    cases.push_back(
+        Case{absl::StrCat("moe_combine_", sbp[2] == '0' ? "groups" : "width"),
+             {{"rows", "[2, 3, 2, 5]", sbp}, {"weights", "[2, 3, 2]", ""}},
+             slots,
+             Op("y", "moe_combine", "[\"rows_eff\", \"slots\", \"weights_eff\"]", tokens),
+             "[2, 4, 5]"});
+  }
+  cases.push_back(Case{"moe_dispatch",
+                       {{"x", "[2, 4, 5]", "S(0)"}},
+                       slots,
+                       Op("y", "moe_dispatch", "[\"x_eff\", \"slots\"]"),
+                       "[2, 3, 2, 5]"});
+  // Routing: the renormalised top-k weights through the softmax, with capacity 2 of 6 tokens x 2
+  // choices / 4 experts (some assignments dropped); scaling the logits keeps every token's
+  // choice, so the finite differences cross no switch of the top-k.
+  auto route = [](int k, double capacity_factor) {
+    return absl::StrCat(
+        "ops { name: \"route\" type: \"moe_route\" inputs: \"probs\" outputs: [\"slot_token\", "
+        "\"slot_weight\", \"fraction\", \"dropped\"] attributes { key: \"k\" value { int_value: ",
+        k, " } } attributes { key: \"capacity_factor\" value { float_value: ", capacity_factor,
+        " } } }\n");
+  };
+  for (int k : {1, 2}) {
+    cases.push_back(Case{absl::StrCat("moe_route_top", k),
+                         {{"logits", "[2, 6, 4]", "S(0)"}},
+                         "",
+                         Op("probs", "softmax", "\"logits_eff\"") + route(k, 0.66) +
+                             Op("y", "identity", "\"slot_weight\""),
+                         "[2, 4, 2]"});
+  }
+  // A whole MoE layer: router logits -> softmax -> top-2 routing -> dispatch -> an "expert"
+  // (tanh) -> combine, differentiated through the top-k choice into the logits and the tokens.
+  cases.push_back(Case{"moe_layer",
+                       {{"logits", "[2, 6, 4]", "S(0)"}, {"x", "[2, 6, 3]", "S(0)"}},
+                       "",
+                       Op("probs", "softmax", "\"logits_eff\"") + route(2, 1.0) +
+                           Op("dispatched", "moe_dispatch", "[\"x_eff\", \"slot_token\"]") +
+                           Op("expert", "tanh", "\"dispatched\"") +
+                           Op("y", "moe_combine", "[\"expert\", \"slot_token\", \"slot_weight\"]",
+                              "attributes { key: \"tokens\" value { int_value: 6 } }"),
+                       "[2, 6, 3]"});
   // An MLP with tensors used twice (gradients summed): Megatron layout on 2 devices.
   cases.push_back(Case{"mlp",
                        {{"w1", "[3, 8]", "S(1)"}, {"b1", "[8]", "S(0)"}, {"w2", "[8, 2]", "S(0)"}},

@@ -1,0 +1,253 @@
+#include "kernels/cpu/moe_route_kernel.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attributes.h"
+#include "kernels/cpu/kernel_checks.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr char kRoute[] = "moe_route";
+constexpr char kRouteGrad[] = "moe_route_grad";
+
+// The `k` largest of p[0, experts) in order (ties to the lower index).
+std::array<int64_t, 2> TopExperts(const float* p, int64_t experts, int64_t k) {
+  std::array<int64_t, 2> top = {-1, -1};
+  for (int64_t rank = 0; rank < k; ++rank) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (e == top[0]) continue;
+      if (best < 0 || p[e] > p[best]) best = e;
+    }
+    top[rank] = best;
+  }
+  return top;
+}
+
+float ChosenSum(const float* p, const std::array<int64_t, 2>& top, int64_t k) {
+  float sum = 0;
+  for (int64_t rank = 0; rank < k; ++rank) sum += p[top[rank]];
+  return sum;
+}
+
+absl::StatusOr<int64_t> ReadK(const char* op_type, const KernelInit& init, int64_t experts) {
+  absl::StatusOr<int64_t> k = Attributes(*init.conf).GetInt("k");
+  if (!k.ok()) return WithOpType(op_type, k.status());
+  if ((*k != 1 && *k != 2) || *k > experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op_type, ": attribute 'k' must be 1 or 2 and at most the ", experts, " experts, not ", *k));
+  }
+  return k;
+}
+
+class MoeRouteKernel final : public Kernel {
+ public:
+  MoeRouteKernel(const KernelInit& init, int64_t k) : signature_(init), k_(k) {
+    const Shape probs = Shape::FromProto(init.inputs[0]);
+    groups_ = probs.dimension(0);
+    tokens_ = probs.dimension(1);
+    experts_ = probs.dimension(2);
+    capacity_ = Shape::FromProto(init.outputs[0]).dimension(2);
+  }
+
+  absl::Status Compute(const KernelContext& context) override {
+    if (absl::Status status = signature_.Check(kRoute, context); !status.ok()) return status;
+    const float* probs = context.inputs[0].Data<const float>();
+    int32_t* slot_token = context.outputs[0].Data<int32_t>();
+    float* slot_weight = context.outputs[1].Data<float>();
+    float* expert_fraction = context.outputs[2].Data<float>();
+    float* dropped = context.outputs[3].Data<float>();
+    std::vector<std::array<int64_t, 2>> choices(tokens_);
+    std::vector<float> weights(tokens_ * 2);
+    std::vector<int64_t> filled(experts_);
+    for (int64_t b = 0; b < groups_; ++b) {
+      const float* group = probs + b * tokens_ * experts_;
+      int32_t* tokens_of_slots = slot_token + b * experts_ * capacity_;
+      float* weights_of_slots = slot_weight + b * experts_ * capacity_;
+      float* fraction = expert_fraction + b * experts_;
+      std::fill(tokens_of_slots, tokens_of_slots + experts_ * capacity_, -1);
+      std::fill(weights_of_slots, weights_of_slots + experts_ * capacity_, 0.0f);
+      std::fill(fraction, fraction + experts_, 0.0f);
+      std::fill(filled.begin(), filled.end(), 0);
+      for (int64_t t = 0; t < tokens_; ++t) {
+        const float* p = group + t * experts_;
+        choices[t] = TopExperts(p, experts_, k_);
+        const float sum = ChosenSum(p, choices[t], k_);
+        for (int64_t rank = 0; rank < k_; ++rank) {
+          weights[t * 2 + rank] = p[choices[t][rank]] / sum;
+          fraction[choices[t][rank]] += 1.0f;
+        }
+      }
+      int64_t over_capacity = 0;
+      for (int64_t rank = 0; rank < k_; ++rank) {
+        for (int64_t t = 0; t < tokens_; ++t) {
+          const int64_t e = choices[t][rank];
+          if (filled[e] == capacity_) {
+            ++over_capacity;
+            continue;
+          }
+          const int64_t slot = e * capacity_ + filled[e]++;
+          tokens_of_slots[slot] = static_cast<int32_t>(t);
+          weights_of_slots[slot] = weights[t * 2 + rank];
+        }
+      }
+      const float assignments = static_cast<float>(k_ * tokens_);
+      for (int64_t e = 0; e < experts_; ++e) fraction[e] /= assignments;
+      dropped[b] = static_cast<float>(over_capacity);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TensorSignature signature_;
+  int64_t k_;
+  int64_t groups_ = 0, tokens_ = 0, experts_ = 0, capacity_ = 0;
+};
+
+class MoeRouteGradKernel final : public Kernel {
+ public:
+  MoeRouteGradKernel(const KernelInit& init, int64_t k) : signature_(init), k_(k) {
+    const Shape probs = Shape::FromProto(init.inputs[0]);
+    groups_ = probs.dimension(0);
+    tokens_ = probs.dimension(1);
+    experts_ = probs.dimension(2);
+    capacity_ = Shape::FromProto(init.inputs[1]).dimension(2);
+  }
+
+  absl::Status Compute(const KernelContext& context) override {
+    if (absl::Status status = signature_.Check(kRouteGrad, context); !status.ok()) return status;
+    const float* probs = context.inputs[0].Data<const float>();
+    const int32_t* slot_token = context.inputs[1].Data<const int32_t>();
+    const float* dweight = context.inputs[2].Data<const float>();
+    float* dprobs = context.outputs[0].Data<float>();
+    std::fill(dprobs, dprobs + groups_ * tokens_ * experts_, 0.0f);
+    for (int64_t b = 0; b < groups_; ++b) {
+      for (int64_t e = 0; e < experts_; ++e) {
+        for (int64_t c = 0; c < capacity_; ++c) {
+          const int64_t slot = (b * experts_ + e) * capacity_ + c;
+          const int64_t t = slot_token[slot];
+          if (t == -1) continue;
+          if (t < -1 || t >= tokens_) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(kRouteGrad, ": slot_token[", b, ", ", e, ", ", c, "] = ", t,
+                             " is not a token of the group (0 to ", tokens_ - 1, ") or -1"));
+          }
+          const float* p = probs + (b * tokens_ + t) * experts_;
+          float* dp = dprobs + (b * tokens_ + t) * experts_;
+          const std::array<int64_t, 2> top = TopExperts(p, experts_, k_);
+          const float sum = ChosenSum(p, top, k_);
+          const float dw = dweight[slot];
+          for (int64_t rank = 0; rank < k_; ++rank) {
+            const int64_t j = top[rank];
+            dp[j] += dw * ((j == e ? 1.0f / sum : 0.0f) - p[e] / (sum * sum));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TensorSignature signature_;
+  int64_t k_;
+  int64_t groups_ = 0, tokens_ = 0, experts_ = 0, capacity_ = 0;
+};
+
+// probs float32 [B, T, E]; `slots` more tensors [B, E, C] (capacity C >= 0).
+absl::Status CheckRouteShapes(const char* op_type, const plan::TensorDesc& probs_desc,
+                              std::initializer_list<const plan::TensorDesc*> slots) {
+  if (absl::Status status = CheckDataType(op_type, "input 'probs'", probs_desc, plan::FLOAT32);
+      !status.ok()) {
+    return status;
+  }
+  const Shape probs = Shape::FromProto(probs_desc);
+  if (probs.rank() != 3 || probs.dimension(2) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op_type, ": probs must be [groups, tokens, experts], not ", DescribeTensor(probs_desc)));
+  }
+  for (const plan::TensorDesc* desc : slots) {
+    const Shape shape = Shape::FromProto(*desc);
+    if (shape.rank() != 3 || shape.dimension(0) != probs.dimension(0) ||
+        shape.dimension(1) != probs.dimension(2)) {
+      return absl::InvalidArgumentError(absl::StrCat(op_type, ": ", DescribeTensor(*desc),
+                                                     " must be [groups, experts, capacity] of "
+                                                     "probs ",
+                                                     DescribeTensor(probs_desc)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMoeRouteKernel(const KernelInit& init) {
+  if (absl::Status status = CheckArity(kRoute, init, 1, 4); !status.ok()) return status;
+  if (absl::Status status =
+          CheckRouteShapes(kRoute, init.inputs[0], {&init.outputs[0], &init.outputs[1]});
+      !status.ok()) {
+    return status;
+  }
+  const Shape probs = Shape::FromProto(init.inputs[0]);
+  const Shape slots = Shape::FromProto(init.outputs[0]);
+  if (Shape::FromProto(init.outputs[1]) != slots ||
+      Shape::FromProto(init.outputs[2]) != Shape({probs.dimension(0), probs.dimension(2)}) ||
+      Shape::FromProto(init.outputs[3]) != Shape({probs.dimension(0)})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kRoute, ": outputs must be [B, E, C] x2, [B, E] and [B] for probs ",
+                     DescribeTensor(init.inputs[0])));
+  }
+  for (int output : {1, 2, 3}) {
+    if (absl::Status status = CheckDataType(kRoute, "output", init.outputs[output], plan::FLOAT32);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status =
+          CheckDataType(kRoute, "output 'slot_token'", init.outputs[0], plan::INT32);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> k = ReadK(kRoute, init, probs.dimension(2));
+  if (!k.ok()) return k.status();
+  return std::make_unique<MoeRouteKernel>(init, *k);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMoeRouteGradKernel(const KernelInit& init) {
+  if (absl::Status status = CheckArity(kRouteGrad, init, 3, 1); !status.ok()) return status;
+  if (absl::Status status =
+          CheckRouteShapes(kRouteGrad, init.inputs[0], {&init.inputs[1], &init.inputs[2]});
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CheckDataType(kRouteGrad, "input 'slot_token'", init.inputs[1], plan::INT32);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CheckDataType(kRouteGrad, "input 'dslot_weight'", init.inputs[2], plan::FLOAT32);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          CheckSameShape(kRouteGrad, "input 'probs'", Shape::FromProto(init.inputs[0]), "output",
+                         Shape::FromProto(init.outputs[0]));
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckDataType(kRouteGrad, "output", init.outputs[0], plan::FLOAT32);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> k =
+      ReadK(kRouteGrad, init, Shape::FromProto(init.inputs[0]).dimension(2));
+  if (!k.ok()) return k.status();
+  return std::make_unique<MoeRouteGradKernel>(init, *k);
+}
+
+}  // namespace loom::cpu
