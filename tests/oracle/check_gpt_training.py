@@ -39,7 +39,7 @@ class StepFailed(Exception):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
+    ap.add_argument("--model", choices=("gpt", "moe-gpt", "mlp"), default="gpt")
     ap.add_argument("--loom-gpt", help="the loom-gpt binary (needed for --model gpt)")
     ap.add_argument("--loomctl", required=True, help="the loomctl binary")
     ap.add_argument("--data", default=DEFAULT_DATA)
@@ -50,6 +50,9 @@ def parse_args(argv=None):
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     ap.add_argument("--max-grad-norm", type=float, default=None)
+    ap.add_argument("--ep", type=int, default=1,
+                    help="moe-gpt: expert-parallel degree (divides --dp: experts split over "
+                         "groups of --ep data-parallel ranks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-tolerance", type=float, default=1e-4)
     ap.add_argument("--weight-tolerance", type=float, default=1e-3,
@@ -62,8 +65,8 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=900, help="seconds per command")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp dir)")
     args = ap.parse_args(argv)
-    if args.model == "gpt" and not args.loom_gpt:
-        ap.error("--model gpt needs --loom-gpt")
+    if args.model != "mlp" and not args.loom_gpt:
+        ap.error(f"--model {args.model} needs --loom-gpt")
     if args.model == "mlp" and (args.tp > 1 or args.pp > 1 or args.micro_batches > 1):
         ap.error("the MLP job here is data parallel only")
     return args
@@ -144,6 +147,33 @@ def read_step_losses(stdout):
                          f"its stdout was:\n{stdout[-4000:]}")
     first = min(losses)
     return [losses[k] for k in sorted(losses)], first
+
+
+def read_step_counts(fetch_dir, name, steps):
+    """A fetched count per step from `loomctl run --fetch-dir`: the files <name>_step<k>.npy
+    hold one piece (micro-batch) each, a step's pieces in order; a step's count is their sum."""
+    import numpy
+    paths = sorted(glob.glob(os.path.join(fetch_dir, f"{name}_step*.npy")),
+                   key=lambda p: int(p.rsplit("_step", 1)[1][:-4]))
+    if not paths or len(paths) % steps:
+        raise StepFailed(f"loomctl run --fetch-dir {fetch_dir} wrote {len(paths)} '{name}' "
+                         f"files for {steps} steps")
+    pieces = [float(numpy.load(p).sum()) for p in paths]
+    per_step = len(pieces) // steps
+    return [sum(pieces[i * per_step:(i + 1) * per_step]) for i in range(steps)]
+
+
+def compare_dropped(loom, ref):
+    """The counts must be equal: routing is a discrete choice."""
+    problems, rows = [], []
+    if len(loom) != len(ref):
+        problems.append(f"Loom reported {len(loom)} steps of dropped counts, PyTorch {len(ref)}")
+    for step, (a, b) in enumerate(zip(loom, ref)):
+        bad = a != b
+        rows.append(f"  step {step:3d}  loom {a:8.0f}  torch {b:8d}{'  <-- MISMATCH' if bad else ''}")
+        if bad:
+            problems.append(f"step {step}: {a:.0f} dropped assignments vs torch {b}")
+    return problems, rows
 
 
 def find_saved_checkpoint(save_dir):
@@ -228,6 +258,8 @@ def compare_weights(loom, ref, tolerance, absolute):
 
 def describe(args):
     parts = [args.model, f"dp={args.dp}", f"tp={args.tp}", f"pp={args.pp}"]
+    if args.model == "moe-gpt":
+        parts.append(f"ep={args.ep}")
     if args.micro_batches > 1:
         parts.append(f"micro-batches={args.micro_batches} ({args.schedule})")
     if args.max_grad_norm is not None:
@@ -246,12 +278,16 @@ def check(args, work):
     ref_json = os.path.join(work, "ref.json")
     ref_final = os.path.join(work, "ref.safetensors")
 
-    if args.model == "gpt":
+    if args.model != "mlp":
         layout = ["--dp", str(args.dp), "--tp", str(args.tp), "--pp", str(args.pp),
                   "--micro-batches", str(args.micro_batches), "--schedule", args.schedule,
                   "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
+        if args.model == "moe-gpt":
+            # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
+            # in blocks 1 and 3 (loom-gpt's and reference.py's defaults).
+            layout += ["--experts", "4", "--ep", str(args.ep)]
         run([args.loom_gpt, "--write-init", init, "--emit", job_path] + layout,
             "loom-gpt (initial weights and job)", args.timeout)
     else:
@@ -269,12 +305,22 @@ def check(args, work):
     with open(ref_json) as f:
         ref = json.load(f)
 
-    stdout = run([args.loomctl, "run", job_path, "--devices", f"cpu:{devices}",
-                  "--steps", str(args.steps), "--init", init, "--output", "json",
-                  "--save-dir", save_dir], "loomctl run", args.timeout)
+    fetch_dir = os.path.join(work, "loom_fetches")
+    loom_command = [args.loomctl, "run", job_path, "--devices", f"cpu:{devices}",
+                    "--steps", str(args.steps), "--init", init, "--output", "json",
+                    "--save-dir", save_dir]
+    if args.model == "moe-gpt":
+        loom_command += ["--fetch-dir", fetch_dir]
+    stdout = run(loom_command, "loomctl run", args.timeout)
     loom_losses, first_step = read_step_losses(stdout)
 
     problems = []
+    if args.model == "moe-gpt":
+        drop_problems, drop_rows = compare_dropped(
+            read_step_counts(fetch_dir, "moe.dropped", args.steps), ref["dropped"])
+        problems += drop_problems
+        print("dropped assignments per step (Loom vs PyTorch):")
+        print("\n".join(drop_rows))
     if first_step != 0:
         print(f"note: Loom's steps are numbered from {first_step}")
     loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)

@@ -28,8 +28,28 @@ class GPTConfig:
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
         for k, v in asdict(self).items():
-            if v <= 0:
+            if isinstance(v, (int, float)) and k != "aux_loss_coefficient" and v <= 0:
                 raise ValueError(f"{k} must be positive, got {v}")
+
+
+@dataclass
+class MoEGPTConfig(GPTConfig):
+    """The GPT with a mixture-of-experts MLP in `moe_layers` (Loom's `loom-gpt --experts`)."""
+    experts: int = 4
+    moe_layers: tuple = (1, 3)
+    top_k: int = 2
+    capacity_factor: float = 1.25
+    aux_loss_coefficient: float = 0.01
+
+    def validate(self):
+        GPTConfig.validate(self)
+        if self.top_k not in (1, 2) or self.top_k > self.experts:
+            raise ValueError(f"top_k must be 1 or 2 and <= experts, got {self.top_k}")
+        if not self.capacity_factor > 0:
+            raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
+        for layer in self.moe_layers:
+            if not 0 <= layer < self.layers:
+                raise ValueError(f"MoE layer {layer} is not a block (0 to {self.layers - 1})")
 
 
 @dataclass
@@ -68,6 +88,18 @@ def gpt_param_specs(cfg):
             (p + "attn.c_proj.bias", [D], ("zeros",)),
             (p + "ln_2.weight", [D], ("ones",)),
             (p + "ln_2.bias", [D], ("zeros",)),
+        ]
+        if i in getattr(cfg, "moe_layers", ()):
+            E = cfg.experts
+            specs += [
+                (p + "moe.router.weight", [D, E], ("normal", std)),
+                (p + "moe.experts.c_fc.weight", [E, D, Fw], ("normal", std)),
+                (p + "moe.experts.c_fc.bias", [E, Fw], ("zeros",)),
+                (p + "moe.experts.c_proj.weight", [E, Fw, D], ("normal", proj_std)),
+                (p + "moe.experts.c_proj.bias", [E, D], ("zeros",)),
+            ]
+            continue
+        specs += [
             (p + "mlp.c_fc.weight", [D, Fw], ("normal", std)),
             (p + "mlp.c_fc.bias", [Fw], ("zeros",)),
             (p + "mlp.c_proj.weight", [Fw, D], ("normal", proj_std)),
@@ -142,12 +174,77 @@ def check_params(specs, tensors, what="checkpoint"):
 # Forward passes. Each returns (loss, logits); loss is the mean cross-entropy
 # over all B*T tokens.
 
-def gpt_forward(p, cfg, x, y=None):
+def moe_capacity(cfg, tokens):
+    """Slots per expert and routing group: ceil(capacity_factor * T * k / E) (double precision,
+    in that order), kept in [1, T] (an expert takes a token at most once)."""
+    slots = math.ceil(cfg.capacity_factor * tokens * cfg.top_k / cfg.experts)
+    return min(max(1, slots), tokens)
+
+
+def route(probs, cfg):
+    """Top-k routing of probs [B, T, E] per group (sequence), as GShard fills slots.
+
+    Returns (choices [B, T, k] expert indices, weights [B, T, k] renormalised over the k chosen,
+    kept [B, T, k] bool: the assignment got a slot, f [B, E] the fraction of the group's k*T
+    assignments that chose each expert before dropping). Ties go to the lower expert index.
+    """
+    B, T, E = probs.shape
+    k = cfg.top_k
+    order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices
+    choices = order[..., :k]
+    chosen = torch.gather(probs, -1, choices)
+    weights = chosen / chosen.sum(dim=-1, keepdim=True)
+    capacity = moe_capacity(cfg, T)
+    kept = torch.zeros(B, T, k, dtype=torch.bool)
+    f = torch.zeros(B, E)
+    for b in range(B):
+        filled = [0] * E
+        for rank in range(k):          # every first choice before any second choice
+            for t in range(T):         # in token order
+                e = int(choices[b, t, rank])
+                f[b, e] += 1
+                if filled[e] < capacity:
+                    filled[e] += 1
+                    kept[b, t, rank] = True
+    return choices, weights, kept, f / (k * T)
+
+
+def moe_mlp(p, pre, m, cfg, stats):
+    """The MoE MLP of block `pre` on m [B, T, D]; adds its aux loss (Switch Transformer form,
+    per group, mean over the groups) and counts to `stats`."""
+    B, T, D = m.shape
+    E = cfg.experts
+    probs = torch.softmax(m @ p[pre + "moe.router.weight"], dim=-1)  # [B, T, E]
+    choices, weights, kept, f = route(probs, cfg)
+    out = torch.zeros_like(m)
+    for e in range(E):               # experts in order: the order Loom's combine adds them
+        mine = kept & (choices == e)                   # [B, T, k]; a token picks e at most once
+        tokens = mine.any(dim=-1)                      # [B, T]
+        if not bool(tokens.any()):
+            continue
+        weight = (weights * mine).sum(dim=-1)[tokens]  # [n]
+        rows = m[tokens]                               # [n, D]
+        h = F.gelu(rows @ p[pre + "moe.experts.c_fc.weight"][e] + p[pre + "moe.experts.c_fc.bias"][e])
+        h = h @ p[pre + "moe.experts.c_proj.weight"][e] + p[pre + "moe.experts.c_proj.bias"][e]
+        out = out.index_put((tokens.nonzero(as_tuple=True)), out[tokens] + weight[:, None] * h)
+    aux = (E * (f * probs.mean(dim=1)).sum(dim=-1)).mean()
+    stats["aux_loss"] = stats.get("aux_loss", 0.0) + aux
+    stats["dropped"] = stats.get("dropped", 0) + int((~kept).sum())
+    counts = torch.zeros(E, dtype=torch.int64)
+    for e in range(E):
+        counts[e] = int((choices == e).sum())
+    stats["tokens_per_expert"] = stats.get("tokens_per_expert", torch.zeros(E, dtype=torch.int64)) + counts
+    return out
+
+
+def gpt_forward(p, cfg, x, y=None, stats=None):
     B, T = x.shape
     D, H = cfg.width, cfg.heads
     Dh = D // H
     if T > cfg.context:
         raise ValueError(f"sequence length {T} exceeds context {cfg.context}")
+    if stats is None:
+        stats = {}
     h = F.embedding(x, p["wte"]) + p["wpe"][:T]
     causal = torch.ones(T, T, dtype=torch.bool).tril_()
     scale = math.sqrt(Dh)
@@ -166,6 +263,9 @@ def gpt_forward(p, cfg, x, y=None):
         o = (att @ v).transpose(1, 2).reshape(B, T, D)
         h = h + (o @ p[pre + "attn.c_proj.weight"] + p[pre + "attn.c_proj.bias"])
         m = F.layer_norm(h, (D,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
+        if i in getattr(cfg, "moe_layers", ()):
+            h = h + moe_mlp(p, pre, m, cfg, stats)
+            continue
         m = F.gelu(m @ p[pre + "mlp.c_fc.weight"] + p[pre + "mlp.c_fc.bias"])  # exact erf
         h = h + (m @ p[pre + "mlp.c_proj.weight"] + p[pre + "mlp.c_proj.bias"])
     h = F.layer_norm(h, (D,), p["ln_f.weight"], p["ln_f.bias"], cfg.eps)
@@ -173,10 +273,19 @@ def gpt_forward(p, cfg, x, y=None):
     loss = None
     if y is not None:
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), y.reshape(-1))
+        if "aux_loss" in stats:
+            loss = loss + cfg.aux_loss_coefficient * stats["aux_loss"]
     return loss, logits
 
 
-def mlp_forward(p, cfg, x, y=None):
+def moe_gpt_forward(p, cfg, x, y=None, stats=None):
+    """The MoE GPT: loss = mean cross-entropy + aux_loss_coefficient * (sum over MoE layers of
+    the mean over groups of E * sum_e f_e P_e). `stats` (a dict) receives "dropped" (assignments
+    over capacity, summed over layers and groups) and "tokens_per_expert"."""
+    return gpt_forward(p, cfg, x, y, stats)
+
+
+def mlp_forward(p, cfg, x, y=None, stats=None):
     e = F.embedding(x, p["wte"])                              # [B,T,D]
     h = F.gelu(e @ p["fc1.weight"] + p["fc1.bias"])           # [B,T,F]
     logits = h @ p["fc2.weight"] + p["fc2.bias"]              # [B,T,V]
@@ -188,5 +297,6 @@ def mlp_forward(p, cfg, x, y=None):
 
 MODELS = {
     "gpt": (GPTConfig, gpt_param_specs, gpt_forward),
+    "moe-gpt": (MoEGPTConfig, gpt_param_specs, moe_gpt_forward),
     "mlp": (MLPConfig, mlp_param_specs, mlp_forward),
 }

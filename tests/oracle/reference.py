@@ -21,7 +21,7 @@ import time
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("gpt", "mlp"), required=True)
+    ap.add_argument("--model", choices=("gpt", "moe-gpt", "mlp"), required=True)
     # modes / files
     ap.add_argument("--init", help="initial parameters (safetensors, F32, by name)")
     ap.add_argument("--write-init", metavar="PATH",
@@ -55,6 +55,12 @@ def build_parser():
     ap.add_argument("--mlp-width", type=int, default=None, help="gpt 512, mlp 128")
     ap.add_argument("--ln-eps", type=float, default=1e-5)
     ap.add_argument("--batch", type=int, default=16, help="global batch B")
+    # mixture of experts (--model moe-gpt)
+    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--moe-layers", default="1,3", help="blocks with an MoE MLP (0-based)")
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--aux-loss-coefficient", type=float, default=0.01)
     # optimizer
     ap.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -75,9 +81,9 @@ def parse_args(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.width is None:
-        args.width = 128 if args.model == "gpt" else 64
+        args.width = 64 if args.model == "mlp" else 128
     if args.mlp_width is None:
-        args.mlp_width = 512 if args.model == "gpt" else 128
+        args.mlp_width = 128 if args.model == "mlp" else 512
     if args.weight_decay is None:
         args.weight_decay = 0.1 if args.optimizer == "adamw" else 0.0
     if args.threads < 1:
@@ -103,12 +109,19 @@ def set_threads(n):
 # Everything below needs torch; imported lazily so set_threads() comes first.
 
 def model_parts(args):
-    from models import MODELS, GPTConfig, MLPConfig
+    from models import MODELS, GPTConfig, MLPConfig, MoEGPTConfig
     cfg_cls, specs_fn, fwd = MODELS[args.model]
     if args.model == "gpt":
         cfg = GPTConfig(vocab=args.vocab, context=args.context, width=args.width,
                         layers=args.layers, heads=args.heads, mlp_width=args.mlp_width,
                         eps=args.ln_eps)
+    elif args.model == "moe-gpt":
+        layers = tuple(int(v) for v in args.moe_layers.split(",") if v)
+        cfg = MoEGPTConfig(vocab=args.vocab, context=args.context, width=args.width,
+                           layers=args.layers, heads=args.heads, mlp_width=args.mlp_width,
+                           eps=args.ln_eps, experts=args.experts, moe_layers=layers,
+                           top_k=args.top_k, capacity_factor=args.capacity_factor,
+                           aux_loss_coefficient=args.aux_loss_coefficient)
     else:
         cfg = MLPConfig(vocab=args.vocab, width=args.width, mlp_width=args.mlp_width)
     cfg.validate()
@@ -193,12 +206,13 @@ def load_init(args, specs):
     return params, opt_state
 
 
-def train_step(fwd, cfg, params, opt, x, y, max_norm, grads_out=None):
+def train_step(fwd, cfg, params, opt, x, y, max_norm, grads_out=None, stats=None):
     """One step. Returns (loss, grad norm before clipping). If grads_out is a
-    dict, the gradients (before clipping) are copied into it by name."""
+    dict, the gradients (before clipping) are copied into it by name; `stats`
+    (a dict) receives the model's counts (MoE: "dropped", "tokens_per_expert")."""
     import torch
     opt.zero_grad(set_to_none=True)
-    loss, _ = fwd(params, cfg, x, y)
+    loss, _ = fwd(params, cfg, x, y, {} if stats is None else stats)
     loss.backward()
     plist = list(params.values())
     if grads_out is not None:
@@ -259,12 +273,16 @@ def run_train(args):
     if tokens.numel() and int(tokens.max()) >= cfg.vocab:
         raise ValueError(f"{args.data}: token {int(tokens.max())} >= vocab {cfg.vocab}")
     T = args.context
-    losses, gnorms = [], []
+    losses, gnorms, dropped, tokens_per_expert = [], [], [], []
     for k in range(args.steps):
         t = start + k
         x, y = data_mod.get_batch(tokens, t, args.batch, T)
         grads = {} if (k == 0 and args.save_grads) else None
-        loss, gnorm = train_step(fwd, cfg, params, opt, x, y, args.max_norm, grads)
+        stats = {}
+        loss, gnorm = train_step(fwd, cfg, params, opt, x, y, args.max_norm, grads, stats)
+        if "dropped" in stats:
+            dropped.append(stats["dropped"])
+            tokens_per_expert.append([int(v) for v in stats["tokens_per_expert"]])
         loss_f = float(loss)
         if grads is not None:
             safetensors_io.save(args.save_grads, {f"grad.{n}": g for n, g in grads.items()},
@@ -280,6 +298,11 @@ def run_train(args):
              "data_format": args.data_format, "num_tokens": int(tokens.numel()),
              "init": args.init, "resume": args.resume}
     result = {"losses": losses, "grad_norms": gnorms, "config": config_dict(args, cfg, extra)}
+    if dropped:
+        # MoE: the loss is cross-entropy plus the auxiliary loss; the step's assignments over
+        # capacity, and per expert before dropping (summed over layers and groups).
+        result["dropped"] = dropped
+        result["tokens_per_expert"] = tokens_per_expert
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)

@@ -381,5 +381,67 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r["steps_timed"], 3)
 
 
+class MoeReferenceTest(unittest.TestCase):
+    """The reference's routing: GShard slot order, drops, renormalised weights, aux loss."""
+
+    def config(self, **changes):
+        cfg = models.MoEGPTConfig(experts=3, top_k=2, capacity_factor=1.0)
+        for key, value in changes.items():
+            setattr(cfg, key, value)
+        return cfg
+
+    def test_slots_fill_first_choices_before_second_choices(self):
+        # 4 tokens, 3 experts of ceil(0.75 * 4 * 2 / 3) = 2 slots.
+        cfg = self.config(capacity_factor=0.75)
+        self.assertEqual(models.moe_capacity(cfg, 4), 2)
+        probs = torch.tensor([[[0.6, 0.3, 0.1], [0.5, 0.1, 0.4], [0.7, 0.2, 0.1],
+                               [0.1, 0.3, 0.6]]])
+        choices, weights, kept, f = models.route(probs, cfg)
+        self.assertEqual(choices[0].tolist(), [[0, 1], [0, 2], [0, 1], [2, 1]])
+        # e0 takes t0 and t1 (t2's first choice is dropped); e1 t0 and t2 (t3's second dropped).
+        self.assertEqual(kept[0].tolist(), [[True, True], [True, True], [False, True],
+                                            [True, False]])
+        self.assertTrue(torch.allclose(weights[0, 0], torch.tensor([0.6 / 0.9, 0.3 / 0.9])))
+        self.assertTrue(torch.allclose(f[0], torch.tensor([3 / 8, 3 / 8, 2 / 8])))
+
+    def test_top_one_weighs_one_and_ties_go_to_the_lower_expert(self):
+        cfg = self.config(top_k=1, experts=2)
+        probs = torch.tensor([[[0.5, 0.5], [0.2, 0.8]]])
+        choices, weights, kept, _ = models.route(probs, cfg)
+        self.assertEqual(choices[0, :, 0].tolist(), [0, 1])
+        self.assertEqual(weights.flatten().tolist(), [1.0, 1.0])
+
+    def test_aux_loss_and_counts_of_a_layer(self):
+        cfg = self.config(experts=2, top_k=1, capacity_factor=1.0, layers=2, moe_layers=(0,),
+                          width=4, heads=1, mlp_width=8)
+        specs = models.gpt_param_specs(cfg)
+        params = models.init_params(specs, 0)
+        m = torch.randn(2, 3, 4)
+        stats = {}
+        models.moe_mlp(params, "h.0.", m, cfg, stats)
+        probs = torch.softmax(m @ params["h.0.moe.router.weight"], dim=-1)
+        top = probs.argmax(dim=-1)
+        expected = 0.0
+        for b in range(2):
+            f = torch.stack([(top[b] == e).float().mean() for e in range(2)])
+            expected += 2 * float((f * probs[b].mean(dim=0)).sum())
+        self.assertAlmostEqual(float(stats["aux_loss"]), expected / 2, places=6)
+        self.assertEqual(int(stats["tokens_per_expert"].sum()), 6)
+        # Capacity ceil(1.0 * 3 / 2) = 2 per expert and group: a group's 3 tokens on one expert
+        # drop one.
+        dropped = sum(max(0, int((top[b] == e).sum()) - 2) for b in range(2) for e in range(2))
+        self.assertEqual(stats["dropped"], dropped)
+
+    def test_router_gets_gradients_through_the_top_two_weights(self):
+        cfg = self.config(experts=3, top_k=2, capacity_factor=2.0, layers=1, moe_layers=(0,),
+                          width=4, heads=1, mlp_width=8, aux_loss_coefficient=0.0)
+        params = models.init_params(models.gpt_param_specs(cfg), 1)
+        router = params["h.0.moe.router.weight"].requires_grad_(True)
+        m = torch.randn(2, 3, 4)
+        out = models.moe_mlp(params, "h.0.", m, cfg, {})
+        out.sum().backward()
+        self.assertGreater(float(router.grad.abs().sum()), 0.0)
+
+
 if __name__ == "__main__":
     unittest.main()
