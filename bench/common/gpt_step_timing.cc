@@ -21,7 +21,7 @@ std::vector<double> GptStepMilliseconds(const gpt::GptConfig& config, int warmup
   compiler::OpRegistry ops;
   ExitIfError(compiler::RegisterStandardOps(&ops), "registering the ops");
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(
-      *job, ops, compiler::DeviceSet::Cpus(1, static_cast<int>(gpt::GptDeviceCount(config))));
+      *job, ops, compiler::DeviceSet::Cpus(static_cast<int>(gpt::GptDeviceCount(config)), 1));
   ExitIfError(compiled.status(), "compiling the GPT job");
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the GPT job");

@@ -195,17 +195,17 @@ def route(probs, cfg):
     chosen = torch.gather(probs, -1, choices)
     weights = chosen / chosen.sum(dim=-1, keepdim=True)
     capacity = moe_capacity(cfg, T)
-    kept = torch.zeros(B, T, k, dtype=torch.bool)
-    f = torch.zeros(B, E)
-    for b in range(B):
-        filled = [0] * E
-        for rank in range(k):          # every first choice before any second choice
-            for t in range(T):         # in token order
-                e = int(choices[b, t, rank])
-                f[b, e] += 1
-                if filled[e] < capacity:
-                    filled[e] += 1
-                    kept[b, t, rank] = True
+    one_hot = F.one_hot(choices, E)                 # [B, T, k, E]
+    filled = torch.zeros(B, 1, E, dtype=torch.int64)
+    kept = []
+    for rank in range(k):                           # every first choice before any second
+        mine = one_hot[:, :, rank, :]               # [B, T, E]
+        # In token order: a token's place among its expert's takers so far in this pass.
+        place = ((torch.cumsum(mine, dim=1) - 1 + filled) * mine).sum(dim=-1)  # [B, T]
+        kept.append(place < capacity)
+        filled = torch.clamp(filled + mine.sum(dim=1, keepdim=True), max=capacity)
+    kept = torch.stack(kept, dim=-1)                # [B, T, k]
+    f = one_hot.sum(dim=(1, 2)).to(torch.float32)   # [B, E]
     return choices, weights, kept, f / (k * T)
 
 
