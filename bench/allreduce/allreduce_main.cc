@@ -12,9 +12,10 @@
 // rules out shared memory). Out of place: input and output are different registers.
 // Gloo: the same number of forked processes, gloo::allreduce (ring) over its TCP transport on
 // 127.0.0.1, in place.
-// OpenMPI: `mpirun --allow-run-as-root --oversubscribe -np n allreduce_mpi_peer`, MPI_Allreduce
-// in place, with OpenMPI's default choices (shared memory between processes of one host). For
-// reference, also one run per rank count forced onto TCP (--mca pml ob1 --mca btl tcp,self).
+// OpenMPI: `mpirun --allow-run-as-root --oversubscribe -np n collective_mpi_peer allreduce`,
+// MPI_Allreduce in place, with OpenMPI's default choices (shared memory between processes of one
+// host). For reference, also one run per rank count forced onto TCP (--mca pml ob1 --mca btl
+// tcp,self).
 //
 // Timing, the same for all three: each rank runs kWarmup + kMeasured all-reduces back to back; an
 // iteration's time is the interval between successive completions on rank 0 (Loom: the ends of
@@ -29,19 +30,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "bench/allreduce/gloo_allreduce.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/collective_runs.h"
 #include "bench/common/command.h"
-#include "bench/common/node_job_processes.h"
-#include "compiler/node_split.h"
-#include "runtime/plan_builder.h"
+#include "bench/common/gloo_collectives.h"
 
-#ifndef LOOM_ALLREDUCE_MPI_PEER
-#define LOOM_ALLREDUCE_MPI_PEER ""
+#ifndef LOOM_COLLECTIVE_MPI_PEER
+#define LOOM_COLLECTIVE_MPI_PEER ""
 #endif
 
 namespace loom::bench {
@@ -55,104 +51,22 @@ constexpr int kRepetitions = 5;
 constexpr double kGoalVersusGloo = 1.0;
 constexpr double kGoalVersusMpi = 1.2;
 
-plan::Device NodeDevice(int node) {
-  plan::Device device;
-  device.set_node(node);
-  device.set_type(plan::CPU);
-  device.set_index(0);
-  return device;
+CollectiveRun AllreduceRun(int ranks) {
+  CollectiveRun run;
+  run.kind = plan::ALL_REDUCE;
+  run.ranks = ranks;
+  run.elements = kElements;
+  run.warmup = kWarmup;
+  run.measured = kMeasured;
+  return run;
 }
 
-// Per rank r on node r: source -> in<r> -> allreduce<r> -> out<r> -> consumer<r>.
-plan::Plan AllreducePlan(int ranks) {
-  PlanBuilder builder("allreduce");
-  builder.AddCpuDevices(ranks);
-  plan::Plan& plan = builder.mutable_plan();
-  plan::Communicator* world = plan.add_communicators();
-  world->set_name("world");
-  world->set_num_collectives(1);
-  world->set_index(0);
-  for (int rank = 0; rank < ranks; ++rank) {
-    *plan.mutable_devices(rank)->mutable_device() = NodeDevice(rank);
-    *world->add_devices() = NodeDevice(rank);
-    const std::string in = absl::StrCat("in", rank), out = absl::StrCat("out", rank);
-    builder.AddRegister(in, {kElements}, plan::FLOAT32, 2);
-    builder.AddRegister(out, {kElements}, plan::FLOAT32, 2);
-    builder.AddRegister(absl::StrCat("unread", rank), {1}, plan::FLOAT32, 1);
-    builder.AddTask(absl::StrCat("source", rank), plan::SOURCE, rank, {}, {in}, "bench_noop")
-        .set_num_pieces(kWarmup + kMeasured);
-    plan::Task& collective =
-        builder.AddTask(absl::StrCat("allreduce", rank), plan::COLLECTIVE, rank, {in}, {out});
-    collective.mutable_stream()->set_kind(plan::STREAM_COMMUNICATION);
-    collective.set_rank(rank);
-    plan::CollectiveConf* conf = collective.mutable_collective();
-    conf->set_communicator("world");
-    conf->set_kind(plan::ALL_REDUCE);
-    conf->set_reduce(plan::REDUCE_SUM);
-    conf->set_sequence(0);
-    conf->set_name("allreduce");
-    builder.AddTask(absl::StrCat("consumer", rank), plan::COMPUTE, rank, {out},
-                    {absl::StrCat("unread", rank)}, "bench_noop");
-  }
-  // PlanBuilder's cpu:r of node 0 becomes cpu:0 of node r.
-  for (plan::Task& task : *plan.mutable_tasks()) {
-    *task.mutable_stream()->mutable_device() = NodeDevice(task.stream().device().index());
-  }
-  return plan;
-}
+absl::StatusOr<double> RunLoom(int ranks) { return RunLoomCollective(AllreduceRun(ranks)); }
 
-// The median interval, in milliseconds, between successive completion times (nanoseconds) after
-// the warm-up.
-absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, const std::string& who) {
-  if (static_cast<int>(ends.size()) != kWarmup + kMeasured) {
-    return absl::InternalError(
-        absl::StrCat(who, ": ", ends.size(), " completions, expected ", kWarmup + kMeasured));
-  }
-  std::vector<double> intervals;
-  for (int iteration = kWarmup; iteration < kWarmup + kMeasured; ++iteration) {
-    intervals.push_back((ends[iteration] - ends[iteration - 1]) / 1e6);
-  }
-  return Median(intervals);
-}
-
-absl::StatusOr<double> RunLoom(int ranks) {
-  const std::vector<plan::Plan> plans = compiler::SplitByNode(AllreducePlan(ranks));
-  NodeJobProcessOptions options;
-  options.ucx.configuration = {{"TLS", "tcp"}};
-  options.deadline = absl::Seconds(120);
-  absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(
-      plans, options,
-      [](daemon::NodeJob& job) { return ReportActs(job, absl::StrCat("allreduce", job.node())); });
-  if (!reports.ok()) return reports.status();
-  std::map<int64_t, int64_t> end_of_piece;
-  for (const Act& act : ParseActs((*reports)[0])) end_of_piece[act.piece] = act.end_nanoseconds;
-  std::vector<int64_t> ends;
-  for (const auto& [piece, end] : end_of_piece) ends.push_back(end);
-  return MedianIteration(ends, "Loom");
-}
-
-absl::StatusOr<double> RunGloo(int ranks) {
-  absl::StatusOr<std::vector<int64_t>> ends =
-      RunGlooAllreduce(ranks, kElements, kWarmup + kMeasured);
-  if (!ends.ok()) return ends.status();
-  return MedianIteration(*ends, "Gloo");
-}
+absl::StatusOr<double> RunGloo(int ranks) { return RunGlooCollectiveRun(AllreduceRun(ranks)); }
 
 absl::StatusOr<double> RunMpi(int ranks, const std::string& transport_flags) {
-  absl::StatusOr<std::string> output = RunCommand(absl::StrCat(
-      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", ranks, " ", transport_flags,
-      " ", LOOM_ALLREDUCE_MPI_PEER, " ", kElements, " ", kWarmup, " ", kMeasured));
-  if (!output.ok()) return output.status();
-  for (absl::string_view line : absl::StrSplit(*output, '\n')) {
-    if (!absl::ConsumePrefix(&line, "ENDS_NS")) continue;
-    std::vector<int64_t> ends;
-    for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
-      int64_t end = 0;
-      if (absl::SimpleAtoi(word, &end)) ends.push_back(end);
-    }
-    return MedianIteration(ends, "OpenMPI");
-  }
-  return absl::InternalError(absl::StrCat("no ENDS_NS line from the MPI peer:\n", *output));
+  return RunMpiCollective(AllreduceRun(ranks), LOOM_COLLECTIVE_MPI_PEER, transport_flags);
 }
 
 struct RankMedians {
@@ -185,8 +99,8 @@ int Main(int argc, char** argv) {
   std::vector<std::string> missing;
   if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
   if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
-  if (!ProgramExists(LOOM_ALLREDUCE_MPI_PEER)) {
-    missing.push_back("allreduce_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
+  if (!ProgramExists(LOOM_COLLECTIVE_MPI_PEER)) {
+    missing.push_back("collective_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
   }
   if (!missing.empty()) {
     for (const std::string& peer : missing) {

@@ -1,4 +1,4 @@
-#include "bench/allreduce/gloo_allreduce.h"
+#include "bench/common/gloo_collectives.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +17,7 @@
 
 #ifdef LOOM_BENCH_HAVE_GLOO
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
 #include "gloo/barrier.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -30,7 +31,8 @@ namespace loom::bench {
 
 bool HaveGloo() { return false; }
 
-absl::StatusOr<std::vector<int64_t>> RunGlooAllreduce(int ranks, int64_t elements, int iterations) {
+absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective, int ranks,
+                                                       int64_t elements, int iterations) {
   return absl::FailedPreconditionError("built without Gloo (libgloo-dev was not found by CMake)");
 }
 
@@ -47,8 +49,8 @@ int64_t NowNanoseconds() {
 }
 
 // One rank's whole life: "ENDS_NS t..." or "ERROR what" on `output`; never returns.
-[[noreturn]] void RunRank(int rank, int ranks, int64_t elements, int iterations,
-                          const std::string& store_path, int output) {
+[[noreturn]] void RunRank(GlooCollective collective, int rank, int ranks, int64_t elements,
+                          int iterations, const std::string& store_path, int output) {
   alarm(120);
   std::string text;
   int code = 0;
@@ -60,16 +62,26 @@ int64_t NowNanoseconds() {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, ranks);
     context->connectFullMesh(store, device);
     std::vector<float> data(elements, 0.0f);
-    gloo::AllreduceOptions options(context);
-    options.setOutput(data.data(), static_cast<size_t>(elements));
-    options.setReduceFunction(
+    std::vector<float> received(collective == GlooCollective::kAlltoall ? elements : 0, 0.0f);
+    gloo::AllreduceOptions allreduce(context);
+    allreduce.setOutput(data.data(), static_cast<size_t>(elements));
+    allreduce.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    gloo::AlltoallOptions alltoall(context);
+    if (collective == GlooCollective::kAlltoall) {
+      alltoall.setInput(data.data(), static_cast<size_t>(elements));
+      alltoall.setOutput(received.data(), static_cast<size_t>(elements));
+    }
     gloo::BarrierOptions barrier(context);
     gloo::barrier(barrier);
     std::ostringstream ends;
     ends << "ENDS_NS";
     for (int iteration = 0; iteration < iterations; ++iteration) {
-      gloo::allreduce(options);
+      if (collective == GlooCollective::kAlltoall) {
+        gloo::alltoall(alltoall);
+      } else {
+        gloo::allreduce(allreduce);
+      }
       ends << ' ' << NowNanoseconds();
     }
     text = ends.str();
@@ -99,10 +111,10 @@ std::string ReadAll(int fd) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<int64_t>> RunGlooAllreduce(int ranks, int64_t elements, int iterations) {
+absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective, int ranks,
+                                                       int64_t elements, int iterations) {
   static int run = 0;
-  const std::string store_path =
-      absl::StrCat("/tmp/loom_bench_allreduce_gloo_", getpid(), "_", run++);
+  const std::string store_path = absl::StrCat("/tmp/loom_bench_gloo_", getpid(), "_", run++);
   std::filesystem::remove_all(store_path);
   std::filesystem::create_directories(store_path);
   std::fflush(stdout);
@@ -117,7 +129,7 @@ absl::StatusOr<std::vector<int64_t>> RunGlooAllreduce(int ranks, int64_t element
     if (pid == 0) {
       for (int earlier : outputs) close(earlier);
       close(pipe_fds[0]);
-      RunRank(rank, ranks, elements, iterations, store_path, pipe_fds[1]);
+      RunRank(collective, rank, ranks, elements, iterations, store_path, pipe_fds[1]);
     }
     close(pipe_fds[1]);
     pids.push_back(pid);

@@ -1,0 +1,123 @@
+// bench_alltoall: a float32 all-to-all of 1, 4, 16 and 64 MiB per rank over 2 and 4 ranks, each
+// rank a process of its own on this machine: Loom's NetworkCollectives against Gloo (TCP) and
+// OpenMPI's MPI_Alltoall, in one run (bench/common/collective_runs.h has how each side runs and
+// is timed). Each rank sends slice q of its buffer (size / ranks) to rank q.
+//
+// Loom runs over UCX with UCX_TLS=tcp (error handling mode PEER rules out shared memory); Gloo
+// over its TCP transport; OpenMPI with its defaults (shared memory between processes of one
+// host), and for reference once per configuration forced onto TCP. Each configuration is run
+// kRepetitions times, the systems interleaved; the medians of the runs are compared. The RESULT
+// lines give the configuration with the worst ratio against each peer.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/collective_runs.h"
+#include "bench/common/command.h"
+#include "bench/common/gloo_collectives.h"
+
+#ifndef LOOM_COLLECTIVE_MPI_PEER
+#define LOOM_COLLECTIVE_MPI_PEER ""
+#endif
+
+namespace loom::bench {
+namespace {
+
+constexpr int kWarmup = 3;
+constexpr int kMeasured = 10;
+constexpr int kRepetitions = 3;
+constexpr double kGoalVersusGloo = 1.0;
+constexpr double kGoalVersusMpi = 1.2;
+
+struct Medians {
+  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0;
+};
+
+int Main() {
+  std::vector<std::string> missing;
+  if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
+  if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
+  if (!ProgramExists(LOOM_COLLECTIVE_MPI_PEER)) {
+    missing.push_back("collective_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
+  }
+  if (!missing.empty()) {
+    for (const std::string& peer : missing) {
+      std::fprintf(stderr, "alltoall: peer missing: %s\n", peer.c_str());
+    }
+    std::fprintf(stderr, "alltoall: no result without its peers (scripts/install-deps)\n");
+    return 2;
+  }
+  std::printf(
+      "alltoall: float32, MiB per rank, one process per rank; Loom NetworkCollectives (UCX tcp) "
+      "vs Gloo (tcp) vs OpenMPI (defaults); %d warm-up + %d measured iterations per run, %d "
+      "runs; ms per all-to-all (median iteration of each run, then the median of the runs)\n",
+      kWarmup, kMeasured, kRepetitions);
+  std::printf("machine at start: %s\n", MachineCheck().c_str());
+  std::printf("%6s %4s %10s %10s %10s %10s %10s %10s\n", "MiB", "ranks", "loom", "gloo", "openmpi",
+              "mpi(tcp)", "loom/gloo", "loom/mpi");
+  std::map<std::pair<int, int>, Medians> results;  // (MiB, ranks)
+  for (int ranks : {2, 4}) {
+    for (int mebibytes : {1, 4, 16, 64}) {
+      CollectiveRun run;
+      run.kind = plan::ALL_TO_ALL;
+      run.ranks = ranks;
+      run.elements = (int64_t{mebibytes} << 20) / 4;
+      run.warmup = kWarmup;
+      run.measured = kMeasured;
+      std::vector<double> loom, gloo, mpi;
+      for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+        absl::StatusOr<double> ours = RunLoomCollective(run);
+        ExitIfError(ours.status(), "Loom's all-to-all");
+        loom.push_back(*ours);
+        absl::StatusOr<double> gloo_run = RunGlooCollectiveRun(run);
+        ExitIfError(gloo_run.status(), "Gloo's all-to-all");
+        gloo.push_back(*gloo_run);
+        absl::StatusOr<double> mpi_run = RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "");
+        ExitIfError(mpi_run.status(), "OpenMPI's all-to-all");
+        mpi.push_back(*mpi_run);
+      }
+      absl::StatusOr<double> mpi_tcp =
+          RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "--mca pml ob1 --mca btl tcp,self");
+      Medians& result = results[{mebibytes, ranks}];
+      result = {Median(loom), Median(gloo), Median(mpi), mpi_tcp.ok() ? *mpi_tcp : -1};
+      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.3f %10.3f\n", mebibytes, ranks,
+                  result.loom, result.gloo, result.mpi, result.mpi_tcp, result.loom / result.gloo,
+                  result.loom / result.mpi);
+      std::printf("       runs: loom %s | gloo %s | openmpi %s\n", JoinValues(loom, 2).c_str(),
+                  JoinValues(gloo, 2).c_str(), JoinValues(mpi, 2).c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("machine at end: %s\n", MachineCheck().c_str());
+  std::pair<int, int> worst_gloo = results.begin()->first, worst_mpi = worst_gloo;
+  for (const auto& [key, result] : results) {
+    if (result.loom / result.gloo > results[worst_gloo].loom / results[worst_gloo].gloo) {
+      worst_gloo = key;
+    }
+    if (result.loom / result.mpi > results[worst_mpi].loom / results[worst_mpi].mpi) {
+      worst_mpi = key;
+    }
+  }
+  std::printf(
+      "GOALS alltoall: loom/gloo < %.1f; loom/openmpi <= %.1f (lower is better); RESULT lines "
+      "name the configuration with the worst ratio\n",
+      kGoalVersusGloo, kGoalVersusMpi);
+  auto name = [](const std::string& system, std::pair<int, int> key) {
+    return absl::StrCat(system, "_ms_", key.first, "MiB_", key.second, "_ranks");
+  };
+  PrintResult("alltoall-vs-gloo", name("loom", worst_gloo), results[worst_gloo].loom,
+              name("gloo", worst_gloo), results[worst_gloo].gloo);
+  PrintResult("alltoall-vs-mpi", name("loom", worst_mpi), results[worst_mpi].loom,
+              name("openmpi", worst_mpi), results[worst_mpi].mpi);
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::bench
+
+int main() { return loom::bench::Main(); }

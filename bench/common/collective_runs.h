@@ -1,0 +1,48 @@
+#ifndef LOOM_BENCH_COMMON_COLLECTIVE_RUNS_H_
+#define LOOM_BENCH_COMMON_COLLECTIVE_RUNS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
+
+namespace loom::bench {
+
+// One collective of a float32 buffer of `elements` per rank, `ranks` processes on this machine,
+// `warmup` + `measured` times back to back, timed the same way for every system: an iteration is
+// the interval between successive completions on rank 0, a run's time the median of its measured
+// iterations, in milliseconds.
+struct CollectiveRun {
+  plan::CollectiveKind kind = plan::ALL_REDUCE;  // ALL_REDUCE (sum) or ALL_TO_ALL (axis 0)
+  int ranks = 2;
+  int64_t elements = 0;
+  int warmup = 3;
+  int measured = 10;
+};
+
+// Loom: a whole-job plan with, per rank r on node r/cpu:0, a SOURCE ("bench_noop": its 2-slot
+// register of zeros is the input), the collective as a COLLECTIVE task on the communication
+// stream (one communicator "world" over the nodes, out of place), and a COMPUTE reading the
+// output; each node's part (compiler::SplitByNode) runs in a process of its own as a
+// daemon::NodeJob, as in loomd, so the collective takes the UCX backend (UCX_TLS=tcp).
+absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run);
+
+// Gloo over TCP on 127.0.0.1 (bench/common/gloo_collectives.h).
+absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run);
+
+// OpenMPI: `mpirun -np ranks [transport_flags] collective_mpi_peer ...` with OpenMPI's defaults
+// (shared memory between processes of one host) unless `transport_flags` says otherwise.
+// `peer` is the collective_mpi_peer binary.
+absl::StatusOr<double> RunMpiCollective(const CollectiveRun& run, const std::string& peer,
+                                        const std::string& transport_flags);
+
+// The median interval, in milliseconds, between successive completion times (nanoseconds) after
+// `warmup` of them.
+absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, int warmup, int measured,
+                                       const std::string& who);
+
+}  // namespace loom::bench
+
+#endif  // LOOM_BENCH_COMMON_COLLECTIVE_RUNS_H_
