@@ -1,0 +1,47 @@
+#!/usr/bin/python3
+"""scripts/trace_overlap.py TRACE.json: in a Chrome trace of a Loom job (loomctl run --trace,
+loomctl submit --trace), the MoE token exchange (the all-to-all boxing of each MoE layer's
+dispatched slots and expert outputs) that overlaps compute of another micro-batch on the same
+device: how many of those collectives do, and the longest overlaps. Pipeline parallelism makes
+this overlap: while one micro-batch's tokens move between the expert-parallel ranks on the
+communication stream, the device's compute stream works on another micro-batch."""
+import json
+import re
+import sys
+
+EXCHANGE = re.compile(r"^box:(grad/)?h\.\d+\.moe\.(dispatch|experts\.out|experts\.in)")
+
+
+def main(path):
+    with open(path) as f:
+        document = json.load(f)
+    events = document["traceEvents"] if isinstance(document, dict) else document
+    acts = [e for e in events if e.get("ph") == "X"]
+    exchanges = [e for e in acts if e.get("cat") == "collective" and EXCHANGE.match(e["name"])]
+    compute = {}
+    for e in acts:
+        if e.get("cat") == "compute":
+            compute.setdefault(e["pid"], []).append(e)
+    overlaps = []
+    for c in exchanges:
+        best = None
+        for k in compute.get(c["pid"], []):
+            if k["args"].get("piece") == c["args"].get("piece"):
+                continue
+            shared = min(c["ts"] + c["dur"], k["ts"] + k["dur"]) - max(c["ts"], k["ts"])
+            if shared > 0 and (best is None or shared > best[0]):
+                best = (shared, k)
+        if best is not None:
+            overlaps.append((best[0], c, best[1]))
+    print(f"MoE token exchanges (all-to-all boxing): {len(exchanges)}; overlapping compute of "
+          f"another micro-batch on their device: {len(overlaps)}")
+    for shared, c, k in sorted(overlaps, key=lambda o: -o[0])[:5]:
+        print(f"  {c['name']} (micro-batch {c['args'].get('piece')}) overlaps "
+              f"{k['name']} (micro-batch {k['args'].get('piece')}) for {shared:.0f} us")
+    return 0 if exchanges else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1]))
