@@ -96,19 +96,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_allreduce [--only loom|gloo|mpi RANKS]\n");
     return 2;
   }
-  std::vector<std::string> missing;
-  if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
-  if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
-  if (!ProgramExists(LOOM_COLLECTIVE_MPI_PEER)) {
-    missing.push_back("collective_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
-  }
-  if (!missing.empty()) {
-    for (const std::string& peer : missing) {
-      std::fprintf(stderr, "allreduce: peer missing: %s\n", peer.c_str());
-    }
-    std::fprintf(stderr, "allreduce: no result without its peers (scripts/install-deps)\n");
-    return 2;
-  }
+  if (!HaveCollectivePeers("allreduce", LOOM_COLLECTIVE_MPI_PEER)) return 2;
   std::printf(
       "allreduce: 64 MiB float32 sum, one process per rank; Loom NetworkCollectives (UCX "
       "tcp) vs Gloo (tcp, ring) vs OpenMPI (defaults); %d warm-up + %d measured "

@@ -39,19 +39,7 @@ struct Medians {
 };
 
 int Main() {
-  std::vector<std::string> missing;
-  if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
-  if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
-  if (!ProgramExists(LOOM_COLLECTIVE_MPI_PEER)) {
-    missing.push_back("collective_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
-  }
-  if (!missing.empty()) {
-    for (const std::string& peer : missing) {
-      std::fprintf(stderr, "alltoall: peer missing: %s\n", peer.c_str());
-    }
-    std::fprintf(stderr, "alltoall: no result without its peers (scripts/install-deps)\n");
-    return 2;
-  }
+  if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;
   std::printf(
       "alltoall: float32, MiB per rank, one process per rank; Loom NetworkCollectives (UCX tcp) "
       "vs Gloo (tcp) vs OpenMPI (defaults); %d warm-up + %d measured iterations per run, %d "

@@ -1,5 +1,6 @@
 #include "bench/common/collective_runs.h"
 
+#include <cstdio>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -15,14 +16,6 @@
 
 namespace loom::bench {
 namespace {
-
-plan::Device NodeDevice(int node) {
-  plan::Device device;
-  device.set_node(node);
-  device.set_type(plan::CPU);
-  device.set_index(0);
-  return device;
-}
 
 // Per rank r on node r: source -> in<r> -> collective<r> -> out<r> -> consumer<r>.
 plan::Plan CollectivePlan(const CollectiveRun& run) {
@@ -65,6 +58,23 @@ plan::Plan CollectivePlan(const CollectiveRun& run) {
 }
 
 }  // namespace
+
+bool HaveCollectivePeers(const std::string& benchmark, const std::string& peer) {
+  std::vector<std::string> missing;
+  if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
+  if (!ProgramExists("mpirun")) missing.push_back("mpirun (openmpi-bin)");
+  if (!ProgramExists(peer)) {
+    missing.push_back("collective_mpi_peer (built only when CMake finds MPI: libopenmpi-dev)");
+  }
+  for (const std::string& what : missing) {
+    std::fprintf(stderr, "%s: peer missing: %s\n", benchmark.c_str(), what.c_str());
+  }
+  if (!missing.empty()) {
+    std::fprintf(stderr, "%s: no result without its peers (scripts/install-deps)\n",
+                 benchmark.c_str());
+  }
+  return missing.empty();
+}
 
 absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, int warmup, int measured,
                                        const std::string& who) {

@@ -38,6 +38,10 @@ absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run);
 absl::StatusOr<double> RunMpiCollective(const CollectiveRun& run, const std::string& peer,
                                         const std::string& transport_flags);
 
+// Whether Gloo, mpirun and `peer` (collective_mpi_peer) are all there; if not, says on stderr
+// which are missing (as `benchmark: peer missing: ...`) and how to get them.
+bool HaveCollectivePeers(const std::string& benchmark, const std::string& peer);
+
 // The median interval, in milliseconds, between successive completion times (nanoseconds) after
 // `warmup` of them.
 absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, int warmup, int measured,

@@ -259,4 +259,12 @@ std::vector<Act> ParseActs(const std::string& text) {
   return acts;
 }
 
+plan::Device NodeDevice(int node) {
+  plan::Device device;
+  device.set_node(node);
+  device.set_type(plan::CPU);
+  device.set_index(0);
+  return device;
+}
+
 }  // namespace loom::bench

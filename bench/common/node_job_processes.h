@@ -18,6 +18,9 @@ namespace loom::bench {
 // example the acts of one task, as text).
 using NodeJobReport = std::function<absl::StatusOr<std::string>(daemon::NodeJob& job)>;
 
+// CPU device 0 of node `node`: the device of a one-device-per-node plan (each node a process).
+plan::Device NodeDevice(int node);
+
 struct NodeJobProcessOptions {
   JobOptions job;
   transport::UcxContextOptions ucx;

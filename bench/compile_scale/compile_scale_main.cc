@@ -42,15 +42,14 @@ Measurement MeasureOnce(const Layout& layout) {
   if (child == 0) {
     close(pipe_ends[0]);
     GptShape shape;
-    job::Job job = MakeGptJob(shape, layout.data, layout.tensor, layout.pipeline,
-                              layout.devices_per_node);
+    job::Job job =
+        MakeGptJob(shape, layout.data, layout.tensor, layout.pipeline, layout.devices_per_node);
     compiler::OpRegistry registry;
     CHECK(compiler::RegisterStandardOps(&registry).ok());
     int devices = layout.data * layout.tensor * layout.pipeline;
     auto start = std::chrono::steady_clock::now();
     auto result = compiler::Compile(
-        job, registry,
-        compiler::DeviceSet::Cpus(devices, devices / layout.devices_per_node));
+        job, registry, compiler::DeviceSet::Cpus(devices, devices / layout.devices_per_node));
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(result.ok()) << result.status();

@@ -17,8 +17,8 @@ job::Job MakeGptJob(const GptShape& shape, int data, int tensor, int pipeline,
     std::vector<std::string> devices;
     for (int i = 0; i < stage_size; ++i) {
       int global = stage * stage_size + i;
-      devices.push_back(absl::StrCat("node", global / devices_per_node, "/cpu:",
-                                     global % devices_per_node));
+      devices.push_back(
+          absl::StrCat("node", global / devices_per_node, "/cpu:", global % devices_per_node));
       all_devices.push_back(devices.back());
     }
     builder.AddStagePlacement(devices, {data, tensor});
@@ -41,8 +41,8 @@ job::Job MakeGptJob(const GptShape& shape, int data, int tensor, int pipeline,
     return builder.Variable(name, variable_shape, NormalInit(0.02, seed), std::move(sbp),
                             stage_devices(stage));
   };
-  std::string x = builder.Input("x", {b, t, d}, RandomNormal(1.0, 1), {"S(0)", "B"},
-                                stage_devices(0));
+  std::string x =
+      builder.Input("x", {b, t, d}, RandomNormal(1.0, 1), {"S(0)", "B"}, stage_devices(0));
   int64_t seed = 10;
   for (int layer = 0; layer < shape.layers; ++layer) {
     const int stage = stage_of(layer);
@@ -62,18 +62,18 @@ job::Job MakeGptJob(const GptShape& shape, int data, int tensor, int pipeline,
       std::string bias = weight(absl::StrCat("attn.", which, ".bias"), {d}, column_bias);
       std::string mm = builder.Matmul(p + which + "_mm", ln1, w, false, false, options(stage));
       std::string biased = builder.BiasAdd(p + which, mm, bias, options(stage));
-      std::string split = builder.Op("reshape", p + which + "_heads", {biased},
-                                     {{"shape", IntListAttribute({b, t, h, d / h})}},
-                                     options(stage));
+      std::string split =
+          builder.Op("reshape", p + which + "_heads", {biased},
+                     {{"shape", IntListAttribute({b, t, h, d / h})}}, options(stage));
       heads.push_back(builder.Op("transpose", p + which + "_t", {split},
                                  {{"permutation", IntListAttribute({0, 2, 1, 3})}},
                                  options(stage)));
     }
-    std::string attention = builder.Op("causal_attention", p + "attention", heads, {},
-                                       options(stage));
-    std::string back = builder.Op("transpose", p + "attention_t", {attention},
-                                  {{"permutation", IntListAttribute({0, 2, 1, 3})}},
-                                  options(stage));
+    std::string attention =
+        builder.Op("causal_attention", p + "attention", heads, {}, options(stage));
+    std::string back =
+        builder.Op("transpose", p + "attention_t", {attention},
+                   {{"permutation", IntListAttribute({0, 2, 1, 3})}}, options(stage));
     std::string merged = builder.Op("reshape", p + "attention_merged", {back},
                                     {{"shape", IntListAttribute({b, t, d})}}, options(stage));
     std::string wo = weight("attn.c_proj.weight", {d, d}, row);

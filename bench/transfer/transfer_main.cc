@@ -74,14 +74,6 @@ const std::vector<Size>& Sizes() {
   return sizes;
 }
 
-plan::Device NodeDevice(int node) {
-  plan::Device device;
-  device.set_node(node);
-  device.set_type(plan::CPU);
-  device.set_index(0);
-  return device;
-}
-
 // Source on node 0, consumer on node 1; the whole job's plan, before the node split.
 plan::Plan TransferPlan(const Size& size) {
   PlanBuilder builder("transfer");

@@ -45,15 +45,21 @@ absl::StatusOr<int64_t> ReadK(const char* op_type, const KernelInit& init, int64
   return k;
 }
 
+// The extents of probs [B, T, E] and of slots [B, E, C].
+struct RouteExtents {
+  RouteExtents(const plan::TensorDesc& probs, const plan::TensorDesc& slots)
+      : groups(Shape::FromProto(probs).dimension(0)),
+        tokens(Shape::FromProto(probs).dimension(1)),
+        experts(Shape::FromProto(probs).dimension(2)),
+        capacity(Shape::FromProto(slots).dimension(2)) {}
+
+  int64_t groups, tokens, experts, capacity;
+};
+
 class MoeRouteKernel final : public Kernel {
  public:
-  MoeRouteKernel(const KernelInit& init, int64_t k) : signature_(init), k_(k) {
-    const Shape probs = Shape::FromProto(init.inputs[0]);
-    groups_ = probs.dimension(0);
-    tokens_ = probs.dimension(1);
-    experts_ = probs.dimension(2);
-    capacity_ = Shape::FromProto(init.outputs[0]).dimension(2);
-  }
+  MoeRouteKernel(const KernelInit& init, int64_t k)
+      : signature_(init), k_(k), extents_(init.inputs[0], init.outputs[0]) {}
 
   absl::Status Compute(const KernelContext& context) override {
     if (absl::Status status = signature_.Check(kRoute, context); !status.ok()) return status;
@@ -62,21 +68,21 @@ class MoeRouteKernel final : public Kernel {
     float* slot_weight = context.outputs[1].Data<float>();
     float* expert_fraction = context.outputs[2].Data<float>();
     float* dropped = context.outputs[3].Data<float>();
-    std::vector<std::array<int64_t, 2>> choices(tokens_);
-    std::vector<float> weights(tokens_ * 2);
-    std::vector<int64_t> filled(experts_);
-    for (int64_t b = 0; b < groups_; ++b) {
-      const float* group = probs + b * tokens_ * experts_;
-      int32_t* tokens_of_slots = slot_token + b * experts_ * capacity_;
-      float* weights_of_slots = slot_weight + b * experts_ * capacity_;
-      float* fraction = expert_fraction + b * experts_;
-      std::fill(tokens_of_slots, tokens_of_slots + experts_ * capacity_, -1);
-      std::fill(weights_of_slots, weights_of_slots + experts_ * capacity_, 0.0f);
-      std::fill(fraction, fraction + experts_, 0.0f);
+    std::vector<std::array<int64_t, 2>> choices(extents_.tokens);
+    std::vector<float> weights(extents_.tokens * 2);
+    std::vector<int64_t> filled(extents_.experts);
+    for (int64_t b = 0; b < extents_.groups; ++b) {
+      const float* group = probs + b * extents_.tokens * extents_.experts;
+      int32_t* tokens_of_slots = slot_token + b * extents_.experts * extents_.capacity;
+      float* weights_of_slots = slot_weight + b * extents_.experts * extents_.capacity;
+      float* fraction = expert_fraction + b * extents_.experts;
+      std::fill(tokens_of_slots, tokens_of_slots + extents_.experts * extents_.capacity, -1);
+      std::fill(weights_of_slots, weights_of_slots + extents_.experts * extents_.capacity, 0.0f);
+      std::fill(fraction, fraction + extents_.experts, 0.0f);
       std::fill(filled.begin(), filled.end(), 0);
-      for (int64_t t = 0; t < tokens_; ++t) {
-        const float* p = group + t * experts_;
-        choices[t] = TopExperts(p, experts_, k_);
+      for (int64_t t = 0; t < extents_.tokens; ++t) {
+        const float* p = group + t * extents_.experts;
+        choices[t] = TopExperts(p, extents_.experts, k_);
         const float sum = ChosenSum(p, choices[t], k_);
         for (int64_t rank = 0; rank < k_; ++rank) {
           weights[t * 2 + rank] = p[choices[t][rank]] / sum;
@@ -85,19 +91,19 @@ class MoeRouteKernel final : public Kernel {
       }
       int64_t over_capacity = 0;
       for (int64_t rank = 0; rank < k_; ++rank) {
-        for (int64_t t = 0; t < tokens_; ++t) {
+        for (int64_t t = 0; t < extents_.tokens; ++t) {
           const int64_t e = choices[t][rank];
-          if (filled[e] == capacity_) {
+          if (filled[e] == extents_.capacity) {
             ++over_capacity;
             continue;
           }
-          const int64_t slot = e * capacity_ + filled[e]++;
+          const int64_t slot = e * extents_.capacity + filled[e]++;
           tokens_of_slots[slot] = static_cast<int32_t>(t);
           weights_of_slots[slot] = weights[t * 2 + rank];
         }
       }
-      const float assignments = static_cast<float>(k_ * tokens_);
-      for (int64_t e = 0; e < experts_; ++e) fraction[e] /= assignments;
+      const float assignments = static_cast<float>(k_ * extents_.tokens);
+      for (int64_t e = 0; e < extents_.experts; ++e) fraction[e] /= assignments;
       dropped[b] = static_cast<float>(over_capacity);
     }
     return absl::OkStatus();
@@ -106,18 +112,13 @@ class MoeRouteKernel final : public Kernel {
  private:
   TensorSignature signature_;
   int64_t k_;
-  int64_t groups_ = 0, tokens_ = 0, experts_ = 0, capacity_ = 0;
+  RouteExtents extents_;
 };
 
 class MoeRouteGradKernel final : public Kernel {
  public:
-  MoeRouteGradKernel(const KernelInit& init, int64_t k) : signature_(init), k_(k) {
-    const Shape probs = Shape::FromProto(init.inputs[0]);
-    groups_ = probs.dimension(0);
-    tokens_ = probs.dimension(1);
-    experts_ = probs.dimension(2);
-    capacity_ = Shape::FromProto(init.inputs[1]).dimension(2);
-  }
+  MoeRouteGradKernel(const KernelInit& init, int64_t k)
+      : signature_(init), k_(k), extents_(init.inputs[0], init.inputs[1]) {}
 
   absl::Status Compute(const KernelContext& context) override {
     if (absl::Status status = signature_.Check(kRouteGrad, context); !status.ok()) return status;
@@ -125,21 +126,21 @@ class MoeRouteGradKernel final : public Kernel {
     const int32_t* slot_token = context.inputs[1].Data<const int32_t>();
     const float* dweight = context.inputs[2].Data<const float>();
     float* dprobs = context.outputs[0].Data<float>();
-    std::fill(dprobs, dprobs + groups_ * tokens_ * experts_, 0.0f);
-    for (int64_t b = 0; b < groups_; ++b) {
-      for (int64_t e = 0; e < experts_; ++e) {
-        for (int64_t c = 0; c < capacity_; ++c) {
-          const int64_t slot = (b * experts_ + e) * capacity_ + c;
+    std::fill(dprobs, dprobs + extents_.groups * extents_.tokens * extents_.experts, 0.0f);
+    for (int64_t b = 0; b < extents_.groups; ++b) {
+      for (int64_t e = 0; e < extents_.experts; ++e) {
+        for (int64_t c = 0; c < extents_.capacity; ++c) {
+          const int64_t slot = (b * extents_.experts + e) * extents_.capacity + c;
           const int64_t t = slot_token[slot];
           if (t == -1) continue;
-          if (t < -1 || t >= tokens_) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(kRouteGrad, ": slot_token[", b, ", ", e, ", ", c, "] = ", t,
-                             " is not a token of the group (0 to ", tokens_ - 1, ") or -1"));
+          if (t < -1 || t >= extents_.tokens) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                kRouteGrad, ": slot_token[", b, ", ", e, ", ", c, "] = ", t,
+                " is not a token of the group (0 to ", extents_.tokens - 1, ") or -1"));
           }
-          const float* p = probs + (b * tokens_ + t) * experts_;
-          float* dp = dprobs + (b * tokens_ + t) * experts_;
-          const std::array<int64_t, 2> top = TopExperts(p, experts_, k_);
+          const float* p = probs + (b * extents_.tokens + t) * extents_.experts;
+          float* dp = dprobs + (b * extents_.tokens + t) * extents_.experts;
+          const std::array<int64_t, 2> top = TopExperts(p, extents_.experts, k_);
           const float sum = ChosenSum(p, top, k_);
           const float dw = dweight[slot];
           for (int64_t rank = 0; rank < k_; ++rank) {
@@ -155,7 +156,7 @@ class MoeRouteGradKernel final : public Kernel {
  private:
   TensorSignature signature_;
   int64_t k_;
-  int64_t groups_ = 0, tokens_ = 0, experts_ = 0, capacity_ = 0;
+  RouteExtents extents_;
 };
 
 // probs float32 [B, T, E]; `slots` more tensors [B, E, C] (capacity C >= 0).
