@@ -258,6 +258,81 @@ TEST(LayerNormOpTest, SignaturesAndLowering) {
   EXPECT_DOUBLE_EQ(conf->attributes().at("epsilon").float_value(), 1e-6);
 }
 
+TEST(MoeOpsTest, RouteInfersSlotsOfTheCapacityAndValidates) {
+  // C = ceil(1.25 * 64 * 2 / 4) = 40; k = 1 with 8 experts: ceil(1.25 * 64 / 8) = 10.
+  TestOp route("moe_route", {Float32({16, 64, 4})});
+  route.Int("k", 2).Float("capacity_factor", 1.25);
+  absl::StatusOr<std::vector<TensorType>> outputs = route.Infer();
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_THAT(*outputs, ElementsAre(Int32({16, 4, 40}), Float32({16, 4, 40}), Float32({16, 4}),
+                                    Float32({16})));
+  EXPECT_THAT(route.Signatures(2),
+              UnorderedElementsAre("(S(0)) -> (S(0), S(0), S(0), S(0))", "(B) -> (B, B, B, B)"));
+  absl::StatusOr<plan::KernelConf> conf = route.LowerOnOneDevice();
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  EXPECT_EQ(conf->attributes().size(), 1u);
+  EXPECT_EQ(conf->attributes().at("k").int_value(), 2);
+  TestOp top_one("moe_route", {Float32({2, 64, 8})});
+  top_one.Int("k", 1).Int("capacity_factor", 1);
+  EXPECT_EQ(top_one.Infer()->at(0), Int32({2, 8, 8}));
+  // A huge factor is capped at the tokens (an expert takes a token once).
+  TestOp huge("moe_route", {Float32({2, 5, 2})});
+  huge.Int("k", 2).Float("capacity_factor", 1e30);
+  EXPECT_EQ(huge.Infer()->at(0), Int32({2, 2, 5}));
+
+  EXPECT_EQ(
+      TestOp("moe_route", {Float32({2, 5, 2})}).Int("k", 3).Float("capacity_factor", 1).Error(),
+      "attribute 'k' must be 1 or 2 (experts per token), not 3");
+  EXPECT_EQ(
+      TestOp("moe_route", {Float32({2, 5, 1})}).Int("k", 2).Float("capacity_factor", 1).Error(),
+      "attribute 'k' = 2 is more than the 1 experts (probs' last axis)");
+  EXPECT_EQ(TestOp("moe_route", {Float32({2, 5, 2})}).Int("k", 1).Error(),
+            "attribute 'capacity_factor' is required (e.g. 1.25)");
+  EXPECT_EQ(
+      TestOp("moe_route", {Float32({2, 5, 2})}).Int("k", 1).Float("capacity_factor", -1).Error(),
+      "attribute 'capacity_factor' must be finite and > 0, not -1");
+  EXPECT_EQ(TestOp("moe_route", {Float32({10, 2})}).Int("k", 1).Float("capacity_factor", 1).Error(),
+            "input 'probs' must be [groups, tokens, experts], not float32[10, 2]");
+  EXPECT_THAT(TestOp("moe_route", {Float32({2, 5, 2})})
+                  .Int("k", 1)
+                  .Float("capacity_factor", 1)
+                  .Int("top_k", 1)
+                  .Error(),
+              HasSubstr("unknown attribute 'top_k'"));
+}
+
+TEST(MoeOpsTest, DispatchAndCombineInferAndValidate) {
+  TestOp dispatch("moe_dispatch", {Float32({4, 6, 8}), Int32({4, 3, 5})});
+  EXPECT_EQ(dispatch.Output(), Float32({4, 3, 5, 8}));
+  EXPECT_THAT(dispatch.Signatures(2),
+              UnorderedElementsAre("(S(0), S(0)) -> (S(0))", "(S(2), B) -> (S(3))", "(P, B) -> (P)",
+                                   "(B, B) -> (B)"));
+  EXPECT_EQ(TestOp("moe_dispatch", {Float32({4, 6, 8}), Int64({4, 3, 5})}).Error(),
+            "input 'slot_token' must be int32, not int64");
+  EXPECT_EQ(TestOp("moe_dispatch", {Float32({4, 6, 8}), Int32({2, 3, 5})}).Error(),
+            "input 'slot_token' must be [groups, experts, capacity] with 4 groups, not "
+            "int32[2, 3, 5]");
+
+  TestOp combine("moe_combine", {Float32({4, 3, 5, 8}), Int32({4, 3, 5}), Float32({4, 3, 5})});
+  combine.Int("tokens", 6);
+  EXPECT_EQ(combine.Output(), Float32({4, 6, 8}));
+  EXPECT_THAT(combine.Signatures(2),
+              UnorderedElementsAre("(S(0), S(0), S(0)) -> (S(0))", "(S(3), B, B) -> (S(2))",
+                                   "(P, B, B) -> (P)", "(B, B, B) -> (B)"));
+  EXPECT_EQ(
+      TestOp("moe_combine", {Float32({4, 3, 5, 8}), Int32({4, 3, 5}), Float32({4, 3, 5})}).Error(),
+      "missing attribute 'tokens'");
+  EXPECT_EQ(TestOp("moe_combine", {Float32({4, 3, 5, 8}), Int32({4, 3, 5}), Float32({4, 3})})
+                .Int("tokens", 6)
+                .Error(),
+            "input 'slot_weight' float32[4, 3] must have slot_token's shape int32[4, 3, 5]");
+  EXPECT_EQ(TestOp("moe_combine", {Float32({4, 3, 4, 8}), Int32({4, 3, 5}), Float32({4, 3, 5})})
+                .Int("tokens", 6)
+                .Error(),
+            "input 'expert_out' must be [groups, experts, capacity, width] of slot_token "
+            "int32[4, 3, 5], not float32[4, 3, 4, 8]");
+}
+
 TEST(EmbeddingOpTest, InfersAndValidates) {
   EXPECT_EQ(TestOp("embedding", {Float32({7, 4}), Int64({2, 3})}).Output(), Float32({2, 3, 4}));
   EXPECT_EQ(TestOp("embedding", {Float32({7, 4}), Int32({5})}).Output(), Float32({5, 4}));

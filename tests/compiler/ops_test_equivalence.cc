@@ -267,6 +267,10 @@ class EquivalenceCase {
     }
     for (const HostTensor& candidate : candidates) {
       ASSERT_EQ(candidate.shape, expected.shape);
+      if (expected.data_type != plan::FLOAT32) {  // indices: exactly equal
+        EXPECT_EQ(candidate.bytes, expected.bytes);
+        continue;
+      }
       const std::vector<float> actual = Floats(candidate);
       const std::vector<float> reference = Floats(expected);
       for (size_t i = 0; i < reference.size(); ++i) {
@@ -378,6 +382,31 @@ TEST_P(OpsEquivalenceTest, CausalAttention) {
       "causal_attention",
       {RandomFloats(shape, engine_), RandomFloats(shape, engine_), RandomFloats(shape, engine_)});
   EXPECT_EQ(op.CheckEverySignature(degree()), 3);
+}
+
+TEST_P(OpsEquivalenceTest, MixtureOfExperts) {
+  // 6 groups of 5 tokens, 4 experts of 3 slots; slots name tokens or -1 (empty).
+  const std::vector<int64_t> slots = {0, 4, -1, 2, 2, 1, -1, 3, 0, 4, 1, -1, 3};
+  EquivalenceCase route("moe_route", {RandomFloats({6, 5, 4}, engine_)});
+  route.Int("k", 2).Int("capacity_factor", 1);
+  EXPECT_EQ(route.CheckEverySignature(degree()), 2);
+  EquivalenceCase dispatch(
+      "moe_dispatch", {RandomFloats({6, 5, 6}, engine_), Integers({6, 4, 3}, plan::INT32, slots)});
+  EXPECT_EQ(dispatch.CheckEverySignature(degree()), 4);
+  EquivalenceCase combine(
+      "moe_combine", {RandomFloats({6, 4, 3, 6}, engine_), Integers({6, 4, 3}, plan::INT32, slots),
+                      RandomFloats({6, 4, 3}, engine_)});
+  combine.Int("tokens", 5);
+  EXPECT_EQ(combine.CheckEverySignature(degree()), 4);
+  EquivalenceCase dispatch_grad("moe_dispatch_grad", {RandomFloats({6, 4, 3, 6}, engine_),
+                                                      Integers({6, 4, 3}, plan::INT32, slots)});
+  dispatch_grad.Int("tokens", 5);
+  EXPECT_EQ(dispatch_grad.CheckEverySignature(degree()), 4);
+  EquivalenceCase route_grad(
+      "moe_route_grad", {RandomFloats({6, 5, 4}, engine_), Integers({6, 4, 3}, plan::INT32, slots),
+                         RandomFloats({6, 4, 3}, engine_)});
+  route_grad.Int("k", 2);
+  EXPECT_EQ(route_grad.CheckEverySignature(degree()), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Degrees, OpsEquivalenceTest, ::testing::Values(2, 3),
