@@ -8,8 +8,10 @@
 // host), and for reference once per configuration forced onto TCP. Each configuration is run
 // kRepetitions times, the systems interleaved; the medians of the runs are compared. The RESULT
 // lines give the configuration with the worst ratio against each peer.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -38,7 +40,38 @@ struct Medians {
   double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0;
 };
 
-int Main() {
+// `bench_alltoall --only loom|gloo|mpi RANKS KIB`: one side alone, kRepetitions runs of KiB per
+// rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB).
+int OnlyOne(const std::string& system, int ranks, int64_t kibibytes) {
+  CollectiveRun run;
+  run.kind = plan::ALL_TO_ALL;
+  run.ranks = ranks;
+  run.elements = std::max<int64_t>(kibibytes * 1024 / 4 / ranks, 1) * ranks;
+  run.warmup = kWarmup;
+  run.measured = kMeasured;
+  std::vector<double> times;
+  for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+    absl::StatusOr<double> time =
+        system == "loom"   ? RunLoomCollective(run)
+        : system == "gloo" ? RunGlooCollectiveRun(run)
+        : system == "mpi"  ? RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "")
+                           : absl::InvalidArgumentError(absl::StrCat("unknown system ", system));
+    ExitIfError(time.status(), absl::StrCat(system, "'s all-to-all"));
+    times.push_back(*time);
+  }
+  std::printf("%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(), ranks,
+              static_cast<long long>(kibibytes), JoinValues(times, 3).c_str(), Median(times));
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--only") {
+    return OnlyOne(argv[2], std::atoi(argv[3]), std::atoll(argv[4]));
+  }
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: bench_alltoall [--only loom|gloo|mpi RANKS KIB]\n");
+    return 2;
+  }
   if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;
   std::printf(
       "alltoall: float32, MiB per rank, one process per rank; Loom NetworkCollectives (UCX tcp) "
@@ -108,4 +141,4 @@ int Main() {
 }  // namespace
 }  // namespace loom::bench
 
-int main() { return loom::bench::Main(); }
+int main(int argc, char** argv) { return loom::bench::Main(argc, argv); }
