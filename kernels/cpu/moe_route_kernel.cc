@@ -35,6 +35,11 @@ float ChosenSum(const float* p, const std::array<int64_t, 2>& top, int64_t k) {
   return sum;
 }
 
+// The renormalised weight p_e / sum of a token's chosen p: exactly 1 for k = 1.
+float ChosenWeight(const float* p, int64_t e, float sum, int64_t k) {
+  return k == 1 ? 1.0f : p[e] / sum;
+}
+
 absl::StatusOr<int64_t> ReadK(const char* op_type, const KernelInit& init, int64_t experts) {
   absl::StatusOr<int64_t> k = Attributes(*init.conf).GetInt("k");
   if (!k.ok()) return WithOpType(op_type, k.status());
@@ -85,7 +90,7 @@ class MoeRouteKernel final : public Kernel {
         choices[t] = TopExperts(p, extents_.experts, k_);
         const float sum = ChosenSum(p, choices[t], k_);
         for (int64_t rank = 0; rank < k_; ++rank) {
-          weights[t * 2 + rank] = p[choices[t][rank]] / sum;
+          weights[t * 2 + rank] = ChosenWeight(p, choices[t][rank], sum, k_);
           fraction[choices[t][rank]] += 1.0f;
         }
       }
@@ -142,10 +147,12 @@ class MoeRouteGradKernel final : public Kernel {
           float* dp = dprobs + (b * extents_.tokens + t) * extents_.experts;
           const std::array<int64_t, 2> top = TopExperts(p, extents_.experts, k_);
           const float sum = ChosenSum(p, top, k_);
+          // d(p_e / s) / dp_j = ([j == e] - w_e) / s: exactly 0 for k = 1, where w_e = 1.
+          const float weight = ChosenWeight(p, e, sum, k_);
           const float dw = dweight[slot];
           for (int64_t rank = 0; rank < k_; ++rank) {
             const int64_t j = top[rank];
-            dp[j] += dw * ((j == e ? 1.0f / sum : 0.0f) - p[e] / (sum * sum));
+            dp[j] += dw * ((j == e ? 1.0f : 0.0f) - weight) / sum;
           }
         }
       }

@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMoeRouteKernel(const KernelInit& i
 
 // "moe_route_grad": (probs [B, T, E], slot_token [B, E, C], dslot_weight [B, E, C]) -> dprobs
 // [B, T, E], attribute "k": for a slot of token t and expert e, with S the experts t chose and
-// s = sum over S of p: dprobs[t, j] += dw * ([j == e] / s - p_e / s^2) for j in S. A slot_token
+// s = sum over S of p: dprobs[t, j] += dw * ([j == e] / s - p_e / s^2) for j in S, computed as
+// dw * ([j == e] - w_e) / s with the slot's weight w_e (so exactly 0 for k = 1). A slot_token
 // outside [-1, T) fails with INVALID_ARGUMENT naming it.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMoeRouteGradKernel(const KernelInit& init);
 

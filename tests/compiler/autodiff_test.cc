@@ -314,6 +314,17 @@ std::vector<Case> Cases() {
                            Op("y", "moe_combine", "[\"expert\", \"slot_token\", \"slot_weight\"]",
                               "attributes { key: \"tokens\" value { int_value: 6 } }"),
                        "[2, 6, 3]"});
+  // The Switch Transformer load-balancing term, expert_fraction * the mean router probability:
+  // expert_fraction is on the loss path but has no gradient (it counts choices), so the logits'
+  // gradient comes through the mean alone.
+  cases.push_back(Case{"moe_route_load_balancing",
+                       {{"logits", "[2, 6, 4]", "S(0)"}},
+                       "",
+                       Op("probs", "softmax", "\"logits_eff\"") + route(2, 1.0) +
+                           Op("mean_probs", "reduce_mean", "\"probs\"",
+                              "attributes { key: \"axes\" value { int_list { values: [1] } } }") +
+                           Op("y", "multiply", "[\"fraction\", \"mean_probs\"]"),
+                       "[2, 4]"});
   // An MLP with tensors used twice (gradients summed): Megatron layout on 2 devices.
   cases.push_back(Case{"mlp",
                        {{"w1", "[3, 8]", "S(1)"}, {"b1", "[8]", "S(0)"}, {"w2", "[8, 2]", "S(0)"}},

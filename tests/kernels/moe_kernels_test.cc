@@ -50,6 +50,18 @@ TEST(MoeRouteKernelTest, TopTwoFillsSlotsFirstChoicesFirstAndDropsOverCapacity) 
   EXPECT_THAT(call.OutputFloats(3), ElementsAre(2.0f));
 }
 
+TEST(MoeRouteKernelTest, LaterTokensFirstChoicesGoBeforeEarlierTokensSecondChoices) {
+  // One slot per expert. t0 prefers e0 then e1, t1 prefers e1 then e0: in GShard's order t1's
+  // first choice takes e1 before t0's second choice asks for it, and both second choices drop
+  // (filling token by token would have given e1 to t0 instead).
+  OpCall call("moe_route");
+  Route(call, 1, 2, 2, 1, 2, {0.6f, 0.4f, 0.3f, 0.7f});
+  EXPECT_THAT(IntValues(call.output(0)), ElementsAre(0, 1));
+  EXPECT_THAT(call.OutputFloats(1), ElementsAre(0.6f, 0.7f));
+  EXPECT_THAT(call.OutputFloats(2), ElementsAre(0.5f, 0.5f));
+  EXPECT_THAT(call.OutputFloats(3), ElementsAre(2.0f));
+}
+
 TEST(MoeRouteKernelTest, TiesGoToTheLowerExpertAndTopOneWeighsOne) {
   OpCall top_two("moe_route");
   Route(top_two, 1, 1, 3, 1, 2, {0.4f, 0.4f, 0.2f});
