@@ -40,36 +40,53 @@ struct Medians {
   double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0;
 };
 
-// `bench_alltoall --only loom|gloo|mpi RANKS KIB`: one side alone, kRepetitions runs of KiB per
-// rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB).
-int OnlyOne(const std::string& system, int ranks, int64_t kibibytes) {
+// `bench_alltoall --only loom|gloo|mpi RANKS KIB [SPIN_US]`: one side alone, kRepetitions runs of
+// KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB). For Loom it
+// also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and the
+// time between acts), and SPIN_US replaces the nodes' spin before parking (stream threads and the
+// collective's wait on its transfers; default 50).
+int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
   CollectiveRun run;
   run.kind = plan::ALL_TO_ALL;
   run.ranks = ranks;
   run.elements = std::max<int64_t>(kibibytes * 1024 / 4 / ranks, 1) * ranks;
   run.warmup = kWarmup;
   run.measured = kMeasured;
-  std::vector<double> times;
+  std::vector<double> times, acts, betweens;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
-    absl::StatusOr<double> time =
-        system == "loom"   ? RunLoomCollective(run)
-        : system == "gloo" ? RunGlooCollectiveRun(run)
-        : system == "mpi"  ? RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "")
-                           : absl::InvalidArgumentError(absl::StrCat("unknown system ", system));
+    absl::StatusOr<double> time;
+    if (system == "loom") {
+      absl::StatusOr<LoomCollectiveTiming> timing =
+          RunLoomCollectiveTimed(run, absl::Microseconds(spin_microseconds));
+      ExitIfError(timing.status(), "loom's all-to-all");
+      acts.push_back(timing->act);
+      betweens.push_back(timing->between);
+      time = timing->iteration;
+    } else {
+      time = system == "gloo" ? RunGlooCollectiveRun(run)
+             : system == "mpi"
+                 ? RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "")
+                 : absl::InvalidArgumentError(absl::StrCat("unknown system ", system));
+    }
     ExitIfError(time.status(), absl::StrCat(system, "'s all-to-all"));
     times.push_back(*time);
   }
   std::printf("%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(), ranks,
               static_cast<long long>(kibibytes), JoinValues(times, 3).c_str(), Median(times));
+  if (system == "loom") {
+    std::printf("  rank 0, medians per run: collective act %s ms, between acts %s ms\n",
+                JoinValues(acts, 3).c_str(), JoinValues(betweens, 3).c_str());
+  }
   return 0;
 }
 
 int Main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--only") {
-    return OnlyOne(argv[2], std::atoi(argv[3]), std::atoll(argv[4]));
+  if ((argc == 5 || argc == 6) && std::string(argv[1]) == "--only") {
+    return OnlyOne(argv[2], std::atoi(argv[3]), std::atoll(argv[4]),
+                   argc == 6 ? std::atoll(argv[5]) : -1);
   }
   if (argc != 1) {
-    std::fprintf(stderr, "usage: bench_alltoall [--only loom|gloo|mpi RANKS KIB]\n");
+    std::fprintf(stderr, "usage: bench_alltoall [--only loom|gloo|mpi RANKS KIB [SPIN_US]]\n");
     return 2;
   }
   if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;

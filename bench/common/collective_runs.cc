@@ -89,20 +89,39 @@ absl::StatusOr<double> MedianIteration(const std::vector<int64_t>& ends, int war
   return Median(intervals);
 }
 
-absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run) {
+absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(const CollectiveRun& run,
+                                                            absl::Duration spin) {
   const std::vector<plan::Plan> plans = compiler::SplitByNode(CollectivePlan(run));
   NodeJobProcessOptions options;
   options.ucx.configuration = {{"TLS", "tcp"}};
   options.deadline = absl::Seconds(120);
+  if (spin >= absl::ZeroDuration()) options.job.spin_before_park = spin;
   absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(
       plans, options,
       [](daemon::NodeJob& job) { return ReportActs(job, absl::StrCat("collective", job.node())); });
   if (!reports.ok()) return reports.status();
-  std::map<int64_t, int64_t> end_of_piece;
-  for (const Act& act : ParseActs((*reports)[0])) end_of_piece[act.piece] = act.end_nanoseconds;
+  std::map<int64_t, Act> act_of_piece;
+  for (const Act& act : ParseActs((*reports)[0])) act_of_piece[act.piece] = act;
   std::vector<int64_t> ends;
-  for (const auto& [piece, end] : end_of_piece) ends.push_back(end);
-  return MedianIteration(ends, run.warmup, run.measured, "Loom");
+  std::vector<double> acts, betweens;
+  const Act* previous = nullptr;
+  for (const auto& [piece, act] : act_of_piece) {
+    if (static_cast<int>(ends.size()) >= run.warmup && previous != nullptr) {
+      acts.push_back((act.end_nanoseconds - act.start_nanoseconds) / 1e6);
+      betweens.push_back((act.start_nanoseconds - previous->end_nanoseconds) / 1e6);
+    }
+    ends.push_back(act.end_nanoseconds);
+    previous = &act;
+  }
+  absl::StatusOr<double> iteration = MedianIteration(ends, run.warmup, run.measured, "Loom");
+  if (!iteration.ok()) return iteration.status();
+  return LoomCollectiveTiming{*iteration, Median(acts), Median(betweens)};
+}
+
+absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run) {
+  absl::StatusOr<LoomCollectiveTiming> timing = RunLoomCollectiveTimed(run);
+  if (!timing.ok()) return timing.status();
+  return timing->iteration;
 }
 
 absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run) {

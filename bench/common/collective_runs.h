@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/plan.pb.h"
 
 namespace loom::bench {
@@ -28,6 +29,22 @@ struct CollectiveRun {
 // output; each node's part (compiler::SplitByNode) runs in a process of its own as a
 // daemon::NodeJob, as in loomd, so the collective takes the UCX backend (UCX_TLS=tcp).
 absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run);
+
+// Where Loom's iterations go on rank 0, medians over the measured iterations in milliseconds:
+// `iteration` as RunLoomCollective; `act` the COLLECTIVE's acts (from the act's start, its input
+// ready and its stream thread running it, to its end, every transfer done: the header exchange,
+// the data and the waits on the peers); `between` from one act's end to the next act's start
+// (READY to the consumer, FREE back to the source, the next piece's READY, and the stream
+// threads' wake-ups on the way).
+struct LoomCollectiveTiming {
+  double iteration = 0;
+  double act = 0;
+  double between = 0;
+};
+// `spin` replaces JobOptions::spin_before_park in every node (which also sets how long the
+// collective polls its transfers before it parks) when it is not negative.
+absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(
+    const CollectiveRun& run, absl::Duration spin = absl::Microseconds(-1));
 
 // Gloo over TCP on 127.0.0.1 (bench/common/gloo_collectives.h).
 absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run);

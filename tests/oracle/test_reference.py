@@ -443,5 +443,230 @@ class MoeReferenceTest(unittest.TestCase):
         self.assertGreater(float(router.grad.abs().sum()), 0.0)
 
 
+def route_by_loops(probs, cfg):
+    """route() written out plainly, token by token and group by group, for comparison: every
+    token's first choice in token order, then every second choice; ties to the lower index."""
+    B, T, E = probs.shape
+    k = cfg.top_k
+    capacity = models.moe_capacity(cfg, T)
+    choices = [[None] * T for _ in range(B)]
+    weights = [[None] * T for _ in range(B)]
+    kept = [[[False] * k for _ in range(T)] for _ in range(B)]
+    for b in range(B):
+        for t in range(T):
+            row = [float(v) for v in probs[b, t]]
+            picked = []
+            for _ in range(k):
+                best = None
+                for e in range(E):
+                    if e not in picked and (best is None or row[e] > row[best]):
+                        best = e
+                picked.append(best)
+            choices[b][t] = picked
+            total = sum(row[e] for e in picked)
+            weights[b][t] = [row[e] / total for e in picked]
+        filled = [0] * E
+        for rank in range(k):
+            for t in range(T):
+                e = choices[b][t][rank]
+                if filled[e] < capacity:
+                    filled[e] += 1
+                    kept[b][t][rank] = True
+    return choices, weights, kept
+
+
+class MoeReferenceByHandTest(unittest.TestCase):
+    """The MoE layer against hand computations and a plain-loop router; skewed routing."""
+
+    def tiny(self, **changes):
+        cfg = models.MoEGPTConfig(layers=1, moe_layers=(0,), width=2, heads=1, mlp_width=4,
+                                  experts=2, top_k=1, capacity_factor=1.0)
+        for key, value in changes.items():
+            setattr(cfg, key, value)
+        return cfg
+
+    def expert(self, params, e, x):
+        pre = "h.0.moe.experts."
+        h = x @ params[pre + "c_fc.weight"][e] + params[pre + "c_fc.bias"][e]
+        h = torch.nn.functional.gelu(h)
+        return h @ params[pre + "c_proj.weight"][e] + params[pre + "c_proj.bias"][e]
+
+    def test_route_matches_plain_loops(self):
+        g = torch.Generator().manual_seed(5)
+        for experts, top_k, factor in ((4, 2, 1.25), (4, 1, 1.0), (3, 2, 0.5), (2, 2, 2.0)):
+            cfg = models.MoEGPTConfig(experts=experts, top_k=top_k, capacity_factor=factor)
+            logits = torch.randn(3, 17, experts, generator=g)
+            logits[0] = logits[0].round()   # many exact ties: they go to the lower index
+            logits[1, :, 0] += 2.0          # skewed towards expert 0: drops
+            probs = torch.softmax(logits, dim=-1)
+            choices, weights, kept, _ = models.route(probs, cfg)
+            want_choices, want_weights, want_kept = route_by_loops(probs, cfg)
+            self.assertEqual(choices.tolist(), want_choices, (experts, top_k, factor))
+            self.assertEqual(kept.tolist(), want_kept, (experts, top_k, factor))
+            self.assertTrue(torch.allclose(weights, torch.tensor(want_weights), atol=1e-6))
+
+    def test_aux_loss_drops_and_combine_by_hand(self):
+        # Two groups of 3 tokens, 2 experts, top-1, capacity ceil(1.0 * 3 * 1 / 2) = 2.
+        # x = [1, 0] routes with probabilities [3/4, 1/4] and x = [0, 1] with [1/4, 3/4].
+        cfg = self.tiny()
+        self.assertEqual(models.moe_capacity(cfg, 3), 2)
+        params = models.init_params(models.gpt_param_specs(cfg), 0)
+        params["h.0.moe.router.weight"] = torch.eye(2) * math.log(3.0)
+        params["h.0.moe.experts.c_fc.bias"] = torch.tensor([[0.1, -0.2, 0.3, 0.0],
+                                                            [0.0, 0.5, -0.1, 0.2]])
+        params["h.0.moe.experts.c_proj.bias"] = torch.tensor([[0.05, -0.05], [0.2, 0.1]])
+        m = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]],
+                          [[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]])
+        stats = {}
+        out = models.moe_mlp(params, "h.0.", m, cfg, stats)
+        # Group 0: f = [2/3, 1/3], P = [(3/4 + 3/4 + 1/4) / 3, (1/4 + 1/4 + 3/4) / 3],
+        #   aux = 2 * (2/3 * 7/12 + 1/3 * 5/12) = 19/18.
+        # Group 1: f = [0, 1], P = [1/4, 3/4], aux = 2 * 3/4 = 3/2.
+        self.assertAlmostEqual(float(stats["aux_loss"]), (19 / 18 + 3 / 2) / 2, places=6)
+        # Group 1 sends all three tokens to expert 1, which has 2 slots: the third is dropped.
+        self.assertEqual(stats["dropped"], 1)
+        self.assertEqual(stats["tokens_per_expert"].tolist(), [2, 4])
+        # Top-1 weighs 1: each kept token gets its expert's output, the dropped one nothing.
+        x0, x1 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+        want = torch.stack([torch.stack([self.expert(params, 0, x0), self.expert(params, 0, x0),
+                                         self.expert(params, 1, x1)]),
+                            torch.stack([self.expert(params, 1, x1), self.expert(params, 1, x1),
+                                         torch.zeros(2)])])
+        self.assertTrue(torch.allclose(out, want, atol=1e-6), (out, want))
+
+    def test_top_two_combine_by_hand(self):
+        # One token, 3 experts, top-2: probabilities softmax([0, ln 2, ln 5]) = [1, 2, 5] / 8,
+        # choices 2 then 1, weights 5/7 and 2/7; capacity ceil(1.25 * 1 * 2 / 3) = 1: both kept.
+        cfg = self.tiny(experts=3, top_k=2, capacity_factor=1.25, width=3, heads=1)
+        params = models.init_params(models.gpt_param_specs(cfg), 2)
+        params["h.0.moe.router.weight"] = torch.tensor([[0.0, math.log(2.0), math.log(5.0)],
+                                                        [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+        x = torch.tensor([1.0, 0.0, 0.0])
+        stats = {}
+        out = models.moe_mlp(params, "h.0.", x.view(1, 1, 3), cfg, stats)
+        want = 5 / 7 * self.expert(params, 2, x) + 2 / 7 * self.expert(params, 1, x)
+        self.assertTrue(torch.allclose(out.view(3), want, atol=1e-6))
+        self.assertEqual(stats["dropped"], 0)
+        # f = [0, 1/2, 1/2], P = [1/8, 2/8, 5/8]: aux = 3 * (1/8 + 5/16) = 21/16.
+        self.assertAlmostEqual(float(stats["aux_loss"]), 21 / 16, places=6)
+
+    def test_loss_is_cross_entropy_plus_the_weighted_aux_loss(self):
+        cfg = models.MoEGPTConfig(layers=2, moe_layers=(0, 1), aux_loss_coefficient=0.5)
+        params = models.init_params(models.gpt_param_specs(cfg), 4)
+        tokens = data.load_tokens(GPL3)
+        x, y = data.get_batch(tokens, 0, 2, 64)
+        with torch.no_grad():
+            stats = {}
+            loss, logits = models.moe_gpt_forward(params, cfg, x, y, stats)
+            cross_entropy = torch.nn.functional.cross_entropy(logits.reshape(-1, 256),
+                                                              y.reshape(-1))
+        # The reported loss is the total: the aux loss summed over both MoE layers, weighted.
+        self.assertAlmostEqual(float(loss), float(cross_entropy) + 0.5 * float(stats["aux_loss"]),
+                               places=5)
+        self.assertEqual(int(stats["tokens_per_expert"].sum()), 2 * 2 * 64 * 2)
+
+    def skewed(self, cfg, identical_tokens):
+        """Initial weights whose router sends every token's first choice to expert 0: ln_2's bias
+        is 1, so sum_d m_d = D for every token (LayerNorm's output sums to 0), and the router's
+        column 0 is 0.05 (logit 0.05 * D = 6.4 against about +-0.3 for the other experts).
+        With identical_tokens, ln_2's weight is 0 too: every token has the same m, so its second
+        choice is the same expert for all."""
+        params = models.init_params(models.gpt_param_specs(cfg), 6)
+        for layer in cfg.moe_layers:
+            pre = f"h.{layer}."
+            params[pre + "ln_2.bias"] = torch.ones(cfg.width)
+            if identical_tokens:
+                params[pre + "ln_2.weight"] = torch.zeros(cfg.width)
+            router = params[pre + "moe.router.weight"].clone()
+            router[:, 0] = 0.05
+            params[pre + "moe.router.weight"] = router
+        for value in params.values():
+            value.requires_grad_(True)
+        return params
+
+    def test_skewed_routing_drops_the_overflow_and_stays_finite(self):
+        cfg = models.MoEGPTConfig()   # 4 experts, top-2, capacity 1.25, blocks 1 and 3
+        T, B = cfg.context, 4
+        capacity = models.moe_capacity(cfg, T)
+        self.assertEqual(capacity, 40)   # ceil(1.25 * 64 * 2 / 4)
+        x, y = data.get_batch(data.load_tokens(GPL3), 0, B, T)
+        layers = len(cfg.moe_layers)
+
+        # Identical tokens: all 64 first choices on expert 0 and all 64 second choices on one
+        # other expert: 24 of each are dropped, per group and layer.
+        params = self.skewed(cfg, identical_tokens=True)
+        stats = {}
+        loss, _ = models.moe_gpt_forward(params, cfg, x, y, stats)
+        self.assertTrue(math.isfinite(float(loss)))
+        self.assertEqual(stats["dropped"], 2 * (T - capacity) * B * layers)
+        self.assertEqual(int(stats["tokens_per_expert"][0]), T * B * layers)
+        # Every token has m = 1, so logits = the router's column sums (6.4 for expert 0): f is
+        # 1/2 for expert 0 and for the second choice s, P is the softmax of the column sums,
+        # aux = 4 * (P_0 + P_s) / 2 per layer.
+        want_aux = 0.0
+        for layer in cfg.moe_layers:
+            probs = torch.softmax(params[f"h.{layer}.moe.router.weight"].detach().sum(dim=0), 0)
+            second = 1 + int(probs[1:].argmax())
+            want_aux += 4 * float(probs[0] + probs[second]) / 2
+        self.assertAlmostEqual(float(stats["aux_loss"]), want_aux, places=5)
+        loss.backward()
+        for name, value in params.items():
+            self.assertTrue(bool(torch.isfinite(value.grad).all()), name)
+
+        # Most tokens: LayerNorm as usual, so second choices spread over experts 1-3; every
+        # first choice is still expert 0 (24 dropped per group and layer), and the second
+        # choices' drops are those of the plain-loop router on the same probabilities.
+        params = self.skewed(cfg, identical_tokens=False)
+        probabilities = []
+        original_route = models.route
+
+        def recording_route(probs, route_cfg):
+            probabilities.append(probs.detach().clone())
+            return original_route(probs, route_cfg)
+
+        models.route = recording_route
+        try:
+            stats = {}
+            loss, _ = models.moe_gpt_forward(params, cfg, x, y, stats)
+        finally:
+            models.route = original_route
+        self.assertTrue(math.isfinite(float(loss)))
+        self.assertEqual(len(probabilities), layers)
+        dropped = 0
+        for probs in probabilities:
+            choices, _, kept = route_by_loops(probs, cfg)
+            self.assertTrue(all(c[0] == 0 for group in choices for c in group))
+            dropped += sum(not a for group in kept for token in group for a in token)
+        self.assertGreaterEqual(dropped, (T - capacity) * B * layers)
+        self.assertEqual(stats["dropped"], dropped)
+        loss.backward()
+        self.assertGreater(float(params["h.1.moe.router.weight"].grad.abs().sum()), 0.0)
+
+    def test_moe_gpt_trains_from_a_checkpoint(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            init, out = os.path.join(tmp, "init.st"), os.path.join(tmp, "r.json")
+            run_ref("--model", "moe-gpt", "--write-init", init, "--seed", "0")
+            run_ref("--model", "moe-gpt", "--init", init, "--data", GPL3, "--steps", 3,
+                    "--batch", 4, "--output", out)
+            with open(out) as fh:
+                r = json.load(fh)
+            self.assertEqual(len(r["losses"]), 3)
+            self.assertEqual(len(r["dropped"]), 3)
+            for counts in r["tokens_per_expert"]:   # k * T * B * layers assignments
+                self.assertEqual(sum(counts), 2 * 64 * 4 * 2)
+            self.assertEqual((r["config"]["experts"], r["config"]["top_k"]), (4, 2))
+            # Step 0's loss is the forward pass on the checkpoint and batch 0.
+            tensors, _ = safetensors_io.load(init)
+            cfg = models.MoEGPTConfig()
+            params = models.check_params(models.gpt_param_specs(cfg), tensors)
+            stats = {}
+            with torch.no_grad():
+                loss, _ = models.moe_gpt_forward(params, cfg,
+                                                 *data.get_batch(data.load_tokens(GPL3), 0, 4, 64),
+                                                 stats=stats)
+            self.assertAlmostEqual(r["losses"][0], float(loss), places=5)
+            self.assertEqual(r["dropped"][0], stats["dropped"])
+
+
 if __name__ == "__main__":
     unittest.main()
