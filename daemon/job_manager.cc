@@ -377,8 +377,12 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
             raw->info.set_last_loss(step.loss());
             *AppendEvent(raw)->mutable_step() = step;
             if (options_.metrics != nullptr) options_.metrics->StepFinished(step);
-            // The progress survives a crash of the coordinator (to within a second).
-            if (absl::Now() - raw->persisted >= kPersistStepsEvery) Persist(raw);
+            // The progress survives a crash of the coordinator (to within a second). The step
+            // events are written when the job ends, not here: up to max_events_per_job of them
+            // each second, under the lock, would make every step slower.
+            if (absl::Now() - raw->persisted >= kPersistStepsEvery) {
+              Persist(raw, /*with_step_events=*/false);
+            }
           });
       if (created.ok()) {
         tracker = std::move(*created);
@@ -746,13 +750,15 @@ void JobManager::ForgetOldFinishedJobs() {
   }
 }
 
-void JobManager::Persist(JobRecord* record) {
+void JobManager::Persist(JobRecord* record, bool with_step_events) {
   if (options_.store == nullptr) return;
   record->persisted = absl::Now();
   StoredJob stored;
   stored.set_number(record->number);
   *stored.mutable_info() = record->info;
-  for (const v1::JobEvent& event : record->events) *stored.add_events() = event;
+  for (const v1::JobEvent& event : record->events) {
+    if (with_step_events || !event.has_step()) *stored.add_events() = event;
+  }
   stored.set_next_sequence(record->next_sequence);
   stored.set_has_trace(record->trace_stored);
   stored.set_trace_acts(record->trace_acts);

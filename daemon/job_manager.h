@@ -124,8 +124,9 @@ class JobManager {
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
   void Restore();
-  // Writes the record to the store (when there is one); a failure is logged, not fatal.
-  void Persist(JobRecord* record);
+  // Writes the record to the store (when there is one); a failure is logged, not fatal. Without
+  // `with_step_events` only its state-change events are written (a running job's progress).
+  void Persist(JobRecord* record, bool with_step_events = true);
 
   const Options options_;
   Cluster* const cluster_;

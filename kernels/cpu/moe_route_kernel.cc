@@ -64,7 +64,12 @@ struct RouteExtents {
 class MoeRouteKernel final : public Kernel {
  public:
   MoeRouteKernel(const KernelInit& init, int64_t k)
-      : signature_(init), k_(k), extents_(init.inputs[0], init.outputs[0]) {}
+      : signature_(init),
+        k_(k),
+        extents_(init.inputs[0], init.outputs[0]),
+        choices_(extents_.tokens),
+        weights_(extents_.tokens * 2),
+        filled_(extents_.experts) {}
 
   absl::Status Compute(const KernelContext& context) override {
     if (absl::Status status = signature_.Check(kRoute, context); !status.ok()) return status;
@@ -73,9 +78,6 @@ class MoeRouteKernel final : public Kernel {
     float* slot_weight = context.outputs[1].Data<float>();
     float* expert_fraction = context.outputs[2].Data<float>();
     float* dropped = context.outputs[3].Data<float>();
-    std::vector<std::array<int64_t, 2>> choices(extents_.tokens);
-    std::vector<float> weights(extents_.tokens * 2);
-    std::vector<int64_t> filled(extents_.experts);
     for (int64_t b = 0; b < extents_.groups; ++b) {
       const float* group = probs + b * extents_.tokens * extents_.experts;
       int32_t* tokens_of_slots = slot_token + b * extents_.experts * extents_.capacity;
@@ -84,27 +86,27 @@ class MoeRouteKernel final : public Kernel {
       std::fill(tokens_of_slots, tokens_of_slots + extents_.experts * extents_.capacity, -1);
       std::fill(weights_of_slots, weights_of_slots + extents_.experts * extents_.capacity, 0.0f);
       std::fill(fraction, fraction + extents_.experts, 0.0f);
-      std::fill(filled.begin(), filled.end(), 0);
+      std::fill(filled_.begin(), filled_.end(), 0);
       for (int64_t t = 0; t < extents_.tokens; ++t) {
         const float* p = group + t * extents_.experts;
-        choices[t] = TopExperts(p, extents_.experts, k_);
-        const float sum = ChosenSum(p, choices[t], k_);
+        choices_[t] = TopExperts(p, extents_.experts, k_);
+        const float sum = ChosenSum(p, choices_[t], k_);
         for (int64_t rank = 0; rank < k_; ++rank) {
-          weights[t * 2 + rank] = ChosenWeight(p, choices[t][rank], sum, k_);
-          fraction[choices[t][rank]] += 1.0f;
+          weights_[t * 2 + rank] = ChosenWeight(p, choices_[t][rank], sum, k_);
+          fraction[choices_[t][rank]] += 1.0f;
         }
       }
       int64_t over_capacity = 0;
       for (int64_t rank = 0; rank < k_; ++rank) {
         for (int64_t t = 0; t < extents_.tokens; ++t) {
-          const int64_t e = choices[t][rank];
-          if (filled[e] == extents_.capacity) {
+          const int64_t e = choices_[t][rank];
+          if (filled_[e] == extents_.capacity) {
             ++over_capacity;
             continue;
           }
-          const int64_t slot = e * extents_.capacity + filled[e]++;
+          const int64_t slot = e * extents_.capacity + filled_[e]++;
           tokens_of_slots[slot] = static_cast<int32_t>(t);
-          weights_of_slots[slot] = weights[t * 2 + rank];
+          weights_of_slots[slot] = weights_[t * 2 + rank];
         }
       }
       const float assignments = static_cast<float>(k_ * extents_.tokens);
@@ -118,6 +120,11 @@ class MoeRouteKernel final : public Kernel {
   TensorSignature signature_;
   int64_t k_;
   RouteExtents extents_;
+  // Scratch of one group, kept between acts: each token's choices and weights, each expert's
+  // filled slots.
+  std::vector<std::array<int64_t, 2>> choices_;
+  std::vector<float> weights_;
+  std::vector<int64_t> filled_;
 };
 
 class MoeRouteGradKernel final : public Kernel {
