@@ -35,7 +35,7 @@ test: build
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_RUNTIME_ONLY=ON
 	cmake --build build-tsan -j $(JOBS) --target $(SANITIZER_TARGETS)
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ctest --output-on-failure --timeout 900 -L 'runtime|kernels'
 
 test-asan: deps
