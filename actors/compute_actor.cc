@@ -8,6 +8,7 @@ absl::Status ComputeActor::Initialize() {
   KernelInit kernel_init;
   kernel_init.task_name = name();
   kernel_init.conf = &task().kernel();
+  kernel_init.stream = init().stream;
   for (const Register* reg : init().inputs) {
     plan::TensorDesc desc;
     for (int64_t dimension : reg->shape().dimensions()) desc.add_shape(dimension);

@@ -13,8 +13,11 @@ absl::Status UnpackActor::DoAct() {
   TensorView in = InputView(0);
   TensorView out = OutputView(0);
   int64_t part_bytes = out.ByteSize();
-  std::memcpy(out.data, static_cast<const char*>(in.data) + next_part_ * part_bytes,
-              static_cast<size_t>(part_bytes));
+  if (absl::Status status = init().stream->Copy(
+          out.data, static_cast<const char*>(in.data) + next_part_ * part_bytes, part_bytes);
+      !status.ok()) {
+    return status;
+  }
   ProduceOutput(0, piece);
   if (++next_part_ == factor) {
     next_part_ = 0;
@@ -28,7 +31,10 @@ absl::Status RepeatActor::DoAct() {
   int64_t piece = InputPiece(0) * factor + emitted_;
   set_current_piece(piece);
   TensorView in = InputView(0);
-  std::memcpy(OutputView(0).data, in.data, static_cast<size_t>(in.ByteSize()));
+  if (absl::Status status = init().stream->Copy(OutputView(0).data, in.data, in.ByteSize());
+      !status.ok()) {
+    return status;
+  }
   ProduceOutput(0, piece);
   if (++emitted_ == factor) {
     emitted_ = 0;
@@ -43,8 +49,8 @@ AccumulateActor::~AccumulateActor() {
 
 absl::Status AccumulateActor::Initialize() {
   const Register* input = init().inputs[0];
-  absl::StatusOr<void*> buffer = init().memory->Allocate(
-      input->slot_bytes(), absl::StrCat("accumulator of '", name(), "'"));
+  absl::StatusOr<void*> buffer =
+      init().memory->Allocate(input->slot_bytes(), absl::StrCat("accumulator of '", name(), "'"));
   if (!buffer.ok()) return buffer.status();
   sum_ = static_cast<float*>(*buffer);
   return absl::OkStatus();

@@ -1,6 +1,5 @@
 #include "actors/sink_actor.h"
 
-#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -27,10 +26,17 @@ absl::Status SinkActor::DoAct() {
     tensor.data_type = view.data_type;
     tensor.shape = view.shape;
     tensor.bytes.resize(bytes);
-    std::memcpy(tensor.bytes.data(), view.data, bytes);
+    // The stream copies: a memcpy on a CPU stream, a device-to-host copy on a GPU stream.
+    if (absl::Status status = init().stream->Copy(tensor.bytes.data(), view.data, bytes);
+        !status.ok()) {
+      return status;
+    }
     pieces_[i].push_back(std::move(tensor));
-    const SinkPieceCallback* callback = init().sink_piece_callback;
-    if (callback != nullptr && *callback) {
+  }
+  if (absl::Status status = init().stream->Synchronize(); !status.ok()) return status;
+  const SinkPieceCallback* callback = init().sink_piece_callback;
+  if (callback != nullptr && *callback) {
+    for (int i = 0; i < num_inputs(); ++i) {
       if (absl::Status status = (*callback)(SinkPiece{name(), i, InputPiece(i), pieces_[i].back()});
           !status.ok()) {
         return status;

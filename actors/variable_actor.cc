@@ -24,6 +24,8 @@ absl::Status VariableActor::Initialize() {
   const plan::TensorDesc value_desc = DescOf(value);
 
   KernelInit initializer_init;
+
+  initializer_init.stream = init().stream;
   initializer_init.task_name = name();
   initializer_init.conf = &task().initializer();
   initializer_init.outputs.push_back(value_desc);
@@ -48,6 +50,7 @@ absl::Status VariableActor::Initialize() {
     }
     for (int i = 0; i < task().state_initializers_size(); ++i) {
       KernelInit state_init;
+      state_init.stream = init().stream;
       state_init.task_name = name();
       state_init.conf = &task().state_initializers(i);
       state_init.outputs.push_back(value_desc);
@@ -64,6 +67,8 @@ absl::Status VariableActor::Initialize() {
   if (!has_gradient()) return absl::OkStatus();
 
   KernelInit optimizer_init;
+
+  optimizer_init.stream = init().stream;
   optimizer_init.task_name = name();
   optimizer_init.conf = &task().kernel();
   optimizer_init.inputs = {value_desc, DescOf(*init().inputs[0])};

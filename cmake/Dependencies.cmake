@@ -27,15 +27,45 @@ if(NOT LOOM_RUNTIME_ONLY)
   endif()
 endif()
 
-# CUDA and NCCL are optional: built when the toolkit is found.
-include(CheckLanguage)
-check_language(CUDA)
-if(CMAKE_CUDA_COMPILER)
-  set(LOOM_HAVE_CUDA ON)
-  find_library(LOOM_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib)
-  find_path(LOOM_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include)
-  message(STATUS "CUDA toolkit found (${CMAKE_CUDA_COMPILER}); NCCL: ${LOOM_NCCL_LIBRARY}")
-else()
-  set(LOOM_HAVE_CUDA OFF)
-  message(STATUS "CUDA toolkit not found: building the CPU backend only")
+# CUDA and NCCL are optional: built when the toolkit is found (CUDA 13 under /usr/local/cuda, with
+# NCCL beside it), unless -DLOOM_CUDA=OFF. Sanitizer builds (LOOM_RUNTIME_ONLY) leave it out.
+option(LOOM_CUDA "Build the CUDA backend when the toolkit is found" ON)
+set(LOOM_CUDA_ARCHITECTURES "90" CACHE STRING "GPU architectures the CUDA kernels are built for")
+set(LOOM_HAVE_CUDA OFF)
+if(LOOM_CUDA AND NOT LOOM_RUNTIME_ONLY)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  find_library(LOOM_NCCL_LIBRARY nccl
+               HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
+  find_path(LOOM_NCCL_INCLUDE nccl.h
+            HINTS /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include)
+  if(CMAKE_CUDA_COMPILER AND LOOM_NCCL_LIBRARY AND LOOM_NCCL_INCLUDE)
+    set(CMAKE_CUDA_ARCHITECTURES ${LOOM_CUDA_ARCHITECTURES})
+    enable_language(CUDA)
+    # CMake 3.25 knows no flag for CUDA20 with nvcc 13 (targets ask for it through the C++20 of
+    # what they link); nvcc itself takes -std=c++20.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA_STANDARD 20)
+    # Imported targets that name /usr/include would otherwise reach nvcc as -isystem=/usr/include,
+    # which breaks libstdc++'s #include_next <math.h>.
+    list(APPEND CMAKE_CUDA_IMPLICIT_INCLUDE_DIRECTORIES /usr/include)
+    find_package(CUDAToolkit REQUIRED)
+    # Executables that link CUDA objects are linked by the C++ driver, which does not know where
+    # the CUDA runtime that nvcc's objects ask for lives.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    link_directories(${CUDAToolkit_LIBRARY_DIR})
+    add_library(loom_nccl INTERFACE)
+    target_include_directories(loom_nccl SYSTEM INTERFACE ${LOOM_NCCL_INCLUDE})
+    target_link_libraries(loom_nccl INTERFACE ${LOOM_NCCL_LIBRARY})
+    set(LOOM_HAVE_CUDA ON)
+    message(STATUS "CUDA backend: ${CMAKE_CUDA_COMPILER} for sm_${LOOM_CUDA_ARCHITECTURES}; "
+                   "NCCL ${LOOM_NCCL_LIBRARY}")
+  else()
+    message(STATUS "CUDA backend not built (nvcc: '${CMAKE_CUDA_COMPILER}', "
+                   "NCCL: '${LOOM_NCCL_LIBRARY}')")
+  endif()
 endif()

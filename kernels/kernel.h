@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "proto/plan.pb.h"
+#include "runtime/stream_context.h"
 #include "runtime/tensor.h"
 
 namespace loom {
@@ -22,6 +23,9 @@ struct KernelInit {
   const plan::KernelConf* conf = nullptr;
   std::vector<plan::TensorDesc> inputs;
   std::vector<plan::TensorDesc> outputs;
+  // The stream the kernel will run on (not owned; outlives the kernel). CPU kernels ignore it;
+  // CUDA kernels enqueue their work on it (see runtime/cuda/cuda_stream_context.h).
+  StreamContext* stream = nullptr;
 };
 
 // One act of a kernel: the local slices of its inputs and outputs for one piece.

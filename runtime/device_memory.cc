@@ -1,8 +1,6 @@
 #include "runtime/device_memory.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,15 +11,21 @@
 
 namespace loom {
 
-DeviceMemory::DeviceMemory(std::string device_name, int64_t budget_bytes)
-    : device_name_(std::move(device_name)), budget_bytes_(budget_bytes) {}
+DeviceMemory::DeviceMemory(std::string device_name, int64_t budget_bytes,
+                           std::unique_ptr<MemoryResource> resource)
+    : device_name_(std::move(device_name)),
+      budget_bytes_(budget_bytes),
+      resource_(resource != nullptr ? std::move(resource)
+                                    : std::make_unique<HostMemoryResource>()) {}
 
 DeviceMemory::~DeviceMemory() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!allocations_.empty()) {
     LOG(ERROR) << device_name_ << ": " << allocations_.size()
                << " allocations were not freed before the device memory was destroyed";
-    for (auto& [pointer, allocation] : allocations_) std::free(pointer);
+    for (auto& [pointer, allocation] : allocations_) {
+      resource_->Free(pointer, std::max<int64_t>(allocation.first, 1));
+    }
   }
 }
 
@@ -56,19 +60,15 @@ absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
 absl::StatusOr<void*> DeviceMemory::Allocate(int64_t bytes, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (absl::Status status = Reserve(bytes, owner); !status.ok()) return status;
-  constexpr size_t kAlignment = 64;
-  size_t rounded = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlignment - 1) /
-                   kAlignment * kAlignment;
-  void* pointer = std::aligned_alloc(kAlignment, rounded);
-  if (pointer == nullptr) {
+  absl::StatusOr<void*> pointer = resource_->Allocate(std::max<int64_t>(bytes, 1));
+  if (!pointer.ok()) {
     used_bytes_ -= bytes;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", device_name_, ": the host is out of memory allocating ", FormatBytes(bytes),
-        " for ", owner));
+    return absl::Status(
+        pointer.status().code(),
+        absl::StrCat("device ", device_name_, ": ", pointer.status().message(), " for ", owner));
   }
-  std::memset(pointer, 0, rounded);
-  allocations_.emplace(pointer, std::make_pair(bytes, owner));
-  return pointer;
+  allocations_.emplace(*pointer, std::make_pair(bytes, owner));
+  return *pointer;
 }
 
 void DeviceMemory::Free(void* pointer) {
@@ -76,9 +76,10 @@ void DeviceMemory::Free(void* pointer) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto iterator = allocations_.find(pointer);
   CHECK(iterator != allocations_.end()) << device_name_ << ": freeing unknown pointer";
-  used_bytes_ -= iterator->second.first;
+  const int64_t bytes = iterator->second.first;
+  used_bytes_ -= bytes;
   allocations_.erase(iterator);
-  std::free(pointer);
+  resource_->Free(pointer, std::max<int64_t>(bytes, 1));
 }
 
 absl::Status DeviceMemory::Charge(int64_t bytes, const std::string& owner) {

@@ -2,22 +2,26 @@
 #define LOOM_RUNTIME_DEVICE_MEMORY_H_
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "runtime/format_bytes.h"
+#include "runtime/memory_resource.h"
 
 namespace loom {
 
-// The memory of one CPU device: an allocator that accounts for every byte against a budget.
-// Exceeding the budget is a RESOURCE_EXHAUSTED error naming the device, the request and the largest
-// holders, never a crash. Thread-safe.
+// The memory of one device: an allocator that accounts for every byte against a budget. The bytes
+// come from a MemoryResource (host memory unless told otherwise; the CUDA backend brings GPU
+// memory). Exceeding the budget is a RESOURCE_EXHAUSTED error naming the device, the request and
+// the largest holders, never a crash. Thread-safe.
 class DeviceMemory {
  public:
-  // budget_bytes == 0 means no limit.
-  DeviceMemory(std::string device_name, int64_t budget_bytes);
+  // budget_bytes == 0 means no limit. A null resource means host memory.
+  DeviceMemory(std::string device_name, int64_t budget_bytes,
+               std::unique_ptr<MemoryResource> resource = nullptr);
   ~DeviceMemory();
 
   DeviceMemory(const DeviceMemory&) = delete;
@@ -41,6 +45,7 @@ class DeviceMemory {
 
   const std::string device_name_;
   const int64_t budget_bytes_;
+  const std::unique_ptr<MemoryResource> resource_;
   mutable std::mutex mutex_;
   int64_t used_bytes_ = 0;
   int64_t peak_bytes_ = 0;

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
+#include "runtime/memory_resource.h"
 #include "runtime/network.h"
 #include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
@@ -48,6 +49,10 @@ struct JobOptions {
   // Builds the context of each stream. Unset: CPU streams are synchronous; other device types are
   // rejected. The CUDA backend (and tests of the asynchronous path) supply their own.
   std::function<std::unique_ptr<StreamContext>(const plan::Stream&)> stream_context_factory;
+  // Builds the memory resource of each device of the plan. Unset, or returning null: CPU devices
+  // get host memory and other device types are rejected. The CUDA backend supplies GPU memory.
+  std::function<absl::StatusOr<std::unique_ptr<MemoryResource>>(const plan::Device&)>
+      memory_resource_factory;
   // How long a rank waits in a collective for its peers (to arrive, and to finish) before the job
   // fails with DEADLINE_EXCEEDED naming the collective and the missing ranks. A rank waiting in a
   // collective is busy, not stalled, so this (not stall_timeout) bounds such waits.

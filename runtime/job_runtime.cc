@@ -20,6 +20,34 @@ bool SameDevice(const plan::Device& a, const plan::Device& b) {
   return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
 }
 
+// What GPU streams do not run yet (their actors read or write the registers from the host):
+// refused before anything starts, naming the task. `backend` is the communicator's, for
+// collectives.
+absl::Status CheckRunsOnItsDevice(const plan::Task& task, const CollectiveBackend* backend) {
+  if (task.stream().device().type() == plan::CPU) return absl::OkStatus();
+  std::string what;
+  switch (task.kind()) {
+    case plan::SEND:
+    case plan::RECEIVE:
+      what = "sending registers between nodes";
+      break;
+    case plan::ACCUMULATE:
+      what = "accumulating micro-batches";
+      break;
+    case plan::COLLECTIVE:
+      if (backend != nullptr && backend->transport() != "nccl") {
+        what = absl::StrCat("collectives over ", backend->transport());
+      }
+      break;
+    default:
+      break;
+  }
+  if (what.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("task '", task.name(), "': ", what, " on ",
+                                               StreamName(task.stream()),
+                                               " is not supported yet; place it on a CPU device"));
+}
+
 }  // namespace
 
 JobRuntime::JobRuntime(const plan::Plan& plan, JobOptions options)
@@ -44,8 +72,20 @@ absl::StatusOr<std::unique_ptr<JobRuntime>> JobRuntime::Create(const plan::Plan&
 absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory& actor_factory) {
   // Devices and their memory.
   for (const plan::DeviceDesc& desc : plan_.devices()) {
-    memories_.push_back(
-        std::make_unique<DeviceMemory>(DeviceName(desc.device()), desc.memory_budget_bytes()));
+    std::unique_ptr<MemoryResource> resource;
+    if (options_.memory_resource_factory) {
+      absl::StatusOr<std::unique_ptr<MemoryResource>> made =
+          options_.memory_resource_factory(desc.device());
+      if (!made.ok()) return made.status();
+      resource = std::move(*made);
+    }
+    if (resource == nullptr && desc.device().type() != plan::CPU) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device ", DeviceName(desc.device()),
+                       ": no memory for this device type here (is its backend built and set up?)"));
+    }
+    memories_.push_back(std::make_unique<DeviceMemory>(
+        DeviceName(desc.device()), desc.memory_budget_bytes(), std::move(resource)));
   }
   auto memory_of = [&](const plan::Device& device) -> DeviceMemory* {
     for (int i = 0; i < plan_.devices_size(); ++i) {
@@ -130,6 +170,13 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     }
     thread_of_task_[actor_ids[i].task_index()] = thread;
 
+    if (absl::Status status = CheckRunsOnItsDevice(
+            task, task.kind() == plan::COLLECTIVE
+                      ? backend_of_communicator_.at(task.collective().communicator())
+                      : nullptr);
+        !status.ok()) {
+      return status;
+    }
     ActorInit init;
     init.task = &plan_.tasks(i);
     init.id = actor_ids[i];

@@ -1,8 +1,11 @@
 #ifndef LOOM_RUNTIME_STREAM_CONTEXT_H_
 #define LOOM_RUNTIME_STREAM_CONTEXT_H_
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "proto/plan.pb.h"
 
 namespace loom {
@@ -25,6 +28,14 @@ class StreamContext {
   virtual bool is_asynchronous() const = 0;
   // Records an event after the work enqueued so far. Only called on asynchronous streams.
   virtual std::unique_ptr<CompletionEvent> RecordCompletion() = 0;
+  // Called once on the stream's thread before its first act (a CUDA stream makes its device the
+  // thread's current one).
+  virtual void BindToThread() {}
+  // Copies `bytes` between two buffers of this stream's device or the host, in stream order (a
+  // CPU stream: done when it returns; a CUDA stream: enqueued).
+  virtual absl::Status Copy(void* destination, const void* source, int64_t bytes) = 0;
+  // Blocks until everything enqueued so far has finished (nothing to wait for on a CPU stream).
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
 };
 
 // The context of a CPU stream.
@@ -32,6 +43,10 @@ class SynchronousStreamContext final : public StreamContext {
  public:
   bool is_asynchronous() const override { return false; }
   std::unique_ptr<CompletionEvent> RecordCompletion() override { return nullptr; }
+  absl::Status Copy(void* destination, const void* source, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace loom

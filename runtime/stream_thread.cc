@@ -189,6 +189,7 @@ void StreamThread::Run() {
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
   // Sleeps and timed waits on this thread wake when asked, not up to 50 us later.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  context_->BindToThread();
 
   int64_t now = job_->NowNanoseconds();
   for (Actor* actor : actors_) {

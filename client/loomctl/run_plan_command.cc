@@ -14,9 +14,9 @@
 #include "client/loomctl/parse_options_and_run.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/chrome_trace.h"
+#include "runtime/device_backends.h"
 #include "runtime/plan_text.h"
 #include "runtime/plan_validation.h"
 
@@ -85,14 +85,18 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
   }
 
   KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) {
-    error << kCommand << ": cannot register the CPU kernels: " << status << "\n";
+  if (absl::Status status = RegisterAllKernels(&kernels); !status.ok()) {
+    error << kCommand << ": cannot register the kernels: " << status << "\n";
     return kExitFailure;
   }
   SetBlasThreads(options.blas_threads);
 
   JobOptions job_options;
   job_options.stall_timeout = options.stall_timeout;
+  if (absl::Status status = SetUpDevices(*plan, &job_options); !status.ok()) {
+    error << kCommand << ": " << status.message() << "\n";
+    return kExitFailure;
+  }
   absl::StatusOr<std::unique_ptr<JobRuntime>> job =
       JobRuntime::Create(*plan, &kernels, MakeActorFactory(), job_options);
   if (!job.ok()) {

@@ -2,6 +2,7 @@
 // same stream hear of a slot at once, consumers elsewhere only after the act's work completed.
 #include <atomic>
 #include <chrono>
+#include <cstring>
 
 #include "gtest/gtest.h"
 #include "tests/runtime/runtime_test_util.h"
@@ -31,6 +32,10 @@ class SimulatedDeviceStream final : public StreamContext {
   bool is_asynchronous() const override { return true; }
   std::unique_ptr<CompletionEvent> RecordCompletion() override {
     return std::make_unique<DelayedCompletion>(recorded_);
+  }
+  absl::Status Copy(void* destination, const void* source, int64_t bytes) override {
+    std::memcpy(destination, source, static_cast<size_t>(bytes));
+    return absl::OkStatus();
   }
 
  private:
@@ -93,7 +98,19 @@ TEST(AsyncStreamTest, NonCpuDeviceWithoutABackendIsRejected) {
   auto job = MakeJob(builder.plan());
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(job.status().message().find("task 'source'"), std::string::npos);
+  EXPECT_NE(job.status().message().find("device node0/cuda:0: no memory"), std::string::npos)
+      << job.status();
+
+  // With memory but no stream context, the task is named.
+  JobOptions options;
+  options.memory_resource_factory = [](const plan::Device&)
+      -> absl::StatusOr<std::unique_ptr<MemoryResource>> {
+    return std::make_unique<HostMemoryResource>();
+  };
+  job = MakeJob(builder.plan(), std::move(options));
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(job.status().message().find("task 'source'"), std::string::npos) << job.status();
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+#include "kernels/cuda/cuda_kernels.h"
+
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/layout_kernels.h"
+#include "kernels/cuda/matmul_kernel.h"
+#include "kernels/cuda/moe_kernels.h"
+#include "kernels/cuda/optimizer_kernels.h"
+#include "kernels/cuda/random_kernels.h"
+
+namespace loom {
+
+absl::Status RegisterCudaKernels(KernelRegistry* registry) {
+  struct Entry {
+    const char* op_type;
+    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
+  };
+  static constexpr Entry kEntries[] = {
+      {"matmul", cuda::CreateMatmulKernel},
+  };
+  for (const Entry& entry : kEntries) {
+    absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
+    if (!status.ok()) return status;
+  }
+  // Groups with tables of their own.
+  for (absl::Status (*group)(KernelRegistry*) :
+       {cuda::RegisterCudaElementwiseKernels, cuda::RegisterCudaLayoutKernels,
+        cuda::RegisterCudaOptimizerKernels, cuda::RegisterCudaRandomKernels,
+        cuda::RegisterCudaMoeKernels, cuda::RegisterCudaAttentionKernels}) {
+    if (absl::Status status = group(registry); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

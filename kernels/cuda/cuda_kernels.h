@@ -1,0 +1,16 @@
+#ifndef LOOM_KERNELS_CUDA_CUDA_KERNELS_H_
+#define LOOM_KERNELS_CUDA_CUDA_KERNELS_H_
+
+#include "absl/status/status.h"
+#include "kernels/kernel_registry.h"
+
+namespace loom {
+
+// Registers every CUDA kernel under plan::CUDA. Each takes float32 and, where the op computes on
+// real numbers, bfloat16 (bf16 storage, f32 accumulation); the table in kernels/cuda/README.md
+// lists them.
+absl::Status RegisterCudaKernels(KernelRegistry* registry);
+
+}  // namespace loom
+
+#endif  // LOOM_KERNELS_CUDA_CUDA_KERNELS_H_

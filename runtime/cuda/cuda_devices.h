@@ -1,0 +1,19 @@
+#ifndef LOOM_RUNTIME_CUDA_CUDA_DEVICES_H_
+#define LOOM_RUNTIME_CUDA_CUDA_DEVICES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace loom::cuda {
+
+// How many GPUs this process sees. FAILED_PRECONDITION with CUDA's reason when there is no
+// driver or no device (so callers and tests can say why they skip).
+absl::StatusOr<int> DeviceCount();
+
+// "NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB)" for `device`.
+absl::StatusOr<std::string> DeviceDescription(int device);
+
+}  // namespace loom::cuda
+
+#endif  // LOOM_RUNTIME_CUDA_CUDA_DEVICES_H_

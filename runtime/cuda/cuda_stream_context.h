@@ -1,0 +1,64 @@
+#ifndef LOOM_RUNTIME_CUDA_CUDA_STREAM_CONTEXT_H_
+#define LOOM_RUNTIME_CUDA_CUDA_STREAM_CONTEXT_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/stream_context.h"
+
+namespace loom::cuda {
+
+// One stream of a CUDA device (DESIGN.md §3): a non-blocking cudaStream_t on which the stream's
+// actors enqueue kernels and copies. Acts only enqueue; RecordCompletion records a CUDA event that
+// the stream thread polls before telling consumers on other streams or nodes.
+//
+// Kernels reach it through KernelInit::stream (see kernels/cuda/cuda_kernel_util.h). Everything
+// but the completion events is used by the stream's own thread only.
+class CudaStreamContext final : public StreamContext {
+ public:
+  // cuBLAS's workspace per stream (what PyTorch gives it on Hopper).
+  static constexpr int64_t kCublasWorkspaceBytes = 32 << 20;
+
+  static absl::StatusOr<std::unique_ptr<CudaStreamContext>> Create(int device);
+  ~CudaStreamContext() override;
+
+  CudaStreamContext(const CudaStreamContext&) = delete;
+  CudaStreamContext& operator=(const CudaStreamContext&) = delete;
+
+  bool is_asynchronous() const override { return true; }
+  std::unique_ptr<CompletionEvent> RecordCompletion() override;
+  void BindToThread() override;
+  // cudaMemcpyAsync with cudaMemcpyDefault: host (pinned or not), this GPU or another.
+  absl::Status Copy(void* destination, const void* source, int64_t bytes) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  // A cuBLAS handle on this stream with its own workspace, made on first use.
+  absl::StatusOr<cublasHandle_t> Cublas();
+  absl::Status Synchronize() override;
+
+ private:
+  class Event;
+  CudaStreamContext(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  void ReturnEvent(cudaEvent_t event);
+
+  const int device_;
+  const cudaStream_t stream_;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  // Recorded events come back here once their consumers were told; completion may be polled
+  // from another thread than the one that records, hence the lock.
+  std::mutex events_mutex_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+}  // namespace loom::cuda
+
+#endif  // LOOM_RUNTIME_CUDA_CUDA_STREAM_CONTEXT_H_

@@ -1,0 +1,184 @@
+#include "tests/cuda/cuda_test_util.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_devices.h"
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/data_type.h"
+
+namespace loom::cuda_test {
+namespace {
+
+uint16_t FloatToBfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if (std::isnan(value)) return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bfloat16ToFloat(uint16_t value) {
+  uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
+
+bool IsFloat(plan::DataType type) { return type == plan::FLOAT32 || type == plan::BFLOAT16; }
+
+// A GPU buffer freed when it goes out of scope.
+struct DeviceBuffer {
+  void* data = nullptr;
+  ~DeviceBuffer() { cudaFree(data); }
+};
+
+}  // namespace
+
+std::string NoGpuReason() {
+  static const std::string* reason = [] {
+    absl::StatusOr<int> count = cuda::DeviceCount();
+    return new std::string(count.ok() ? "" : std::string(count.status().message()));
+  }();
+  return *reason;
+}
+
+const KernelRegistry& Kernels() {
+  static const KernelRegistry* registry = [] {
+    auto* made = new KernelRegistry;
+    absl::Status status = RegisterCpuKernels(made);
+    if (status.ok()) status = RegisterCudaKernels(made);
+    CHECK(status.ok()) << status;
+    return made;
+  }();
+  return *registry;
+}
+
+cuda::CudaStreamContext& TestStream() {
+  static cuda::CudaStreamContext* stream = cuda::CudaStreamContext::Create(0).value().release();
+  return *stream;
+}
+
+HostTensor ToBfloat16(const HostTensor& float32) {
+  HostTensor result{plan::BFLOAT16, float32.shape, {}};
+  result.bytes.resize(static_cast<size_t>(float32.shape.NumElements()) * 2);
+  absl::Span<const float> values = float32.Values<float>();
+  auto* out = reinterpret_cast<uint16_t*>(result.bytes.data());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = FloatToBfloat16(values[i]);
+  return result;
+}
+
+HostTensor ToFloat32(const HostTensor& bfloat16) {
+  HostTensor result{plan::FLOAT32, bfloat16.shape, {}};
+  result.bytes.resize(static_cast<size_t>(bfloat16.shape.NumElements()) * 4);
+  absl::Span<const uint16_t> values = bfloat16.Values<uint16_t>();
+  auto* out = reinterpret_cast<float*>(result.bytes.data());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Bfloat16ToFloat(values[i]);
+  return result;
+}
+
+absl::StatusOr<std::vector<HostTensor>> RunOnCuda(const kernel_test::OpCall& call,
+                                                  plan::DataType data_type) {
+  const bool bfloat16 = data_type == plan::BFLOAT16;
+  KernelInit init = call.Init();
+  init.stream = &TestStream();
+  for (plan::TensorDesc& desc : init.inputs) {
+    if (bfloat16 && desc.data_type() == plan::FLOAT32) desc.set_data_type(plan::BFLOAT16);
+  }
+  for (plan::TensorDesc& desc : init.outputs) {
+    if (bfloat16 && desc.data_type() == plan::FLOAT32) desc.set_data_type(plan::BFLOAT16);
+  }
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = Kernels().Create(plan::CUDA, init);
+  if (!kernel.ok()) return kernel.status();
+
+  auto& mutable_call = const_cast<kernel_test::OpCall&>(call);
+  std::vector<DeviceBuffer> buffers(init.inputs.size() + init.outputs.size());
+  std::vector<TensorView> inputs;
+  std::vector<TensorView> outputs;
+  std::vector<HostTensor> results;
+  for (size_t i = 0; i < init.inputs.size(); ++i) {
+    HostTensor host = mutable_call.input(static_cast<int>(i));
+    if (init.inputs[i].data_type() == plan::BFLOAT16 && host.data_type == plan::FLOAT32) {
+      host = ToBfloat16(host);
+    }
+    DeviceBuffer& buffer = buffers[i];
+    size_t bytes = std::max<size_t>(host.bytes.size(), 1);
+    if (absl::Status status = cuda::CudaStatus(cudaMalloc(&buffer.data, bytes), "test input");
+        !status.ok()) {
+      return status;
+    }
+    cudaMemcpy(buffer.data, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice);
+    inputs.push_back(TensorView{buffer.data, host.data_type, host.shape});
+  }
+  for (size_t i = 0; i < init.outputs.size(); ++i) {
+    const HostTensor& reference = mutable_call.output(static_cast<int>(i));
+    HostTensor host{init.outputs[i].data_type(), reference.shape, {}};
+    host.bytes.resize(
+        static_cast<size_t>(reference.shape.NumElements() * DataTypeSize(host.data_type)));
+    DeviceBuffer& buffer = buffers[init.inputs.size() + i];
+    size_t bytes = std::max<size_t>(host.bytes.size(), 1);
+    if (absl::Status status = cuda::CudaStatus(cudaMalloc(&buffer.data, bytes), "test output");
+        !status.ok()) {
+      return status;
+    }
+    // Garbage, not zeros: a kernel must write every output element.
+    cudaMemset(buffer.data, 0x7f, bytes);
+    outputs.push_back(TensorView{buffer.data, host.data_type, host.shape});
+    results.push_back(std::move(host));
+  }
+  if (absl::Status status = cuda::CudaStatus(cudaDeviceSynchronize(), "preparing the test");
+      !status.ok()) {
+    return status;
+  }
+  KernelContext context{inputs, outputs, 0};
+  if (absl::Status status = (*kernel)->Compute(context); !status.ok()) return status;
+  if (absl::Status status = TestStream().Synchronize(); !status.ok()) return status;
+  for (size_t i = 0; i < results.size(); ++i) {
+    cudaMemcpy(results[i].bytes.data(), outputs[i].data, results[i].bytes.size(),
+               cudaMemcpyDeviceToHost);
+    if (results[i].data_type == plan::BFLOAT16) results[i] = ToFloat32(results[i]);
+  }
+  return results;
+}
+
+void ExpectCudaMatchesCpu(kernel_test::OpCall& call, float tolerance, plan::DataType data_type) {
+  if (data_type == plan::BFLOAT16) {
+    // The CPU sees exactly the values the GPU sees.
+    KernelInit init = call.Init();
+    for (size_t i = 0; i < init.inputs.size(); ++i) {
+      HostTensor& input = call.input(static_cast<int>(i));
+      if (input.data_type == plan::FLOAT32) input = ToFloat32(ToBfloat16(input));
+    }
+  }
+  ASSERT_TRUE(call.Run().ok()) << call.Run();
+  absl::StatusOr<std::vector<HostTensor>> cuda = RunOnCuda(call, data_type);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  for (size_t i = 0; i < cuda->size(); ++i) {
+    const HostTensor& expected = call.output(static_cast<int>(i));
+    const HostTensor& actual = (*cuda)[i];
+    ASSERT_EQ(expected.shape, actual.shape);
+    if (IsFloat(expected.data_type)) {
+      absl::Span<const float> want = expected.Values<float>();
+      absl::Span<const float> got = actual.Values<float>();
+      int reported = 0;
+      for (size_t j = 0; j < want.size(); ++j) {
+        float allowed = tolerance * (1.0f + std::fabs(want[j]));
+        if (!(std::fabs(want[j] - got[j]) <= allowed) && reported++ < 5) {
+          ADD_FAILURE() << "output " << i << " element " << j << ": cpu " << want[j] << ", cuda "
+                        << got[j];
+        }
+      }
+    } else {
+      EXPECT_EQ(expected.bytes, actual.bytes) << "output " << i << " (integers) differs";
+    }
+  }
+}
+
+}  // namespace loom::cuda_test
