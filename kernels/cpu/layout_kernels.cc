@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/attributes.h"
+#include "kernels/copy_plan.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "runtime/data_type.h"
 #include "runtime/tensor.h"
@@ -25,66 +26,6 @@ constexpr char kTranspose[] = "transpose";
 constexpr char kSlice[] = "slice";
 constexpr char kPad[] = "pad";
 constexpr char kConcat[] = "concat";
-
-// A box of elements copied between two strided layouts, planned once: axes of size 1 are dropped
-// and neighbouring axes that are contiguous in both layouts merged, so that the innermost loop is
-// as long as possible (a plain memcpy when both layouts are contiguous there). When the innermost
-// axis is strided in the source but another axis is contiguous there (a transpose), that axis is
-// moved next to the innermost one and the two are copied in small square tiles, so that reads
-// and writes both stay within a few cache lines.
-struct CopyPlan {
-  // Outermost first; never empty when there is something to copy.
-  absl::InlinedVector<int64_t, 6> dimensions;
-  // Element strides along each of `dimensions`.
-  absl::InlinedVector<int64_t, 6> source_strides;
-  absl::InlinedVector<int64_t, 6> destination_strides;
-  // Elements in the box; 0 means nothing to copy.
-  int64_t count = 0;
-  // The last two axes are copied in tiles: the second-last is contiguous in the source.
-  bool tiled = false;
-
-  static CopyPlan Make(absl::Span<const int64_t> dimensions,
-                       absl::Span<const int64_t> source_strides,
-                       absl::Span<const int64_t> destination_strides) {
-    CopyPlan plan;
-    plan.count = 1;
-    for (int64_t dimension : dimensions) plan.count *= dimension;
-    if (plan.count == 0) return plan;
-    for (size_t axis = 0; axis < dimensions.size(); ++axis) {
-      const int64_t dimension = dimensions[axis];
-      if (dimension == 1) continue;
-      if (!plan.dimensions.empty() &&
-          plan.source_strides.back() == source_strides[axis] * dimension &&
-          plan.destination_strides.back() == destination_strides[axis] * dimension) {
-        plan.dimensions.back() *= dimension;
-        plan.source_strides.back() = source_strides[axis];
-        plan.destination_strides.back() = destination_strides[axis];
-        continue;
-      }
-      plan.dimensions.push_back(dimension);
-      plan.source_strides.push_back(source_strides[axis]);
-      plan.destination_strides.push_back(destination_strides[axis]);
-    }
-    if (plan.dimensions.empty()) {
-      plan.dimensions.push_back(1);
-      plan.source_strides.push_back(1);
-      plan.destination_strides.push_back(1);
-    }
-    const size_t rank = plan.dimensions.size();
-    if (rank >= 2 && plan.source_strides.back() != 1) {
-      for (size_t axis = 0; axis + 1 < rank; ++axis) {
-        if (plan.source_strides[axis] != 1) continue;
-        // The loop order does not change what is copied where.
-        for (auto* values : {&plan.dimensions, &plan.source_strides, &plan.destination_strides}) {
-          std::rotate(values->begin() + axis, values->begin() + axis + 1, values->end() - 1);
-        }
-        plan.tiled = true;
-        break;
-      }
-    }
-    return plan;
-  }
-};
 
 // Copies the last two axes of `plan` (the first contiguous in the source) in square tiles of 32
 // bytes a side. Small tiles keep a tile's lines in the cache even when both strides are large

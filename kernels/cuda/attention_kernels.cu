@@ -23,7 +23,9 @@
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
+#include "kernels/cuda/device_values.cuh"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/scoped_device.h"
 #include "runtime/tensor.h"
 
 namespace loom::cuda {
@@ -36,28 +38,6 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpSize * kWarpsPerBlock;
 constexpr unsigned kFullMask = 0xffffffffu;
-
-// Makes `device` current for its lifetime, then restores the device that was current before.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) : device_(device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    error_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
-  }
-  ~ScopedDevice() {
-    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  cudaError_t error() const { return error_; }
-
- private:
-  const int device_;
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
-
 __device__ __forceinline__ float WarpMax(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(kFullMask, value, offset));
@@ -70,17 +50,6 @@ __device__ __forceinline__ float WarpSum(float value) {
     value += __shfl_xor_sync(kFullMask, value, offset);
   }
   return value;
-}
-
-template <typename Out>
-__device__ __forceinline__ Out FromFloat(float value);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float value) {
-  return value;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float value) {
-  return __float2bfloat16(value);
 }
 
 // One warp per row of the float [rows, length] `scores` (rows = heads * length, so row r is

@@ -18,8 +18,10 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cuda/cuda_kernel_util.h"
+#include "kernels/cuda/device_values.cuh"
 #include "kernels/cuda/elementwise_kernels.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/scoped_device.h"
 #include "runtime/data_type.h"
 #include "runtime/tensor.h"
 
@@ -30,21 +32,6 @@ constexpr int kThreads = 256;
 
 // ---------------------------------------------------------------------------------------------
 // Device side.
-
-__device__ __forceinline__ float ToFloat(float value) { return value; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float value);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float value) {
-  return value;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
-
 // `kCount` elements moved as one access (16 bytes for the vectorised paths).
 template <typename T, int kCount>
 struct alignas(sizeof(T) * kCount) Pack {
@@ -244,28 +231,6 @@ unsigned int Blocks(int64_t count) { return static_cast<unsigned int>(BlocksFor(
 std::string LaunchWhat(const std::string& task_name, absl::string_view op_type) {
   return absl::StrCat("task '", task_name, "': ", op_type);
 }
-
-// Makes `device` current for its lifetime, then restores the device that was current before.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) : device_(device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    error_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
-  }
-  ~ScopedDevice() {
-    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  cudaError_t error() const { return error_; }
-
- private:
-  const int device_;
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
-
 // The data type shared by every tensor of `init`: float32 or bfloat16 (the CPU kernels' float32
 // check, widened to bfloat16).
 absl::StatusOr<plan::DataType> CheckAllFloat(absl::string_view op_type, const KernelInit& init) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/attributes.h"
+#include "kernels/copy_plan.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/layout_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
@@ -36,72 +37,6 @@ constexpr int kMaxRank = 12;
 // Square tiles of the transposing copy, loaded and stored by kTileThreadsY rows of 32 threads.
 constexpr int kTile = 32;
 constexpr int kTileThreadsY = 8;
-
-// A box of elements copied between two strided layouts (in elements), planned once: axes of size
-// 1 dropped and neighbouring axes that are contiguous in both layouts merged (as the CPU kernel's
-// CopyPlan). When the innermost axis is strided in the source but another axis is contiguous
-// there (a transpose), that axis is moved next to the innermost one and the two are copied through
-// shared-memory tiles, so that loads and stores are both coalesced.
-struct CopyPlan {
-  // Outermost first; never empty when there is something to copy.
-  absl::InlinedVector<int64_t, 6> dimensions;
-  absl::InlinedVector<int64_t, 6> source_strides;
-  absl::InlinedVector<int64_t, 6> destination_strides;
-  // Where the box starts in the source and the destination, in elements.
-  int64_t source_offset = 0;
-  int64_t destination_offset = 0;
-  // Elements in the box; 0 means nothing to copy.
-  int64_t count = 0;
-  // The last two axes are copied in tiles: the second-last is contiguous in the source.
-  bool tiled = false;
-
-  static CopyPlan Make(absl::Span<const int64_t> dimensions,
-                       absl::Span<const int64_t> source_strides,
-                       absl::Span<const int64_t> destination_strides, int64_t source_offset,
-                       int64_t destination_offset) {
-    CopyPlan plan;
-    plan.count = 1;
-    for (int64_t dimension : dimensions) plan.count *= dimension;
-    if (plan.count == 0) return plan;
-    plan.source_offset = source_offset;
-    plan.destination_offset = destination_offset;
-    for (size_t axis = 0; axis < dimensions.size(); ++axis) {
-      const int64_t dimension = dimensions[axis];
-      if (dimension == 1) continue;
-      if (!plan.dimensions.empty() &&
-          plan.source_strides.back() == source_strides[axis] * dimension &&
-          plan.destination_strides.back() == destination_strides[axis] * dimension) {
-        plan.dimensions.back() *= dimension;
-        plan.source_strides.back() = source_strides[axis];
-        plan.destination_strides.back() = destination_strides[axis];
-        continue;
-      }
-      plan.dimensions.push_back(dimension);
-      plan.source_strides.push_back(source_strides[axis]);
-      plan.destination_strides.push_back(destination_strides[axis]);
-    }
-    if (plan.dimensions.empty()) {
-      plan.dimensions.push_back(1);
-      plan.source_strides.push_back(1);
-      plan.destination_strides.push_back(1);
-    }
-    const size_t rank = plan.dimensions.size();
-    if (rank >= 2 && plan.source_strides.back() != 1) {
-      for (size_t axis = 0; axis + 1 < rank; ++axis) {
-        if (plan.source_strides[axis] != 1) continue;
-        // The loop order does not change what is copied where.
-        for (auto* values : {&plan.dimensions, &plan.source_strides, &plan.destination_strides}) {
-          std::rotate(values->begin() + axis, values->begin() + axis + 1, values->end() - 1);
-        }
-        plan.tiled = true;
-        break;
-      }
-    }
-    return plan;
-  }
-
-  int rank() const { return static_cast<int>(dimensions.size()); }
-};
 
 // A box as a kernel argument: the copy's axes (in units of the copied type), outermost first.
 struct Box {

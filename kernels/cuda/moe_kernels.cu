@@ -17,6 +17,7 @@
 #include "kernels/cpu/moe_route_kernel.h"
 #include "kernels/cpu/moe_slot_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
+#include "kernels/cuda/device_values.cuh"
 #include "kernels/cuda/moe_kernels.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/data_type.h"
@@ -35,23 +36,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 // What the device-side report holds while no bad slot was found.
 constexpr unsigned long long kNoBadSlot = ~0ull;
-
-// ---------------------------------------------------------------------------------------------
-// Element access: float32 or bfloat16 in memory, float in registers.
-
-__device__ __forceinline__ float ToFloat(float value) { return value; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float value);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float value) {
-  return value;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float value) {
-  return __float2bfloat16(value);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Routing, as the CPU kernel computes it (the same float operations in the same order).

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/optimizer_kernels.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/scoped_device.h"
 #include "runtime/tensor.h"
 
 namespace loom::cuda {
@@ -174,28 +175,6 @@ unsigned int Blocks(int64_t count) { return static_cast<unsigned int>(BlocksFor(
 std::string LaunchWhat(const std::string& task_name, absl::string_view op_type) {
   return absl::StrCat("task '", task_name, "': ", std::string(op_type));
 }
-
-// Makes `device` current for its lifetime, then restores the device that was current before.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) : device_(device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    error_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
-  }
-  ~ScopedDevice() {
-    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  cudaError_t error() const { return error_; }
-
- private:
-  const int device_;
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
-
 struct SgdOptions {
   double lr = 0.0;
   double momentum = 0.0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -161,22 +162,28 @@ void ExpectCudaMatchesCpu(kernel_test::OpCall& call, float tolerance, plan::Data
   absl::StatusOr<std::vector<HostTensor>> cuda = RunOnCuda(call, data_type);
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   for (size_t i = 0; i < cuda->size(); ++i) {
-    const HostTensor& expected = call.output(static_cast<int>(i));
-    const HostTensor& actual = (*cuda)[i];
-    ASSERT_EQ(expected.shape, actual.shape);
-    if (IsFloat(expected.data_type)) {
-      absl::Span<const float> want = expected.Values<float>();
-      absl::Span<const float> got = actual.Values<float>();
-      int reported = 0;
-      for (size_t j = 0; j < want.size(); ++j) {
-        float allowed = tolerance * (1.0f + std::fabs(want[j]));
-        if (!(std::fabs(want[j] - got[j]) <= allowed) && reported++ < 5) {
-          ADD_FAILURE() << "output " << i << " element " << j << ": cpu " << want[j] << ", cuda "
-                        << got[j];
-        }
-      }
-    } else {
-      EXPECT_EQ(expected.bytes, actual.bytes) << "output " << i << " (integers) differs";
+    SCOPED_TRACE("output " + std::to_string(i));
+    ExpectSameTensor(call.output(static_cast<int>(i)), (*cuda)[i], tolerance);
+  }
+}
+
+void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, float tolerance) {
+  ASSERT_EQ(expected.shape, actual.shape);
+  if (!IsFloat(expected.data_type)) {
+    EXPECT_EQ(expected.bytes, actual.bytes) << "integers differ";
+    return;
+  }
+  absl::Span<const float> want = expected.Values<float>();
+  absl::Span<const float> got = actual.Values<float>();
+  ASSERT_EQ(want.size(), got.size());
+  int reported = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = tolerance == 0.0f
+                          ? std::memcmp(&want[i], &got[i], sizeof(float)) == 0 ||
+                                (std::isnan(want[i]) && std::isnan(got[i]))
+                          : std::fabs(want[i] - got[i]) <= tolerance * (1.0f + std::fabs(want[i]));
+    if (!same && reported++ < 5) {
+      ADD_FAILURE() << "element " << i << ": cpu " << want[i] << ", cuda " << got[i];
     }
   }
 }

@@ -41,6 +41,11 @@ HostTensor ToFloat32(const HostTensor& bfloat16);
 absl::StatusOr<std::vector<HostTensor>> RunOnCuda(const kernel_test::OpCall& call,
                                                   plan::DataType data_type = plan::FLOAT32);
 
+// Expects `actual` (a CUDA kernel's output, float32 or integer) to be `expected` (the CPU's):
+// integers exactly; floats within `tolerance` (absolute, plus relative to the CPU value), and with
+// tolerance 0 bit for bit (or both NaN).
+void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, float tolerance);
+
 // Runs `call` on the CPU kernel (through call.Run()) and on the CUDA kernel, and expects every
 // output to agree: integer outputs exactly, float outputs within `tolerance` (absolute, plus
 // relative to the CPU value). With BFLOAT16 the CUDA kernel sees the inputs rounded to bfloat16

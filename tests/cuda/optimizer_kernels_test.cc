@@ -109,33 +109,6 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> RunCudaPieces(
   }
   return results;
 }
-
-// Float outputs within tolerance * (1 + |cpu|) (tolerance 0: the same bits, or both NaN);
-// integer outputs exactly.
-void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, float tolerance) {
-  ASSERT_EQ(expected.shape, actual.shape);
-  ASSERT_EQ(expected.data_type, actual.data_type);
-  if (expected.data_type != plan::FLOAT32) {
-    EXPECT_EQ(expected.bytes, actual.bytes) << "integers differ";
-    return;
-  }
-  absl::Span<const float> want = expected.Values<float>();
-  absl::Span<const float> got = actual.Values<float>();
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    bool same;
-    if (tolerance == 0.0f) {
-      same = std::memcmp(&want[i], &got[i], sizeof(float)) == 0 ||
-             (std::isnan(want[i]) && std::isnan(got[i]));
-    } else {
-      same = std::fabs(want[i] - got[i]) <= tolerance * (1.0f + std::fabs(want[i]));
-    }
-    if (!same && reported++ < 5) {
-      ADD_FAILURE() << "element " << i << ": cpu " << want[i] << ", cuda " << got[i];
-    }
-  }
-}
-
 // Runs the CPU kernel (OpCall::Run(piece)) and the CUDA kernel on each piece and expects the
 // outputs to agree.
 void ExpectPiecesMatchCpu(OpCall& call, const std::vector<int64_t>& pieces, float tolerance,
@@ -149,7 +122,7 @@ void ExpectPiecesMatchCpu(OpCall& call, const std::vector<int64_t>& pieces, floa
     ASSERT_TRUE(status.ok()) << status;
     for (size_t j = 0; j < (*cuda)[p].size(); ++j) {
       SCOPED_TRACE("output " + std::to_string(j));
-      ExpectSameTensor(call.output(static_cast<int>(j)), (*cuda)[p][j], tolerance);
+      cuda_test::ExpectSameTensor(call.output(static_cast<int>(j)), (*cuda)[p][j], tolerance);
     }
   }
 }

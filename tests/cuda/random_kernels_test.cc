@@ -85,29 +85,6 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> RunCudaPieces(
   }
   return results;
 }
-
-// Float outputs within tolerance * (1 + |cpu|) (tolerance 0: the same bits); integer outputs
-// exactly.
-void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, float tolerance) {
-  ASSERT_EQ(expected.shape, actual.shape);
-  ASSERT_EQ(expected.data_type, actual.data_type);
-  if (expected.data_type != plan::FLOAT32) {
-    EXPECT_EQ(expected.bytes, actual.bytes) << "integers differ";
-    return;
-  }
-  absl::Span<const float> want = expected.Values<float>();
-  absl::Span<const float> got = actual.Values<float>();
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = tolerance == 0.0f
-                          ? std::memcmp(&want[i], &got[i], sizeof(float)) == 0
-                          : std::fabs(want[i] - got[i]) <= tolerance * (1.0f + std::fabs(want[i]));
-    if (!same && reported++ < 5) {
-      ADD_FAILURE() << "element " << i << ": cpu " << want[i] << ", cuda " << got[i];
-    }
-  }
-}
-
 // Runs the CPU kernel (OpCall::Run(piece)) and the CUDA kernel (one kernel for all pieces, in
 // order) on each piece and expects the outputs to agree.
 void ExpectPiecesMatchCpu(OpCall& call, const std::vector<int64_t>& pieces, float tolerance) {
@@ -117,7 +94,7 @@ void ExpectPiecesMatchCpu(OpCall& call, const std::vector<int64_t>& pieces, floa
     SCOPED_TRACE("piece " + std::to_string(pieces[p]));
     absl::Status status = call.Run(pieces[p]);
     ASSERT_TRUE(status.ok()) << status;
-    ExpectSameTensor(call.output(0), (*cuda)[p][0], tolerance);
+    cuda_test::ExpectSameTensor(call.output(0), (*cuda)[p][0], tolerance);
   }
 }
 
