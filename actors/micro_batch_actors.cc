@@ -1,7 +1,5 @@
 #include "actors/micro_batch_actors.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 
 namespace loom {
@@ -60,18 +58,20 @@ absl::Status AccumulateActor::DoAct() {
   const int32_t factor = task().factor();
   set_current_piece(InputPiece(0));
   TensorView in = InputView(0);
-  const float* values = in.Data<float>();
   const int64_t count = in.NumElements();
-  if (accumulated_ == 0) {
-    std::memcpy(sum_, values, static_cast<size_t>(count) * sizeof(float));
-  } else {
-    for (int64_t i = 0; i < count; ++i) sum_[i] += values[i];
-  }
+  StreamContext* stream = init().stream;
+  absl::Status status = accumulated_ == 0
+                            ? stream->Copy(sum_, in.data, count * int64_t{sizeof(float)})
+                            : stream->AddFloat32(sum_, in.Data<float>(), count);
+  if (!status.ok()) return status;
   int64_t group = InputPiece(0) / factor;
   ConsumeInput(0);
   if (++accumulated_ == factor) {
     accumulated_ = 0;
-    std::memcpy(OutputView(0).data, sum_, static_cast<size_t>(count) * sizeof(float));
+    if (status = stream->Copy(OutputView(0).data, sum_, count * int64_t{sizeof(float)});
+        !status.ok()) {
+      return status;
+    }
     ProduceOutput(0, group);
   }
   return absl::OkStatus();

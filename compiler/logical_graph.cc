@@ -140,6 +140,8 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   graph.num_steps = job.num_steps() > 0 ? job.num_steps() : 1;
   graph.register_slots = job.register_slots() > 0 ? job.register_slots() : 2;
   graph.device_memory_budget_bytes = job.device_memory_budget_bytes();
+  graph.gradient_bucket_bytes =
+      job.gradient_bucket_bytes() == 0 ? int64_t{25} << 20 : job.gradient_bucket_bytes();
   if (job.register_slots() < 0) return Invalid("register_slots must not be negative");
   if (job.num_micro_batches() < 0) return Invalid("num_micro_batches must not be negative");
   graph.num_micro_batches = std::max(job.num_micro_batches(), 1);
@@ -232,6 +234,9 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
         ResolvePlacement(input.placement(), job_placement, devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
+    // Token files are read on the host: on GPUs the batch is read on each GPU's host CPU device,
+    // and the boxing to its readers copies it to the GPU.
+    if (input.source_case() == job::Input::kTokenFile) node.placement = node.placement.OnHosts();
     plan::DataType type = OrFloat(input.data_type());
     if (input.source_case() == job::Input::kTokenFile) {
       const job::TokenFile& file = input.token_file();

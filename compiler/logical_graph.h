@@ -66,6 +66,8 @@ struct LogicalGraph {
   int64_t num_steps = 1;
   int32_t register_slots = 2;
   int64_t device_memory_budget_bytes = 0;
+  // Job.gradient_bucket_bytes with its default applied (<= 0: no buckets).
+  int64_t gradient_bucket_bytes = 0;
   // Set when the job trains.
   const job::Optimizer* optimizer = nullptr;
   // Micro-batches per step (inputs' logical shapes are a micro-batch's: the batch axis divided

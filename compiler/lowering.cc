@@ -69,6 +69,7 @@ class Lowering {
       }
       if (!status.ok()) return status;
     }
+    if (absl::Status status = BucketGradients(); !status.ok()) return status;
     for (const LogicalNode& node : graph_.nodes) {
       if (node.kind == LogicalNode::Kind::kVariable && node.gradient >= 0) {
         if (absl::Status status = ConnectGradient(node); !status.ok()) return status;
@@ -78,6 +79,7 @@ class Lowering {
       if (absl::Status status = LowerFetch(tensor); !status.ok()) return status;
     }
     SetStashSlots();
+    AddHostDevices();
     plan_.set_num_micro_batches(graph_.num_micro_batches);
     for (auto& [name, communicator] : communicators_) {
       communicator.set_index(plan_.communicators_size());
@@ -88,6 +90,19 @@ class Lowering {
   }
 
  private:
+  // Devices that tasks use beyond the job's (the hosts of GPUs that read token files: see
+  // Placement::OnHosts), with the same memory budget.
+  void AddHostDevices() {
+    for (const plan::Task& task : plan_.tasks()) {
+      const plan::Device& device = task.stream().device();
+      if (devices_.Contains(device) || host_devices_.Contains(device)) continue;
+      host_devices_.devices.push_back(device);
+      plan::DeviceDesc* desc = plan_.add_devices();
+      *desc->mutable_device() = device;
+      desc->set_memory_budget_bytes(graph_.device_memory_budget_bytes);
+    }
+  }
+
   // --- Registers and tasks -------------------------------------------------------------------
 
   std::string AddRegister(const std::string& name, const Shape& shape, plan::DataType type,
@@ -278,6 +293,149 @@ class Lowering {
   // Feeds a variable's gradient, boxed to the variable's own placement and SBP, into each rank's
   // VARIABLE task, with the job's optimizer as its kernel. For a replicated variable of a
   // data-parallel job the gradient is partial: that boxing is the gradient all-reduce.
+  // Data parallelism: the gradients of replicated variables that need only all-reduces (P on
+  // some hierarchy axes, B on the others, to B everywhere) are packed per device into flat
+  // buckets of at most graph_.gradient_bucket_bytes, in reverse variable order (about the order
+  // the backward pass produces them), each all-reduced by one collective and unpacked. The
+  // unpacked registers are what Materialize then returns for those gradients, so ConnectGradient
+  // does not change. As DDP does: one collective per bucket instead of one per variable.
+  absl::Status BucketGradients() {
+    if (graph_.gradient_bucket_bytes <= 0) return absl::OkStatus();
+    struct Member {
+      int tensor = -1;
+      std::vector<std::string> registers;  // per rank: the gradient (summed over micro-batches)
+      std::string cache_key;               // Materialize's key for it as the variable's SBP
+    };
+    struct Group {
+      const Placement* placement = nullptr;
+      NdSbp from;
+      NdSbp to;
+      std::vector<Member> members;
+    };
+    std::map<std::string, Group> groups;
+    std::vector<std::string> group_order;
+    for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node) {
+      if (node->kind != LogicalNode::Kind::kVariable || node->gradient < 0) continue;
+      const LogicalTensor& gradient = graph_.tensors[node->gradient];
+      const LogicalTensor& value = graph_.tensors[node->outputs[0]];
+      if (gradient.type.data_type != plan::FLOAT32) continue;
+      if (!(PlacementOf(node->gradient) == node->placement)) continue;
+      const NdSbp from = Canonical(node->placement, gradient.sbp);
+      const NdSbp to = Canonical(node->placement, value.sbp);
+      bool reduces = false;
+      bool only_reduces = true;
+      for (size_t axis = 0; axis < from.size(); ++axis) {
+        if (!to[axis].is_broadcast()) only_reduces = false;
+        if (from[axis].kind == Sbp::Kind::kPartialSum) {
+          reduces = true;
+        } else if (!from[axis].is_broadcast()) {
+          only_reduces = false;
+        }
+      }
+      if (!reduces || !only_reduces) continue;
+      const bool accumulated = graph_.num_micro_batches > 1 && !PerStep(node->gradient);
+      Member member;
+      member.tensor = node->gradient;
+      member.cache_key = absl::StrCat(node->gradient, "|", node->placement.ToString(), "|",
+                                      NdSbpToString(to), accumulated ? "|sum" : "");
+      // Already boxed for another reader (gradient clipping): that collective serves.
+      if (materialized_.contains(member.cache_key)) continue;
+      if (accumulated) {
+        absl::StatusOr<std::vector<std::string>> sums = Accumulated(node->gradient);
+        if (!sums.ok()) return sums.status();
+        member.registers = *sums;
+      } else {
+        member.registers = local_registers_[node->gradient];
+      }
+      const std::string group_key = absl::StrCat(node->placement.ToString(), "|",
+                                                 NdSbpToString(from), "|", NdSbpToString(to));
+      auto [group, inserted] = groups.try_emplace(group_key);
+      if (inserted) {
+        group->second.placement = &node->placement;
+        group->second.from = from;
+        group->second.to = to;
+        group_order.push_back(group_key);
+      }
+      group->second.members.push_back(std::move(member));
+    }
+    for (const std::string& key : group_order) {
+      Group& group = groups[key];
+      std::vector<Member> bucket;
+      int64_t bucket_bytes = 0;
+      for (size_t i = 0; i <= group.members.size(); ++i) {
+        const int64_t bytes =
+            i < group.members.size()
+                ? graph_.tensors[group.members[i].tensor].type.shape.NumElements() * 4
+                : 0;
+        const bool full = !bucket.empty() && bucket_bytes + bytes > graph_.gradient_bucket_bytes;
+        if (i == group.members.size() || full) {
+          if (absl::Status status = AllReduceBucket(group.placement, group.from, group.to, bucket);
+              !status.ok()) {
+            return status;
+          }
+          bucket.clear();
+          bucket_bytes = 0;
+        }
+        if (i < group.members.size()) {
+          bucket.push_back(std::move(group.members[i]));
+          bucket_bytes += bytes;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // One bucket of BucketGradients: pack, all-reduce, unpack. A bucket of one gradient is left to
+  // the ordinary boxing.
+  template <typename MemberList>
+  absl::Status AllReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
+                               const MemberList& members) {
+    if (members.size() < 2) return absl::OkStatus();
+    int64_t elements = 0;
+    for (const auto& member : members) {
+      elements += graph_.tensors[member.tensor].type.shape.NumElements();
+    }
+    LogicalTensor bucket;
+    bucket.name = absl::StrCat("gradient_bucket.", buckets_++);
+    bucket.type.shape = Shape({elements});
+    bucket.type.data_type = plan::FLOAT32;
+    bucket.sbp = from;
+    std::vector<std::string> registers;
+    for (int rank = 0; rank < placement->size(); ++rank) {
+      std::string reg =
+          AddRegister(absl::StrCat(bucket.name, "@", rank), bucket.type.shape, plan::FLOAT32);
+      plan::Task* task = AddTask(absl::StrCat("pack:", bucket.name, "@", rank), plan::COMPUTE,
+                                 placement->device(rank), plan::STREAM_COMPUTE);
+      task->mutable_kernel()->set_op_type("pack_flat");
+      for (const auto& member : members) task->add_inputs(member.registers[rank]);
+      task->add_outputs(reg);
+      registers.push_back(std::move(reg));
+    }
+    absl::StatusOr<BoxingPlan> boxing = PlanBoxing(bucket.type, *placement, from, *placement, to);
+    if (!boxing.ok()) return boxing.status();
+    for (const BoxingStep& step : boxing->source_steps) {
+      registers = ApplyStep(bucket, *placement, step, registers, /*per_step=*/true);
+    }
+    std::vector<std::vector<std::string>> unpacked(members.size());
+    for (int rank = 0; rank < placement->size(); ++rank) {
+      plan::Task* task = AddTask(absl::StrCat("unpack:", bucket.name, "@", rank), plan::COMPUTE,
+                                 placement->device(rank), plan::STREAM_COMPUTE);
+      task->mutable_kernel()->set_op_type("unpack_flat");
+      task->add_inputs(registers[rank]);
+      for (size_t i = 0; i < members.size(); ++i) {
+        const LogicalTensor& gradient = graph_.tensors[members[i].tensor];
+        std::string reg = AddRegister(absl::StrCat(gradient.name, "~", bucket.name, "@", rank),
+                                      gradient.type.shape, plan::FLOAT32);
+        task->add_outputs(reg);
+        unpacked[i].push_back(std::move(reg));
+      }
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      materialized_[members[i].cache_key] = std::move(unpacked[i]);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ConnectGradient(const LogicalNode& node) {
     const LogicalTensor& value = graph_.tensors[node.outputs[0]];
     absl::StatusOr<std::vector<std::string>> gradient =
@@ -707,6 +865,9 @@ class Lowering {
   absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
   // Tensor id -> its per-step sums per rank.
   absl::flat_hash_map<int, std::vector<std::string>> accumulated_;
+  DeviceSet host_devices_;
+  // Gradient buckets made so far (their names count up).
+  int buckets_ = 0;
   // The logical op of each op task.
   absl::flat_hash_map<std::string, const LogicalNode*> op_of_task_;
 };

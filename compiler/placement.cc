@@ -64,16 +64,16 @@ absl::StatusOr<Placement> Placement::FromProto(const job::Placement& proto) {
     int64_t product = 1;
     for (int64_t extent : hierarchy) {
       if (extent < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the placement's hierarchy [", absl::StrJoin(hierarchy, ", "),
-                         "] has an extent below 1"));
+        return absl::InvalidArgumentError(absl::StrCat("the placement's hierarchy [",
+                                                       absl::StrJoin(hierarchy, ", "),
+                                                       "] has an extent below 1"));
       }
       product *= extent;
     }
     if (product != static_cast<int64_t>(devices.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the placement's hierarchy [", absl::StrJoin(hierarchy, ", "), "] has ", product,
-          " positions but the placement lists ", devices.size(), " devices"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the placement's hierarchy [", absl::StrJoin(hierarchy, ", "), "] has ",
+                       product, " positions but the placement lists ", devices.size(), " devices"));
     }
   }
   return Placement(std::move(devices), std::move(hierarchy));
@@ -102,6 +102,12 @@ std::vector<int> Placement::GroupAlong(int rank, int axis) const {
     group.push_back(RankOf(coordinates));
   }
   return group;
+}
+
+Placement Placement::OnHosts() const {
+  Placement hosts = *this;
+  for (plan::Device& device : hosts.devices_) device.set_type(plan::CPU);
+  return hosts;
 }
 
 std::string Placement::ToString() const {

@@ -33,6 +33,10 @@ class Placement {
   // (the group a collective along that axis runs in). Includes `rank`.
   std::vector<int> GroupAlong(int rank, int axis) const;
 
+  // The same placement with every GPU replaced by its host: the CPU device of the same node and
+  // index (where work that only a CPU can do, such as reading files, runs for that GPU).
+  Placement OnHosts() const;
+
   // "[cpu:0, cpu:1] as [2]".
   std::string ToString() const;
   bool operator==(const Placement& other) const;

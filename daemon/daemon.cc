@@ -14,7 +14,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cpu/blas_threads.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/device_backends.h"
 
 namespace loom::daemon {
 namespace {
@@ -22,13 +22,32 @@ namespace {
 // How long in-flight calls (watchers) get once every job has ended.
 constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
 
+// The GPUs of --devices cuda:I,J must exist here (cuda:all found them already).
+absl::Status CheckDevicesExist(const loomctl::DeviceSpec& devices) {
+  if (devices.type != plan::CUDA) return absl::OkStatus();
+  absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) {
+    return absl::Status(count.status().code(), absl::StrCat("--devices ", devices.ToString(), ": ",
+                                                            count.status().message()));
+  }
+  for (int index : devices.indices) {
+    if (index >= *count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--devices ", devices.ToString(), ": there is no cuda:", index,
+                       " (this machine has ", *count, " GPU", *count == 1 ? "" : "s", ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   std::unique_ptr<Daemon> daemon(new Daemon());
   Daemon* self = daemon.get();
   daemon->options_ = options;
-  if (absl::Status status = RegisterCpuKernels(&daemon->kernels_); !status.ok()) return status;
+  if (absl::Status status = CheckDevicesExist(options.devices); !status.ok()) return status;
+  if (absl::Status status = RegisterAllKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
   const bool coordinator = options.coordinator_address.empty();
   if (!options.data_directory.empty()) {
@@ -45,10 +64,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   // This node's devices, as ListNodes shows them.
   std::vector<v1::DeviceInfo> devices;
-  for (int index = 0; index < options.cpu_devices; ++index) {
+  const char* type = options.devices.type == plan::CUDA ? "cuda" : "cpu";
+  for (int index : options.devices.indices) {
     v1::DeviceInfo& device = devices.emplace_back();
-    device.set_name(absl::StrCat("node0/cpu:", index));
-    device.set_type("cpu");
+    device.set_name(absl::StrCat("node0/", type, ":", index));
+    device.set_type(type);
     device.set_index(index);
     device.set_memory_budget_bytes(options.memory_budget_per_device_bytes);
   }
@@ -132,7 +152,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->cluster_->Start();
     daemon->manager_->Start();
     LOG(INFO) << "loomd node '" << options.node_name << "' (coordinator, node 0) serving on "
-              << daemon->address_ << " with " << options.cpu_devices << " CPU devices";
+              << daemon->address_ << " with devices " << options.devices.ToString();
   } else {
     WorkerSession::Options session_options;
     session_options.coordinator_address = options.coordinator_address;
@@ -147,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->session_->Start(daemon->agent_.get());
     LOG(INFO) << "loomd node '" << options.node_name << "' (worker of "
               << options.coordinator_address << ") serving on " << daemon->address_ << " with "
-              << options.cpu_devices << " CPU devices";
+              << "devices " << options.devices.ToString();
   }
   if (!options.metrics_listen_address.empty()) {
     daemon->scrape_gauges_ = std::make_shared<ScrapeGauges>();

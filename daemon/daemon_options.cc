@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/compile_command.h"
+#include "runtime/device_backends.h"
 
 namespace loom::daemon {
 namespace {
@@ -87,7 +88,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "the coordinator's jobs, with their events, plans, traces and ids. Jobs that had "
                "not ended when it stopped are FAILED after the restart. Empty: nothing is kept")
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
-      .AddFlag("devices", "cpu:N", "cpu:1", "the devices of this node: N CPU devices")
+      .AddFlag("devices", "SPEC", "cpu:1",
+               "the devices of this node: cpu:N (N CPU devices), cuda:all (every GPU) or "
+               "cuda:I[,J...] (those GPUs)")
       .AddFlag("memory-budget-per-device", "BYTES", "0",
                "the memory a job may use on each device, e.g. 4GiB; 0: no limit. A job over it "
                "is refused (RESOURCE_EXHAUSTED naming the device)")
@@ -139,9 +142,10 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
 
-  absl::StatusOr<int> cpus = loomctl::ParseCpuDevices(kCommand, arguments.Value("devices"));
-  if (!cpus.ok()) return cpus.status();
-  options.cpu_devices = *cpus;
+  absl::StatusOr<loomctl::DeviceSpec> devices =
+      loomctl::ParseDeviceSpec(kCommand, arguments.Value("devices"), CudaDeviceCount);
+  if (!devices.ok()) return devices.status();
+  options.devices = *std::move(devices);
 
   absl::StatusOr<int64_t> budget = ParseByteSize(arguments.Value("memory-budget-per-device"));
   if (!budget.ok()) {

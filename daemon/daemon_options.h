@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/device_spec.h"
 
 namespace loom::daemon {
 
@@ -29,7 +30,8 @@ struct DaemonOptions {
   // Where the coordinator keeps its jobs across restarts (locked against a second loomd); empty:
   // nothing is kept on disk.
   std::string data_directory;
-  int cpu_devices = 1;
+  // This node's devices (--devices): cpu:1 unless told.
+  loomctl::DeviceSpec devices = {plan::CPU, {0}};
   // 0: no limit.
   int64_t memory_budget_per_device_bytes = 0;
   absl::Duration stall_timeout = absl::Seconds(10);

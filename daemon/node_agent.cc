@@ -8,6 +8,7 @@
 #include "daemon/grpc_status.h"
 #include "glog/logging.h"
 #include "runtime/chrome_trace.h"
+#include "runtime/device_backends.h"
 
 namespace loom::daemon {
 namespace {
@@ -221,6 +222,10 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
       Report(update);
       return absl::OkStatus();
     };
+  }
+  if (absl::Status status = SetUpDevices(launch.plan(), &options); !status.ok()) {
+    ReportEnded(job_id, status);
+    return;
   }
   absl::StatusOr<std::unique_ptr<NodeJob>> job =
       NodeJob::Create(launch.plan(), kernels_, std::move(options));

@@ -6,6 +6,7 @@
 #ifdef LOOM_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_devices.h"
 #endif
 
 namespace loom {
@@ -15,6 +16,16 @@ bool HasCudaBackend() {
   return true;
 #else
   return false;
+#endif
+}
+
+absl::StatusOr<int> CudaDeviceCount() {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::DeviceCount();
+#else
+  return absl::FailedPreconditionError(
+      "this build has no CUDA backend (it is built when CUDA 13 and NCCL are found under "
+      "/usr/local/cuda)");
 #endif
 }
 

@@ -2,6 +2,7 @@
 #define LOOM_RUNTIME_DEVICE_BACKENDS_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/kernel_registry.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
@@ -10,6 +11,10 @@ namespace loom {
 
 // Whether this build has the CUDA backend (it does when the CUDA toolkit was found).
 bool HasCudaBackend();
+
+// How many GPUs this process sees. FAILED_PRECONDITION when this build has no CUDA backend or
+// this machine no usable GPU (with CUDA's reason).
+absl::StatusOr<int> CudaDeviceCount();
 
 // Registers the kernels of every device type this build has: CPU, and CUDA when built with it.
 absl::Status RegisterAllKernels(KernelRegistry* registry);

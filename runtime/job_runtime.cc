@@ -31,9 +31,6 @@ absl::Status CheckRunsOnItsDevice(const plan::Task& task, const CollectiveBacken
     case plan::RECEIVE:
       what = "sending registers between nodes";
       break;
-    case plan::ACCUMULATE:
-      what = "accumulating micro-batches";
-      break;
     case plan::COLLECTIVE:
       if (backend != nullptr && backend->transport() != "nccl") {
         what = absl::StrCat("collectives over ", backend->transport());

@@ -34,6 +34,13 @@ class StreamContext {
   // Copies `bytes` between two buffers of this stream's device or the host, in stream order (a
   // CPU stream: done when it returns; a CUDA stream: enqueued).
   virtual absl::Status Copy(void* destination, const void* source, int64_t bytes) = 0;
+  // sum[i] += values[i] for `count` float32 elements of this stream's device, in stream order
+  // (gradient accumulation over micro-batches). The host loop here; a CUDA stream launches a
+  // kernel.
+  virtual absl::Status AddFloat32(float* sum, const float* values, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) sum[i] += values[i];
+    return absl::OkStatus();
+  }
   // Blocks until everything enqueued so far has finished (nothing to wait for on a CPU stream).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 };

@@ -21,6 +21,7 @@
 #include "compiler/op_definition.h"
 #include "compiler/placement.h"
 #include "glog/logging.h"
+#include "runtime/device_backends.h"
 #include "runtime/format_bytes.h"
 #include "runtime/plan_text.h"
 
@@ -40,12 +41,16 @@ std::string PlacementDeviceName(const plan::Device& device) {
   return device.node() == 0 ? name : absl::StrCat("node", device.node(), "/", name);
 }
 
-// "4 CPUs on 2 nodes".
+// "4 CPUs on 2 nodes", "2 GPUs on 1 node".
 std::string DescribeDevices(const compiler::DeviceSet& devices) {
   absl::flat_hash_set<int> nodes;
-  for (const plan::Device& device : devices.devices) nodes.insert(device.node());
-  return absl::StrCat(Count(static_cast<int64_t>(devices.devices.size()), "CPU"), " on ",
-                      Count(static_cast<int64_t>(nodes.size()), "node"));
+  bool gpus = false;
+  for (const plan::Device& device : devices.devices) {
+    nodes.insert(device.node());
+    gpus = gpus || device.type() == plan::CUDA;
+  }
+  return absl::StrCat(Count(static_cast<int64_t>(devices.devices.size()), gpus ? "GPU" : "CPU"),
+                      " on ", Count(static_cast<int64_t>(nodes.size()), "node"));
 }
 
 // Wraps `text` at word boundaries to lines of at most `columns` characters (longer words stay
@@ -105,9 +110,11 @@ ArgumentSpec CompileArgumentSpec() {
       "Exit codes: 0 compiled; 1 an output file could not be written; 2 usage error, or the job\n"
       "cannot be read or does not compile (the error names the op, or the device over budget).");
   spec.AddOptionalPositional("JOB", "the job: protobuf text format (.pbtxt) or binary (.pb)")
-      .AddFlag("devices", "cpu:N", "",
-               "compile for N CPU devices (required with JOB; cuda:N is not supported yet)")
-      .AddFlag("nodes", "K", "1", "spread the devices evenly over K nodes")
+      .AddFlag("devices", "SPEC", "",
+               "compile for these devices (required with JOB): cpu:N, cuda:all or cuda:I[,J...]")
+      .AddFlag("nodes", "K", "1",
+               "spread the devices evenly over K nodes (each numbering its own from the first "
+               "of --devices)")
       .AddFlag("out", "PATH", "",
                "write the whole plan to PATH: binary when PATH ends in .pb, text format otherwise "
                "(then no summary is printed)")
@@ -121,22 +128,6 @@ ArgumentSpec CompileArgumentSpec() {
       .AddSwitch("list-ops", "list the op types the compiler knows, one a line, and exit")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
   return spec;
-}
-
-absl::StatusOr<int> ParseCpuDevices(const std::string& command, const std::string& text) {
-  absl::string_view view(text);
-  if (absl::StartsWith(view, "cuda:") || absl::StartsWith(view, "gpu:")) {
-    return UsageError(
-        command, absl::StrCat("--devices ", text,
-                              ": only CPU devices are supported for now; write --devices cpu:N"));
-  }
-  int count = 0;
-  if (!absl::ConsumePrefix(&view, "cpu:") || !absl::SimpleAtoi(view, &count) || count < 1) {
-    return UsageError(
-        command, absl::StrCat("--devices must be cpu:N with N >= 1 (e.g. --devices cpu:4), not '",
-                              text, "'"));
-  }
-  return count;
 }
 
 absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& arguments) {
@@ -160,18 +151,20 @@ absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& argumen
     return UsageError(kCommand,
                       "--devices is required: the devices to compile for, e.g. --devices cpu:4");
   }
-  absl::StatusOr<int> cpus = ParseCpuDevices(kCommand, arguments.Value("devices"));
-  if (!cpus.ok()) return cpus.status();
-  options.cpus = *cpus;
+  absl::StatusOr<DeviceSpec> devices =
+      ParseDeviceSpec(kCommand, arguments.Value("devices"), CudaDeviceCount);
+  if (!devices.ok()) return devices.status();
+  options.devices = *std::move(devices);
   std::string nodes = arguments.Value("nodes");
   if (!absl::SimpleAtoi(nodes, &options.nodes) || options.nodes < 1) {
     return UsageError(kCommand,
                       absl::StrCat("--nodes must be a whole number >= 1, not '", nodes, "'"));
   }
-  if (options.nodes > options.cpus) {
-    return UsageError(kCommand, absl::StrCat("--nodes ", options.nodes, " is more than the ",
-                                             options.cpus, " devices of --devices cpu:",
-                                             options.cpus, ": every node needs a device"));
+  if (options.nodes > options.devices.size()) {
+    return UsageError(kCommand,
+                      absl::StrCat("--nodes ", options.nodes, " is more than the ",
+                                   options.devices.size(), " devices of --devices ",
+                                   options.devices.ToString(), ": every node needs a device"));
   }
 
   for (const auto& [flag, field] : std::vector<std::pair<std::string, std::string*>>{
@@ -303,7 +296,7 @@ int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& e
     return kExitSuccess;
   }
 
-  compiler::DeviceSet devices = compiler::DeviceSet::Cpus(options.cpus, options.nodes);
+  compiler::DeviceSet devices = options.devices.Spread(options.nodes);
   std::string note;
   absl::StatusOr<std::unique_ptr<CompiledJob>> compiled =
       ReadAndCompileJob(options.job_path, devices, /*steps=*/0, &note);

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/device_spec.h"
 #include "compiler/compiler.h"
 #include "compiler/logical_graph.h"
 #include "compiler/op_definition.h"
@@ -15,9 +16,9 @@
 
 namespace loom::loomctl {
 
-// `loomctl compile JOB --devices cpu:N [flags]`: compiles a job file into a physical plan, then
-// writes the plan (whole, per node, as Graphviz), explains it, or summarises it.
-// `loomctl compile --list-ops` lists the op types the compiler knows.
+// `loomctl compile JOB --devices cpu:N|cuda:... [flags]`: compiles a job file into a physical plan,
+// then writes the plan (whole, per node, as Graphviz), explains it, or summarises it. `loomctl
+// compile --list-ops` lists the op types the compiler knows.
 //
 // Exit codes: 0 compiled; 1 an output file could not be written; 2 on a usage error, a job file
 // that cannot be read, or a job the compiler rejects (INVALID_ARGUMENT naming the op, or
@@ -27,7 +28,8 @@ Subcommand CompileSubcommand();
 struct CompileOptions {
   // Empty only with list_ops.
   std::string job_path;
-  int cpus = 0;
+  // Every node's devices (--devices).
+  DeviceSpec devices;
   int nodes = 1;
   // Empty: not written.
   std::string plan_path;
@@ -45,11 +47,6 @@ absl::StatusOr<CompileOptions> CompileOptionsFrom(const ParsedArguments& argumen
 
 // The whole command on parsed options; returns the exit code.
 int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& error);
-
-// The number of CPUs in a --devices value: "cpu:N" with N >= 1. INVALID_ARGUMENT otherwise;
-// "cuda:N" is refused with a message saying that only cpu:N is supported for now. `command`
-// prefixes the message ("loomctl compile").
-absl::StatusOr<int> ParseCpuDevices(const std::string& command, const std::string& text);
 
 // Fits a job to the devices it is compiled for. A job whose default placement names a device
 // outside `devices` is re-placed on all of `devices` when that placement is one-dimensional and

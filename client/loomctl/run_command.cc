@@ -29,11 +29,11 @@
 #include "compiler/logical_graph.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/chrome_trace.h"
 #include "runtime/data_type.h"
+#include "runtime/device_backends.h"
 #include "runtime/job_options.h"
 
 namespace loom::loomctl {
@@ -130,8 +130,8 @@ ArgumentSpec RunArgumentSpec() {
       "results could not be written; 2 usage error, or the job cannot be read or does not\n"
       "compile.");
   spec.AddPositional("JOB", "the job: protobuf text format (.pbtxt) or binary (.pb)")
-      .AddFlag("devices", "cpu:N", "",
-               "run on N CPU devices (required; cuda:N is not supported yet)")
+      .AddFlag("devices", "SPEC", "",
+               "run on these devices (required): cpu:N, cuda:all or cuda:I[,J...]")
       .AddFlag("steps", "S", "",
                "run S steps (default: the job's num_steps); after --init they follow the "
                "checkpoint's steps")
@@ -168,9 +168,10 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
     return UsageError(kCommand,
                       "--devices is required: the devices to run on, e.g. --devices cpu:4");
   }
-  absl::StatusOr<int> cpus = ParseCpuDevices(kCommand, arguments.Value("devices"));
-  if (!cpus.ok()) return cpus.status();
-  options.cpus = *cpus;
+  absl::StatusOr<DeviceSpec> devices =
+      ParseDeviceSpec(kCommand, arguments.Value("devices"), CudaDeviceCount);
+  if (!devices.ok()) return devices.status();
+  options.devices = *std::move(devices);
 
   if (arguments.Has("steps")) {
     std::string steps = arguments.Value("steps");
@@ -461,7 +462,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   SetLogVerbosity(options.verbose);
   const bool json = options.output == OutputFormat::kJson;
 
-  compiler::DeviceSet devices = compiler::DeviceSet::Cpus(options.cpus, 1);
+  compiler::DeviceSet devices = options.devices.Spread(1);
   std::string note;
   absl::StatusOr<job::Job> job = ReadJobForDevices(options.job_path, devices, options.steps, &note);
   if (!note.empty()) error << kCommand << ": note: " << note << "\n";
@@ -507,8 +508,8 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   }
 
   KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) {
-    error << kCommand << ": cannot register the CPU kernels: " << status << "\n";
+  if (absl::Status status = RegisterAllKernels(&kernels); !status.ok()) {
+    error << kCommand << ": cannot register the kernels: " << status << "\n";
     return kExitFailure;
   }
   SetBlasThreads(options.blas_threads);
@@ -560,6 +561,10 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
+    if (absl::Status status = SetUpDevices(plan, &job_options); !status.ok()) {
+      error << kCommand << ": " << status.message() << "\n";
+      return kExitFailure;
+    }
     if (reporter != nullptr) {
       const plan::Fetch* loss = nullptr;
       for (const plan::Fetch& fetch : plan.fetches()) {

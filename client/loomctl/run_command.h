@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/device_spec.h"
 #include "client/loomctl/execution_options.h"
 #include "client/loomctl/job_summary.h"
 #include "runtime/tensor.h"
@@ -38,7 +39,7 @@ Subcommand RunSubcommand();
 
 struct RunOptions : ExecutionOptions {
   std::string job_path;
-  int cpus = 0;
+  DeviceSpec devices;
   // 0: the job's num_steps.
   int64_t steps = 0;
   // Print run-plan's per-actor table too (text output).

@@ -46,6 +46,9 @@ loomctl::ArgumentSpec MakeSpec() {
       .AddFlag("devices-per-node", "K", "0",
                "spread the devices over nodes, K per node (node<i/K>/cpu:<i%K>), for a cluster "
                "of loomd processes; 0: all on one node")
+      .AddFlag("device-type", "TYPE", "cpu",
+               "cpu | cuda: the devices the job is placed on (cuda:<i>, token batches read on "
+               "cpu:<i>)")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
       .AddFlag("experts", "E", "0",
                "experts of each MoE MLP (0: dense MLPs only); the MoE GPT of the expert work is "
@@ -137,6 +140,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const loomctl::ParsedArguments& pa
     }
     config.moe_layers.push_back(layer);
   }
+  config.device_type = parsed.Value("device-type");
   config.data_path = parsed.Value("data");
   config.data_format = parsed.Value("data-format");
   const std::string schedule = parsed.Value("schedule");

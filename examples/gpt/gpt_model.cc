@@ -314,9 +314,9 @@ class GptGraph {
 }  // namespace
 
 std::string GptDeviceName(const GptConfig& config, int64_t index) {
-  if (config.devices_per_node <= 0) return absl::StrCat("cpu:", index);
-  return absl::StrCat("node", index / config.devices_per_node,
-                      "/cpu:", index % config.devices_per_node);
+  if (config.devices_per_node <= 0) return absl::StrCat(config.device_type, ":", index);
+  return absl::StrCat("node", index / config.devices_per_node, "/", config.device_type, ":",
+                      index % config.devices_per_node);
 }
 
 absl::Status ValidateGptConfig(const GptConfig& config) {
@@ -410,6 +410,10 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
         absl::StrCat("max_grad_norm must be >= 0 (0: no clipping), got ", config.max_grad_norm));
   }
   if (config.data_path.empty()) return ConfigError("no data file (data_path is empty)");
+  if (config.device_type != "cpu" && config.device_type != "cuda") {
+    return ConfigError(
+        absl::StrCat("device type must be \"cpu\" or \"cuda\", got \"", config.device_type, "\""));
+  }
   if (config.data_format != "bytes" && config.data_format != "uint16") {
     return ConfigError(absl::StrCat("data format must be \"bytes\" or \"uint16\", got \"",
                                     config.data_format, "\""));

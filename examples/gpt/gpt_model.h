@@ -68,6 +68,9 @@ struct GptConfig {
   // "node<i / devices_per_node>/cpu:<i % devices_per_node>"), for a cluster of loomd processes.
   // 0: every device on one node ("cpu:<i>").
   int64_t devices_per_node = 0;
+  // The devices' type: "cpu" or "cuda" (then device i is "cuda:<i>", its token batches read on
+  // its host "cpu:<i>").
+  std::string device_type = "cpu";
 
   // Seed of the initial weights (the job's initializers and WriteGptInitialWeights).
   int64_t seed = 0;

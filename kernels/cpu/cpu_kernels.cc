@@ -25,6 +25,7 @@
 #include "kernels/cpu/softmax_kernel.h"
 #include "kernels/cpu/unary_kernels.h"
 #include "kernels/cpu/zeros_like_kernel.h"
+#include "kernels/flat_pack_kernels.h"
 
 namespace loom {
 
@@ -69,6 +70,8 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"moe_dispatch", cpu::CreateMoeDispatchKernel},
       {"moe_combine", cpu::CreateMoeCombineKernel},
       {"moe_dispatch_grad", cpu::CreateMoeDispatchGradKernel},
+      {"pack_flat", CreatePackFlatKernel},
+      {"unpack_flat", CreateUnpackFlatKernel},
   };
   for (const Entry& entry : kEntries) {
     absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);

@@ -2,11 +2,16 @@
 
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/gradient_kernels.h"
+#include "kernels/cuda/host_staged_kernel.h"
 #include "kernels/cuda/layout_kernels.h"
 #include "kernels/cuda/matmul_kernel.h"
 #include "kernels/cuda/moe_kernels.h"
 #include "kernels/cuda/optimizer_kernels.h"
 #include "kernels/cuda/random_kernels.h"
+#include "kernels/cuda/row_gradient_kernels.h"
+#include "kernels/cuda/row_kernels.h"
+#include "kernels/flat_pack_kernels.h"
 
 namespace loom {
 
@@ -17,6 +22,9 @@ absl::Status RegisterCudaKernels(KernelRegistry* registry) {
   };
   static constexpr Entry kEntries[] = {
       {"matmul", cuda::CreateMatmulKernel},
+      // Byte copies on the stream: the CPU's implementation serves.
+      {"pack_flat", CreatePackFlatKernel},
+      {"unpack_flat", CreateUnpackFlatKernel},
   };
   for (const Entry& entry : kEntries) {
     absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
@@ -26,7 +34,9 @@ absl::Status RegisterCudaKernels(KernelRegistry* registry) {
   for (absl::Status (*group)(KernelRegistry*) :
        {cuda::RegisterCudaElementwiseKernels, cuda::RegisterCudaLayoutKernels,
         cuda::RegisterCudaOptimizerKernels, cuda::RegisterCudaRandomKernels,
-        cuda::RegisterCudaMoeKernels, cuda::RegisterCudaAttentionKernels}) {
+        cuda::RegisterCudaMoeKernels, cuda::RegisterCudaAttentionKernels,
+        cuda::RegisterCudaRowKernels, cuda::RegisterCudaGradientKernels,
+        cuda::RegisterCudaRowGradientKernels, cuda::RegisterCudaHostStagedKernels}) {
     if (absl::Status status = group(registry); !status.ok()) return status;
   }
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "runtime/cuda/add_float32.h"
 #include "runtime/cuda/cuda_status.h"
 
 namespace loom::cuda {
@@ -92,6 +93,12 @@ absl::Status CudaStreamContext::Copy(void* destination, const void* source, int6
   return CudaStatus(
       cudaMemcpyAsync(destination, source, static_cast<size_t>(bytes), cudaMemcpyDefault, stream_),
       absl::StrCat("copying ", bytes, " bytes on a stream of cuda:", device_));
+}
+
+absl::Status CudaStreamContext::AddFloat32(float* sum, const float* values, int64_t count) {
+  if (count <= 0) return absl::OkStatus();
+  return CudaStatus(LaunchAddFloat32(sum, values, count, stream_),
+                    absl::StrCat("adding ", count, " floats on a stream of cuda:", device_));
 }
 
 absl::StatusOr<cublasHandle_t> CudaStreamContext::Cublas() {

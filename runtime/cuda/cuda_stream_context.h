@@ -37,6 +37,8 @@ class CudaStreamContext final : public StreamContext {
   void BindToThread() override;
   // cudaMemcpyAsync with cudaMemcpyDefault: host (pinned or not), this GPU or another.
   absl::Status Copy(void* destination, const void* source, int64_t bytes) override;
+  // A kernel on this stream (runtime/cuda/add_float32.cu).
+  absl::Status AddFloat32(float* sum, const float* values, int64_t count) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

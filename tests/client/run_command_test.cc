@@ -102,7 +102,7 @@ TEST(RunOptionsTest, DefaultsAndEveryFlag) {
   absl::StatusOr<RunOptions> options = ParseOptions({"job.pbtxt", "--devices", "cpu:2"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->job_path, "job.pbtxt");
-  EXPECT_EQ(options->cpus, 2);
+  EXPECT_EQ(options->devices.ToString(), "cpu:2");
   EXPECT_EQ(options->steps, 0);
   EXPECT_EQ(options->output, OutputFormat::kText);
   EXPECT_EQ(options->stall_timeout, absl::Seconds(10));
@@ -115,7 +115,7 @@ TEST(RunOptionsTest, DefaultsAndEveryFlag) {
                           "t.json", "--output=json", "--stall-timeout", "2s", "--blas-threads", "3",
                           "--actors", "--verbose"});
   ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->cpus, 4);
+  EXPECT_EQ(options->devices.ToString(), "cpu:4");
   EXPECT_EQ(options->steps, 7);
   EXPECT_EQ(options->fetch_directory, "out");
   EXPECT_EQ(options->trace_path, "t.json");
@@ -133,7 +133,7 @@ TEST(RunOptionsTest, BadValuesNameTheFlag) {
   };
   for (const Case& test_case : std::vector<Case>{
            {{"j"}, "--devices is required"},
-           {{"j", "--devices", "cuda:0"}, "only CPU devices are supported for now"},
+           {{"j", "--devices", "cuda:0,0"}, "--devices 'cuda:0,0': cuda:0 is named twice"},
            {{"j", "--devices", "cpu:2", "--steps", "0"}, "--steps must be a whole number >= 1"},
            {{"j", "--devices", "cpu:2", "--steps", "x"}, "--steps must be a whole number >= 1"},
            {{"j", "--devices", "cpu:2", "--output", "xml"}, "--output must be 'text' or 'json'"},

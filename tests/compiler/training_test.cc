@@ -22,10 +22,10 @@ std::string LinearRegression(int devices, const std::string& layout, const std::
   const bool data_parallel = layout == "dp";
   return absl::StrCat(
       "name: \"training\" placement { ", Devices(devices), " } num_steps: 4\n", "optimizer { ",
-      optimizer, " }\n", "inputs { name: \"x\" shape: [8, 4] sbp: \"",
-      data_parallel ? "S(0)" : "B", "\" random_normal { std: 1 seed: 1 } }\n",
-      "variables { name: \"w\" shape: [4, 6] sbp: \"", data_parallel ? "B" : "S(1)", "\"",
-      frozen ? " frozen: true" : "", " initializer { normal { std: 0.5 seed: 2 } } }\n",
+      optimizer, " }\n", "inputs { name: \"x\" shape: [8, 4] sbp: \"", data_parallel ? "S(0)" : "B",
+      "\" random_normal { std: 1 seed: 1 } }\n", "variables { name: \"w\" shape: [4, 6] sbp: \"",
+      data_parallel ? "B" : "S(1)", "\"", frozen ? " frozen: true" : "",
+      " initializer { normal { std: 0.5 seed: 2 } } }\n",
       "ops { name: \"y\" type: \"matmul\" inputs: [\"x\", \"w\"] outputs: \"y\" }\n",
       "ops { name: \"grad/w\" type: \"matmul\" inputs: [\"x\", \"y\"] outputs: \"grad/w\" ",
       "attributes { key: \"transpose_a\" value { bool_value: true } } }\n", "fetch: \"y\"\n");
@@ -76,7 +76,8 @@ TEST_P(TrainingEquivalenceTest, StepsMatchOneDevice) {
   const std::vector<HostTensor>& trained = expected->at("y");
   const std::vector<HostTensor>& fixed = frozen->at("y");
   ASSERT_EQ(trained.size(), 4u);
-  EXPECT_EQ(trained[0].Values<float>()[0], fixed[0].Values<float>()[0]) << "step 0 precedes updates";
+  EXPECT_EQ(trained[0].Values<float>()[0], fixed[0].Values<float>()[0])
+      << "step 0 precedes updates";
   EXPECT_NE(trained[2].Values<float>()[0], fixed[2].Values<float>()[0]) << "w was not updated";
 }
 
@@ -99,7 +100,8 @@ std::string MlpRegression(int devices, const std::string& optimizer) {
       "ops { name: \"a\" type: \"gelu\" inputs: \"h\" outputs: \"a\" }\n",
       "ops { name: \"y\" type: \"matmul\" inputs: [\"a\", \"w2\"] outputs: \"y\" }\n",
       "ops { name: \"error\" type: \"subtract\" inputs: [\"y\", \"target\"] outputs: \"error\" }\n",
-      "ops { name: \"squared\" type: \"multiply\" inputs: [\"error\", \"error\"] outputs: \"squared\" }\n",
+      "ops { name: \"squared\" type: \"multiply\" inputs: [\"error\", \"error\"] outputs: "
+      "\"squared\" }\n",
       "ops { name: \"loss\" type: \"reduce_mean\" inputs: \"squared\" outputs: \"loss\" }\n",
       "fetch: \"loss\"\n");
 }
@@ -122,18 +124,56 @@ TEST_P(AutodiffTrainingTest, DataParallelLossesMatchOneDeviceAndFall) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, AutodiffTrainingTest, ::testing::Values(2, 4));
 
-TEST(AutodiffTrainingTest, TheGradientAllReduceComesFromBoxing) {
+// All-reduces per input-name prefix ("grad/w", "gradient_bucket.").
+int AllReducesOf(const plan::Plan& plan, const std::string& prefix) {
+  int count = 0;
+  for (const plan::Task* task : Collectives(plan, plan::ALL_REDUCE)) {
+    if (task->inputs(0).rfind(prefix, 0) == 0) ++count;
+  }
+  return count;
+}
+
+TEST(AutodiffTrainingTest, TheGradientsAreAllReducedInOneBucket) {
   job::Job job = ParseJob(MlpRegression(4, kAdamW));
   auto compiled = CompileOn(job, 4);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   ASSERT_NE(compiled->training_job, nullptr);
-  // One all-reduce per variable (w1, w2) on each of the 4 ranks, plus the loss's own P -> B.
-  std::vector<const plan::Task*> all_reduces = Collectives(compiled->plan, plan::ALL_REDUCE);
-  int gradient_all_reduces = 0;
-  for (const plan::Task* task : all_reduces) {
-    if (task->inputs(0).rfind("grad/w", 0) == 0) ++gradient_all_reduces;
+  // w1's and w2's gradients packed into one flat buffer per rank: one all-reduce each.
+  EXPECT_EQ(AllReducesOf(compiled->plan, "gradient_bucket."), 4);
+  EXPECT_EQ(AllReducesOf(compiled->plan, "grad/w"), 0);
+  int packs = 0;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    if (task.kernel().op_type() != "pack_flat") continue;
+    ++packs;
+    // In the order the backward pass makes them: w2's gradient first.
+    ASSERT_EQ(task.inputs_size(), 2);
+    EXPECT_EQ(task.inputs(0).rfind("grad/w2", 0), 0u) << task.inputs(0);
+    EXPECT_EQ(task.inputs(1).rfind("grad/w1", 0), 0u) << task.inputs(1);
   }
-  EXPECT_EQ(gradient_all_reduces, 2 * 4);
+  EXPECT_EQ(packs, 4);
+}
+
+TEST(AutodiffTrainingTest, WithoutBucketsEveryGradientHasItsOwnAllReduce) {
+  for (int64_t bucket_bytes : {int64_t{-1}, int64_t{300}}) {
+    // 300 bytes: w2's gradient (128 B) and w1's (256 B) do not fit together.
+    job::Job job = ParseJob(MlpRegression(4, kAdamW));
+    job.set_gradient_bucket_bytes(bucket_bytes);
+    auto compiled = CompileOn(job, 4);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    EXPECT_EQ(AllReducesOf(compiled->plan, "grad/w"), 2 * 4) << bucket_bytes;
+    EXPECT_EQ(AllReducesOf(compiled->plan, "gradient_bucket."), 0) << bucket_bytes;
+  }
+}
+
+TEST(AutodiffTrainingTest, BucketedAndUnbucketedGradientsTrainAlike) {
+  job::Job bucketed = ParseJob(MlpRegression(4, kAdamW));
+  job::Job unbucketed = bucketed;
+  unbucketed.set_gradient_bucket_bytes(-1);
+  auto with_buckets = CompileAndRun(bucketed, 4);
+  ASSERT_TRUE(with_buckets.ok()) << with_buckets.status();
+  auto without_buckets = CompileAndRun(unbucketed, 4);
+  ASSERT_TRUE(without_buckets.ok()) << without_buckets.status();
+  ExpectSameFetches(*without_buckets, *with_buckets, 1e-6, "buckets");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,7 +23,7 @@ TEST(DaemonOptionsTest, Defaults) {
   absl::StatusOr<DaemonOptions> options = Parse({});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->listen_address, "127.0.0.1:7070");
-  EXPECT_EQ(options->cpu_devices, 1);
+  EXPECT_EQ(options->devices.ToString(), "cpu:1");
   EXPECT_EQ(options->memory_budget_per_device_bytes, 0);
   EXPECT_FALSE(options->node_name.empty());  // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
@@ -36,7 +37,7 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->listen_address, "0.0.0.0:0");
   EXPECT_EQ(options->node_name, "n1");
-  EXPECT_EQ(options->cpu_devices, 4);
+  EXPECT_EQ(options->devices.ToString(), "cpu:4");
   EXPECT_EQ(options->memory_budget_per_device_bytes, int64_t{2} << 30);
   EXPECT_EQ(options->stall_timeout, absl::Seconds(3));
   EXPECT_EQ(options->shutdown_grace, absl::Milliseconds(500));
@@ -45,7 +46,7 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
 }
 
 TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
-  EXPECT_THAT(Parse({"--devices", "cuda:1"}).status().message(), HasSubstr("cpu:N"));
+  EXPECT_THAT(Parse({"--devices", "gpu:1"}).status().message(), HasSubstr("cpu:N, cuda:all"));
   EXPECT_THAT(Parse({"--memory-budget-per-device", "lots"}).status().message(),
               HasSubstr("--memory-budget-per-device"));
   EXPECT_THAT(Parse({"--listen", "7070"}).status().message(), HasSubstr("--listen"));
@@ -76,6 +77,24 @@ TEST(ParseByteSizeTest, ReadsUnits) {
   EXPECT_FALSE(ParseByteSize("").ok());
   EXPECT_FALSE(ParseByteSize("-1").ok());
   EXPECT_FALSE(ParseByteSize("3 parsecs").ok());
+}
+
+TEST(DaemonOptionsTest, NamesGpusByIndex) {
+  absl::StatusOr<DaemonOptions> options = Parse({"--devices", "cuda:1,0"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->devices.type, plan::CUDA);
+  EXPECT_EQ(options->devices.ToString(), "cuda:0,1");
+}
+
+// With or without a GPU here: cuda:99 does not exist, and loomd says so before serving.
+TEST(DaemonStartTest, RefusesGpusThisMachineDoesNotHave) {
+  DaemonOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.devices = {plan::CUDA, {0, 99}};
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+  ASSERT_FALSE(daemon.ok());
+  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(daemon.status().message(), HasSubstr("--devices cuda:0,99: "));
 }
 
 }  // namespace

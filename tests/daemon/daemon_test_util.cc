@@ -71,7 +71,7 @@ DaemonOptions TestOptions() {
   DaemonOptions options;
   options.listen_address = "127.0.0.1:0";
   options.node_name = "test-node";
-  options.cpu_devices = 2;
+  options.devices = {plan::CPU, {0, 1}};
   options.shutdown_grace = absl::ZeroDuration();
   return options;
 }

@@ -23,11 +23,12 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
           "clip_coefficient", "concat", "divide", "embedding", "embedding_grad", "fill", "gelu",
           "gelu_grad", "identity", "layer_norm", "layer_norm_grad", "log_softmax",
           "log_softmax_grad", "matmul", "moe_combine", "moe_dispatch", "moe_dispatch_grad",
-          "moe_route", "moe_route_grad", "multiply", "ones_like", "pad", "random",
+          "moe_route", "moe_route_grad", "multiply", "ones_like", "pack_flat", "pad", "random",
           "random_integers", "reduce_mean", "reduce_sum", "reduce_sum_to", "relu", "relu_grad",
           "reshape", "safetensors_slice", "scale", "scale_by", "sgd", "sleep", "slice", "softmax",
           "softmax_grad", "sparse_cross_entropy", "sparse_cross_entropy_grad", "squared_norm",
-          "subtract", "tanh", "tanh_grad", "token_batch", "transpose", "zeros_like"));
+          "subtract", "tanh", "tanh_grad", "token_batch", "transpose", "unpack_flat",
+          "zeros_like"));
   EXPECT_TRUE(registry.OpTypes(plan::CUDA).empty());
 }
 

@@ -1,0 +1,48 @@
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace loom {
+namespace {
+
+using kernel_test::FloatTensor;
+using kernel_test::OpCall;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(FlatPackKernelsTest, PackThenUnpackGivesThePartsBack) {
+  OpCall pack("pack_flat");
+  pack.Input(FloatTensor({2, 2}, {1, 2, 3, 4})).Input(FloatTensor({3}, {5, 6, 7})).Output({7});
+  ASSERT_TRUE(pack.Run().ok());
+  EXPECT_THAT(pack.OutputFloats(), ElementsAre(1, 2, 3, 4, 5, 6, 7));
+
+  OpCall unpack("unpack_flat");
+  unpack.Input(FloatTensor({7}, {1, 2, 3, 4, 5, 6, 7})).Output({3}).Output({2, 2});
+  ASSERT_TRUE(unpack.Run().ok());
+  EXPECT_THAT(unpack.OutputFloats(0), ElementsAre(1, 2, 3));
+  EXPECT_THAT(unpack.OutputFloats(1), ElementsAre(4, 5, 6, 7));
+}
+
+TEST(FlatPackKernelsTest, SizesAndTypesThatDoNotAddUpAreRefused) {
+  OpCall short_flat("pack_flat", "bucket");
+  short_flat.Input(FloatTensor({2}, {1, 2})).Input(FloatTensor({2}, {3, 4})).Output({3});
+  absl::Status status = short_flat.Build().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("task 'bucket': pack_flat: the flat tensor is [3], not [4]"));
+
+  OpCall mixed("unpack_flat", "bucket");
+  mixed.Input(FloatTensor({4}, {1, 2, 3, 4})).Output({2}).Output({2}, plan::INT32);
+  status = mixed.Build().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("a part is"));
+
+  OpCall nothing("unpack_flat", "bucket");
+  nothing.Input(FloatTensor({4}, {1, 2, 3, 4}));
+  EXPECT_EQ(nothing.Build().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom
