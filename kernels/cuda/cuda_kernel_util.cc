@@ -22,4 +22,46 @@ int64_t BlocksFor(int64_t count, int threads) {
   return std::clamp<int64_t>((count + threads - 1) / threads, 1, kMaxBlocks);
 }
 
+std::string What(const std::string& task_name, const char* op_type) {
+  return absl::StrCat("task '", task_name, "': ", op_type);
+}
+
+absl::StatusOr<bool> IsBfloat16(const char* op_type, const KernelInit& init) {
+  bool float32 = false;
+  bool bfloat16 = false;
+  for (const auto* descs : {&init.inputs, &init.outputs}) {
+    for (const plan::TensorDesc& desc : *descs) {
+      float32 = float32 || desc.data_type() == plan::FLOAT32;
+      bfloat16 = bfloat16 || desc.data_type() == plan::BFLOAT16;
+    }
+  }
+  if (float32 && bfloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op_type, ": the float tensors must be all float32 or all bfloat16, not a mix"));
+  }
+  return bfloat16;
+}
+
+KernelInit Float32View(const KernelInit& init) {
+  KernelInit view = init;
+  for (auto* descs : {&view.inputs, &view.outputs}) {
+    for (plan::TensorDesc& desc : *descs) {
+      if (desc.data_type() == plan::BFLOAT16) desc.set_data_type(plan::FLOAT32);
+    }
+  }
+  return view;
+}
+
+absl::StatusOr<bool> CheckLikeCpu(
+    const char* op_type, const KernelInit& init,
+    absl::StatusOr<std::unique_ptr<Kernel>> (*cpu_factory)(const KernelInit&)) {
+  absl::StatusOr<bool> bfloat16 = IsBfloat16(op_type, init);
+  if (!bfloat16.ok()) return bfloat16.status();
+  if (absl::StatusOr<std::unique_ptr<Kernel>> checked = cpu_factory(Float32View(init));
+      !checked.ok()) {
+    return checked.status();
+  }
+  return bfloat16;
+}
+
 }  // namespace loom::cuda

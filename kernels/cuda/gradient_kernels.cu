@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/gradients/broadcast_grad_kernels.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/device_values.cuh"
@@ -432,32 +433,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateActivationGradKernel(const KernelI
 
 // ----- Shapes of broadcast_to and reduce_sum_to (the CPU kernels' checks and messages).
 
-// `small` aligned to `large` under NumPy broadcasting (leading 1s where it has fewer axes), or
-// an error naming both tensors when `small` does not broadcast to `large`.
-absl::StatusOr<std::vector<int64_t>> AlignForBroadcast(const char* op_type, const char* small_name,
-                                                       const Shape& small, const char* large_name,
-                                                       const Shape& large) {
-  const int rank = large.rank();
-  if (small.rank() > rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op_type, ": ", small_name, " has shape ", small.ToString(), " which does not broadcast to ",
-        large_name, " ", large.ToString(), " (rank ", small.rank(), " > ", rank, ")"));
-  }
-  std::vector<int64_t> aligned(rank, 1);
-  const int leading = rank - small.rank();
-  for (int axis = leading; axis < rank; ++axis) {
-    const int64_t dimension = small.dimension(axis - leading);
-    if (dimension != 1 && dimension != large.dimension(axis)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op_type, ": ", small_name, " has shape ", small.ToString(),
-          " which does not broadcast to ", large_name, " ", large.ToString(), " (", dimension,
-          " vs ", large.dimension(axis), " at axis ", axis, " of ", large_name, ")"));
-    }
-    aligned[axis] = dimension;
-  }
-  return aligned;
-}
-
 // One float input and one output of its type.
 absl::StatusOr<plan::DataType> CheckUnaryFloat(const char* op_type, const KernelInit& init) {
   if (absl::Status status = cpu::CheckArity(op_type, init, 1, 1); !status.ok()) return status;
@@ -529,69 +504,16 @@ class BroadcastToKernel final : public Kernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBroadcastToKernel(const KernelInit& init) {
   absl::StatusOr<plan::DataType> data_type = CheckUnaryFloat(kBroadcastTo, init);
   if (!data_type.ok()) return data_type.status();
-  const Shape input = Shape::FromProto(init.inputs[0]);
+  absl::StatusOr<cpu::BroadcastToShape> shape = cpu::BroadcastToAlignment(init);
+  if (!shape.ok()) return shape.status();
   const Shape output = Shape::FromProto(init.outputs[0]);
-  const int rank = output.rank();
-  Attributes attributes(*init.conf);
-
-  std::vector<int64_t> axes;
-  if (attributes.Has("axes")) {
-    absl::StatusOr<std::vector<int64_t>> listed = attributes.GetIntList("axes");
-    if (!listed.ok()) return cpu::WithOpType(kBroadcastTo, listed.status());
-    axes = *std::move(listed);
-  }
-  std::vector<int64_t> aligned;
-  if (axes.empty()) {
-    absl::StatusOr<std::vector<int64_t>> numpy =
-        AlignForBroadcast(kBroadcastTo, "input 'x'", input, "output 'y'", output);
-    if (!numpy.ok()) return numpy.status();
-    aligned = *std::move(numpy);
-  } else {
-    std::vector<bool> missing(rank, false);
-    for (int64_t axis : axes) {
-      if (axis < -rank || axis >= rank) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(kBroadcastTo, ": attribute 'axes' [", absl::StrJoin(axes, ", "),
-                         "] has axis ", axis, " outside output 'y' ", output.ToString()));
-      }
-      const int64_t normalized = axis < 0 ? axis + rank : axis;
-      if (missing[normalized]) {
-        return absl::InvalidArgumentError(absl::StrCat(kBroadcastTo, ": attribute 'axes' [",
-                                                       absl::StrJoin(axes, ", "), "] names axis ",
-                                                       normalized, " twice"));
-      }
-      missing[normalized] = true;
-    }
-    std::vector<int64_t> removed;
-    aligned.assign(output.dimensions().begin(), output.dimensions().end());
-    for (int axis = 0; axis < rank; ++axis) {
-      if (missing[axis]) {
-        aligned[axis] = 1;
-      } else {
-        removed.push_back(output.dimension(axis));
-      }
-    }
-    if (input != Shape(removed) && input != Shape(aligned)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kBroadcastTo, ": input 'x' has shape ", input.ToString(), " but output 'y' ",
-          output.ToString(), " without axes [", absl::StrJoin(axes, ", "), "] is ",
-          Shape(removed).ToString(), " (or ", Shape(aligned).ToString(), " keeping them as 1)"));
-    }
-  }
-
-  absl::StatusOr<double> scale = attributes.GetFloat("scale", 1.0);
-  if (!scale.ok()) return cpu::WithOpType(kBroadcastTo, scale.status());
-  if (!std::isfinite(*scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kBroadcastTo, ": attribute 'scale' must be finite, got ", *scale));
-  }
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
   // The input laid out as `aligned` (the same bytes whether or not it keeps the axes as 1).
   const cpu::BroadcastIteration iteration =
-      cpu::BroadcastIteration::Plan(output, Shape(aligned), output);
-  auto kernel = std::make_unique<BroadcastToKernel>(init, *data_type, *stream, iteration,
-                                                    static_cast<float>(*scale));
+      cpu::BroadcastIteration::Plan(output, Shape(shape->aligned), output);
+  auto kernel =
+      std::make_unique<BroadcastToKernel>(init, *data_type, *stream, iteration, shape->scale);
   if (absl::Status status = kernel->Initialize(); !status.ok()) return status;
   return kernel;
 }
@@ -755,9 +677,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumToKernel(const KernelInit
   absl::StatusOr<plan::DataType> data_type = CheckUnaryFloat(kReduceSumTo, init);
   if (!data_type.ok()) return data_type.status();
   const Shape input = Shape::FromProto(init.inputs[0]);
-  const Shape output = Shape::FromProto(init.outputs[0]);
-  absl::StatusOr<std::vector<int64_t>> aligned =
-      AlignForBroadcast(kReduceSumTo, "output 'dx'", output, "input 'dy'", input);
+  absl::StatusOr<std::vector<int64_t>> aligned = cpu::ReduceSumToAlignment(init);
   if (!aligned.ok()) return aligned.status();
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();

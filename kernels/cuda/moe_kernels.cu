@@ -459,31 +459,9 @@ class SlotIndex {
 
 // The float tensors' common type: float32 or bfloat16 (the CPU checks the rest).
 absl::StatusOr<plan::DataType> CommonFloatType(const char* op_type, const KernelInit& init) {
-  bool float32 = false;
-  bool bfloat16 = false;
-  for (const auto* descs : {&init.inputs, &init.outputs}) {
-    for (const plan::TensorDesc& desc : *descs) {
-      float32 = float32 || desc.data_type() == plan::FLOAT32;
-      bfloat16 = bfloat16 || desc.data_type() == plan::BFLOAT16;
-    }
-  }
-  if (float32 && bfloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op_type, ": the float tensors must be all float32 or all bfloat16, not a mix"));
-  }
-  return bfloat16 ? plan::BFLOAT16 : plan::FLOAT32;
-}
-
-// The configuration as the CPU kernel would see it in float32: its factory then checks exactly
-// what it checks, with its messages.
-KernelInit Float32View(const KernelInit& init) {
-  KernelInit view = init;
-  for (auto* descs : {&view.inputs, &view.outputs}) {
-    for (plan::TensorDesc& desc : *descs) {
-      if (desc.data_type() == plan::BFLOAT16) desc.set_data_type(plan::FLOAT32);
-    }
-  }
-  return view;
+  absl::StatusOr<bool> bfloat16 = IsBfloat16(op_type, init);
+  if (!bfloat16.ok()) return bfloat16.status();
+  return *bfloat16 ? plan::BFLOAT16 : plan::FLOAT32;
 }
 
 // The CUDA kernels index slots and tokens with 32 bits.
@@ -495,10 +473,6 @@ absl::Status CheckIndexable(const char* op_type, const MoeExtents& extents) {
                      extents.slots(), " slots and ", extents.rows(), " tokens"));
   }
   return absl::OkStatus();
-}
-
-std::string What(const std::string& task_name, const char* op_type) {
-  return absl::StrCat("task '", task_name, "': ", op_type);
 }
 
 class MoeRouteKernel final : public Kernel {
@@ -770,12 +744,6 @@ absl::StatusOr<plan::DataType> CheckLikeCpu(
     return checked.status();
   }
   return type;
-}
-
-template <typename KernelType>
-absl::StatusOr<std::unique_ptr<Kernel>> Allocated(std::unique_ptr<KernelType> kernel) {
-  if (absl::Status status = kernel->Allocate(); !status.ok()) return status;
-  return kernel;
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMoeRouteKernel(const KernelInit& init) {

@@ -20,9 +20,11 @@
 #include "kernels/cpu/gradients/layer_norm_grad_kernel.h"
 #include "kernels/cpu/gradients/softmax_grad_kernels.h"
 #include "kernels/cpu/kernel_checks.h"
+#include "kernels/cuda/bad_value_report.cuh"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/device_values.cuh"
 #include "kernels/cuda/row_gradient_kernels.h"
+#include "kernels/cuda/row_reductions.cuh"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/tensor.h"
 
@@ -36,54 +38,9 @@ constexpr char kCrossEntropyGrad[] = "sparse_cross_entropy_grad";
 constexpr char kEmbeddingGrad[] = "embedding_grad";
 
 constexpr int kThreads = 256;
-constexpr int kMaxRowThreads = 1024;
-// Row kernels stride over the rows past this many blocks.
-constexpr int64_t kMaxRowBlocks = 65536;
-// No bad position found (yet).
-constexpr unsigned long long kNoPosition = ~0ull;
 
 // ---------------------------------------------------------------------------------------------
 // Device side.
-
-__device__ __forceinline__ float WarpSum(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-
-__device__ __forceinline__ float WarpMax(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-
-// The sum of `value` over the block (blockDim.x a multiple of 32, every thread calling), the same
-// in every thread and the same for the same inputs: each warp sums in a fixed tree, then every
-// thread adds the warps' sums in warp order. `shared` holds 32 floats.
-__device__ __forceinline__ float BlockSum(float value, float* shared) {
-  value = WarpSum(value);
-  // Earlier readers of `shared` are done before it is written again.
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = value;
-  __syncthreads();
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  float sum = 0.0f;
-  for (int warp = 0; warp < warps; ++warp) sum += shared[warp];
-  return sum;
-}
-
-__device__ __forceinline__ float BlockMax(float value, float* shared) {
-  value = WarpMax(value);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = value;
-  __syncthreads();
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  float maximum = -INFINITY;
-  for (int warp = 0; warp < warps; ++warp) maximum = fmaxf(maximum, shared[warp]);
-  return maximum;
-}
 
 // softmax_grad (dx = y * (dy - sum(dy * y))) or log_softmax_grad (dx = dy - exp(y) * sum(dy)),
 // one block per row of n.
@@ -307,136 +264,12 @@ __global__ void EmbeddingAccumulateKernel(const T* __restrict__ dy,
   }
 }
 
-// What the device reports: the act's smallest bad position (reset by each act's capture), and the
-// first bad position of any act with its value, kept until the host reports it.
-struct DeviceReport {
-  unsigned long long act;
-  unsigned long long first;
-  long long value;
-};
-
-// After an act: keeps its bad position, if any and none is kept yet, with the value there.
-template <typename Index>
-__global__ void CaptureBadValueKernel(const Index* __restrict__ values, DeviceReport* report) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const unsigned long long act = report->act;
-  if (act == kNoPosition) return;
-  if (report->first == kNoPosition) {
-    report->first = act;
-    report->value = static_cast<long long>(values[act]);
-  }
-  report->act = kNoPosition;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Host side.
-
-std::string What(const std::string& task_name, const char* op_type) {
-  return absl::StrCat("task '", task_name, "': ", op_type);
-}
-
-// Threads of a block per row of n: about four elements each, 32 to 1024.
-int RowThreads(int64_t n) {
-  const int64_t quarter = (n + 3) / 4;
-  const int64_t rounded = (quarter + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(rounded, 32, kMaxRowThreads));
-}
 
 int RowBlocks(int64_t rows) {
   return static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxRowBlocks));
 }
-
-// A bad label or id found on the GPU, reported by a later act: the kernels record the act's
-// smallest bad position, a capture kernel keeps the first with its value, each act copies that to
-// a pinned host mirror, and Compute reads the mirror once the copy of an earlier act has landed
-// (an event says so).
-class BadValueReport {
- public:
-  BadValueReport() = default;
-  BadValueReport(const BadValueReport&) = delete;
-  BadValueReport& operator=(const BadValueReport&) = delete;
-  ~BadValueReport() {
-    if (event_ != nullptr) cudaEventDestroy(event_);
-    if (host_ != nullptr) cudaFreeHost(host_);
-    if (device_ != nullptr) cudaFree(device_);
-  }
-
-  absl::Status Allocate(cudaStream_t stream, const std::string& what) {
-    if (absl::Status status = CudaStatus(cudaMalloc(&device_, sizeof(DeviceReport)), what);
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status =
-            CudaStatus(cudaHostAlloc(&host_, sizeof(DeviceReport), cudaHostAllocDefault), what);
-        !status.ok()) {
-      return status;
-    }
-    Clear(host_);
-    if (absl::Status status =
-            CudaStatus(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), what);
-        !status.ok()) {
-      return status;
-    }
-    // Ordered before every act on the stream.
-    return CudaStatus(cudaMemsetAsync(device_, 0xff, sizeof(DeviceReport), stream), what);
-  }
-
-  unsigned long long* act() const { return &device_->act; }
-
-  // OK when no earlier act found a bad value (or its copy has not landed yet). Otherwise calls
-  // `describe`(position, value) for the CPU's message, clears the report (host and device), and
-  // returns INVALID_ARGUMENT naming the task.
-  template <typename Describe>
-  absl::Status Check(const std::string& task_name, cudaStream_t stream, Describe describe) {
-    const cudaError_t ready = cudaEventQuery(event_);
-    if (ready == cudaErrorNotReady) {
-      // Not an error: the report comes with a later act. Clear it from the thread's last error.
-      (void)cudaGetLastError();
-      return absl::OkStatus();
-    }
-    const std::string what = absl::StrCat("task '", task_name, "'");
-    if (ready != cudaSuccess) return CudaStatus(ready, what);
-    const volatile DeviceReport* mirror = host_;
-    const unsigned long long first = mirror->first;
-    if (first == kNoPosition) return absl::OkStatus();
-    const int64_t value = static_cast<int64_t>(mirror->value);
-    const absl::Status found = describe(static_cast<int64_t>(first), value);
-    Clear(host_);
-    if (absl::Status status =
-            CudaStatus(cudaMemsetAsync(device_, 0xff, sizeof(DeviceReport), stream), what);
-        !status.ok()) {
-      return status;
-    }
-    return absl::InvalidArgumentError(absl::StrCat("task '", task_name, "': ", found.message(),
-                                                   " (found on the GPU by an earlier act)"));
-  }
-
-  // After an act's kernels: keeps the act's bad value and brings the report to the host mirror.
-  template <typename Index>
-  absl::Status Publish(const Index* values, cudaStream_t stream, const std::string& what) {
-    CaptureBadValueKernel<Index><<<1, 32, 0, stream>>>(values, device_);
-    if (absl::Status status = LaunchStatus(what); !status.ok()) return status;
-    if (absl::Status status = CudaStatus(
-            cudaMemcpyAsync(host_, device_, sizeof(DeviceReport), cudaMemcpyDeviceToHost, stream),
-            what);
-        !status.ok()) {
-      return status;
-    }
-    return CudaStatus(cudaEventRecord(event_, stream), what);
-  }
-
- private:
-  static void Clear(DeviceReport* report) {
-    volatile DeviceReport* mirror = report;
-    mirror->act = kNoPosition;
-    mirror->first = kNoPosition;
-    mirror->value = 0;
-  }
-
-  DeviceReport* device_ = nullptr;
-  DeviceReport* host_ = nullptr;
-  cudaEvent_t event_ = nullptr;
-};
 
 // softmax_grad and log_softmax_grad.
 class RowGradKernelImpl final : public Kernel {
@@ -775,54 +608,6 @@ class EmbeddingGradKernelImpl final : public Kernel {
 
 // ---------------------------------------------------------------------------------------------
 // Factories.
-
-// The float tensors' common type: float32 or bfloat16 (the CPU factory checks the rest).
-absl::StatusOr<bool> IsBfloat16(const char* op_type, const KernelInit& init) {
-  bool float32 = false;
-  bool bfloat16 = false;
-  for (const auto* descs : {&init.inputs, &init.outputs}) {
-    for (const plan::TensorDesc& desc : *descs) {
-      float32 = float32 || desc.data_type() == plan::FLOAT32;
-      bfloat16 = bfloat16 || desc.data_type() == plan::BFLOAT16;
-    }
-  }
-  if (float32 && bfloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op_type, ": the float tensors must be all float32 or all bfloat16, not a mix"));
-  }
-  return bfloat16;
-}
-
-// The configuration as the CPU kernel would see it in float32: its factory then checks exactly
-// what it checks, with its messages.
-KernelInit Float32View(const KernelInit& init) {
-  KernelInit view = init;
-  for (auto* descs : {&view.inputs, &view.outputs}) {
-    for (plan::TensorDesc& desc : *descs) {
-      if (desc.data_type() == plan::BFLOAT16) desc.set_data_type(plan::FLOAT32);
-    }
-  }
-  return view;
-}
-
-// The CPU factory's verdict on the configuration seen in float32; whether it is bfloat16.
-absl::StatusOr<bool> CheckLikeCpu(
-    const char* op_type, const KernelInit& init,
-    absl::StatusOr<std::unique_ptr<Kernel>> (*cpu_factory)(const KernelInit&)) {
-  absl::StatusOr<bool> bfloat16 = IsBfloat16(op_type, init);
-  if (!bfloat16.ok()) return bfloat16.status();
-  if (absl::StatusOr<std::unique_ptr<Kernel>> checked = cpu_factory(Float32View(init));
-      !checked.ok()) {
-    return checked.status();
-  }
-  return bfloat16;
-}
-
-template <typename KernelType>
-absl::StatusOr<std::unique_ptr<Kernel>> Allocated(std::unique_ptr<KernelType> kernel) {
-  if (absl::Status status = kernel->Allocate(); !status.ok()) return status;
-  return kernel;
-}
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRowGrad(
     const KernelInit& init, const char* op_type, bool log,

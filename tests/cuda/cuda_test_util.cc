@@ -2,10 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -186,6 +189,79 @@ void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, floa
       ADD_FAILURE() << "element " << i << ": cpu " << want[i] << ", cuda " << got[i];
     }
   }
+}
+
+const std::vector<int64_t>& RowLengths() {
+  static const auto* lengths = new std::vector<int64_t>{1, 7, 1000, 4097};
+  return *lengths;
+}
+
+std::vector<int64_t> RandomIndices(int64_t count, int64_t bound, uint32_t seed, int ignore_every,
+                                   int64_t ignore) {
+  const std::vector<float> uniform = kernel_test::RandomFloats(count, seed, 0.0f, 1.0f);
+  std::vector<int64_t> indices(count);
+  for (int64_t i = 0; i < count; ++i) {
+    indices[i] = std::min<int64_t>(static_cast<int64_t>(uniform[i] * bound), bound - 1);
+    if (ignore_every > 0 && i % ignore_every == ignore_every - 1) indices[i] = ignore;
+  }
+  return indices;
+}
+
+HostTensor IndexTensor(const Shape& shape, const std::vector<int64_t>& values,
+                       plan::DataType data_type) {
+  if (data_type == plan::INT64) return kernel_test::Int64Tensor(shape, values);
+  return kernel_test::Int32Tensor(shape, std::vector<int32_t>(values.begin(), values.end()));
+}
+
+std::vector<absl::Status> ComputeThriceOnCuda(kernel_test::OpCall& call) {
+  KernelInit init = call.Init();
+  init.stream = &TestStream();
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = Kernels().Create(plan::CUDA, init);
+  if (!kernel.ok()) return {kernel.status(), kernel.status()};
+  std::vector<void*> buffers;
+  std::vector<TensorView> inputs;
+  std::vector<TensorView> outputs;
+  for (size_t i = 0; i < init.inputs.size(); ++i) {
+    HostTensor& host = call.input(static_cast<int>(i));
+    void* buffer = nullptr;
+    EXPECT_EQ(cudaMalloc(&buffer, std::max<size_t>(host.bytes.size(), 1)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(buffer, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    buffers.push_back(buffer);
+    inputs.push_back(TensorView{buffer, host.data_type, host.shape});
+  }
+  for (size_t i = 0; i < init.outputs.size(); ++i) {
+    HostTensor& host = call.output(static_cast<int>(i));
+    void* buffer = nullptr;
+    EXPECT_EQ(cudaMalloc(&buffer, std::max<size_t>(host.bytes.size(), 1)), cudaSuccess);
+    buffers.push_back(buffer);
+    outputs.push_back(TensorView{buffer, host.data_type, host.shape});
+  }
+  KernelContext context{inputs, outputs, 0};
+  std::vector<absl::Status> later;
+  for (int act = 0; act < 3; ++act) {
+    absl::Status status = (*kernel)->Compute(context);
+    absl::Status synchronized = TestStream().Synchronize();
+    EXPECT_TRUE(synchronized.ok()) << synchronized;
+    if (act == 0) {
+      EXPECT_TRUE(status.ok()) << "the act that finds a bad value only enqueues: " << status;
+    } else {
+      later.push_back(status);
+    }
+  }
+  for (void* buffer : buffers) cudaFree(buffer);
+  return later;
+}
+
+absl::Status BuildOnCuda(const kernel_test::OpCall& call, plan::DataType float_type) {
+  KernelInit init = call.Init();
+  init.stream = &TestStream();
+  for (auto* descs : {&init.inputs, &init.outputs}) {
+    for (plan::TensorDesc& desc : *descs) {
+      if (desc.data_type() == plan::FLOAT32) desc.set_data_type(float_type);
+    }
+  }
+  return Kernels().Create(plan::CUDA, init).status();
 }
 
 }  // namespace loom::cuda_test

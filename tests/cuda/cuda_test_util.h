@@ -1,10 +1,12 @@
 #ifndef LOOM_TESTS_CUDA_CUDA_TEST_UTIL_H_
 #define LOOM_TESTS_CUDA_CUDA_TEST_UTIL_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_registry.h"
@@ -52,6 +54,27 @@ void ExpectSameTensor(const HostTensor& expected, const HostTensor& actual, floa
 // and the CPU kernel the same rounded values in float32.
 void ExpectCudaMatchesCpu(kernel_test::OpCall& call, float tolerance,
                           plan::DataType data_type = plan::FLOAT32);
+
+// Row lengths: one element, fewer than a warp, not a multiple of the block, and longer than the
+// largest block.
+const std::vector<int64_t>& RowLengths();
+
+// `count` indices in [0, bound) from a fixed seed; every `ignore_every`th (when > 0) is `ignore`.
+std::vector<int64_t> RandomIndices(int64_t count, int64_t bound, uint32_t seed,
+                                   int ignore_every = 0, int64_t ignore = -100);
+
+// `values` as an INT64 tensor, or INT32 for any other `data_type`.
+HostTensor IndexTensor(const Shape& shape, const std::vector<int64_t>& values,
+                       plan::DataType data_type);
+
+// Builds `call`'s CUDA kernel and runs it three times on GPU copies of the call's tensors, waiting
+// for the stream after each act; returns the statuses of the second and third acts.
+std::vector<absl::Status> ComputeThriceOnCuda(kernel_test::OpCall& call);
+
+// Builds `call` through the CUDA registry on the test stream, its float32 tensors as
+// `float_type`; returns the status.
+absl::Status BuildOnCuda(const kernel_test::OpCall& call,
+                         plan::DataType float_type = plan::FLOAT32);
 
 }  // namespace loom::cuda_test
 

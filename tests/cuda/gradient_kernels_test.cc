@@ -17,6 +17,7 @@
 namespace loom {
 namespace {
 
+using cuda_test::BuildOnCuda;
 using kernel_test::FloatAttribute;
 using kernel_test::FloatTensor;
 using kernel_test::IntAttribute;
@@ -42,13 +43,6 @@ void ExpectBothTypesMatch(const MakeCall& make_call) {
     std::unique_ptr<OpCall> call = make_call();
     cuda_test::ExpectCudaMatchesCpu(*call, kBfloat16Tolerance, plan::BFLOAT16);
   }
-}
-
-// Builds `call` as a CUDA kernel on the test stream; the status the factory gives.
-absl::Status BuildOnCuda(const OpCall& call) {
-  KernelInit init = call.Init();
-  init.stream = &cuda_test::TestStream();
-  return cuda_test::Kernels().Create(plan::CUDA, init).status();
 }
 
 // ----- relu_grad, gelu_grad, tanh_grad.

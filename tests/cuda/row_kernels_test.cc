@@ -15,6 +15,11 @@
 namespace loom {
 namespace {
 
+using cuda_test::BuildOnCuda;
+using cuda_test::ComputeThriceOnCuda;
+using cuda_test::IndexTensor;
+using cuda_test::RandomIndices;
+using cuda_test::RowLengths;
 using kernel_test::BoolAttribute;
 using kernel_test::FloatAttribute;
 using kernel_test::FloatTensor;
@@ -30,91 +35,11 @@ using ::testing::HasSubstr;
 constexpr float kFloat32Tolerance = 1e-5f;
 constexpr float kBfloat16Tolerance = 2e-2f;
 
-// Row lengths: one element, fewer than a warp, not a multiple of the block, and longer than the
-// largest block.
-const std::vector<int64_t>& RowLengths() {
-  static const auto* lengths = new std::vector<int64_t>{1, 7, 1000, 4097};
-  return *lengths;
-}
-
-// `count` indices in [0, bound) from a fixed seed; every `ignore_every`th (when > 0) is `ignore`.
-std::vector<int64_t> RandomIndices(int64_t count, int64_t bound, uint32_t seed,
-                                   int ignore_every = 0, int64_t ignore = -100) {
-  const std::vector<float> uniform = RandomFloats(count, seed, 0.0f, 1.0f);
-  std::vector<int64_t> indices(count);
-  for (int64_t i = 0; i < count; ++i) {
-    indices[i] = std::min<int64_t>(static_cast<int64_t>(uniform[i] * bound), bound - 1);
-    if (ignore_every > 0 && i % ignore_every == ignore_every - 1) indices[i] = ignore;
-  }
-  return indices;
-}
-
-HostTensor IndexTensor(const Shape& shape, const std::vector<int64_t>& values,
-                       plan::DataType data_type) {
-  if (data_type == plan::INT64) return Int64Tensor(shape, values);
-  return Int32Tensor(shape, std::vector<int32_t>(values.begin(), values.end()));
-}
-
 // `shape` with `last` appended.
 Shape Appended(const Shape& shape, int64_t last) {
   std::vector<int64_t> dimensions(shape.dimensions().begin(), shape.dimensions().end());
   dimensions.push_back(last);
   return Shape(dimensions);
-}
-
-// Builds `call`'s CUDA kernel and runs it three times on GPU copies of the call's tensors, waiting
-// for the stream after each act; returns the statuses of the second and third acts.
-std::vector<absl::Status> ComputeThriceOnCuda(OpCall& call) {
-  KernelInit init = call.Init();
-  init.stream = &cuda_test::TestStream();
-  absl::StatusOr<std::unique_ptr<Kernel>> kernel = cuda_test::Kernels().Create(plan::CUDA, init);
-  if (!kernel.ok()) return {kernel.status(), kernel.status()};
-  std::vector<void*> buffers;
-  std::vector<TensorView> inputs;
-  std::vector<TensorView> outputs;
-  for (size_t i = 0; i < init.inputs.size(); ++i) {
-    HostTensor& host = call.input(static_cast<int>(i));
-    void* buffer = nullptr;
-    EXPECT_EQ(cudaMalloc(&buffer, std::max<size_t>(host.bytes.size(), 1)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(buffer, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
-    buffers.push_back(buffer);
-    inputs.push_back(TensorView{buffer, host.data_type, host.shape});
-  }
-  for (size_t i = 0; i < init.outputs.size(); ++i) {
-    HostTensor& host = call.output(static_cast<int>(i));
-    void* buffer = nullptr;
-    EXPECT_EQ(cudaMalloc(&buffer, std::max<size_t>(host.bytes.size(), 1)), cudaSuccess);
-    buffers.push_back(buffer);
-    outputs.push_back(TensorView{buffer, host.data_type, host.shape});
-  }
-  KernelContext context{inputs, outputs, 0};
-  std::vector<absl::Status> later;
-  for (int act = 0; act < 3; ++act) {
-    absl::Status status = (*kernel)->Compute(context);
-    absl::Status synchronized = cuda_test::TestStream().Synchronize();
-    EXPECT_TRUE(synchronized.ok()) << synchronized;
-    if (act == 0) {
-      EXPECT_TRUE(status.ok()) << "the act that finds a bad value only enqueues: " << status;
-    } else {
-      later.push_back(status);
-    }
-  }
-  for (void* buffer : buffers) cudaFree(buffer);
-  return later;
-}
-
-// Builds `call` through the CUDA registry on the test stream, its float32 tensors as
-// `float_type`; returns the status.
-absl::Status BuildOnCuda(const OpCall& call, plan::DataType float_type = plan::FLOAT32) {
-  KernelInit init = call.Init();
-  init.stream = &cuda_test::TestStream();
-  for (auto* descs : {&init.inputs, &init.outputs}) {
-    for (plan::TensorDesc& desc : *descs) {
-      if (desc.data_type() == plan::FLOAT32) desc.set_data_type(float_type);
-    }
-  }
-  return cuda_test::Kernels().Create(plan::CUDA, init).status();
 }
 
 void ExpectInvalidArgument(const absl::Status& status, const std::string& task,

@@ -95,8 +95,7 @@ constexpr int64_t kFloatRows = 16;
 // sums[j] = sum over the `rows` rows of the row-major [rows, columns] `large` of large[row, j]:
 // the bias gradient and the batch sum of a batched weight gradient. Blocks of kFloatRows rows are
 // summed in float (vectorised), the blocks' sums in double.
-LOOM_VECTORIZED_LOOP void SumRows(const float* large, int64_t rows, int64_t columns,
-                                  double* sums) {
+LOOM_VECTORIZED_LOOP void SumRows(const float* large, int64_t rows, int64_t columns, double* sums) {
   float partial[kColumnTile];
   for (int64_t first_column = 0; first_column < columns; first_column += kColumnTile) {
     const int64_t width = std::min(kColumnTile, columns - first_column);
@@ -226,20 +225,12 @@ absl::Status CheckUnaryFloat(const char* op_type, const KernelInit& init) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumToKernel(const KernelInit& init) {
-  absl::Status status = CheckUnaryFloat(kReduceSumTo, init);
-  if (!status.ok()) return status;
-  const Shape input = Shape::FromProto(init.inputs[0]);
-  const Shape output = Shape::FromProto(init.outputs[0]);
-  absl::StatusOr<std::vector<int64_t>> aligned =
-      AlignForBroadcast(kReduceSumTo, "output 'dx'", output, "input 'dy'", input);
-  if (!aligned.ok()) return aligned.status();
-  return std::make_unique<ReduceSumToKernel>(init, BroadcastPlan::Make(input, *aligned));
+absl::StatusOr<std::vector<int64_t>> ReduceSumToAlignment(const KernelInit& init) {
+  return AlignForBroadcast(kReduceSumTo, "output 'dx'", Shape::FromProto(init.outputs[0]),
+                           "input 'dy'", Shape::FromProto(init.inputs[0]));
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateBroadcastToKernel(const KernelInit& init) {
-  absl::Status status = CheckUnaryFloat(kBroadcastTo, init);
-  if (!status.ok()) return status;
+absl::StatusOr<BroadcastToShape> BroadcastToAlignment(const KernelInit& init) {
   const Shape input = Shape::FromProto(init.inputs[0]);
   const Shape output = Shape::FromProto(init.outputs[0]);
   const int rank = output.rank();
@@ -296,8 +287,25 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBroadcastToKernel(const KernelInit
     return absl::InvalidArgumentError(
         absl::StrCat(kBroadcastTo, ": attribute 'scale' must be finite, got ", *scale));
   }
-  return std::make_unique<BroadcastToKernel>(init, BroadcastPlan::Make(output, aligned),
-                                             static_cast<float>(*scale));
+  return BroadcastToShape{std::move(aligned), static_cast<float>(*scale)};
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumToKernel(const KernelInit& init) {
+  absl::Status status = CheckUnaryFloat(kReduceSumTo, init);
+  if (!status.ok()) return status;
+  absl::StatusOr<std::vector<int64_t>> aligned = ReduceSumToAlignment(init);
+  if (!aligned.ok()) return aligned.status();
+  return std::make_unique<ReduceSumToKernel>(
+      init, BroadcastPlan::Make(Shape::FromProto(init.inputs[0]), *aligned));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBroadcastToKernel(const KernelInit& init) {
+  absl::Status status = CheckUnaryFloat(kBroadcastTo, init);
+  if (!status.ok()) return status;
+  absl::StatusOr<BroadcastToShape> shape = BroadcastToAlignment(init);
+  if (!shape.ok()) return shape.status();
+  return std::make_unique<BroadcastToKernel>(
+      init, BroadcastPlan::Make(Shape::FromProto(init.outputs[0]), shape->aligned), shape->scale);
 }
 
 }  // namespace loom::cpu

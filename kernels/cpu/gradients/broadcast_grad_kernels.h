@@ -1,7 +1,9 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_BROADCAST_GRAD_KERNELS_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_BROADCAST_GRAD_KERNELS_H_
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/kernel.h"
@@ -23,6 +25,19 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumToKernel(const KernelInit
 //     lacks, i.e. the forward's reduced axes; x's shape must be y's with those axes removed (as
 //     keep_dims=false leaves it) or set to 1 (as keep_dims=true leaves it).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBroadcastToKernel(const KernelInit& init);
+
+// The shape checks of the two factories above, without their data-type checks (the CUDA kernels
+// share them; the caller checks one input and one output first). INVALID_ARGUMENT with the
+// kernels' messages.
+// reduce_sum_to: the output's shape aligned to the input's rank (leading 1s).
+absl::StatusOr<std::vector<int64_t>> ReduceSumToAlignment(const KernelInit& init);
+// broadcast_to: the input's shape aligned to the output's rank (1 on the broadcast axes), and the
+// "scale" attribute.
+struct BroadcastToShape {
+  std::vector<int64_t> aligned;
+  float scale = 1;
+};
+absl::StatusOr<BroadcastToShape> BroadcastToAlignment(const KernelInit& init);
 
 }  // namespace loom::cpu
 
