@@ -293,16 +293,20 @@ class Lowering {
   // Feeds a variable's gradient, boxed to the variable's own placement and SBP, into each rank's
   // VARIABLE task, with the job's optimizer as its kernel. For a replicated variable of a
   // data-parallel job the gradient is partial: that boxing is the gradient all-reduce.
-  // Data parallelism: the gradients of replicated variables that need only all-reduces (P on
-  // some hierarchy axes, B on the others, to B everywhere) are packed per device into flat
-  // buckets of at most graph_.gradient_bucket_bytes, in reverse variable order (about the order
-  // the backward pass produces them), each all-reduced by one collective and unpacked. The
-  // unpacked registers are what Materialize then returns for those gradients, so ConnectGradient
-  // does not change. As DDP does: one collective per bucket instead of one per variable.
+  // Data parallelism: the gradients of variables that need only all-reduces (P on some hierarchy
+  // axes, to B there; any other axis unchanged, e.g. S(1) of a tensor-parallel weight) are packed
+  // per device into flat buckets of at most graph_.gradient_bucket_bytes per device, in reverse
+  // variable order (about the order the backward pass produces them), each all-reduced by one
+  // collective and unpacked. Along the reduced axes the bucket is one tensor; along the others
+  // its ranks hold different gradients, which no collective of the bucket mixes. The unpacked
+  // registers are what Materialize then returns for those gradients, so ConnectGradient does not
+  // change. As DDP does: one collective per bucket instead of one per variable.
   absl::Status BucketGradients() {
     if (graph_.gradient_bucket_bytes <= 0) return absl::OkStatus();
     struct Member {
       int tensor = -1;
+      int64_t local_elements = 0;          // on every rank
+      std::vector<Shape> local_shapes;     // per rank, as the variable holds it
       std::vector<std::string> registers;  // per rank: the gradient (summed over micro-batches)
       std::string cache_key;               // Materialize's key for it as the variable's SBP
     };
@@ -322,20 +326,32 @@ class Lowering {
       if (!(PlacementOf(node->gradient) == node->placement)) continue;
       const NdSbp from = Canonical(node->placement, gradient.sbp);
       const NdSbp to = Canonical(node->placement, value.sbp);
+      // The bucket's SBP: the reduced axes as they are, B on the others.
+      NdSbp bucket_from(from.size(), Sbp::Broadcast());
       bool reduces = false;
       bool only_reduces = true;
       for (size_t axis = 0; axis < from.size(); ++axis) {
-        if (!to[axis].is_broadcast()) only_reduces = false;
-        if (from[axis].kind == Sbp::Kind::kPartialSum) {
+        if (from[axis].kind == Sbp::Kind::kPartialSum && to[axis].is_broadcast()) {
           reduces = true;
-        } else if (!from[axis].is_broadcast()) {
+          bucket_from[axis] = from[axis];
+        } else if (from[axis] != to[axis] || from[axis].is_partial()) {
           only_reduces = false;
         }
       }
       if (!reduces || !only_reduces) continue;
+      // Every rank's part of the flat buffer must be the same size.
+      std::vector<Shape> local_shapes;
+      bool balanced = true;
+      for (int rank = 0; rank < node->placement.size(); ++rank) {
+        local_shapes.push_back(LocalWindowOf(gradient.type.shape, node->placement, to, rank).shape);
+        balanced = balanced && local_shapes[rank].NumElements() == local_shapes[0].NumElements();
+      }
+      if (!balanced) continue;
       const bool accumulated = graph_.num_micro_batches > 1 && !PerStep(node->gradient);
       Member member;
       member.tensor = node->gradient;
+      member.local_elements = local_shapes[0].NumElements();
+      member.local_shapes = std::move(local_shapes);
       member.cache_key = absl::StrCat(node->gradient, "|", node->placement.ToString(), "|",
                                       NdSbpToString(to), accumulated ? "|sum" : "");
       // Already boxed for another reader (gradient clipping): that collective serves.
@@ -347,13 +363,13 @@ class Lowering {
       } else {
         member.registers = local_registers_[node->gradient];
       }
-      const std::string group_key = absl::StrCat(node->placement.ToString(), "|",
-                                                 NdSbpToString(from), "|", NdSbpToString(to));
+      const std::string group_key =
+          absl::StrCat(node->placement.ToString(), "|", NdSbpToString(bucket_from));
       auto [group, inserted] = groups.try_emplace(group_key);
       if (inserted) {
         group->second.placement = &node->placement;
-        group->second.from = from;
-        group->second.to = to;
+        group->second.from = bucket_from;
+        group->second.to = NdSbp(from.size(), Sbp::Broadcast());
         group_order.push_back(group_key);
       }
       group->second.members.push_back(std::move(member));
@@ -363,10 +379,7 @@ class Lowering {
       std::vector<Member> bucket;
       int64_t bucket_bytes = 0;
       for (size_t i = 0; i <= group.members.size(); ++i) {
-        const int64_t bytes =
-            i < group.members.size()
-                ? graph_.tensors[group.members[i].tensor].type.shape.NumElements() * 4
-                : 0;
+        const int64_t bytes = i < group.members.size() ? group.members[i].local_elements * 4 : 0;
         const bool full = !bucket.empty() && bucket_bytes + bytes > graph_.gradient_bucket_bytes;
         if (i == group.members.size() || full) {
           if (absl::Status status = AllReduceBucket(group.placement, group.from, group.to, bucket);
@@ -392,9 +405,7 @@ class Lowering {
                                const MemberList& members) {
     if (members.size() < 2) return absl::OkStatus();
     int64_t elements = 0;
-    for (const auto& member : members) {
-      elements += graph_.tensors[member.tensor].type.shape.NumElements();
-    }
+    for (const auto& member : members) elements += member.local_elements;
     LogicalTensor bucket;
     bucket.name = absl::StrCat("gradient_bucket.", buckets_++);
     bucket.type.shape = Shape({elements});
@@ -425,7 +436,7 @@ class Lowering {
       for (size_t i = 0; i < members.size(); ++i) {
         const LogicalTensor& gradient = graph_.tensors[members[i].tensor];
         std::string reg = AddRegister(absl::StrCat(gradient.name, "~", bucket.name, "@", rank),
-                                      gradient.type.shape, plan::FLOAT32);
+                                      members[i].local_shapes[rank], plan::FLOAT32);
         task->add_outputs(reg);
         unpacked[i].push_back(std::move(reg));
       }

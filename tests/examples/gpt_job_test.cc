@@ -285,5 +285,41 @@ TEST(GptJobTest, InitialWeightsMatchTheJobInitializers) {
   }
 }
 
+// Data x tensor parallelism: the gradients whose boxing is only the data-parallel all-reduce
+// (replicated ones and those split the same way as their tensor-parallel variable) are
+// all-reduced in buckets; training is the same without buckets.
+TEST(GptJobTest, DataParallelGradientsAreAllReducedInBuckets) {
+  GptConfig config = ConfigFor({"DataParallel2TensorParallel2", 2, 2});
+  absl::StatusOr<job::Job> bucketed = BuildGptJob(config);
+  ASSERT_TRUE(bucketed.ok()) << bucketed.status();
+  job::Job unbucketed = *bucketed;
+  unbucketed.set_gradient_bucket_bytes(-1);
+  // All-reduces of single gradients and of buckets, over the ranks.
+  auto count = [](const job::Job& job) -> std::pair<int, int> {
+    auto compiled = CompileOn(job, 4);
+    EXPECT_TRUE(compiled.ok()) << compiled.status();
+    if (!compiled.ok()) return {-1, -1};
+    std::pair<int, int> counts;
+    for (const plan::Task& task : compiled->plan.tasks()) {
+      if (task.kind() != plan::COLLECTIVE || task.collective().kind() != plan::ALL_REDUCE) continue;
+      if (task.inputs(0).rfind("grad/", 0) == 0) ++counts.first;
+      if (task.inputs(0).rfind("gradient_bucket.", 0) == 0) ++counts.second;
+    }
+    return counts;
+  };
+  const auto [single_with, buckets_with] = count(*bucketed);
+  const auto [single_without, buckets_without] = count(unbucketed);
+  EXPECT_EQ(buckets_without, 0);
+  // On every rank: the bucket of gradients partial on the data-parallel axis only (one
+  // all-reduce), and the bucket of those partial on both axes (one all-reduce per axis).
+  EXPECT_EQ(buckets_with, 3 * 4);
+  EXPECT_LT(single_with, single_without - buckets_with);
+  auto with_buckets = CompileAndRun(*bucketed, 4);
+  ASSERT_TRUE(with_buckets.ok()) << with_buckets.status();
+  auto without_buckets = CompileAndRun(unbucketed, 4);
+  ASSERT_TRUE(without_buckets.ok()) << without_buckets.status();
+  ::loom::compiler::testing::ExpectSameFetches(*without_buckets, *with_buckets, 1e-6, "buckets");
+}
+
 }  // namespace
 }  // namespace loom::gpt
