@@ -237,7 +237,6 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
       // Ranks on other nodes: CPU collectives over the job's network.
       NetworkCollectives::Options backend_options;
       backend_options.timeout = options_.collective_timeout;
-      backend_options.spin = options_.spin_before_park;
       absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
           MakeNetworkCollectives(communicator, plan_.node(), options_.network, backend_options);
       if (!made.ok()) return made.status();

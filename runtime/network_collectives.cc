@@ -42,17 +42,33 @@ std::byte* Bytes(void* data) { return static_cast<std::byte*>(data); }
 
 // One rank's collective in progress.
 struct NetworkCollectives::Collective {
-  Collective(const CollectiveCall& call, int64_t instance, RankState& state,
-             std::shared_ptr<TransferGroup> group)
-      : call(call), rank(call.rank), instance(instance), state(state), group(std::move(group)) {}
+  Collective(const CollectiveCall& call, int64_t instance, RankState& state)
+      : call(call),
+        rank(call.rank),
+        instance(instance),
+        state(state),
+        group(state.group),
+        header_group(state.header_group) {}
 
   const CollectiveCall& call;
   const int rank;
   const int64_t instance;
   RankState& state;
+  // The data transfers, and the headers apart, so that a failed data transfer (say, one sized
+  // for another collective) does not hide the header that explains it.
   std::shared_ptr<TransferGroup> group;
-  // Every rank's header, by rank (this rank's own included), once exchanged.
-  std::vector<CollectiveHeader> headers;
+  std::shared_ptr<TransferGroup> header_group;
+  // This rank's header, and the wire slots of every rank's (slot r: rank r's), with the indices
+  // of the receives in header_group (-1 for this rank).
+  CollectiveHeader own;
+  std::byte* header_slots = nullptr;
+  std::vector<int> header_receives;
+  // Every rank's input shape, by rank: from an earlier run of this collective (then the peers'
+  // headers are checked against them when they arrive), or from the headers.
+  std::vector<Shape> input_shapes;
+  // Whether input_shapes came from an earlier run.
+  bool shapes_known = false;
+  bool headers_checked = false;
   // "header exchange" or "data exchange", and when its wait gives up.
   const char* stage = "header exchange";
   Clock::time_point deadline;
@@ -126,6 +142,7 @@ void NetworkCollectives::FailLocked(absl::Status status) {
   failure_ = std::move(status);
   for (RankState& state : ranks_) {
     if (state.group != nullptr) state.group->Interrupt(failure_);
+    if (state.header_group != nullptr) state.header_group->Interrupt(failure_);
   }
 }
 
@@ -147,7 +164,6 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
                                                    ", not on this node ", node_));
   }
   RankState& state = ranks_[rank];
-  auto group = std::make_shared<TransferGroup>();
   int64_t instance = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -161,12 +177,14 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
       return failure_;
     }
     instance = state.instance++;
-    state.group = group;
+    state.group = std::make_shared<TransferGroup>();
+    state.header_group = std::make_shared<TransferGroup>();
   }
-  Collective collective(call, instance, state, group);
+  Collective collective(call, instance, state);
   absl::Status status = RunCollective(collective);
   std::lock_guard<std::mutex> lock(mutex_);
   state.group = nullptr;
+  state.header_group = nullptr;
   if (!status.ok()) {
     FailLocked(std::move(status));
     return failure_;
@@ -175,9 +193,21 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
 }
 
 absl::Status NetworkCollectives::RunCollective(Collective& collective) {
-  if (absl::Status status = ExchangeHeaders(collective); !status.ok()) return status;
-  collective.stage = "data exchange";
   collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  if (absl::Status status = SendHeader(collective); !status.ok()) return status;
+  auto known = collective.state.input_shapes.find(collective.call.conf->sequence());
+  if (known != collective.state.input_shapes.end()) {
+    // The shapes are those of this collective's earlier runs: the data moves at once, and the
+    // headers are checked (against these shapes too) before any received data is used.
+    collective.input_shapes = known->second;
+    collective.shapes_known = true;
+  } else {
+    // The first run: the peers' shapes come with their headers.
+    if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
+    collective.state.input_shapes[collective.call.conf->sequence()] = collective.input_shapes;
+    collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  }
+  collective.stage = "data exchange";
   absl::Status status;
   switch (collective.call.conf->kind()) {
     case plan::ALL_REDUCE:
@@ -201,40 +231,53 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   return Await(collective, -1);
 }
 
-absl::Status NetworkCollectives::ExchangeHeaders(Collective& collective) {
+absl::Status NetworkCollectives::SendHeader(Collective& collective) {
   const int rank = collective.rank;
-  collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
   absl::StatusOr<CollectiveHeader> own =
       CollectiveHeader::FromCall(collective.call, collective.instance);
   if (!own.ok()) {
     return absl::Status(own.status().code(),
                         absl::StrCat("communicator '", name_, "': ", own.status().message()));
   }
+  collective.own = *std::move(own);
   // Slot `rank` holds this rank's encoded header (sent to every peer); the others receive.
   auto wire = std::make_shared<std::vector<std::byte>>(CollectiveHeader::kBytes * size_);
-  collective.group->KeepAlive(wire);
-  std::byte* slots = wire->data();
-  own->Encode(slots + CollectiveHeader::kBytes * rank);
-  std::vector<int> received(size_, -1);
+  collective.header_group->KeepAlive(wire);
+  std::byte* slots = collective.header_slots = wire->data();
+  collective.own.Encode(slots + CollectiveHeader::kBytes * rank);
+  collective.header_receives.assign(size_, -1);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank) continue;
-    received[peer] = PostReceive(collective, Phase::kHeader, peer,
-                                 slots + CollectiveHeader::kBytes * peer, CollectiveHeader::kBytes);
+    collective.header_receives[peer] =
+        PostReceive(collective, Phase::kHeader, peer, slots + CollectiveHeader::kBytes * peer,
+                    CollectiveHeader::kBytes);
   }
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank) continue;
     PostSend(collective, Phase::kHeader, peer, slots + CollectiveHeader::kBytes * rank,
              CollectiveHeader::kBytes);
   }
-  collective.headers.resize(size_);
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::CheckHeaders(Collective& collective) {
+  collective.headers_checked = true;
+  const int rank = collective.rank;
+  const char* stage = collective.stage;
+  collective.stage = "header exchange";
+  std::vector<CollectiveHeader> headers(size_);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank) {
-      collective.headers[peer] = *std::move(own);
+      headers[peer] = collective.own;
       continue;
     }
-    if (absl::Status status = Await(collective, received[peer]); !status.ok()) return status;
+    if (absl::Status status =
+            AwaitTransfer(collective, *collective.header_group, collective.header_receives[peer]);
+        !status.ok()) {
+      return status;
+    }
     absl::StatusOr<CollectiveHeader> header =
-        CollectiveHeader::Decode(slots + CollectiveHeader::kBytes * peer);
+        CollectiveHeader::Decode(collective.header_slots + CollectiveHeader::kBytes * peer);
     if (!header.ok() || header->rank != peer) {
       return absl::DataLossError(absl::StrCat(
           "communicator '", name_, "': rank ", rank,
@@ -249,19 +292,39 @@ absl::Status NetworkCollectives::ExchangeHeaders(Collective& collective) {
                        collective.instance, " while rank ", peer, " runs ",
                        DescribeCollective(header->conf), " as its number ", header->instance));
     }
-    collective.headers[peer] = *std::move(header);
+    headers[peer] = *std::move(header);
   }
   std::vector<CollectiveSignature> signatures;
   signatures.reserve(size_);
-  for (const CollectiveHeader& header : collective.headers)
-    signatures.push_back(header.Signature());
-  return CheckCollectiveAgreement(name_, num_collectives_, collective.instance, signatures);
+  for (const CollectiveHeader& header : headers) signatures.push_back(header.Signature());
+  if (absl::Status status =
+          CheckCollectiveAgreement(name_, num_collectives_, collective.instance, signatures);
+      !status.ok()) {
+    return status;
+  }
+  if (collective.shapes_known) {
+    for (int source = 0; source < size_; ++source) {
+      if (headers[source].input_shape == collective.input_shapes[source]) continue;
+      return absl::InternalError(absl::StrCat(
+          "communicator '", name_, "': collective ", DescribeCollective(*collective.call.conf),
+          ": rank ", source, "'s input is ", headers[source].input_shape.ToString(),
+          " where its earlier runs had ", collective.input_shapes[source].ToString(),
+          " (a collective's shapes are the same at every piece: its registers' shapes)"));
+    }
+  } else {
+    collective.input_shapes.clear();
+    for (const CollectiveHeader& header : headers) {
+      collective.input_shapes.push_back(header.input_shape);
+    }
+  }
+  collective.stage = stage;
+  return absl::OkStatus();
 }
 
 int NetworkCollectives::PostReceive(Collective& collective, Phase phase, int source, void* buffer,
                                     size_t bytes) {
   if (bytes == 0) return -1;
-  TransferGroup& group = *collective.group;
+  TransferGroup& group = phase == Phase::kHeader ? *collective.header_group : *collective.group;
   const int index = group.Add(source, Direction::kReceive);
   absl::Status posted = network_->ReceiveData(
       TransferTag(communicator_index_, collective.instance, phase, source, collective.rank), buffer,
@@ -273,7 +336,7 @@ int NetworkCollectives::PostReceive(Collective& collective, Phase phase, int sou
 int NetworkCollectives::PostSend(Collective& collective, Phase phase, int destination,
                                  const void* buffer, size_t bytes) {
   if (bytes == 0) return -1;
-  TransferGroup& group = *collective.group;
+  TransferGroup& group = phase == Phase::kHeader ? *collective.header_group : *collective.group;
   const int index = group.Add(destination, Direction::kSend);
   absl::Status posted = network_->SendData(
       node_of_rank_[destination],
@@ -284,7 +347,14 @@ int NetworkCollectives::PostSend(Collective& collective, Phase phase, int destin
 }
 
 absl::Status NetworkCollectives::Await(Collective& collective, int index) {
-  TransferGroup& group = *collective.group;
+  if (!collective.headers_checked) {
+    if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
+  }
+  return AwaitTransfer(collective, *collective.group, index);
+}
+
+absl::Status NetworkCollectives::AwaitTransfer(Collective& collective, TransferGroup& group,
+                                               int index) {
   const TransferGroup::Outcome outcome =
       index < 0 ? group.WaitAll(collective.deadline, options_.spin)
                 : group.Wait(index, collective.deadline, options_.spin);
@@ -457,14 +527,14 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   const bool in_place = Outer(output.shape, axis) == 1;
   std::vector<int64_t> offset(size_ + 1, 0);
   for (int source = 0; source < size_; ++source) {
-    offset[source + 1] = offset[source] + collective.headers[source].input_shape.dimension(axis);
+    offset[source + 1] = offset[source] + collective.input_shapes[source].dimension(axis);
   }
   std::vector<int> received(size_, -1);
   std::vector<std::byte*> staged(size_, nullptr);
   for (int source = 0; source < size_; ++source) {
     if (source == rank) continue;
     const size_t bytes =
-        static_cast<size_t>(collective.headers[source].input_shape.NumElements() * element_size);
+        static_cast<size_t>(collective.input_shapes[source].NumElements() * element_size);
     if (bytes == 0) continue;
     std::byte* target = Bytes(output.data) + offset[source] * inner * element_size;
     if (!in_place) target = staged[source] = Staging(collective, source, bytes);
@@ -480,7 +550,7 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   for (int source = 0; source < size_; ++source) {
     if (staged[source] == nullptr) continue;
     if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
-    const Shape& block = collective.headers[source].input_shape;
+    const Shape& block = collective.input_shapes[source];
     CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, axis, 0),
               output, AxisOrigin(rank_count, axis, offset[source]), block);
   }
@@ -497,7 +567,7 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
   const int rank_count = output.shape.rank();
   // The block `source` sends to `destination`: its balanced slice along `axis`.
   auto block_of = [&](int source, int destination) {
-    Shape block = collective.headers[source].input_shape;
+    Shape block = collective.input_shapes[source];
     block.set_dimension(axis, BalancedRange(block.dimension(axis), size_, destination).size());
     return block;
   };

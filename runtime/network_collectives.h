@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
 #include "runtime/network.h"
+#include "runtime/tensor.h"
 #include "runtime/transfer_group.h"
 
 namespace loom {
@@ -24,12 +26,21 @@ namespace loom {
 // node is its own network peer, so every rank runs the same code and the same transfers.
 //
 // One collective, on each rank r of n:
-//  1. Header exchange. r sends its CollectiveHeader (identity, settings, position in the order,
-//     data types, shapes) to every peer and receives theirs. Every rank then runs
-//     CheckCollectiveAgreement on the same n headers, so a mismatch (different collective, order,
-//     settings or shapes) fails every rank with the same INTERNAL (or INVALID_ARGUMENT) error
-//     naming both collectives and ranks, before any data moves. The headers also tell r every
-//     peer's shapes, so both ends of each transfer agree on its size.
+//  1. Headers. r sends its CollectiveHeader (identity, settings, position in the order, data
+//     types, shapes) to every peer and receives theirs. Every rank runs CheckCollectiveAgreement
+//     on the same n headers, so a mismatch (different collective, order, settings or shapes)
+//     fails every rank with the same INTERNAL (or INVALID_ARGUMENT) error naming both collectives
+//     and ranks. The headers tell r every peer's shapes, so both ends of each transfer agree on
+//     its size.
+//     The first run of a collective (a sequence number of the communicator) waits for the
+//     headers before any data moves. Later runs reuse the shapes of the first (a collective reads
+//     and writes registers, whose shapes do not change), so their data moves at once, beside the
+//     headers: the headers still arrive before r uses any data it received (every wait for data
+//     checks them first), and a peer whose shapes changed fails every rank with INTERNAL naming
+//     it. Decision: this saves a message round trip per collective, the largest part of a small
+//     collective's time over TCP (docs/PERFORMANCE.md, alltoall), and keeps the check; a
+//     mismatch now fails after some data moved instead of before, which costs nothing, since the
+//     job fails either way and data only ever lands in the transfer's own buffers.
 //  2. Data, by direct exchange: every transfer goes from the rank that has the bytes to the rank
 //     that needs them, all transfers of a phase at once, receives posted before sends.
 //     - all-gather: r sends its input to every peer;
@@ -64,8 +75,8 @@ namespace loom {
 //   bits 14..27  source rank, 14 bits
 //   bits  0..13  destination rank, 14 bits
 // Unique per (communicator, instance, phase, source, destination) among the transfers that can be
-// in flight at once: a rank finishes collective k only after every peer sent its header for k,
-// so no two ranks are more than one collective apart and the instance never wraps onto a live
+// in flight at once: a rank finishes collective k only after it received every peer's header for
+// k, so no two ranks are more than one collective apart and the instance never wraps onto a live
 // one. Create fails with INVALID_ARGUMENT for a communicator with a larger index or more ranks.
 //
 // Waits end: Abort, and any failure of one of this node's ranks, interrupts every local rank at
@@ -84,7 +95,11 @@ class NetworkCollectives final : public CollectiveBackend {
     // How long a rank waits in one phase of a collective (headers, data) before failing.
     absl::Duration timeout = absl::Seconds(60);
     // How long a waiting rank polls for completions before it parks on a condition variable.
-    absl::Duration spin = absl::Microseconds(50);
+    // Decision: 0 by default (park at once). A network transfer takes tens of microseconds at
+    // least, so a wake-up costs little against it, while a polling rank takes a core from the
+    // network's progress thread that must deliver the completion: on 2 cores, 50 us of polling
+    // made an 8 KiB all-to-all 1.3-3x slower (docs/PERFORMANCE.md, alltoall).
+    absl::Duration spin = absl::ZeroDuration();
   };
 
   // The tag layout (see above).
@@ -119,10 +134,14 @@ class NetworkCollectives final : public CollectiveBackend {
     size_t size = 0;
   };
   struct RankState {
-    int64_t instance = 0;                  // collectives this rank started; guarded by mutex_
-    std::shared_ptr<TransferGroup> group;  // of the collective in progress; guarded by mutex_
+    int64_t instance = 0;  // collectives this rank started; guarded by mutex_
+    // The data and header transfers of the collective in progress; guarded by mutex_.
+    std::shared_ptr<TransferGroup> group;
+    std::shared_ptr<TransferGroup> header_group;
     // Touched by the rank's thread only.
     std::vector<std::shared_ptr<StagingBuffer>> staging;
+    // Every rank's input shape of each collective this rank ran, by sequence number.
+    absl::flat_hash_map<int64_t, std::vector<Shape>> input_shapes;
   };
 
   NetworkCollectives(const plan::Communicator& communicator, int node, Network* network,
@@ -132,7 +151,11 @@ class NetworkCollectives final : public CollectiveBackend {
   void FailLocked(absl::Status status);
 
   absl::Status RunCollective(Collective& collective);
-  absl::Status ExchangeHeaders(Collective& collective);
+  // Posts the receives of the peers' headers and sends this rank's to every peer.
+  absl::Status SendHeader(Collective& collective);
+  // Waits for the peers' headers and checks them: agreement, and the shapes of earlier runs
+  // when the data already moves with them (otherwise it records the shapes).
+  absl::Status CheckHeaders(Collective& collective);
   absl::Status RunAllReduce(Collective& collective);
   absl::Status RunReduceScatter(Collective& collective);
   absl::Status RunAllGather(Collective& collective);
@@ -147,8 +170,11 @@ class NetworkCollectives final : public CollectiveBackend {
   int PostReceive(Collective& collective, Phase phase, int source, void* buffer, size_t bytes);
   int PostSend(Collective& collective, Phase phase, int destination, const void* buffer,
                size_t bytes);
-  // Waits for transfer `index` (-1: all of them) and turns how the wait ended into a status.
+  // Waits for data transfer `index` (-1: all of them), after the headers were checked, and turns
+  // how the wait ended into a status.
   absl::Status Await(Collective& collective, int index);
+  // The same for transfer `index` of `group`, without the headers.
+  absl::Status AwaitTransfer(Collective& collective, TransferGroup& group, int index);
   // A staging buffer of at least `bytes` for `slot`, kept alive by the collective's group.
   std::byte* Staging(Collective& collective, int slot, size_t bytes);
 

@@ -43,8 +43,8 @@ struct Medians {
 // `bench_alltoall --only loom|gloo|mpi RANKS KIB [SPIN_US]`: one side alone, kRepetitions runs of
 // KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB). For Loom it
 // also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and the
-// time between acts), and SPIN_US replaces the nodes' spin before parking (stream threads and the
-// collective's wait on its transfers; default 50).
+// time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking (default
+// 50; the collective's wait on its transfers parks at once).
 int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
   CollectiveRun run;
   run.kind = plan::ALL_TO_ALL;

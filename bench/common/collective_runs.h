@@ -41,8 +41,8 @@ struct LoomCollectiveTiming {
   double act = 0;
   double between = 0;
 };
-// `spin` replaces JobOptions::spin_before_park in every node (which also sets how long the
-// collective polls its transfers before it parks) when it is not negative.
+// `spin` replaces JobOptions::spin_before_park in every node (how long its stream threads poll
+// before they park; the network collectives park at once) when it is not negative.
 absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(
     const CollectiveRun& run, absl::Duration spin = absl::Microseconds(-1));
 

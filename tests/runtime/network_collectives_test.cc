@@ -182,6 +182,99 @@ TEST(NetworkCollectivesTest, AllToAllBetweenEveryPairOfAxes) {
   }
 }
 
+TEST(NetworkCollectivesTest, LaterRunsMoveTheDataWithTheHeadersAndStayExact) {
+  // From its second run a collective posts its data before the peers' headers arrive, sized by
+  // the shapes of the first run: uneven gathers and all-to-alls must still land exactly.
+  const std::vector<int> placement = {0, 1, 1};
+  const int size = static_cast<int>(placement.size());
+  std::vector<Shape> gathered, exchanged;
+  for (int rank = 0; rank < size; ++rank) {
+    gathered.push_back(Shape{BalancedRange(7, size, rank).size(), 3});
+    exchanged.push_back(Shape{5, 4 + rank % 2});
+  }
+  const std::vector<CollectiveCase> cases = {
+      {MakeCollectiveConf(plan::ALL_GATHER, 0, "gather", plan::REDUCE_SUM, 0), plan::FLOAT32,
+       gathered},
+      {MakeCollectiveConf(plan::ALL_TO_ALL, 1, "exchange", plan::REDUCE_SUM, 0, 1), plan::INT64,
+       exchanged},
+      {MakeCollectiveConf(plan::ALL_REDUCE, 2, "sum"), plan::FLOAT32,
+       std::vector<Shape>(size, Shape{1001})},
+      {MakeCollectiveConf(plan::REDUCE_SCATTER, 3, "scatter", plan::REDUCE_SUM, 1), plan::FLOAT32,
+       std::vector<Shape>(size, Shape{3, 7})},
+  };
+  Cluster cluster(placement, static_cast<int>(cases.size()));
+  for (int round = 0; round < 3; ++round) {
+    for (const CollectiveCase& test_case : cases) {
+      SCOPED_TRACE(absl::StrCat(test_case.Describe(), ", round ", round));
+      RankBuffers buffers = MakeRankBuffers(test_case, 100 + round);
+      const std::vector<HostTensor> expected = ReferenceOutputs(test_case, buffers);
+      const std::vector<absl::Status> statuses =
+          RunRanks(cluster.BackendOfRank(), test_case.conf, buffers, round);
+      for (int rank = 0; rank < size; ++rank) {
+        ASSERT_TRUE(statuses[rank].ok()) << "rank " << rank << ": " << statuses[rank];
+        EXPECT_TRUE(buffers.outputs[rank].bytes == expected[rank].bytes) << "rank " << rank;
+      }
+    }
+  }
+}
+
+TEST(NetworkCollectivesTest, AShapeThatChangesBetweenRunsFailsEveryRankNamingIt) {
+  Cluster cluster({0, 1, 1}, 1);
+  const plan::CollectiveConf conf =
+      MakeCollectiveConf(plan::ALL_GATHER, 0, "gather", plan::REDUCE_SUM, 0);
+  CollectiveCase test_case{conf, plan::FLOAT32, {Shape{2}, Shape{2}, Shape{2}}};
+  RankBuffers buffers = MakeRankBuffers(test_case, 5);
+  for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), conf, buffers, 0)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  // Rank 1 now gathers 3 elements: the ranks agree with each other, but not with the first run.
+  test_case.inputs[1] = Shape{3};
+  buffers = MakeRankBuffers(test_case, 6);
+  for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), conf, buffers, 1)) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("collective 'gather' (sequence 0): rank 1's input is [3] where its "
+                          "earlier runs had [2]"));
+  }
+}
+
+TEST(NetworkCollectivesTest, ARankLeavingTheOrderAfterTheFirstRunIsStillNamed) {
+  // Both ranks ran 'a' and 'b' once, so at the next 'a' they send their data at once; rank 1
+  // runs 'b' there instead. Both must fail naming the two collectives, not time out and not
+  // report the failed data transfer ('b' sends 64 floats where 'a' receives 32).
+  Cluster cluster({0, 1}, 2, TestOptions(absl::Seconds(20)));
+  const plan::CollectiveConf first = MakeCollectiveConf(plan::ALL_REDUCE, 0, "a");
+  const plan::CollectiveConf second =
+      MakeCollectiveConf(plan::ALL_GATHER, 1, "b", plan::REDUCE_SUM, 0);
+  RankBuffers reduced =
+      MakeRankBuffers(CollectiveCase{first, plan::FLOAT32, std::vector<Shape>(2, Shape{64})}, 1);
+  RankBuffers gathered =
+      MakeRankBuffers(CollectiveCase{second, plan::FLOAT32, std::vector<Shape>(2, Shape{64})}, 2);
+  std::vector<CollectiveBackend*> backends = cluster.BackendOfRank();
+  for (const absl::Status& status : RunRanks(backends, first, reduced, 0)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (const absl::Status& status : RunRanks(backends, second, gathered, 0)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status1;
+  std::thread rank1([&] {
+    status1 = backends[1]->Run(
+        CollectiveCall{1, &second, 1, gathered.inputs[1].View(), gathered.outputs[1].View()});
+  });
+  const absl::Status status0 = backends[0]->Run(
+      CollectiveCall{0, &first, 1, reduced.inputs[0].View(), reduced.outputs[0].View()});
+  rank1.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (const absl::Status& status : {status0, status1}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("rank 0 runs collective 'a' (sequence 0), an all-reduce while rank 1 "
+                          "runs 'b' (sequence 1), an all-gather"));
+  }
+}
+
 TEST(NetworkCollectivesTest, ASumInRotatedOrderWouldDifferSoTheComparisonHasTeeth) {
   // The inputs make float sums order-dependent: a ring's rotated order gives other bits.
   CollectiveCase test_case{MakeCollectiveConf(plan::ALL_REDUCE, 0, "sum"), plan::FLOAT32,
