@@ -209,14 +209,27 @@ std::vector<StageSchedule> RunSchedule(int stages, int micro_batches,
 TEST(PipelineScheduleTest, OneForwardOneBackwardEmergesFromCredits) {
   const int p = 4;
   const int m = 8;
-  const std::vector<StageSchedule> schedules = RunSchedule(p, m, job::ONE_F_ONE_B);
-  ASSERT_EQ(schedules.size(), static_cast<size_t>(p));
-  for (int s = 0; s < p; ++s) {
-    EXPECT_LE(schedules[s].peak_in_flight, p - s) << "stage " << s;
-    EXPECT_EQ(schedules[s].order, OneForwardOneBackwardOrder(p - s, m)) << "stage " << s;
+  // The credit bound holds in every run. The exact 1F1B order needs every stage's thread to run
+  // when its input arrives (see SleepPipeline): a thread starved for 15 ms by a machine running
+  // other tests may reorder a stage's passes, so the order gets up to three runs, and must show
+  // on every stage of one of them.
+  std::string last_orders;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const std::vector<StageSchedule> schedules = RunSchedule(p, m, job::ONE_F_ONE_B);
+    ASSERT_EQ(schedules.size(), static_cast<size_t>(p));
+    bool in_order = true;
+    last_orders.clear();
+    for (int s = 0; s < p; ++s) {
+      ASSERT_LE(schedules[s].peak_in_flight, p - s) << "stage " << s << ", run " << attempt;
+      in_order = in_order && schedules[s].order == OneForwardOneBackwardOrder(p - s, m);
+      absl::StrAppend(&last_orders, "\n  stage ", s, ": ", schedules[s].order,
+                      " (1F1B: ", OneForwardOneBackwardOrder(p - s, m), ")");
+    }
+    // The first stage does fill its p slots.
+    ASSERT_EQ(schedules[0].peak_in_flight, p) << "run " << attempt;
+    if (in_order) return;
   }
-  // The first stage does fill its p slots.
-  EXPECT_EQ(schedules[0].peak_in_flight, p);
+  ADD_FAILURE() << "no run of three showed the 1F1B order; the last one:" << last_orders;
 }
 
 TEST(PipelineScheduleTest, GPipeStashesEveryMicroBatch) {
