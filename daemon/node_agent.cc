@@ -140,13 +140,15 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
     absl::Status status = job->WaitForPeers(
         probe_milliseconds > 0 ? absl::Milliseconds(probe_milliseconds) : kDefaultProbeTimeout);
     if (!status.ok()) {
-      v1::NodeJobUpdate unreachable;
-      unreachable.set_job_id(job_id);
-      for (const auto& [peer, why] : job->unreachable_peers()) {
-        (*unreachable.mutable_unreachable()->mutable_peers())[peer] = std::string(why.message());
+      if (!job->unreachable_peers().empty()) {
+        v1::NodeJobUpdate unreachable;
+        unreachable.set_job_id(job_id);
+        for (const auto& [peer, why] : job->unreachable_peers()) {
+          (*unreachable.mutable_unreachable()->mutable_peers())[peer] = std::string(why.message());
+        }
+        Report(unreachable);
       }
-      Report(unreachable);
-      ReportEnded(job_id, status);
+      ReportEnded(job_id, status);  // unreachable peers, or aborted while waiting
       return;
     }
     v1::NodeJobUpdate update;

@@ -60,7 +60,10 @@ absl::Status NodeJob::WaitForPeers(absl::Duration timeout) {
   for (int peer : peers_) {
     if (!unreachable_peers_.contains(peer)) waiting.push_back(peer);
   }
-  unreachable_peers_.merge(network_->WaitForProbes(waiting, timeout));
+  absl::StatusOr<std::map<int, absl::Status>> unreachable =
+      network_->WaitForProbes(waiting, timeout);
+  if (!unreachable.ok()) return unreachable.status();  // aborted
+  unreachable_peers_.merge(*unreachable);
   return UnreachableError();
 }
 
@@ -79,6 +82,9 @@ absl::Status NodeJob::Start() { return runtime_->Start(); }
 
 absl::Status NodeJob::Wait() { return runtime_->Wait(); }
 
-void NodeJob::Abort(absl::Status reason) { runtime_->Abort(std::move(reason)); }
+void NodeJob::Abort(absl::Status reason) {
+  network_->InterruptProbeWait(reason);
+  runtime_->Abort(std::move(reason));
+}
 
 }  // namespace loom::daemon

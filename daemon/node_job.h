@@ -53,7 +53,7 @@ class NodeJob {
   // After Connect, on every node of the job: waits (at most `timeout`) until each peer's probe
   // arrived, so that a node that cannot reach another fails the launch instead of the job's first
   // transfer. UNAVAILABLE naming every peer not heard from, with why (UCX's error, or the
-  // timeout); unreachable_peers() lists them.
+  // timeout); unreachable_peers() lists them. Abort ends the wait at once with its reason.
   absl::Status WaitForPeers(absl::Duration timeout);
   // The peers Connect or WaitForPeers found unreachable, by node, with why.
   const std::map<int, absl::Status>& unreachable_peers() const { return unreachable_peers_; }

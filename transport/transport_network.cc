@@ -109,16 +109,18 @@ absl::Status TransportNetwork::SendProbe(int peer) {
   return transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
 }
 
-std::map<int, absl::Status> TransportNetwork::WaitForProbes(const std::vector<int>& peers,
-                                                            absl::Duration timeout) {
+absl::StatusOr<std::map<int, absl::Status>> TransportNetwork::WaitForProbes(
+    const std::vector<int>& peers, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto settled = [&] {
+    if (!probe_wait_interrupted_.ok()) return true;
     for (int peer : peers) {
       if (!probed_by_.contains(peer) && !peer_failures_.contains(peer)) return false;
     }
     return true;
   };
   peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), settled);
+  if (!probe_wait_interrupted_.ok()) return probe_wait_interrupted_;
   std::map<int, absl::Status> unreachable;
   for (int peer : peers) {
     if (probed_by_.contains(peer)) continue;
@@ -130,6 +132,14 @@ std::map<int, absl::Status> TransportNetwork::WaitForProbes(const std::vector<in
                                                        absl::FormatDuration(timeout)));
   }
   return unreachable;
+}
+
+void TransportNetwork::InterruptProbeWait(absl::Status reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (probe_wait_interrupted_.ok()) probe_wait_interrupted_ = std::move(reason);
+  }
+  peers_changed_.notify_all();
 }
 
 void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {

@@ -57,8 +57,13 @@ class TransportNetwork final : public Network {
   absl::Status SendProbe(int peer);
   // Waits until a probe arrived from every one of `peers`, the connection to it failed, or
   // `timeout` passed. Returns the peers not heard from, each with why: the connection's error
-  // (UCX's reason), or DEADLINE_EXCEEDED. Empty: every peer was heard from.
-  std::map<int, absl::Status> WaitForProbes(const std::vector<int>& peers, absl::Duration timeout);
+  // (UCX's reason), or DEADLINE_EXCEEDED. Empty: every peer was heard from. After
+  // InterruptProbeWait, returns its reason at once instead.
+  absl::StatusOr<std::map<int, absl::Status>> WaitForProbes(const std::vector<int>& peers,
+                                                            absl::Duration timeout);
+  // Ends the WaitForProbes in progress, and every later one, with `reason` (the job was aborted
+  // while it connected). The first reason is kept.
+  void InterruptProbeWait(absl::Status reason);
 
   // Network.
   int node() const override { return node_; }
@@ -93,6 +98,7 @@ class TransportNetwork final : public Network {
   std::condition_variable peers_changed_;
   absl::flat_hash_set<int> probed_by_;         // guarded by mutex_
   std::map<int, absl::Status> peer_failures_;  // guarded by mutex_: the first error per peer
+  absl::Status probe_wait_interrupted_;        // guarded by mutex_
 };
 
 }  // namespace loom::transport

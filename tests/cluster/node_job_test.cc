@@ -179,5 +179,22 @@ TEST_F(PeerProbeTest, ADeadPeerFailsTheWaitWithUcxsReasonBeforeTheTimeout) {
   }
 }
 
+TEST_F(PeerProbeTest, AnAbortEndsTheWaitAtOnce) {
+  // Nodes 1 and 2 never connect back; the job is cancelled while node 0 waits for their probes.
+  ASSERT_TRUE(jobs_[0]->Connect(addresses_).ok());
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  std::thread waiter([&] { status = jobs_[0]->WaitForPeers(absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(100));
+  jobs_[0]->Abort(absl::AbortedError("job 7 was cancelled"));
+  waiter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("job 7 was cancelled"));
+  EXPECT_TRUE(jobs_[0]->unreachable_peers().empty());
+  // A later wait ends at once too.
+  EXPECT_EQ(jobs_[0]->WaitForPeers(absl::Seconds(30)).code(), absl::StatusCode::kAborted);
+}
+
 }  // namespace
 }  // namespace loom::testing
