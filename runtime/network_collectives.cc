@@ -197,12 +197,15 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   if (absl::Status status = SendHeader(collective); !status.ok()) return status;
   auto known = collective.state.input_shapes.find(collective.call.conf->sequence());
   if (known != collective.state.input_shapes.end()) {
-    // The shapes are those of this collective's earlier runs: the data moves at once, and the
-    // headers are checked (against these shapes too) before any received data is used.
+    // The shapes of this collective's earlier runs: the headers are checked against them too.
     collective.input_shapes = known->second;
     collective.shapes_known = true;
-  } else {
-    // The first run: the peers' shapes come with their headers.
+  }
+  // The data moves at once, and the headers are checked before any received data is used, when
+  // the shapes are known and this rank's buffers are the ones they imply: receives posted from
+  // them then land inside this rank's buffers, whatever the peers send. Otherwise (the first
+  // run, or this rank's shapes changed) the headers come first.
+  if (!collective.shapes_known || !OwnBuffersFit(collective)) {
     if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
     collective.state.input_shapes[collective.call.conf->sequence()] = collective.input_shapes;
     collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
@@ -229,6 +232,14 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   if (!status.ok()) return status;
   // Sends from the caller's input (and the last receives) complete before the buffers go back.
   return Await(collective, -1);
+}
+
+bool NetworkCollectives::OwnBuffersFit(const Collective& collective) const {
+  const CollectiveCall& call = collective.call;
+  if (call.input.shape != collective.input_shapes[collective.rank]) return false;
+  absl::StatusOr<Shape> output =
+      CollectiveOutputShape(*call.conf, collective.input_shapes, collective.rank);
+  return output.ok() && *output == call.output.shape;
 }
 
 absl::Status NetworkCollectives::SendHeader(Collective& collective) {

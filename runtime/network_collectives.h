@@ -37,10 +37,12 @@ namespace loom {
 //     and writes registers, whose shapes do not change), so their data moves at once, beside the
 //     headers: the headers still arrive before r uses any data it received (every wait for data
 //     checks them first), and a peer whose shapes changed fails every rank with INTERNAL naming
-//     it. Decision: this saves a message round trip per collective, the largest part of a small
-//     collective's time over TCP (docs/PERFORMANCE.md, alltoall), and keeps the check; a
-//     mismatch now fails after some data moved instead of before, which costs nothing, since the
-//     job fails either way and data only ever lands in the transfer's own buffers.
+//     it. (A rank whose own buffers differ from those shapes waits for the headers first, so
+//     that no receive is posted into a buffer it does not fit.) Decision: this saves a message
+//     round trip per collective, the largest part of a small collective's time over TCP
+//     (docs/PERFORMANCE.md, alltoall), and keeps the check; a mismatch now fails after some data
+//     moved instead of before, which costs nothing, since the job fails either way and data only
+//     ever lands in the transfer's own buffers.
 //  2. Data, by direct exchange: every transfer goes from the rank that has the bytes to the rank
 //     that needs them, all transfers of a phase at once, receives posted before sends.
 //     - all-gather: r sends its input to every peer;
@@ -151,6 +153,8 @@ class NetworkCollectives final : public CollectiveBackend {
   void FailLocked(absl::Status status);
 
   absl::Status RunCollective(Collective& collective);
+  // Whether this rank's input and output have the shapes that collective.input_shapes imply.
+  bool OwnBuffersFit(const Collective& collective) const;
   // Posts the receives of the peers' headers and sends this rank's to every peer.
   absl::Status SendHeader(Collective& collective);
   // Waits for the peers' headers and checks them: agreement, and the shapes of earlier runs
