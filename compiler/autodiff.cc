@@ -92,7 +92,8 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
         absl::StrCat("the loss '", loss, "' must be a scalar, not ", loss_type.ToString()));
   }
 
-  // Tensors that depend on a variable through float32 tensors: only they get gradients.
+  // Tensors that depend on a variable through floating-point (float32, bfloat16) tensors: only
+  // they get gradients.
   std::vector<bool> differentiable(graph.tensors.size(), false);
   for (const LogicalNode& node : graph.nodes) {
     bool depends = node.kind == LogicalNode::Kind::kVariable;
@@ -100,7 +101,9 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
       for (int input : node.inputs) depends = depends || differentiable[input];
     }
     for (int output : node.outputs) {
-      differentiable[output] = depends && graph.tensor(output).type.data_type == plan::FLOAT32;
+      const plan::DataType data_type = graph.tensor(output).type.data_type;
+      differentiable[output] =
+          depends && (data_type == plan::FLOAT32 || data_type == plan::BFLOAT16);
     }
   }
 

@@ -31,14 +31,23 @@ absl::StatusOr<int64_t> OpAttributes::GetInt(const std::string& name) const {
   return iterator->second.int_value();
 }
 
-absl::StatusOr<int64_t> OpAttributes::GetInt(const std::string& name,
-                                             int64_t default_value) const {
+absl::StatusOr<std::string> OpAttributes::GetString(const std::string& name) const {
+  auto iterator = attributes_.find(name);
+  if (iterator == attributes_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("missing attribute '", name, "'"));
+  }
+  if (!iterator->second.has_string_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be a string"));
+  }
+  return iterator->second.string_value();
+}
+
+absl::StatusOr<int64_t> OpAttributes::GetInt(const std::string& name, int64_t default_value) const {
   if (!Has(name)) return default_value;
   return GetInt(name);
 }
 
-absl::StatusOr<double> OpAttributes::GetFloat(const std::string& name,
-                                              double default_value) const {
+absl::StatusOr<double> OpAttributes::GetFloat(const std::string& name, double default_value) const {
   auto iterator = attributes_.find(name);
   if (iterator == attributes_.end()) return default_value;
   if (iterator->second.has_float_value()) return iterator->second.float_value();

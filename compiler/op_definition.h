@@ -37,6 +37,7 @@ class OpAttributes {
   absl::StatusOr<double> GetFloat(const std::string& name, double default_value) const;
   absl::StatusOr<bool> GetBool(const std::string& name, bool default_value) const;
   absl::StatusOr<std::vector<int64_t>> GetIntList(const std::string& name) const;
+  absl::StatusOr<std::string> GetString(const std::string& name) const;
   const AttributeMap& map() const { return attributes_; }
 
  private:

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
+#include "runtime/data_type.h"
 
 namespace loom::compiler {
 namespace {
@@ -125,6 +126,15 @@ absl::StatusOr<Names> ScaleGradient(const GradientRequest& r, GradientBuilder* b
 
 absl::StatusOr<Names> IdentityGradient(const GradientRequest& r, GradientBuilder* b) {
   return Only(r, {r.output_gradients[0]});
+}
+
+// The gradient of a cast is the output's gradient in the input's type.
+absl::StatusOr<Names> CastGradient(const GradientRequest& r, GradientBuilder* b) {
+  const plan::DataType input_type = r.op->inputs[0].data_type;
+  if (r.op->outputs[0].data_type == input_type) return Only(r, {r.output_gradients[0]});
+  AttributeMap attributes;
+  attributes["to"].set_string_value(DataTypeName(input_type));
+  return Only(r, {b->Emit("cast", {r.output_gradients[0]}, std::move(attributes))[0]});
 }
 
 absl::StatusOr<Names> BiasAddGradient(const GradientRequest& r, GradientBuilder* b) {
@@ -393,6 +403,7 @@ const absl::flat_hash_map<std::string, GradientFunction>& GradientTable() {
       {"tanh", TanhGradient},
       {"scale", ScaleGradient},
       {"identity", IdentityGradient},
+      {"cast", CastGradient},
       {"bias_add", BiasAddGradient},
       {"reduce_sum", ReduceSumGradient},
       {"reduce_mean", ReduceMeanGradient},

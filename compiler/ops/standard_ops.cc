@@ -1,6 +1,7 @@
 // The table of every op the compiler knows.
 #include "compiler/op_definition.h"
 #include "compiler/ops/bias_add_op.h"
+#include "compiler/ops/cast_op.h"
 #include "compiler/ops/causal_attention_op.h"
 #include "compiler/ops/clip_ops.h"
 #include "compiler/ops/concat_op.h"
@@ -38,6 +39,7 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   for (const char* op_type : {"scale", "identity"}) {
     entries.push_back({op_type, MakeUnaryOp(/*linear=*/true)});
   }
+  entries.push_back({"cast", MakeCastOp()});
   entries.push_back({"bias_add", MakeBiasAddOp()});
   entries.push_back({"softmax", MakeSoftmaxOp()});
   entries.push_back({"log_softmax", MakeLogSoftmaxOp()});

@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention_kernel.h"
 #include "kernels/cpu/bias_add_kernel.h"
 #include "kernels/cpu/binary_kernels.h"
+#include "kernels/cpu/cast_kernel.h"
 #include "kernels/cpu/cross_entropy_kernel.h"
 #include "kernels/cpu/data/data_kernels.h"
 #include "kernels/cpu/embedding_kernel.h"
@@ -49,6 +50,7 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"fill", cpu::CreateFillKernel},
       {"random", cpu::CreateRandomKernel},
       {"identity", cpu::CreateIdentityKernel},
+      {"cast", cpu::CreateCastKernel},
       {"zeros_like", cpu::CreateZerosLikeKernel},
       {"ones_like", cpu::CreateOnesLikeKernel},
       {"sleep", cpu::CreateSleepKernel},

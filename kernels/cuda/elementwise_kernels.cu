@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/cast_kernel.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/device_values.cuh"
@@ -795,6 +796,58 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityKernel(const KernelInit& i
   return std::make_unique<CopyKernel>(init, kIdentity, *stream);
 }
 
+// ----- cast: float32 <-> bfloat16 (a copy between equal types).
+
+constexpr char kCast[] = "cast";
+
+template <typename From, typename To>
+__global__ void CastElements(const From* input, To* output, int64_t count) {
+  for (int64_t index = FirstThread(); index < count; index += GridThreads()) {
+    output[index] = FromFloat<To>(ToFloat(input[index]));
+  }
+}
+
+class CastKernel final : public Kernel {
+ public:
+  CastKernel(const KernelInit& init, CudaStreamContext* stream)
+      : task_name_(init.task_name), signature_(init), stream_(stream) {}
+
+  absl::Status Compute(const KernelContext& context) override {
+    if (absl::Status status = signature_.Check(kCast, context); !status.ok()) return status;
+    const TensorView& input = context.inputs[0];
+    const TensorView& output = context.outputs[0];
+    const int64_t count = input.NumElements();
+    if (count == 0) return absl::OkStatus();
+    if (input.data_type == output.data_type) {
+      if (input.data == output.data) return absl::OkStatus();
+      return CudaStatus(
+          cudaMemcpyAsync(output.data, input.data, static_cast<size_t>(input.ByteSize()),
+                          cudaMemcpyDefault, stream_->stream()),
+          absl::StrCat(LaunchWhat(task_name_, kCast), ": copying"));
+    }
+    if (input.data_type == plan::FLOAT32) {
+      CastElements<<<Blocks(count), kThreads, 0, stream_->stream()>>>(
+          input.Data<const float>(), static_cast<__nv_bfloat16*>(output.data), count);
+    } else {
+      CastElements<<<Blocks(count), kThreads, 0, stream_->stream()>>>(
+          static_cast<const __nv_bfloat16*>(input.data), output.Data<float>(), count);
+    }
+    return LaunchStatus(LaunchWhat(task_name_, kCast));
+  }
+
+ private:
+  const std::string task_name_;
+  const cpu::TensorSignature signature_;
+  CudaStreamContext* const stream_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCastKernel(const KernelInit& init) {
+  if (absl::Status status = cpu::CheckCast(init); !status.ok()) return status;
+  absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
+  if (!stream.ok()) return stream.status();
+  return std::make_unique<CastKernel>(init, *stream);
+}
+
 // The CPU reshape's check: one data type of 1, 2, 4 or 8 bytes for the input and output.
 absl::Status CheckCommonDataType(const char* op_type, const KernelInit& init) {
   const plan::DataType data_type = init.inputs[0].data_type();
@@ -855,6 +908,7 @@ absl::Status RegisterCudaElementwiseKernels(KernelRegistry* registry) {
       {kOnesLike, CreateOnesLikeKernel},
       {kIdentity, CreateIdentityKernel},
       {kReshape, CreateReshapeKernel},
+      {kCast, CreateCastKernel},
   };
   for (const Entry& entry : kEntries) {
     if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);

@@ -12,7 +12,8 @@ namespace loom::cuda {
 //   binary: add, subtract, multiply, divide, with NumPy broadcasting (divide is IEEE);
 //   bias_add: x [..., n] + bias [n];
 //   fill (attribute "value"), zeros_like, ones_like;
-//   identity and reshape: a copy of the bytes on the stream.
+//   identity and reshape: a copy of the bytes on the stream;
+//   cast: float32 <-> bfloat16 (rounded to nearest even), a copy between equal types.
 // Real-valued tensors are float32 or bfloat16 (one type for all of an op's tensors; bfloat16 is
 // computed in float32 and rounded to nearest even on store). fill also writes int32 and int64;
 // zeros_like, identity and reshape take any data type, as on the CPU; ones_like writes float32 or

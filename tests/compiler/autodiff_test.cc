@@ -367,6 +367,58 @@ TEST(AutodiffTest, TensorParallelGradientsKeepTheirLayout) {
   }
 }
 
+TEST(AutodiffTest, GradientsFlowBackThroughCastsInTheInputsType) {
+  // loss = sum(0.1 * float32(bfloat16(w))): the gradient 0.1 reaches w through the casts' own
+  // gradient, a cast to bfloat16 and back, so it arrives rounded to bfloat16: 0.10009765625.
+  job::Job job = ParseJob(R"pb(
+    name: "casts"
+    placement { devices: [ "cpu:0" ] }
+    variables {
+      name: "w"
+      shape: [ 3 ]
+      initializer { constant: 1 }
+    }
+    ops {
+      name: "down"
+      type: "cast"
+      inputs: "w"
+      outputs: "w16"
+      attributes {
+        key: "to"
+        value { string_value: "bfloat16" }
+      }
+    }
+    ops {
+      name: "up"
+      type: "cast"
+      inputs: "w16"
+      outputs: "w32"
+      attributes {
+        key: "to"
+        value { string_value: "float32" }
+      }
+    }
+    ops {
+      name: "scaled"
+      type: "scale"
+      inputs: "w32"
+      outputs: "y"
+      attributes {
+        key: "scale"
+        value { float_value: 0.1 }
+      }
+    }
+    ops { name: "loss" type: "reduce_sum" inputs: "y" outputs: "loss" }
+  )pb");
+  absl::StatusOr<job::Job> backward =
+      AddBackward(job, StandardOps(), DeviceSet::Cpus(1, 1), "loss");
+  ASSERT_TRUE(backward.ok()) << backward.status();
+  backward->add_fetch("grad/w");
+  auto fetches = CompileAndRun(*backward, 1);
+  ASSERT_TRUE(fetches.ok()) << fetches.status();
+  EXPECT_THAT(fetches->at("grad/w")[0].Values<float>(), ::testing::Each(0.10009765625f));
+}
+
 TEST(AutodiffTest, VariableTheLossDoesNotDependOnGetsNoGradient) {
   job::Job job = ParseJob(R"pb(
     name: "unused"

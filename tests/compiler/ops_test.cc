@@ -49,6 +49,10 @@ class TestOp {
     attributes_[name].set_float_value(value);
     return *this;
   }
+  TestOp& String(const std::string& name, const std::string& value) {
+    attributes_[name].set_string_value(value);
+    return *this;
+  }
   TestOp& Bool(const std::string& name, bool value) {
     attributes_[name].set_bool_value(value);
     return *this;
@@ -171,6 +175,21 @@ TEST(MatmulOpTest, MegatronSignatures) {
   EXPECT_THAT(signatures, Contains("(B, S(1)) -> (S(1))"));
   EXPECT_THAT(signatures, Contains("(S(1), S(0)) -> (P)"));
   EXPECT_THAT(signatures, Contains("(S(0), B) -> (S(0))"));
+}
+
+TEST(CastOpTest, InfersTheTypeValidatesAndPassesSplitsThrough) {
+  TestOp down("cast", {Float32({4, 6})});
+  down.String("to", "bfloat16");
+  EXPECT_EQ(down.Output(), (TensorType{Shape{4, 6}, plan::BFLOAT16}));
+  // Rounding each part of a partial sum is not rounding the sum: no (P) -> (P).
+  EXPECT_THAT(down.Signatures(2),
+              ElementsAre("(S(0)) -> (S(0))", "(S(1)) -> (S(1))", "(B) -> (B)"));
+  EXPECT_EQ(TestOp("cast", {Float32({4})}).Error(), "missing attribute 'to'");
+  EXPECT_EQ(TestOp("cast", {Int64({4})}).String("to", "float32").Error(),
+            "casts between float32 and bfloat16, not from int64 to 'float32'");
+  EXPECT_EQ(TestOp("cast", {Float32({4})}).String("to", "float16").Error(),
+            "casts between float32 and bfloat16, not from float32 to 'float16'");
+  EXPECT_EQ(TestOp("cast", {Float32({4})}).Int("to", 3).Error(), "attribute 'to' must be a string");
 }
 
 TEST(BiasAddOpTest, InfersTheInputType) {

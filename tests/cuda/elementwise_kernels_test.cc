@@ -279,6 +279,19 @@ TEST(CudaElementwiseTest, IdentityMatchesTheCpuKernel) {
   cuda_test::ExpectCudaMatchesCpu(call, 0.0f);
 }
 
+TEST(CudaElementwiseTest, CastMatchesTheCpuKernelBitForBit) {
+  LOOM_SKIP_WITHOUT_GPU();
+  // Both directions, exact (round to nearest even on both sides), odd length.
+  OpCall down("cast");
+  down.Input(FloatTensor(Shape{100003}, RandomFloats(100003, 73, -1000.0f, 1000.0f)))
+      .Output(Shape{100003}, plan::BFLOAT16);
+  cuda_test::ExpectCudaMatchesCpu(down, 0.0f);
+  ASSERT_TRUE(down.Run().ok());
+  OpCall up("cast");
+  up.Input(down.output(0)).Output(Shape{100003});
+  cuda_test::ExpectCudaMatchesCpu(up, 0.0f);
+}
+
 TEST(CudaElementwiseTest, ReshapeMatchesTheCpuKernel) {
   LOOM_SKIP_WITHOUT_GPU();
   ExpectBothTypesMatch([] {

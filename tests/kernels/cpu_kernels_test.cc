@@ -19,16 +19,16 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
   EXPECT_THAT(
       registry.OpTypes(plan::CPU),
       ::testing::ElementsAre(
-          "adamw", "add", "bias_add", "broadcast_to", "causal_attention", "causal_attention_grad",
-          "clip_coefficient", "concat", "divide", "embedding", "embedding_grad", "fill", "gelu",
-          "gelu_grad", "identity", "layer_norm", "layer_norm_grad", "log_softmax",
-          "log_softmax_grad", "matmul", "moe_combine", "moe_dispatch", "moe_dispatch_grad",
-          "moe_route", "moe_route_grad", "multiply", "ones_like", "pack_flat", "pad", "random",
-          "random_integers", "reduce_mean", "reduce_sum", "reduce_sum_to", "relu", "relu_grad",
-          "reshape", "safetensors_slice", "scale", "scale_by", "sgd", "sleep", "slice", "softmax",
-          "softmax_grad", "sparse_cross_entropy", "sparse_cross_entropy_grad", "squared_norm",
-          "subtract", "tanh", "tanh_grad", "token_batch", "transpose", "unpack_flat",
-          "zeros_like"));
+          "adamw", "add", "bias_add", "broadcast_to", "cast", "causal_attention",
+          "causal_attention_grad", "clip_coefficient", "concat", "divide", "embedding",
+          "embedding_grad", "fill", "gelu", "gelu_grad", "identity", "layer_norm",
+          "layer_norm_grad", "log_softmax", "log_softmax_grad", "matmul", "moe_combine",
+          "moe_dispatch", "moe_dispatch_grad", "moe_route", "moe_route_grad", "multiply",
+          "ones_like", "pack_flat", "pad", "random", "random_integers", "reduce_mean", "reduce_sum",
+          "reduce_sum_to", "relu", "relu_grad", "reshape", "safetensors_slice", "scale", "scale_by",
+          "sgd", "sleep", "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
+          "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",
+          "token_batch", "transpose", "unpack_flat", "zeros_like"));
   EXPECT_TRUE(registry.OpTypes(plan::CUDA).empty());
 }
 
