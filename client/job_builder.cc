@@ -81,6 +81,7 @@ std::string JobBuilder::Op(const std::string& type, const std::string& name,
     for (const std::string& sbp : hint) entry->add_sbp(sbp);
   }
   if (options.stage.has_value()) op->set_stage(*options.stage);
+  if (options.keep_float32) op->set_keep_float32(true);
   return outputs.front();
 }
 

@@ -12,6 +12,19 @@
 
 namespace loom {
 
+// Options of one op beyond its inputs and attributes (JobBuilder::OpOptions). Outside the class
+// because a nested struct with member initializers cannot be a default argument of its own
+// class's members.
+struct JobOpOptions {
+  std::vector<std::string> placement;  // empty: the job's (or the stage's)
+  std::vector<int64_t> hierarchy;
+  // One hint per output (an empty hint leaves that output free).
+  std::vector<std::vector<std::string>> output_sbp;
+  std::optional<int> stage;
+  // Op.keep_float32: mixed precision leaves this matmul in float32.
+  bool keep_float32 = false;
+};
+
 // Builds jobs in C++: the same proto that hand-written .pbtxt jobs parse into.
 //
 //   JobBuilder builder("mlp");
@@ -24,15 +37,7 @@ namespace loom {
 class JobBuilder {
  public:
   using Attributes = std::map<std::string, plan::AttributeValue>;
-
-  // Options of one op beyond its inputs and attributes.
-  struct OpOptions {
-    std::vector<std::string> placement;  // empty: the job's (or the stage's)
-    std::vector<int64_t> hierarchy;
-    // One hint per output (an empty hint leaves that output free).
-    std::vector<std::vector<std::string>> output_sbp;
-    std::optional<int> stage;
-  };
+  using OpOptions = JobOpOptions;
 
   explicit JobBuilder(std::string name);
 

@@ -108,8 +108,8 @@ absl::StatusOr<std::vector<BoxingStep>> PlanSamePlacement(const TensorType& type
     next[h] = Sbp::Broadcast();
     BoxingStep step;
     if (!DirectStep(type, placement, current, next, h, &step)) {
-      return absl::InvalidArgumentError(absl::StrCat("no boxing from ", NdSbpToString(from),
-                                                     " to ", NdSbpToString(to)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no boxing from ", NdSbpToString(from), " to ", NdSbpToString(to)));
     }
     steps.push_back(step);
     current = next;
@@ -120,8 +120,8 @@ absl::StatusOr<std::vector<BoxingStep>> PlanSamePlacement(const TensorType& type
     next[h] = to[h];
     BoxingStep step;
     if (!DirectStep(type, placement, current, next, h, &step)) {
-      return absl::InvalidArgumentError(absl::StrCat("no boxing from ", NdSbpToString(from),
-                                                     " to ", NdSbpToString(to)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no boxing from ", NdSbpToString(from), " to ", NdSbpToString(to)));
     }
     steps.push_back(step);
     current = next;
@@ -203,19 +203,30 @@ absl::StatusOr<BoxingPlan> PlanBoxing(const TensorType& type, const Placement& f
       }
       plan.bytes += local;
     } else {
-      absl::StatusOr<std::vector<BoxingStep>> before = PlanSamePlacement(
-          type, from_placement, from, AllBroadcast(from_placement.num_axes()));
+      absl::StatusOr<std::vector<BoxingStep>> before =
+          PlanSamePlacement(type, from_placement, from, AllBroadcast(from_placement.num_axes()));
       if (!before.ok()) return before.status();
-      absl::StatusOr<std::vector<BoxingStep>> after = PlanSamePlacement(
-          type, to_placement, AllBroadcast(to_placement.num_axes()), to);
+      absl::StatusOr<std::vector<BoxingStep>> after =
+          PlanSamePlacement(type, to_placement, AllBroadcast(to_placement.num_axes()), to);
       if (!after.ok()) return after.status();
       plan.source_steps = std::move(*before);
       plan.destination_steps = std::move(*after);
       plan.bytes += tensor_bytes;
     }
   }
-  for (const BoxingStep& step : plan.source_steps) plan.bytes += step.bytes;
-  for (const BoxingStep& step : plan.destination_steps) plan.bytes += step.bytes;
+  for (const std::vector<BoxingStep>* steps : {&plan.source_steps, &plan.destination_steps}) {
+    for (const BoxingStep& step : *steps) {
+      plan.bytes += step.bytes;
+      // Collectives reduce float32 only (summing bfloat16 parts would round at every hop).
+      const bool reduces = step.kind == BoxingStep::Kind::kAllReduce ||
+                           step.kind == BoxingStep::Kind::kReduceScatter;
+      if (reduces && type.data_type != plan::FLOAT32) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no boxing from ", NdSbpToString(from), " to ", NdSbpToString(to), " of ",
+                         type.ToString(), ": partial sums are reduced in float32 only"));
+      }
+    }
+  }
   return plan;
 }
 

@@ -12,6 +12,7 @@
 #include "compiler/gradient_clipping.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
+#include "compiler/mixed_precision.h"
 #include "compiler/node_split.h"
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -26,15 +27,22 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
                                       const DeviceSet& devices) {
   CompileResult result;
   const job::Job* compiled = &job;
+  if (job.matmul_data_type() != plan::DATA_TYPE_UNSPECIFIED &&
+      job.matmul_data_type() != plan::FLOAT32) {
+    absl::StatusOr<job::Job> cast = AddMixedPrecisionCasts(job, registry, devices);
+    if (!cast.ok()) return cast.status();
+    result.transformed_job = std::make_unique<job::Job>(std::move(*cast));
+    compiled = result.transformed_job.get();
+  }
   if (!job.loss().empty()) {
-    absl::StatusOr<job::Job> training = AddBackward(job, registry, devices, job.loss());
+    absl::StatusOr<job::Job> training = AddBackward(*compiled, registry, devices, job.loss());
     if (!training.ok()) return training.status();
     if (job.max_grad_norm() != 0) {
       training = AddGradientClipping(*training, job.max_grad_norm());
       if (!training.ok()) return training.status();
     }
-    result.training_job = std::make_unique<job::Job>(std::move(*training));
-    compiled = result.training_job.get();
+    result.transformed_job = std::make_unique<job::Job>(std::move(*training));
+    compiled = result.transformed_job.get();
   } else if (job.max_grad_norm() != 0) {
     return absl::InvalidArgumentError("max_grad_norm is set, but the job has no loss to train");
   }

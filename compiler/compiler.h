@@ -14,10 +14,12 @@
 namespace loom::compiler {
 
 struct CompileResult {
-  // The job with its backward ops when it names a loss (the graph points into it); null otherwise.
-  std::unique_ptr<job::Job> training_job;
-  // Points into the compiled job (the caller's, or training_job): keep it alive while the graph
-  // is used.
+  // The job as the passes rewrote it (the graph points into it): with the mixed-precision casts
+  // (Job.matmul_data_type), and the backward ops when it names a loss. Null when no pass
+  // rewrote it.
+  std::unique_ptr<job::Job> transformed_job;
+  // Points into the compiled job (the caller's, or transformed_job): keep it alive while the
+  // graph is used.
   LogicalGraph graph;
   // The whole job's plan, and its split per node.
   plan::Plan plan;
@@ -25,7 +27,8 @@ struct CompileResult {
 };
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
-// job names a loss), SBP inference, boxing and lowering, the memory check, the split per node.
+// job names a loss; mixed-precision casts before it), SBP inference, boxing and lowering, the
+// memory check, the split per node.
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices);
 

@@ -32,7 +32,17 @@ class CastOp final : public OpDefinition {
   }
 
   std::vector<SbpSignature> SbpSignatures(const OpContext& context, int64_t degree) const override {
-    return ElementwiseSignatures(context, degree);
+    std::vector<SbpSignature> signatures = ElementwiseSignatures(context, degree);
+    // Widening is exact, so the float32 parts sum to the float32 of their sum: partial sums stay
+    // partial (and are reduced in float32, the precision reductions support). Narrowing rounds
+    // each part, so its partial sums are reduced first.
+    if (context.inputs[0].data_type == plan::BFLOAT16 &&
+        context.outputs[0].data_type == plan::FLOAT32) {
+      // Before the all-broadcast signature, which stays last.
+      signatures.insert(signatures.end() - 1,
+                        SbpSignature{{Sbp::PartialSum()}, {Sbp::PartialSum()}});
+    }
+    return signatures;
   }
 
   double Flops(const OpContext& context) const override {

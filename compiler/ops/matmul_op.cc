@@ -1,6 +1,7 @@
 #include "compiler/ops/matmul_op.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/data_type.h"
 
 namespace loom::compiler {
 namespace {
@@ -45,8 +46,12 @@ class MatmulOp final : public OpDefinition {
       return OpError(absl::StrCat("b must be rank 2 or have a's rank: a is ", a.ToString(),
                                   ", b is ", b.ToString()));
     }
-    for (const TensorType& input : context.inputs) {
-      if (input.data_type != plan::FLOAT32) return OpError("needs float32 inputs");
+    const plan::DataType data_type = context.inputs[0].data_type;
+    if ((data_type != plan::FLOAT32 && data_type != plan::BFLOAT16) ||
+        context.inputs[1].data_type != data_type) {
+      return OpError(absl::StrCat("needs two float32 or two bfloat16 inputs, not ",
+                                  DataTypeName(data_type), " and ",
+                                  DataTypeName(context.inputs[1].data_type)));
     }
     absl::StatusOr<MatmulAxes> axes = Axes(context);
     if (!axes.ok()) return axes.status();
@@ -65,7 +70,7 @@ class MatmulOp final : public OpDefinition {
     }
     out.push_back(a.dimension(axes->a_m));
     out.push_back(b.dimension(axes->b_n));
-    return std::vector<TensorType>{TensorType{Shape(out), plan::FLOAT32}};
+    return std::vector<TensorType>{TensorType{Shape(out), data_type}};
   }
 
   std::vector<SbpSignature> SbpSignatures(const OpContext& context, int64_t degree) const override {

@@ -50,6 +50,10 @@ loomctl::ArgumentSpec MakeSpec() {
                "cpu | cuda: the devices the job is placed on (cuda:<i>, token batches read on "
                "cpu:<i>)")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
+      .AddFlag("matmul-data-type", "TYPE", "float32",
+               "float32 | bfloat16: mixed precision, every matmul (forward and backward) on "
+               "bfloat16 copies of its inputs with float32 accumulation; weights, gradients and "
+               "optimizer state stay float32")
       .AddFlag("experts", "E", "0",
                "experts of each MoE MLP (0: dense MLPs only); the MoE GPT of the expert work is "
                "--experts 4 (top-2, capacity factor 1.25, MoE blocks 1 and 3)")
@@ -139,6 +143,14 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const loomctl::ParsedArguments& pa
                                               parsed.Value("moe-layers"), "'"));
     }
     config.moe_layers.push_back(layer);
+  }
+  const std::string matmul_data_type = parsed.Value("matmul-data-type");
+  if (matmul_data_type == "bfloat16") {
+    config.matmul_data_type = plan::BFLOAT16;
+  } else if (matmul_data_type != "float32") {
+    return loomctl::UsageError(kCommand,
+                               absl::StrCat("--matmul-data-type must be float32 or bfloat16, got '",
+                                            matmul_data_type, "'"));
   }
   config.device_type = parsed.Value("device-type");
   config.data_path = parsed.Value("data");

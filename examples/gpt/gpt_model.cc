@@ -12,6 +12,7 @@
 #include "client/job_builder.h"
 #include "kernels/cpu/counter_random.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/data_type.h"
 #include "runtime/tensor.h"
 
 namespace loom::gpt {
@@ -213,8 +214,13 @@ class GptGraph {
   // boxes batch-split into expert-split (and back) with all-to-alls.
   std::string Moe(const std::string& prefix, const std::string& x, int stage) {
     const int64_t E = config_.experts, D = config_.width;
+    // The router stays float32 under mixed precision: rounding its logits to bfloat16 would tie
+    // and reorder experts, changing which tokens go where (Switch Transformer, "selective
+    // precision").
+    JobBuilder::OpOptions router_options = Options(stage, layout_.Activation());
+    router_options.keep_float32 = true;
     const std::string logits = builder_.Matmul(prefix + "router", x, prefix + "router.weight",
-                                               false, false, Options(stage, layout_.Activation()));
+                                               false, false, router_options);
     const std::string probabilities =
         builder_.Op("softmax", prefix + "router.softmax", {logits}, {}, Options(stage));
     const std::string slot_token = prefix + "route.slot_token";
@@ -422,6 +428,10 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(
         absl::StrCat("vocab ", config.vocab, " < 256: a byte token file has tokens up to 255"));
   }
+  if (config.matmul_data_type != plan::FLOAT32 && config.matmul_data_type != plan::BFLOAT16) {
+    return ConfigError(absl::StrCat("matmul data type must be float32 or bfloat16, got ",
+                                    DataTypeName(config.matmul_data_type)));
+  }
   if (config.schedule != job::ONE_F_ONE_B && config.schedule != job::GPIPE) {
     return ConfigError(absl::StrCat("unknown pipeline schedule ", config.schedule));
   }
@@ -586,6 +596,7 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
     job.set_num_micro_batches(static_cast<int32_t>(config.micro_batches));
   if (stages > 1) job.set_pipeline_schedule(config.schedule);
   if (config.max_grad_norm > 0) job.set_max_grad_norm(config.max_grad_norm);
+  if (config.matmul_data_type != plan::FLOAT32) job.set_matmul_data_type(config.matmul_data_type);
   return job;
 }
 

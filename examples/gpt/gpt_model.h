@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 
 namespace loom::gpt {
 
@@ -71,6 +72,10 @@ struct GptConfig {
   // The devices' type: "cpu" or "cuda" (then device i is "cuda:<i>", its token batches read on
   // its host "cpu:<i>").
   std::string device_type = "cpu";
+
+  // Mixed precision (Job.matmul_data_type): BFLOAT16 runs every matmul on bfloat16 copies of its
+  // inputs with float32 accumulation; weights, gradients and optimizer state stay float32.
+  plan::DataType matmul_data_type = plan::FLOAT32;
 
   // Seed of the initial weights (the job's initializers and WriteGptInitialWeights).
   int64_t seed = 0;

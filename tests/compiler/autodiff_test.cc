@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
+#include "tests/compiler/test_jobs.h"
 
 namespace loom::compiler::testing {
 namespace {
@@ -37,12 +38,6 @@ struct Case {
 
 void PrintTo(const Case& test, std::ostream* os) { *os << test.name; }
 
-std::string Devices(int count) {
-  std::string list;
-  for (int i = 0; i < count; ++i) absl::StrAppend(&list, i == 0 ? "" : ", ", "\"cpu:", i, "\"");
-  return absl::StrCat("devices: [", list, "]");
-}
-
 std::string Op(const std::string& name, const std::string& type, const std::string& inputs,
                const std::string& extra = "") {
   return absl::StrCat("ops { name: \"", name, "\" type: \"", type, "\" inputs: ", inputs,
@@ -50,7 +45,7 @@ std::string Op(const std::string& name, const std::string& type, const std::stri
 }
 
 job::Job BuildJob(const Case& test, int devices, double t) {
-  std::string text = absl::StrCat("name: \"", test.name, "\"\nplacement { ", Devices(devices),
+  std::string text = absl::StrCat("name: \"", test.name, "\"\nplacement { ", CpuDevices(devices),
                                   " }\nnum_steps: 1\n", test.inputs);
   int seed = 1;
   for (const Variable& variable : test.variables) {

@@ -4,21 +4,16 @@
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
+#include "tests/compiler/test_jobs.h"
 
 namespace loom::compiler::testing {
 namespace {
-
-std::string Devices(int count) {
-  std::string list;
-  for (int i = 0; i < count; ++i) list += absl::StrCat(i == 0 ? "" : ", ", "\"cpu:", i, "\"");
-  return absl::StrCat("devices: [", list, "]");
-}
 
 // x [7, 6] starts as `from` (a partial `from` comes out of a k-split matmul); an identity op is
 // told to produce `to`, so its input is boxed from -> to; both are fetched.
 std::string BoxingJob(const std::string& from, const std::string& to, int devices) {
   std::string job =
-      absl::StrCat("name: \"boxing\" placement { ", Devices(devices), " } num_steps: 2\n");
+      absl::StrCat("name: \"boxing\" placement { ", CpuDevices(devices), " } num_steps: 2\n");
   if (from == "P") {
     absl::StrAppend(
         &job,

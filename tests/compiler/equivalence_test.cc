@@ -9,14 +9,6 @@
 namespace loom::compiler::testing {
 namespace {
 
-std::string Devices(int count) {
-  std::string list;
-  for (int i = 0; i < count; ++i) {
-    list += (i == 0 ? "\"cpu:" : ", \"cpu:") + std::to_string(i) + "\"";
-  }
-  return "devices: [" + list + "]";
-}
-
 void ExpectEquivalent(const std::string& one_device, const std::string& many_devices, int cpus,
                       const std::string& what) {
   auto expected = CompileAndRun(ParseJob(one_device), 1);
@@ -29,23 +21,24 @@ void ExpectEquivalent(const std::string& one_device, const std::string& many_dev
 class EquivalenceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(EquivalenceTest, DataParallelMlp) {
-  ExpectEquivalent(DataParallelMlp(Devices(1)), DataParallelMlp(Devices(GetParam())), GetParam(),
-                   "data-parallel MLP");
+  ExpectEquivalent(DataParallelMlp(CpuDevices(1)), DataParallelMlp(CpuDevices(GetParam())),
+                   GetParam(), "data-parallel MLP");
 }
 
 TEST_P(EquivalenceTest, MegatronMlp) {
-  ExpectEquivalent(MegatronMlp(Devices(1)), MegatronMlp(Devices(GetParam())), GetParam(),
+  ExpectEquivalent(MegatronMlp(CpuDevices(1)), MegatronMlp(CpuDevices(GetParam())), GetParam(),
                    "Megatron MLP");
 }
 
 TEST_P(EquivalenceTest, TransformerBlockTensorParallel) {
-  ExpectEquivalent(TransformerBlock(Devices(1), true), TransformerBlock(Devices(GetParam()), true),
-                   GetParam(), "tensor-parallel transformer block");
+  ExpectEquivalent(TransformerBlock(CpuDevices(1), true),
+                   TransformerBlock(CpuDevices(GetParam()), true), GetParam(),
+                   "tensor-parallel transformer block");
 }
 
 TEST_P(EquivalenceTest, TransformerBlockDataParallel) {
-  ExpectEquivalent(TransformerBlock(Devices(1), false),
-                   TransformerBlock(Devices(GetParam()), false), GetParam(),
+  ExpectEquivalent(TransformerBlock(CpuDevices(1), false),
+                   TransformerBlock(CpuDevices(GetParam()), false), GetParam(),
                    "data-parallel transformer block");
 }
 
@@ -53,8 +46,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, EquivalenceTest, ::testing::Values(2, 4));
 
 // The same job with every placement collapsed onto cpu:0 (hierarchies become all ones).
 std::string OnOneDevice(const std::string& job) {
-  std::string result = std::regex_replace(job, std::regex(R"(devices: \[[^\]]*\])"),
-                                          R"(devices: ["cpu:0"])");
+  std::string result =
+      std::regex_replace(job, std::regex(R"(devices: \[[^\]]*\])"), R"(devices: ["cpu:0"])");
   return std::regex_replace(result, std::regex(R"(hierarchy: \[2, 2\])"), "hierarchy: [1, 1]");
 }
 
@@ -72,16 +65,32 @@ TEST(EquivalenceTest, TwoStages) {
 std::string UnevenStages() {
   return R"pb(
     name: "uneven_stages"
-    placement { devices: ["cpu:0", "cpu:1", "cpu:2", "cpu:3"] }
-    stage_placements { devices: ["cpu:0", "cpu:1"] }
-    stage_placements { devices: ["cpu:2", "cpu:3", "cpu:1"] }
+    placement { devices: [ "cpu:0", "cpu:1", "cpu:2", "cpu:3" ] }
+    stage_placements { devices: [ "cpu:0", "cpu:1" ] }
+    stage_placements { devices: [ "cpu:2", "cpu:3", "cpu:1" ] }
     num_steps: 2
-    inputs { name: "x" shape: [7, 6] sbp: "S(0)" placement { devices: ["cpu:0", "cpu:1"] }
-             random_normal { std: 1 seed: 1 } }
-    variables { name: "w" shape: [6, 5] sbp: "S(1)" initializer { normal { std: 1 seed: 2 } }
-                placement { devices: ["cpu:2", "cpu:3", "cpu:1"] } }
+    inputs {
+      name: "x"
+      shape: [ 7, 6 ]
+      sbp: "S(0)"
+      placement { devices: [ "cpu:0", "cpu:1" ] }
+      random_normal { std: 1 seed: 1 }
+    }
+    variables {
+      name: "w"
+      shape: [ 6, 5 ]
+      sbp: "S(1)"
+      initializer { normal { std: 1 seed: 2 } }
+      placement { devices: [ "cpu:2", "cpu:3", "cpu:1" ] }
+    }
     ops { name: "h" type: "relu" inputs: "x" outputs: "h" stage: 0 }
-    ops { name: "y" type: "matmul" inputs: ["h", "w"] outputs: "y" stage: 1 }
+    ops {
+      name: "y"
+      type: "matmul"
+      inputs: [ "h", "w" ]
+      outputs: "y"
+      stage: 1
+    }
     fetch: "y"
   )pb";
 }

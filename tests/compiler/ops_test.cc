@@ -23,6 +23,7 @@ using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 
 TensorType Float32(const Shape& shape) { return TensorType{shape, plan::FLOAT32}; }
+TensorType Bfloat16(const Shape& shape) { return TensorType{shape, plan::BFLOAT16}; }
 TensorType Int32(const Shape& shape) { return TensorType{shape, plan::INT32}; }
 TensorType Int64(const Shape& shape) { return TensorType{shape, plan::INT64}; }
 
@@ -175,6 +176,24 @@ TEST(MatmulOpTest, MegatronSignatures) {
   EXPECT_THAT(signatures, Contains("(B, S(1)) -> (S(1))"));
   EXPECT_THAT(signatures, Contains("(S(1), S(0)) -> (P)"));
   EXPECT_THAT(signatures, Contains("(S(0), B) -> (S(0))"));
+}
+
+TEST(MatmulOpTest, TakesTwoBfloat16InputsAndGivesBfloat16) {
+  TestOp op("matmul", {Bfloat16({8, 16}), Bfloat16({16, 32})});
+  EXPECT_EQ(op.Output(), Bfloat16({8, 32}));
+  EXPECT_THAT(op.Signatures(2), Contains("(S(1), S(0)) -> (P)"));
+  EXPECT_EQ(TestOp("matmul", {Bfloat16({8, 16}), Float32({16, 32})}).Error(),
+            "needs two float32 or two bfloat16 inputs, not bfloat16 and float32");
+  EXPECT_EQ(TestOp("matmul", {Int32({8, 16}), Int32({16, 32})}).Error(),
+            "needs two float32 or two bfloat16 inputs, not int32 and int32");
+}
+
+TEST(CastOpTest, WideningKeepsPartialSums) {
+  TestOp up("cast", {Bfloat16({4, 6})});
+  up.String("to", "float32");
+  EXPECT_EQ(up.Output(), Float32({4, 6}));
+  EXPECT_THAT(up.Signatures(2),
+              ElementsAre("(S(0)) -> (S(0))", "(S(1)) -> (S(1))", "(P) -> (P)", "(B) -> (B)"));
 }
 
 TEST(CastOpTest, InfersTheTypeValidatesAndPassesSplitsThrough) {

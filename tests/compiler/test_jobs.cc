@@ -27,6 +27,26 @@ std::string Hint(const std::string& sbp) { return absl::StrCat("output_sbp { sbp
 
 }  // namespace
 
+std::string CpuDevices(int count) {
+  std::string list;
+  for (int i = 0; i < count; ++i) absl::StrAppend(&list, i == 0 ? "" : ", ", "\"cpu:", i, "\"");
+  return absl::StrCat("devices: [", list, "]");
+}
+
+std::string MlpRegression(const std::string& placement, const std::string& optimizer) {
+  return absl::StrCat(
+      "name: \"mlp_regression\" placement { ", placement, " } num_steps: 8\n", "optimizer { ",
+      optimizer, " }\nloss: \"loss\"\n",
+      "inputs { name: \"x\" shape: [12, 4] sbp: \"S(0)\" random_normal { std: 1 seed: 1 } }\n",
+      "inputs { name: \"target\" shape: [12, 2] sbp: \"S(0)\" random_normal { std: 1 seed: 3 } }\n",
+      "variables { name: \"w1\" shape: [4, 16] initializer { normal { std: 0.5 seed: 2 } } }\n",
+      "variables { name: \"w2\" shape: [16, 2] initializer { normal { std: 0.5 seed: 4 } } }\n",
+      Op("h", "matmul", "[\"x\", \"w1\"]"), Op("a", "gelu", "\"h\""),
+      Op("y", "matmul", "[\"a\", \"w2\"]"), Op("error", "subtract", "[\"y\", \"target\"]"),
+      Op("squared", "multiply", "[\"error\", \"error\"]"), Op("loss", "reduce_mean", "\"squared\""),
+      "fetch: \"loss\"\n");
+}
+
 std::string DataParallelMlp(const std::string& placement) {
   return absl::StrCat(
       "name: \"dp_mlp\"\nplacement { ", placement, " }\nnum_steps: 2\n",

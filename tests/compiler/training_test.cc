@@ -5,15 +5,10 @@
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
+#include "tests/compiler/test_jobs.h"
 
 namespace loom::compiler::testing {
 namespace {
-
-std::string Devices(int count) {
-  std::string list;
-  for (int i = 0; i < count; ++i) list += absl::StrCat(i == 0 ? "" : ", ", "\"cpu:", i, "\"");
-  return absl::StrCat("devices: [", list, "]");
-}
 
 // `layout`: "dp" (x split by rows, w replicated: the gradient is partial and must be all-reduced)
 // or "tp" (x replicated, w split by columns: the gradient is already split like w).
@@ -21,7 +16,7 @@ std::string LinearRegression(int devices, const std::string& layout, const std::
                              bool frozen = false) {
   const bool data_parallel = layout == "dp";
   return absl::StrCat(
-      "name: \"training\" placement { ", Devices(devices), " } num_steps: 4\n", "optimizer { ",
+      "name: \"training\" placement { ", CpuDevices(devices), " } num_steps: 4\n", "optimizer { ",
       optimizer, " }\n", "inputs { name: \"x\" shape: [8, 4] sbp: \"", data_parallel ? "S(0)" : "B",
       "\" random_normal { std: 1 seed: 1 } }\n", "variables { name: \"w\" shape: [4, 6] sbp: \"",
       data_parallel ? "B" : "S(1)", "\"", frozen ? " frozen: true" : "",
@@ -86,33 +81,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainingEquivalenceTest,
                                             ::testing::Values(kSgd, kAdamW),
                                             ::testing::Values(2, 3)));
 
-// An MLP regression with a real loss: the compiler adds the backward ops (autodiff), the
-// optimizer updates w1 and w2.
-std::string MlpRegression(int devices, const std::string& optimizer) {
-  return absl::StrCat(
-      "name: \"mlp_regression\" placement { ", Devices(devices), " } num_steps: 8\n",
-      "optimizer { ", optimizer, " }\nloss: \"loss\"\n",
-      "inputs { name: \"x\" shape: [12, 4] sbp: \"S(0)\" random_normal { std: 1 seed: 1 } }\n",
-      "inputs { name: \"target\" shape: [12, 2] sbp: \"S(0)\" random_normal { std: 1 seed: 3 } }\n",
-      "variables { name: \"w1\" shape: [4, 16] initializer { normal { std: 0.5 seed: 2 } } }\n",
-      "variables { name: \"w2\" shape: [16, 2] initializer { normal { std: 0.5 seed: 4 } } }\n",
-      "ops { name: \"h\" type: \"matmul\" inputs: [\"x\", \"w1\"] outputs: \"h\" }\n",
-      "ops { name: \"a\" type: \"gelu\" inputs: \"h\" outputs: \"a\" }\n",
-      "ops { name: \"y\" type: \"matmul\" inputs: [\"a\", \"w2\"] outputs: \"y\" }\n",
-      "ops { name: \"error\" type: \"subtract\" inputs: [\"y\", \"target\"] outputs: \"error\" }\n",
-      "ops { name: \"squared\" type: \"multiply\" inputs: [\"error\", \"error\"] outputs: "
-      "\"squared\" }\n",
-      "ops { name: \"loss\" type: \"reduce_mean\" inputs: \"squared\" outputs: \"loss\" }\n",
-      "fetch: \"loss\"\n");
-}
-
 class AutodiffTrainingTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AutodiffTrainingTest, DataParallelLossesMatchOneDeviceAndFall) {
   const int devices = GetParam();
-  auto expected = CompileAndRun(ParseJob(MlpRegression(1, kSgd)), 1);
+  auto expected = CompileAndRun(ParseJob(MlpRegression(CpuDevices(1), kSgd)), 1);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  auto actual = CompileAndRun(ParseJob(MlpRegression(devices, kSgd)), devices);
+  auto actual = CompileAndRun(ParseJob(MlpRegression(CpuDevices(devices), kSgd)), devices);
   ASSERT_TRUE(actual.ok()) << actual.status();
   ExpectSameFetches(*expected, *actual, 1e-5, absl::StrCat("MLP regression on ", devices));
   const std::vector<HostTensor>& losses = expected->at("loss");
@@ -134,10 +109,10 @@ int AllReducesOf(const plan::Plan& plan, const std::string& prefix) {
 }
 
 TEST(AutodiffTrainingTest, TheGradientsAreAllReducedInOneBucket) {
-  job::Job job = ParseJob(MlpRegression(4, kAdamW));
+  job::Job job = ParseJob(MlpRegression(CpuDevices(4), kAdamW));
   auto compiled = CompileOn(job, 4);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  ASSERT_NE(compiled->training_job, nullptr);
+  ASSERT_NE(compiled->transformed_job, nullptr);
   // w1's and w2's gradients packed into one flat buffer per rank: one all-reduce each.
   EXPECT_EQ(AllReducesOf(compiled->plan, "gradient_bucket."), 4);
   EXPECT_EQ(AllReducesOf(compiled->plan, "grad/w"), 0);
@@ -156,7 +131,7 @@ TEST(AutodiffTrainingTest, TheGradientsAreAllReducedInOneBucket) {
 TEST(AutodiffTrainingTest, WithoutBucketsEveryGradientHasItsOwnAllReduce) {
   for (int64_t bucket_bytes : {int64_t{-1}, int64_t{300}}) {
     // 300 bytes: w2's gradient (128 B) and w1's (256 B) do not fit together.
-    job::Job job = ParseJob(MlpRegression(4, kAdamW));
+    job::Job job = ParseJob(MlpRegression(CpuDevices(4), kAdamW));
     job.set_gradient_bucket_bytes(bucket_bytes);
     auto compiled = CompileOn(job, 4);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
@@ -166,7 +141,7 @@ TEST(AutodiffTrainingTest, WithoutBucketsEveryGradientHasItsOwnAllReduce) {
 }
 
 TEST(AutodiffTrainingTest, BucketedAndUnbucketedGradientsTrainAlike) {
-  job::Job bucketed = ParseJob(MlpRegression(4, kAdamW));
+  job::Job bucketed = ParseJob(MlpRegression(CpuDevices(4), kAdamW));
   job::Job unbucketed = bucketed;
   unbucketed.set_gradient_bucket_bytes(-1);
   auto with_buckets = CompileAndRun(bucketed, 4);

@@ -192,6 +192,8 @@ TEST(GptJobTest, RejectsBadConfigs) {
       {"small vocabulary", [](GptConfig& c) { c.vocab = 100; }, "vocab 100 < 256"},
       {"data format", [](GptConfig& c) { c.data_format = "text"; }, "data format must be"},
       {"negative clipping", [](GptConfig& c) { c.max_grad_norm = -1; }, "max_grad_norm"},
+      {"matmul data type", [](GptConfig& c) { c.matmul_data_type = plan::INT32; },
+       "matmul data type must be float32 or bfloat16, got int32"},
       {"mlp width",
        [](GptConfig& c) {
          c.tensor_parallel = 4;
@@ -208,6 +210,17 @@ TEST(GptJobTest, RejectsBadConfigs) {
     EXPECT_THAT(std::string(job.status().message()), HasSubstr(test.message)) << test.what;
     EXPECT_FALSE(WriteGptInitialWeights(config, "/nonexistent/never.safetensors").ok());
   }
+}
+
+TEST(GptJobTest, MixedPrecisionSetsTheJobsMatmulDataType) {
+  GptConfig config;
+  absl::StatusOr<job::Job> plain = BuildGptJob(config);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->matmul_data_type(), plan::DATA_TYPE_UNSPECIFIED);
+  config.matmul_data_type = plan::BFLOAT16;
+  absl::StatusOr<job::Job> mixed = BuildGptJob(config);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->matmul_data_type(), plan::BFLOAT16);
 }
 
 TEST(GptJobTest, InitialWeightsFileHoldsEveryParameter) {

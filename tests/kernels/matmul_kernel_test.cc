@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -8,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/cast_kernel.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {
@@ -57,28 +59,36 @@ Shape MatrixShape(const std::vector<int64_t>& batch_dimensions, int64_t rows, in
   return Shape(dimensions);
 }
 
+// The shapes of a case's operands (a and b as stored, transposed or not) and its batch size.
+struct OperandShapes {
+  OperandShapes(const MatmulCase& shape_case, bool transpose_a, bool transpose_b) {
+    for (int64_t dimension : shape_case.batch_dimensions) batch *= dimension;
+    const int64_t m = shape_case.m, n = shape_case.n, k = shape_case.k;
+    const std::vector<int64_t> b_batch =
+        shape_case.broadcast_b ? std::vector<int64_t>() : shape_case.batch_dimensions;
+    a = transpose_a ? MatrixShape(shape_case.batch_dimensions, k, m)
+                    : MatrixShape(shape_case.batch_dimensions, m, k);
+    b = transpose_b ? MatrixShape(b_batch, n, k) : MatrixShape(b_batch, k, n);
+  }
+  int64_t batch = 1;
+  Shape a;
+  Shape b;
+};
+
 class MatmulTest : public ::testing::TestWithParam<std::tuple<MatmulCase, bool, bool>> {};
 
 TEST_P(MatmulTest, MatchesNaiveReference) {
   const auto& [shape_case, transpose_a, transpose_b] = GetParam();
-  int64_t batch = 1;
-  for (int64_t dimension : shape_case.batch_dimensions) batch *= dimension;
-  const int64_t m = shape_case.m;
-  const int64_t n = shape_case.n;
-  const int64_t k = shape_case.k;
-  const std::vector<int64_t> b_batch =
-      shape_case.broadcast_b ? std::vector<int64_t>() : shape_case.batch_dimensions;
-  const Shape a_shape = transpose_a ? MatrixShape(shape_case.batch_dimensions, k, m)
-                                    : MatrixShape(shape_case.batch_dimensions, m, k);
-  const Shape b_shape = transpose_b ? MatrixShape(b_batch, n, k) : MatrixShape(b_batch, k, n);
-  const std::vector<float> a = RandomFloats(a_shape.NumElements(), 1);
-  const std::vector<float> b = RandomFloats(b_shape.NumElements(), 2);
+  const OperandShapes shapes(shape_case, transpose_a, transpose_b);
+  const int64_t batch = shapes.batch, m = shape_case.m, n = shape_case.n, k = shape_case.k;
+  const std::vector<float> a = RandomFloats(shapes.a.NumElements(), 1);
+  const std::vector<float> b = RandomFloats(shapes.b.NumElements(), 2);
 
   OpCall call("matmul");
   call.Attribute("transpose_a", BoolAttribute(transpose_a))
       .Attribute("transpose_b", BoolAttribute(transpose_b))
-      .Input(FloatTensor(a_shape, a))
-      .Input(FloatTensor(b_shape, b))
+      .Input(FloatTensor(shapes.a, a))
+      .Input(FloatTensor(shapes.b, b))
       .Output(MatrixShape(shape_case.batch_dimensions, m, n));
   // Garbage in the output: the kernel must overwrite every element.
   for (std::byte& byte : call.output(0).bytes) byte = std::byte{0x7f};
@@ -90,6 +100,52 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_NEAR(actual[i], expected[i], 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
+        << "element " << i;
+  }
+}
+
+// `values` rounded to bfloat16: the tensor, and the rounded values as float32.
+HostTensor Bfloat16Tensor(const Shape& shape, const std::vector<float>& values,
+                          std::vector<float>* rounded) {
+  HostTensor tensor = MakeTensor(shape, plan::BFLOAT16);
+  rounded->resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = cpu::Float32ToBfloat16(values[i]);
+    std::memcpy(tensor.bytes.data() + 2 * i, &bits, 2);
+    (*rounded)[i] = cpu::Bfloat16ToFloat32(bits);
+  }
+  return tensor;
+}
+
+TEST_P(MatmulTest, Bfloat16StoresInBfloat16AndAccumulatesInFloat32) {
+  const auto& [shape_case, transpose_a, transpose_b] = GetParam();
+  const OperandShapes shapes(shape_case, transpose_a, transpose_b);
+  const int64_t batch = shapes.batch, m = shape_case.m, n = shape_case.n, k = shape_case.k;
+  std::vector<float> a;
+  std::vector<float> b;
+  OpCall call("matmul");
+  call.Attribute("transpose_a", BoolAttribute(transpose_a))
+      .Attribute("transpose_b", BoolAttribute(transpose_b))
+      .Input(Bfloat16Tensor(shapes.a, RandomFloats(shapes.a.NumElements(), 3), &a))
+      .Input(Bfloat16Tensor(shapes.b, RandomFloats(shapes.b.NumElements(), 4), &b))
+      .Output(MatrixShape(shape_case.batch_dimensions, m, n), plan::BFLOAT16);
+  for (std::byte& byte : call.output(0).bytes) byte = std::byte{0x7f};
+  ASSERT_TRUE(call.Run().ok());
+
+  // The exact product of the bfloat16 inputs, rounded once: within half a bfloat16 unit in the
+  // last place (at most 2^-8 relative: 8 significant bits) plus float32 accumulation error.
+  // Rounding the inputs but not the product, or accumulating in bfloat16, misses this by far for k
+  // in the tens.
+  const std::vector<float> exact =
+      ReferenceMatmul(a, b, batch, m, n, k, transpose_a, transpose_b, shape_case.broadcast_b);
+  ASSERT_EQ(call.output(0).bytes.size(), 2 * exact.size());
+  for (size_t i = 0; i < exact.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, call.output(0).bytes.data() + 2 * i, 2);
+    const float actual = cpu::Bfloat16ToFloat32(bits);
+    ASSERT_NEAR(
+        actual, exact[i],
+        std::ldexp(std::fabs(exact[i]), -8) + 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
         << "element " << i;
   }
 }
@@ -195,6 +251,14 @@ TEST(MatmulKernelTest, RejectsNonFloat32) {
   absl::Status status = call.Build().status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("input 'a' must be float32, got int32"));
+}
+
+TEST(MatmulKernelTest, RejectsMixedFloat32AndBfloat16) {
+  OpCall call("matmul");
+  call.Input(MakeTensor({2, 3}, plan::BFLOAT16)).Input(MakeTensor({3, 5})).Output({2, 5});
+  absl::Status status = call.Build().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("input 'b' must be bfloat16, got float32"));
 }
 
 TEST(MatmulKernelTest, RejectsNonBooleanTranspose) {

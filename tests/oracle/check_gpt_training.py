@@ -53,6 +53,14 @@ def parse_args(argv=None):
     ap.add_argument("--ep", type=int, default=1,
                     help="moe-gpt: expert-parallel degree (divides --dp: experts split over "
                          "groups of --ep data-parallel ranks)")
+    ap.add_argument("--matmul-data-type", choices=("float32", "bfloat16"), default="float32",
+                    help="gpt / moe-gpt: mixed precision, every matmul in bfloat16 with float32 "
+                         "accumulation (loom-gpt --matmul-data-type, reference.py --matmul-dtype)")
+    ap.add_argument("--contrast-float32", action="store_true",
+                    help="with --matmul-data-type bfloat16: also train the float32 reference "
+                         "and require Loom's losses to be closer to the bfloat16 reference than "
+                         "the float32 one's are (the loss check then could not pass with the "
+                         "casts missing)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-tolerance", type=float, default=1e-4)
     ap.add_argument("--weight-tolerance", type=float, default=1e-3,
@@ -69,6 +77,10 @@ def parse_args(argv=None):
         ap.error(f"--model {args.model} needs --loom-gpt")
     if args.model == "mlp" and (args.tp > 1 or args.pp > 1 or args.micro_batches > 1):
         ap.error("the MLP job here is data parallel only")
+    if args.contrast_float32 and args.matmul_data_type != "bfloat16":
+        ap.error("--contrast-float32 needs --matmul-data-type bfloat16")
+    if args.model == "mlp" and args.matmul_data_type != "float32":
+        ap.error("--matmul-data-type bfloat16 is for the gpt and moe-gpt models")
     return args
 
 
@@ -264,6 +276,8 @@ def describe(args):
         parts.append(f"micro-batches={args.micro_batches} ({args.schedule})")
     if args.max_grad_norm is not None:
         parts.append(f"max-grad-norm={args.max_grad_norm:g}")
+    if args.matmul_data_type != "float32":
+        parts.append(f"matmuls in {args.matmul_data_type}")
     return " ".join(parts)
 
 
@@ -284,6 +298,7 @@ def check(args, work):
                   "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
+        layout += ["--matmul-data-type", args.matmul_data_type]
         if args.model == "moe-gpt":
             # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
             # in blocks 1 and 3 (loom-gpt's and reference.py's defaults).
@@ -301,6 +316,8 @@ def check(args, work):
                  "--save-final", ref_final]
     if args.max_grad_norm is not None:
         reference += ["--max-norm", repr(args.max_grad_norm)]
+    if args.model != "mlp":
+        reference += ["--matmul-dtype", args.matmul_data_type]
     run(reference, "PyTorch reference", args.timeout)
     with open(ref_json) as f:
         ref = json.load(f)
@@ -325,6 +342,8 @@ def check(args, work):
         print(f"note: Loom's steps are numbered from {first_step}")
     loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)
     problems += loss_problems
+    if args.contrast_float32:
+        problems += contrast_float32(args, reference, work, loom_losses, ref["losses"])
 
     checkpoint = find_saved_checkpoint(save_dir)
     print(f"Loom's final checkpoint: {checkpoint}")
@@ -355,6 +374,31 @@ def check(args, work):
         print(f"note: beyond {args.weight_tolerance:g} x scale alone (AdamW eps-level "
               f"elements): " + ", ".join(strict))
     return problems
+
+
+def max_relative_difference(losses, reference):
+    return max(abs(a - b) / abs(b) for a, b in zip(losses, reference))
+
+
+def contrast_float32(args, reference, work, loom_losses, bfloat16_losses):
+    """Trains the float32 reference too; a problem unless Loom's losses are closer to the
+    bfloat16 reference's than the float32 reference's are."""
+    float32_json = os.path.join(work, "ref_float32.json")
+    command = [c for c in reference]
+    command[command.index("--matmul-dtype") + 1] = "float32"
+    command[command.index("--output") + 1] = float32_json
+    command[command.index("--save-final") + 1] = os.path.join(work, "ref_float32.safetensors")
+    run(command, "PyTorch reference in float32", args.timeout)
+    with open(float32_json) as f:
+        float32_losses = json.load(f)["losses"]
+    loom = max_relative_difference(loom_losses, bfloat16_losses)
+    float32 = max_relative_difference(float32_losses, bfloat16_losses)
+    print(f"contrast: largest relative loss difference from the bfloat16 reference: Loom "
+          f"{loom:.2e}, the float32 reference {float32:.2e}")
+    if not loom < float32:
+        return [f"Loom's losses ({loom:.2e}) are not closer to the bfloat16 reference than the "
+                f"float32 reference's ({float32:.2e}): the check cannot tell the two apart"]
+    return []
 
 
 def main(argv=None):

@@ -23,8 +23,13 @@ class GPTConfig:
     heads: int = 4
     mlp_width: int = 512
     eps: float = 1e-5
+    # "bfloat16": every x @ W (not attention's products) in bfloat16 with float32 accumulation,
+    # as Loom's Job.matmul_data_type (see `linear_product`).
+    matmul_dtype: str = "float32"
 
     def validate(self):
+        if self.matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"matmul_dtype must be float32 or bfloat16, got {self.matmul_dtype}")
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
         for k, v in asdict(self).items():
@@ -209,12 +214,29 @@ def route(probs, cfg):
     return choices, weights, kept, f / (k * T)
 
 
+def _bfloat16(x):
+    """x rounded to bfloat16 (nearest even) and back: the values a bfloat16 tensor holds."""
+    return x.bfloat16().float()
+
+
+def linear_product(x, w, cfg):
+    """x @ w (every linear layer but the MoE router, which Loom keeps in float32). With
+    cfg.matmul_dtype "bfloat16", Loom's mixed precision spelled out in float32:
+    the inputs rounded to bfloat16, an exact-input float32 product, the result rounded once.
+    Autograd through the roundings gives the backward Loom runs: the incoming gradient rounded,
+    each gradient product rounded, then widened (PyTorch's own bfloat16 CPU GEMM is not used:
+    whether it accumulates in float32 depends on the layout and version)."""
+    if cfg.matmul_dtype == "bfloat16":
+        return _bfloat16(_bfloat16(x) @ _bfloat16(w))
+    return x @ w
+
+
 def moe_mlp(p, pre, m, cfg, stats):
     """The MoE MLP of block `pre` on m [B, T, D]; adds its aux loss (Switch Transformer form,
     per group, mean over the groups) and counts to `stats`."""
     B, T, D = m.shape
     E = cfg.experts
-    probs = torch.softmax(m @ p[pre + "moe.router.weight"], dim=-1)  # [B, T, E]
+    probs = torch.softmax(m @ p[pre + "moe.router.weight"], dim=-1)  # float32 always  # [B, T, E]
     choices, weights, kept, f = route(probs, cfg)
     out = torch.zeros_like(m)
     for e in range(E):               # experts in order: the order Loom's combine adds them
@@ -224,8 +246,10 @@ def moe_mlp(p, pre, m, cfg, stats):
             continue
         weight = (weights * mine).sum(dim=-1)[tokens]  # [n]
         rows = m[tokens]                               # [n, D]
-        h = F.gelu(rows @ p[pre + "moe.experts.c_fc.weight"][e] + p[pre + "moe.experts.c_fc.bias"][e])
-        h = h @ p[pre + "moe.experts.c_proj.weight"][e] + p[pre + "moe.experts.c_proj.bias"][e]
+        h = F.gelu(linear_product(rows, p[pre + "moe.experts.c_fc.weight"][e], cfg)
+                   + p[pre + "moe.experts.c_fc.bias"][e])
+        h = (linear_product(h, p[pre + "moe.experts.c_proj.weight"][e], cfg)
+             + p[pre + "moe.experts.c_proj.bias"][e])
         out = out.index_put((tokens.nonzero(as_tuple=True)), out[tokens] + weight[:, None] * h)
     aux = (E * (f * probs.mean(dim=1)).sum(dim=-1)).mean()
     stats["aux_loss"] = stats.get("aux_loss", 0.0) + aux
@@ -251,9 +275,9 @@ def gpt_forward(p, cfg, x, y=None, stats=None):
     for i in range(cfg.layers):
         pre = f"h.{i}."
         a = F.layer_norm(h, (D,), p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], cfg.eps)
-        q = a @ p[pre + "attn.q.weight"] + p[pre + "attn.q.bias"]
-        k = a @ p[pre + "attn.k.weight"] + p[pre + "attn.k.bias"]
-        v = a @ p[pre + "attn.v.weight"] + p[pre + "attn.v.bias"]
+        q = linear_product(a, p[pre + "attn.q.weight"], cfg) + p[pre + "attn.q.bias"]
+        k = linear_product(a, p[pre + "attn.k.weight"], cfg) + p[pre + "attn.k.bias"]
+        v = linear_product(a, p[pre + "attn.v.weight"], cfg) + p[pre + "attn.v.bias"]
         q = q.view(B, T, H, Dh).transpose(1, 2)  # [B,H,T,Dh]
         k = k.view(B, T, H, Dh).transpose(1, 2)
         v = v.view(B, T, H, Dh).transpose(1, 2)
@@ -261,15 +285,16 @@ def gpt_forward(p, cfg, x, y=None, stats=None):
         s = s.masked_fill(~causal, float("-inf"))
         att = torch.softmax(s, dim=-1)
         o = (att @ v).transpose(1, 2).reshape(B, T, D)
-        h = h + (o @ p[pre + "attn.c_proj.weight"] + p[pre + "attn.c_proj.bias"])
+        h = h + (linear_product(o, p[pre + "attn.c_proj.weight"], cfg) + p[pre + "attn.c_proj.bias"])
         m = F.layer_norm(h, (D,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
         if i in getattr(cfg, "moe_layers", ()):
             h = h + moe_mlp(p, pre, m, cfg, stats)
             continue
-        m = F.gelu(m @ p[pre + "mlp.c_fc.weight"] + p[pre + "mlp.c_fc.bias"])  # exact erf
-        h = h + (m @ p[pre + "mlp.c_proj.weight"] + p[pre + "mlp.c_proj.bias"])
+        m = F.gelu(linear_product(m, p[pre + "mlp.c_fc.weight"], cfg)
+                   + p[pre + "mlp.c_fc.bias"])  # exact erf
+        h = h + (linear_product(m, p[pre + "mlp.c_proj.weight"], cfg) + p[pre + "mlp.c_proj.bias"])
     h = F.layer_norm(h, (D,), p["ln_f.weight"], p["ln_f.bias"], cfg.eps)
-    logits = h @ p["lm_head.weight"]  # [B,T,V], no bias
+    logits = linear_product(h, p["lm_head.weight"], cfg)  # [B,T,V], no bias
     loss = None
     if y is not None:
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), y.reshape(-1))

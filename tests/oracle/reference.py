@@ -54,6 +54,9 @@ def build_parser():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--mlp-width", type=int, default=None, help="gpt 512, mlp 128")
     ap.add_argument("--ln-eps", type=float, default=1e-5)
+    ap.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="gpt / moe-gpt: bfloat16 runs every x @ W in bfloat16 with float32 "
+                         "accumulation (Loom's matmul_data_type)")
     ap.add_argument("--batch", type=int, default=16, help="global batch B")
     # mixture of experts (--model moe-gpt)
     ap.add_argument("--experts", type=int, default=4)
@@ -114,15 +117,18 @@ def model_parts(args):
     if args.model == "gpt":
         cfg = GPTConfig(vocab=args.vocab, context=args.context, width=args.width,
                         layers=args.layers, heads=args.heads, mlp_width=args.mlp_width,
-                        eps=args.ln_eps)
+                        eps=args.ln_eps, matmul_dtype=args.matmul_dtype)
     elif args.model == "moe-gpt":
         layers = tuple(int(v) for v in args.moe_layers.split(",") if v)
         cfg = MoEGPTConfig(vocab=args.vocab, context=args.context, width=args.width,
                            layers=args.layers, heads=args.heads, mlp_width=args.mlp_width,
                            eps=args.ln_eps, experts=args.experts, moe_layers=layers,
                            top_k=args.top_k, capacity_factor=args.capacity_factor,
-                           aux_loss_coefficient=args.aux_loss_coefficient)
+                           aux_loss_coefficient=args.aux_loss_coefficient,
+                           matmul_dtype=args.matmul_dtype)
     else:
+        if args.matmul_dtype != "float32":
+            raise ValueError("--matmul-dtype bfloat16 is for the gpt and moe-gpt models")
         cfg = MLPConfig(vocab=args.vocab, width=args.width, mlp_width=args.mlp_width)
     cfg.validate()
     return cfg, specs_fn(cfg), fwd

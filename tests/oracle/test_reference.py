@@ -179,6 +179,26 @@ def expected_gpt_names(L=4, D=128, V=256, T=64, Fw=512):
 
 
 class ModelTest(unittest.TestCase):
+    def test_bfloat16_linear_product_rounds_inputs_output_and_gradients(self):
+        cfg = models.GPTConfig(matmul_dtype="bfloat16")
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(5, 7, generator=g, requires_grad=True)
+        w = torch.randn(7, 3, generator=g, requires_grad=True)
+        y = models.linear_product(x, w, cfg)
+        self.assertEqual(y.dtype, torch.float32)
+        rounded = lambda t: t.bfloat16().float()
+        exact = rounded(x.detach()).double() @ rounded(w.detach()).double()
+        self.assertTrue(torch.equal(y.detach(), rounded(exact.float())))
+        self.assertFalse(torch.equal(y.detach(), x.detach() @ w.detach()))
+        dy = torch.randn(5, 3, generator=g)
+        y.backward(dy)
+        # dx = round(round(dy) @ round(w)^T), every value a bfloat16.
+        self.assertTrue(torch.equal(x.grad, rounded(x.grad)))
+        expected = rounded((rounded(dy).double() @ rounded(w.detach()).double().T).float())
+        self.assertTrue(torch.equal(x.grad, expected))
+        with self.assertRaises(ValueError):
+            models.GPTConfig(matmul_dtype="float16").validate()
+
     def test_gpt_names_and_shapes(self):
         specs = models.gpt_param_specs(models.GPTConfig())
         self.assertEqual(sorted((n, s) for n, s, _ in specs), sorted(expected_gpt_names()))

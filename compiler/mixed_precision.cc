@@ -1,0 +1,101 @@
+#include "compiler/mixed_precision.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/data_type.h"
+
+namespace loom::compiler {
+namespace {
+
+constexpr char kBfloat16[] = "bfloat16";
+constexpr char kFloat32[] = "float32";
+
+// Names not yet used by a tensor or op of the job.
+class NameTaker {
+ public:
+  explicit NameTaker(const job::Job& job) {
+    for (const job::Variable& variable : job.variables()) taken_.insert(variable.name());
+    for (const job::Input& input : job.inputs()) taken_.insert(input.name());
+    for (const job::Op& op : job.ops()) {
+      taken_.insert(op.name());
+      for (const std::string& output : op.outputs()) taken_.insert(output);
+    }
+  }
+
+  std::string Take(const std::string& base) {
+    for (int n = 0;; ++n) {
+      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
+      if (taken_.insert(name).second) return name;
+    }
+  }
+
+ private:
+  absl::flat_hash_set<std::string> taken_;
+};
+
+// A cast of `input` to `to`, named `name` (its output too), placed and staged like `like`.
+job::Op CastLike(const job::Op& like, const std::string& name, const std::string& input,
+                 const std::string& output, const char* to) {
+  job::Op cast;
+  cast.set_name(name);
+  cast.set_type("cast");
+  cast.add_inputs(input);
+  cast.add_outputs(output);
+  (*cast.mutable_attributes())["to"].set_string_value(to);
+  if (like.has_placement()) *cast.mutable_placement() = like.placement();
+  if (like.has_stage()) cast.set_stage(like.stage());
+  cast.set_backward(like.backward());
+  cast.set_once_per_step(like.once_per_step());
+  return cast;
+}
+
+}  // namespace
+
+absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpRegistry& registry,
+                                                const DeviceSet& devices) {
+  const plan::DataType target = job.matmul_data_type();
+  if (target == plan::DATA_TYPE_UNSPECIFIED || target == plan::FLOAT32) return job;
+  if (target != plan::BFLOAT16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul_data_type must be float32 or bfloat16, not ", DataTypeName(target)));
+  }
+  absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(job, registry, devices);
+  if (!graph.ok()) return graph.status();
+  const auto is_float32 = [&](const std::string& tensor) {
+    auto found = graph->tensor_by_name.find(tensor);
+    return found != graph->tensor_by_name.end() &&
+           graph->tensor(found->second).type.data_type == plan::FLOAT32;
+  };
+
+  NameTaker names(job);
+  job::Job result = job;
+  result.clear_ops();
+  for (const job::Op& op : job.ops()) {
+    if (op.type() != "matmul" || op.keep_float32() || op.inputs_size() != 2 ||
+        op.outputs_size() != 1 || !is_float32(op.inputs(0)) || !is_float32(op.inputs(1))) {
+      *result.add_ops() = op;
+      continue;
+    }
+    job::Op matmul = op;
+    for (int index = 0; index < 2; ++index) {
+      const std::string name =
+          names.Take(absl::StrCat(op.name(), index == 0 ? ".a." : ".b.", kBfloat16));
+      *result.add_ops() = CastLike(op, name, op.inputs(index), name, kBfloat16);
+      matmul.set_inputs(index, name);
+    }
+    const std::string product = names.Take(absl::StrCat(op.outputs(0), ".", kBfloat16));
+    matmul.set_outputs(0, product);
+    matmul.clear_output_sbp();
+    *result.add_ops() = std::move(matmul);
+    job::Op back = CastLike(op, names.Take(absl::StrCat(op.name(), ".", kFloat32)), product,
+                            op.outputs(0), kFloat32);
+    *back.mutable_output_sbp() = op.output_sbp();
+    *result.add_ops() = std::move(back);
+  }
+  return result;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,27 @@
+#ifndef LOOM_COMPILER_MIXED_PRECISION_H_
+#define LOOM_COMPILER_MIXED_PRECISION_H_
+
+#include "absl/status/statusor.h"
+#include "compiler/logical_graph.h"
+#include "compiler/op_definition.h"
+#include "proto/job.pb.h"
+
+namespace loom::compiler {
+
+// Job.matmul_data_type as a job-to-job transformation, before autodiff. With BFLOAT16, a matmul
+// "N" computing y from float32 inputs a and b becomes
+//   cast "N.a.bfloat16" (a -> bfloat16), cast "N.b.bfloat16" (b -> bfloat16),
+//   matmul "N" (bfloat16, float32 accumulation) -> "y.bfloat16",
+//   cast "N.float32" ("y.bfloat16" -> float32) -> y,
+// so every consumer still reads a float32 y (the matmul's output SBP hints move to the last cast)
+// and autodiff differentiates through the casts: the backward matmuls run in bfloat16 too, and the
+// gradients of a and b arrive in float32. Each matmul gets its own casts, so no bfloat16 tensor
+// has two consumers and gradients are summed in float32 only. Matmuls marked `keep_float32`, and
+// those whose inputs are not both float32, are left alone. Unset or FLOAT32: the job unchanged.
+// INVALID_ARGUMENT for another data type or an invalid job.
+absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpRegistry& registry,
+                                                const DeviceSet& devices);
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_MIXED_PRECISION_H_
