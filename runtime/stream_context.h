@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/plan.pb.h"
 
 namespace loom {
@@ -14,8 +15,10 @@ namespace loom {
 class CompletionEvent {
  public:
   virtual ~CompletionEvent() = default;
-  // Polled by the stream's thread; true once all work enqueued before the event has finished.
-  virtual bool IsComplete() = 0;
+  // Polled by the stream's thread: true once all work enqueued before the event has finished,
+  // false while it runs, an error when that work failed (the stream's thread then fails the job:
+  // consumers elsewhere are never told of data the failed work was to write).
+  virtual absl::StatusOr<bool> IsComplete() = 0;
 };
 
 // What the runtime knows of a device stream. CPU streams are synchronous: a kernel is done when

@@ -74,7 +74,17 @@ void StreamThread::SendRemote(const ActorMessage& message) {
 void StreamThread::FlushPendingSends() {
   while (!pending_sends_.empty()) {
     PendingSend& front = pending_sends_.front();
-    if (front.event != nullptr && !front.event->IsComplete()) return;
+    if (front.event != nullptr) {
+      absl::StatusOr<bool> complete = front.event->IsComplete();
+      if (!complete.ok()) {
+        // The work failed: its consumers elsewhere must never hear of the data it was to write.
+        job_->Fail(absl::Status(complete.status().code(),
+                                absl::StrCat(name_, ": ", complete.status().message())));
+        aborted_ = true;
+        return;
+      }
+      if (!*complete) return;
+    }
     for (const ActorMessage& message : front.messages) SendRemote(message);
     pending_sends_.pop_front();
   }
@@ -237,6 +247,7 @@ void StreamThread::Run() {
     if (acted) continue;
     // 3. Device work that completed releases its messages.
     FlushPendingSends();
+    if (aborted_) break;
     if (finished_actors_ == static_cast<int>(actors_.size()) && pending_sends_.empty() &&
         local_.empty()) {
       break;

@@ -104,6 +104,7 @@ class StreamThread final : public MessageSender {
   void AfterChange(Actor* actor);
   void ActOnce(Actor* actor);
   void SendRemote(const ActorMessage& message);
+  // Sends the pending messages whose work completed, in order; a failed event fails the job.
   void FlushPendingSends();
   void AnswerDiagnose();
 

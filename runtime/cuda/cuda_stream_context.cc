@@ -13,13 +13,12 @@ class CudaStreamContext::Event final : public CompletionEvent {
   Event(CudaStreamContext* owner, cudaEvent_t event) : owner_(owner), event_(event) {}
   ~Event() override { owner_->ReturnEvent(event_); }
 
-  bool IsComplete() override {
+  absl::StatusOr<bool> IsComplete() override {
     cudaError_t error = cudaEventQuery(event_);
     if (error == cudaErrorNotReady) return false;
     if (error != cudaSuccess) {
-      // A failed kernel poisons the context: the stream's next enqueue returns the error and
-      // fails the job; consumers must not wait forever meanwhile.
-      LOG(ERROR) << "cuda:" << owner_->device() << ": " << cudaGetErrorString(error);
+      return CudaStatus(
+          error, absl::StrCat("the work before a completion event on cuda:", owner_->device()));
     }
     return true;
   }

@@ -80,10 +80,14 @@ TEST(CudaStreamTest, CopiesRunInStreamOrderAndTheEventCompletes) {
   std::unique_ptr<CompletionEvent> done = (*stream)->RecordCompletion();
   ASSERT_NE(done, nullptr);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done->IsComplete() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  bool complete = false;
+  while (!complete && std::chrono::steady_clock::now() < deadline) {
+    absl::StatusOr<bool> polled = done->IsComplete();
+    ASSERT_TRUE(polled.ok()) << polled.status();
+    complete = *polled;
+    if (!complete) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  ASSERT_TRUE(done->IsComplete());
+  ASSERT_TRUE(complete);
   EXPECT_EQ(std::memcmp(*source, *back, kBytes), 0);
   cudaFree(device);
   pinned.Free(*source, kBytes);

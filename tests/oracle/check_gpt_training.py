@@ -384,7 +384,7 @@ def contrast_float32(args, reference, work, loom_losses, bfloat16_losses):
     """Trains the float32 reference too; a problem unless Loom's losses are closer to the
     bfloat16 reference's than the float32 reference's are."""
     float32_json = os.path.join(work, "ref_float32.json")
-    command = [c for c in reference]
+    command = list(reference)
     command[command.index("--matmul-dtype") + 1] = "float32"
     command[command.index("--output") + 1] = float32_json
     command[command.index("--save-final") + 1] = os.path.join(work, "ref_float32.safetensors")

@@ -20,17 +20,33 @@ class DelayedCompletion final : public CompletionEvent {
                   std::chrono::nanoseconds(kDeviceLatencyNanoseconds)) {
     recorded->fetch_add(1);
   }
-  bool IsComplete() override { return std::chrono::steady_clock::now() >= ready_at_; }
+  absl::StatusOr<bool> IsComplete() override {
+    return std::chrono::steady_clock::now() >= ready_at_;
+  }
 
  private:
   std::chrono::steady_clock::time_point ready_at_;
 };
 
+// The work before this event failed (a kernel fault).
+class FailedCompletion final : public CompletionEvent {
+ public:
+  absl::StatusOr<bool> IsComplete() override {
+    return absl::InternalError("simulated device fault");
+  }
+};
+
 class SimulatedDeviceStream final : public StreamContext {
  public:
-  explicit SimulatedDeviceStream(std::atomic<int>* recorded) : recorded_(recorded) {}
+  // `fail_from`: events from this one on (counted from 0) report failed work.
+  explicit SimulatedDeviceStream(std::atomic<int>* recorded, int fail_from = -1)
+      : recorded_(recorded), fail_from_(fail_from) {}
   bool is_asynchronous() const override { return true; }
   std::unique_ptr<CompletionEvent> RecordCompletion() override {
+    if (fail_from_ >= 0 && recorded_->load() >= fail_from_) {
+      recorded_->fetch_add(1);
+      return std::make_unique<FailedCompletion>();
+    }
     return std::make_unique<DelayedCompletion>(recorded_);
   }
   absl::Status Copy(void* destination, const void* source, int64_t bytes) override {
@@ -40,6 +56,7 @@ class SimulatedDeviceStream final : public StreamContext {
 
  private:
   std::atomic<int>* recorded_;
+  const int fail_from_;
 };
 
 TEST(AsyncStreamTest, OtherStreamsWaitForCompletionSameStreamDoesNot) {
@@ -56,8 +73,8 @@ TEST(AsyncStreamTest, OtherStreamsWaitForCompletionSameStreamDoesNot) {
 
   std::atomic<int> recorded{0};
   JobOptions options;
-  options.stream_context_factory = [&recorded](const plan::Stream& stream)
-      -> std::unique_ptr<StreamContext> {
+  options.stream_context_factory =
+      [&recorded](const plan::Stream& stream) -> std::unique_ptr<StreamContext> {
     if (stream.device().index() == 0) return std::make_unique<SimulatedDeviceStream>(&recorded);
     return std::make_unique<SynchronousStreamContext>();
   };
@@ -88,6 +105,33 @@ TEST(AsyncStreamTest, OtherStreamsWaitForCompletionSameStreamDoesNot) {
   }
 }
 
+TEST(AsyncStreamTest, FailedDeviceWorkFailsTheJobAndReachesNoOtherStream) {
+  PlanBuilder builder("async_fault");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("x", {4}, plan::FLOAT32, 4).AddRegister("far", {4});
+  builder.AddTask("producer", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(6);
+  builder.AddTask("other_stream", plan::COMPUTE, 1, {"x"}, {"far"}, "test_sum_plus_one");
+  builder.AddTask("far_sink", plan::SINK, 1, {"far"}, {});
+
+  std::atomic<int> recorded{0};
+  JobOptions options;
+  options.stream_context_factory =
+      [&recorded](const plan::Stream& stream) -> std::unique_ptr<StreamContext> {
+    if (stream.device().index() == 0) {
+      return std::make_unique<SimulatedDeviceStream>(&recorded, /*fail_from=*/2);
+    }
+    return std::make_unique<SynchronousStreamContext>();
+  };
+  auto job = MakeJob(builder.plan(), options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::Status status = (*job)->Run();
+  ASSERT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_NE(status.message().find("simulated device fault"), std::string::npos) << status;
+  // Pieces 0 and 1 completed and were consumed; piece 2's work failed, so no other stream ever
+  // heard of it or of anything after it.
+  EXPECT_LE(EventsOf(**job, "other_stream").size(), 2u);
+}
+
 TEST(AsyncStreamTest, NonCpuDeviceWithoutABackendIsRejected) {
   PlanBuilder builder("cuda_without_backend");
   builder.AddCpuDevices(1);
@@ -103,8 +147,8 @@ TEST(AsyncStreamTest, NonCpuDeviceWithoutABackendIsRejected) {
 
   // With memory but no stream context, the task is named.
   JobOptions options;
-  options.memory_resource_factory = [](const plan::Device&)
-      -> absl::StatusOr<std::unique_ptr<MemoryResource>> {
+  options.memory_resource_factory =
+      [](const plan::Device&) -> absl::StatusOr<std::unique_ptr<MemoryResource>> {
     return std::make_unique<HostMemoryResource>();
   };
   job = MakeJob(builder.plan(), std::move(options));
