@@ -14,7 +14,8 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 BENCH ?=
 # Sanitizer builds compile only the runtime, actors, kernels and their tests.
-SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_kernels_test
+SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \
+  loom_kernels_test
 
 .PHONY: deps configure build test test-tsan test-asan demo bench format clean
 

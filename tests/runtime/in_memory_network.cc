@@ -1,5 +1,6 @@
 #include "tests/runtime/in_memory_network.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -14,7 +15,7 @@ class InMemoryNetwork::NodeNetwork final : public Network {
   int node() const override { return node_; }
   absl::string_view transport() const override { return "in_memory"; }
   absl::Status SendMessage(const ActorMessage& message) override {
-    return absl::UnimplementedError("the in-memory network carries no actor messages");
+    return network_->SendMessage(message);
   }
   absl::Status SendData(int destination, Tag tag, const void* buffer, size_t size,
                         Completion done) override {
@@ -30,7 +31,11 @@ class InMemoryNetwork::NodeNetwork final : public Network {
 };
 
 InMemoryNetwork::InMemoryNetwork(int num_nodes)
-    : num_nodes_(num_nodes), sends_(num_nodes), receives_(num_nodes), node_failure_(num_nodes) {
+    : num_nodes_(num_nodes),
+      sends_(num_nodes),
+      receives_(num_nodes),
+      node_failure_(num_nodes),
+      receivers_(num_nodes) {
   for (int node = 0; node < num_nodes; ++node) {
     nodes_.push_back(std::make_unique<NodeNetwork>(this, node));
   }
@@ -50,6 +55,11 @@ InMemoryNetwork::~InMemoryNetwork() {
       sends_[node].clear();
       receives_[node].clear();
     }
+    for (auto& [send, receive] : held_) {
+      CompleteLocked(std::move(send.done), absl::CancelledError("the network stopped"));
+      CompleteLocked(std::move(receive.done), absl::CancelledError("the network stopped"));
+    }
+    held_.clear();
     stopping_ = true;
     changed_.notify_all();
   }
@@ -67,19 +77,66 @@ void InMemoryNetwork::CompleteLocked(Network::Completion done, absl::Status stat
   PushLocked([done = std::move(done), status = std::move(status)]() mutable { done(status); });
 }
 
+void InMemoryNetwork::Transfer(PendingSend send, PendingReceive receive) {
+  if (send.size != receive.size) {
+    receive.done(absl::DataLossError(
+        absl::StrCat("a transfer of ", send.size, " bytes into a receive of ", receive.size)));
+    send.done(absl::OkStatus());
+    return;
+  }
+  if (send.size > 0) std::memcpy(receive.buffer, send.buffer, send.size);
+  receive.done(absl::OkStatus());
+  send.done(absl::OkStatus());
+}
+
 void InMemoryNetwork::MatchLocked(PendingSend send, PendingReceive receive) {
   ++transfers_;
+  if (transfers_to_hold_ > 0) {
+    --transfers_to_hold_;
+    held_.emplace_back(std::move(send), std::move(receive));
+    return;
+  }
   PushLocked([send = std::move(send), receive = std::move(receive)]() mutable {
-    if (send.size != receive.size) {
-      receive.done(absl::DataLossError(
-          absl::StrCat("a transfer of ", send.size, " bytes into a receive of ", receive.size)));
-      send.done(absl::OkStatus());
-      return;
-    }
-    if (send.size > 0) std::memcpy(receive.buffer, send.buffer, send.size);
-    receive.done(absl::OkStatus());
-    send.done(absl::OkStatus());
+    Transfer(std::move(send), std::move(receive));
   });
+}
+
+void InMemoryNetwork::SetMessageReceiver(int node, MessageReceiver receiver) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  receivers_[node] = std::move(receiver);
+}
+
+absl::Status InMemoryNetwork::SendMessage(const ActorMessage& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return absl::CancelledError("the network stopped");
+  const int destination = message.destination.node();
+  if (destination < 0 || destination >= num_nodes_ || !receivers_[destination]) {
+    return absl::InvalidArgumentError(absl::StrCat("no message receiver on node ", destination));
+  }
+  PushLocked([receiver = receivers_[destination], message] { receiver(message); });
+  return absl::OkStatus();
+}
+
+void InMemoryNetwork::HoldTransfers(int count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  transfers_to_hold_ = count;
+}
+
+int InMemoryNetwork::held_transfers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(held_.size());
+}
+
+void InMemoryNetwork::ReleaseHeldTransfers(bool reverse) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  transfers_to_hold_ = 0;
+  if (reverse) std::reverse(held_.begin(), held_.end());
+  for (auto& [send, receive] : held_) {
+    PushLocked([send = std::move(send), receive = std::move(receive)]() mutable {
+      Transfer(std::move(send), std::move(receive));
+    });
+  }
+  held_.clear();
 }
 
 absl::Status InMemoryNetwork::SendData(int source, int destination, Network::Tag tag,

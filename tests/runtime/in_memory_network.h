@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -19,9 +20,12 @@ namespace loom::testing {
 // The networks of `num_nodes` nodes inside one process, for tests of what runs over a Network.
 // Like UCX, a transfer is matched by (destination node, tag) whichever side comes first, the
 // bytes are copied and both completions run on a separate thread (never the caller's), and a
-// receive of the wrong size fails. Actor messages are not supported.
+// receive of the wrong size fails. Actor messages go to the receiver set for their destination
+// node, on that thread too, in the order they were sent.
 class InMemoryNetwork {
  public:
+  using MessageReceiver = std::function<void(const ActorMessage& message)>;
+
   explicit InMemoryNetwork(int num_nodes);
   // Cancels every pending transfer (completions with CANCELLED, no bytes written) and joins.
   ~InMemoryNetwork();
@@ -33,6 +37,18 @@ class InMemoryNetwork {
   // Node `node` is lost: every pending and later transfer it posted, or that goes to it, fails
   // with `status`.
   void FailNode(int node, absl::Status status);
+
+  // Where actor messages to `node` go (e.g. JobRuntime::DeliverFromNetwork); set it before
+  // anything sends one. A message to a node without a receiver fails to send.
+  void SetMessageReceiver(int node, MessageReceiver receiver);
+
+  // The next `count` transfers that match are held, bytes uncopied and completions not run, until
+  // ReleaseHeldTransfers: for tests of several transfers in flight and of completion order.
+  void HoldTransfers(int count);
+  int held_transfers() const;
+  // Lets the held transfers complete, in the order they matched or in the reverse order, and
+  // holds no more.
+  void ReleaseHeldTransfers(bool reverse);
 
   // Transfers matched so far.
   int64_t transfers() const;
@@ -52,6 +68,7 @@ class InMemoryNetwork {
   };
   using Work = absl::AnyInvocable<void()>;
 
+  absl::Status SendMessage(const ActorMessage& message);
   absl::Status SendData(int source, int destination, Network::Tag tag, const void* buffer,
                         size_t size, Network::Completion done);
   absl::Status ReceiveData(int node, Network::Tag tag, void* buffer, size_t size,
@@ -60,6 +77,8 @@ class InMemoryNetwork {
   void PushLocked(Work work);
   void CompleteLocked(Network::Completion done, absl::Status status);
   void MatchLocked(PendingSend send, PendingReceive receive);
+  // The work of a matched transfer: copy, then both completions.
+  static void Transfer(PendingSend send, PendingReceive receive);
   void Loop();
 
   const int num_nodes_;
@@ -69,10 +88,13 @@ class InMemoryNetwork {
   // By destination node (guarded by mutex_).
   std::vector<absl::flat_hash_map<Network::Tag, PendingSend>> sends_;
   std::vector<absl::flat_hash_map<Network::Tag, PendingReceive>> receives_;
-  std::vector<absl::Status> node_failure_;  // guarded by mutex_
-  std::deque<Work> work_;                   // guarded by mutex_
-  bool stopping_ = false;                   // guarded by mutex_
-  int64_t transfers_ = 0;                   // guarded by mutex_
+  std::vector<absl::Status> node_failure_;                    // guarded by mutex_
+  std::vector<MessageReceiver> receivers_;                    // guarded by mutex_
+  int transfers_to_hold_ = 0;                                 // guarded by mutex_
+  std::vector<std::pair<PendingSend, PendingReceive>> held_;  // guarded by mutex_
+  std::deque<Work> work_;                                     // guarded by mutex_
+  bool stopping_ = false;                                     // guarded by mutex_
+  int64_t transfers_ = 0;                                     // guarded by mutex_
   std::thread thread_;
 };
 
