@@ -40,69 +40,53 @@ absl::Status SendActor::Initialize() {
   return absl::OkStatus();
 }
 
-bool SendActor::CanStartTransfer() const {
-  return !credits_.empty() && static_cast<int>(in_flight_.size()) < InputReadyCount(0);
-}
-
 bool SendActor::CanAct() const {
-  return (!in_flight_.empty() && in_flight_.front().done) || CanStartTransfer();
+  return transfer_done_ || (!in_flight_ && InputReady(0) && !credits_.empty());
 }
 
 bool SendActor::IsExhausted() const {
-  return InputEnded(0) && !InputReady(0) && in_flight_.empty();
+  return InputEnded(0) && !InputReady(0) && !in_flight_ && !transfer_done_;
 }
 
 void SendActor::HandlePeerMessage(const ActorMessage& message) {
   if (message.type == MessageType::kCredit) {
     credits_.push_back(message.slot);
   } else if (message.type == MessageType::kTransferDone) {
-    for (Transfer& transfer : in_flight_) {
-      if (transfer.remote_slot == message.slot && !transfer.done) {
-        transfer.done = true;
-        break;
-      }
-    }
+    transfer_done_ = true;
   }
-}
-
-absl::Status SendActor::SendError(const absl::Status& status) const {
-  return absl::Status(status.code(),
-                      absl::StrCat("sending to '", task().peer().task(), "' on node ", peer_.node(),
-                                   ": ", status.message()));
-}
-
-absl::Status SendActor::StartTransfer() {
-  const int position = static_cast<int>(in_flight_.size());
-  set_current_piece(InputPieceAt(0, position));
-  Transfer transfer;
-  transfer.remote_slot = credits_.front();
-  credits_.pop_front();
-  transfer.status = std::make_shared<absl::Status>();
-  TensorView view = InputViewAt(0, position);
-  absl::Status queued = init().network->SendData(
-      peer_.node(), ReceiveSlotTag(peer_.task_index(), transfer.remote_slot), view.data,
-      static_cast<size_t>(view.ByteSize()),
-      CompletionFor(init(), id(), transfer.remote_slot, transfer.status));
-  if (!queued.ok()) return SendError(queued);
-  in_flight_.push_back(std::move(transfer));
-  return absl::OkStatus();
 }
 
 absl::Status SendActor::DoAct() {
-  // Completed transfers, in input order: the input slot goes back, the piece is announced.
-  while (!in_flight_.empty() && in_flight_.front().done) {
-    const Transfer& front = in_flight_.front();
-    const int64_t piece = InputPiece(0);
+  if (transfer_done_) {
+    transfer_done_ = false;
+    in_flight_ = false;
+    int64_t piece = InputPiece(0);
     set_current_piece(piece);
-    if (!front.status->ok()) return SendError(*front.status);
-    SendPeerMessage(MessageType::kSent, peer_, front.remote_slot, piece);
-    in_flight_.pop_front();
+    if (!transfer_status_->ok()) {
+      return absl::Status(transfer_status_->code(),
+                          absl::StrCat("sending to '", task().peer().task(), "' on node ",
+                                       peer_.node(), ": ", transfer_status_->message()));
+    }
     ConsumeInput(0);
+    SendPeerMessage(MessageType::kSent, peer_, in_flight_slot_, piece);
     ++sent_;
   }
-  while (CanStartTransfer()) {
-    if (absl::Status status = StartTransfer(); !status.ok()) return status;
+  if (in_flight_ || !InputReady(0) || credits_.empty()) return absl::OkStatus();
+  set_current_piece(InputPiece(0));
+  in_flight_slot_ = credits_.front();
+  credits_.pop_front();
+  TensorView view = InputView(0);
+  transfer_status_ = std::make_shared<absl::Status>();
+  absl::Status queued =
+      init().network->SendData(peer_.node(), ReceiveSlotTag(peer_.task_index(), in_flight_slot_),
+                               view.data, static_cast<size_t>(view.ByteSize()),
+                               CompletionFor(init(), id(), in_flight_slot_, transfer_status_));
+  if (!queued.ok()) {
+    return absl::Status(queued.code(),
+                        absl::StrCat("sending to '", task().peer().task(), "' on node ",
+                                     peer_.node(), ": ", queued.message()));
   }
+  in_flight_ = true;
   return absl::OkStatus();
 }
 
@@ -112,10 +96,9 @@ absl::Status SendActor::OnExhausted() {
 }
 
 std::string SendActor::DescribeWait() const {
-  if (!in_flight_.empty()) {
-    return absl::StrCat("  '", name(), "' waits for ", in_flight_.size(), " transfer(s) to '",
-                        task().peer().task(), "' on node ", peer_.node(),
-                        " to complete (the first of piece ", InputPiece(0), ")\n");
+  if (in_flight_ && !transfer_done_) {
+    return absl::StrCat("  '", name(), "' waits for its transfer to '", task().peer().task(),
+                        "' on node ", peer_.node(), " to complete\n");
   }
   if (InputReady(0) && credits_.empty()) {
     return absl::StrCat("  '", name(), "' waits for a free slot (credit) of '",
@@ -149,7 +132,16 @@ bool ReceiveActor::FrontArrived() const {
   return !announced_.empty() && slots_[announced_.front().slot].arrived;
 }
 
-bool ReceiveActor::CanAct() const { return HasUnpostedSlot() || FrontArrived(); }
+bool ReceiveActor::CanAct() const {
+  return failed_slot_ >= 0 || HasUnpostedSlot() || FrontArrived();
+}
+
+absl::Status ReceiveActor::FailedReceive() const {
+  const absl::Status& status = *slots_[failed_slot_].status;
+  return absl::Status(status.code(),
+                      absl::StrCat("receiving from '", task().peer().task(), "' on node ",
+                                   peer_.node(), ": ", status.message()));
+}
 
 bool ReceiveActor::IsExhausted() const {
   return peer_ended_ && announced_.empty() && received_ == peer_sent_;
@@ -164,7 +156,10 @@ void ReceiveActor::HandlePeerMessage(const ActorMessage& message) {
       break;
     case MessageType::kTransferDone:
       if (message.slot >= 0 && message.slot < static_cast<int32_t>(slots_.size())) {
-        slots_[message.slot].arrived = true;
+        Slot& slot = slots_[message.slot];
+        slot.arrived = true;
+        // Fail at once: no kSent may ever come for this slot.
+        if (!slot.status->ok() && failed_slot_ < 0) failed_slot_ = message.slot;
       }
       break;
     case MessageType::kPeerEnd:
@@ -194,16 +189,12 @@ absl::Status ReceiveActor::PostReceive(int32_t slot) {
 }
 
 absl::Status ReceiveActor::DoAct() {
+  if (failed_slot_ >= 0) return FailedReceive();
   // Publish what arrived, in the order it was sent.
   while (FrontArrived()) {
     Announced front = announced_.front();
     Slot& state = slots_[front.slot];
     set_current_piece(front.piece);
-    if (!state.status->ok()) {
-      return absl::Status(state.status->code(),
-                          absl::StrCat("receiving from '", task().peer().task(), "' on node ",
-                                       peer_.node(), ": ", state.status->message()));
-    }
     announced_.pop_front();
     state.posted = false;
     state.arrived = false;

@@ -30,10 +30,7 @@ inline constexpr int32_t kMaxReceiveSlots = 1 << 20;
 //   At the end SEND sends kPeerEnd; RECEIVE ends its output once every announced piece arrived.
 //
 // So a sender only ever transfers into a free remote slot, and memory in flight is bounded by the
-// receive register's slots. A SEND has a transfer in flight for every credit it holds and every
-// READY input piece (so with 2 slots the next piece moves while the last one completes); it
-// announces pieces with kSent in input order whatever order the transfers complete in, so pieces
-// are published in order.
+// receive register's slots. One transfer per SEND is in flight at a time (pieces arrive in order).
 class SendActor final : public Actor {
  public:
   using Actor::Actor;
@@ -48,21 +45,13 @@ class SendActor final : public Actor {
   void HandlePeerMessage(const ActorMessage& message) override;
 
  private:
-  // The transfer of the input piece at the same position among the READY pieces.
-  struct Transfer {
-    int32_t remote_slot = 0;
-    bool done = false;
-    // Written by the network thread before it delivers kTransferDone.
-    std::shared_ptr<absl::Status> status;
-  };
-
-  bool CanStartTransfer() const;
-  absl::Status StartTransfer();
-  absl::Status SendError(const absl::Status& status) const;
-
   ActorId peer_;
   std::deque<int32_t> credits_;
-  std::deque<Transfer> in_flight_;  // in input order
+  bool in_flight_ = false;
+  bool transfer_done_ = false;
+  int32_t in_flight_slot_ = 0;
+  // Written by the network thread before it delivers kTransferDone.
+  std::shared_ptr<absl::Status> transfer_status_;
   int64_t sent_ = 0;
 };
 
@@ -92,11 +81,14 @@ class ReceiveActor final : public Actor {
 
   bool HasUnpostedSlot() const;
   bool FrontArrived() const;
+  // The error of a receive that failed (the peer or the network is lost), announced or not.
+  absl::Status FailedReceive() const;
   absl::Status PostReceive(int32_t slot);
 
   ActorId peer_;
   std::vector<Slot> slots_;
   std::deque<Announced> announced_;  // kSent, in order
+  int32_t failed_slot_ = -1;
   bool peer_ended_ = false;
   int64_t peer_sent_ = 0;
   int64_t received_ = 0;

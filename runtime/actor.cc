@@ -151,10 +151,8 @@ absl::Status Actor::Act() {
   return status;
 }
 
-TensorView Actor::InputView(int input) const { return InputViewAt(input, 0); }
-
-TensorView Actor::InputViewAt(int input, int position) const {
-  return inputs_[input].reg->SlotView(inputs_[input].ready[position].slot);
+TensorView Actor::InputView(int input) const {
+  return inputs_[input].reg->SlotView(inputs_[input].ready.front().slot);
 }
 
 void Actor::ConsumeInput(int input) {

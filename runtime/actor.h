@@ -131,13 +131,6 @@ class Actor {
   bool InputEnded(int input) const { return inputs_[input].ended; }
   int64_t InputPiece(int input) const { return inputs_[input].ready.front().piece; }
   TensorView InputView(int input) const;
-  // The READY slots of an input, front first (kinds that work on several pieces at once, like
-  // SEND, read past the front; they still consume in order).
-  int InputReadyCount(int input) const { return static_cast<int>(inputs_[input].ready.size()); }
-  int64_t InputPieceAt(int input, int position) const {
-    return inputs_[input].ready[position].piece;
-  }
-  TensorView InputViewAt(int input, int position) const;
   // Returns the front READY slot of an input to its producer.
   void ConsumeInput(int input);
 

@@ -1,6 +1,5 @@
 #include "tests/runtime/in_memory_network.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -55,11 +54,6 @@ InMemoryNetwork::~InMemoryNetwork() {
       sends_[node].clear();
       receives_[node].clear();
     }
-    for (auto& [send, receive] : held_) {
-      CompleteLocked(std::move(send.done), absl::CancelledError("the network stopped"));
-      CompleteLocked(std::move(receive.done), absl::CancelledError("the network stopped"));
-    }
-    held_.clear();
     stopping_ = true;
     changed_.notify_all();
   }
@@ -77,27 +71,18 @@ void InMemoryNetwork::CompleteLocked(Network::Completion done, absl::Status stat
   PushLocked([done = std::move(done), status = std::move(status)]() mutable { done(status); });
 }
 
-void InMemoryNetwork::Transfer(PendingSend send, PendingReceive receive) {
-  if (send.size != receive.size) {
-    receive.done(absl::DataLossError(
-        absl::StrCat("a transfer of ", send.size, " bytes into a receive of ", receive.size)));
-    send.done(absl::OkStatus());
-    return;
-  }
-  if (send.size > 0) std::memcpy(receive.buffer, send.buffer, send.size);
-  receive.done(absl::OkStatus());
-  send.done(absl::OkStatus());
-}
-
 void InMemoryNetwork::MatchLocked(PendingSend send, PendingReceive receive) {
   ++transfers_;
-  if (transfers_to_hold_ > 0) {
-    --transfers_to_hold_;
-    held_.emplace_back(std::move(send), std::move(receive));
-    return;
-  }
   PushLocked([send = std::move(send), receive = std::move(receive)]() mutable {
-    Transfer(std::move(send), std::move(receive));
+    if (send.size != receive.size) {
+      receive.done(absl::DataLossError(
+          absl::StrCat("a transfer of ", send.size, " bytes into a receive of ", receive.size)));
+      send.done(absl::OkStatus());
+      return;
+    }
+    if (send.size > 0) std::memcpy(receive.buffer, send.buffer, send.size);
+    receive.done(absl::OkStatus());
+    send.done(absl::OkStatus());
   });
 }
 
@@ -115,28 +100,6 @@ absl::Status InMemoryNetwork::SendMessage(const ActorMessage& message) {
   }
   PushLocked([receiver = receivers_[destination], message] { receiver(message); });
   return absl::OkStatus();
-}
-
-void InMemoryNetwork::HoldTransfers(int count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  transfers_to_hold_ = count;
-}
-
-int InMemoryNetwork::held_transfers() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int>(held_.size());
-}
-
-void InMemoryNetwork::ReleaseHeldTransfers(bool reverse) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  transfers_to_hold_ = 0;
-  if (reverse) std::reverse(held_.begin(), held_.end());
-  for (auto& [send, receive] : held_) {
-    PushLocked([send = std::move(send), receive = std::move(receive)]() mutable {
-      Transfer(std::move(send), std::move(receive));
-    });
-  }
-  held_.clear();
 }
 
 absl::Status InMemoryNetwork::SendData(int source, int destination, Network::Tag tag,

@@ -42,14 +42,6 @@ class InMemoryNetwork {
   // anything sends one. A message to a node without a receiver fails to send.
   void SetMessageReceiver(int node, MessageReceiver receiver);
 
-  // The next `count` transfers that match are held, bytes uncopied and completions not run, until
-  // ReleaseHeldTransfers: for tests of several transfers in flight and of completion order.
-  void HoldTransfers(int count);
-  int held_transfers() const;
-  // Lets the held transfers complete, in the order they matched or in the reverse order, and
-  // holds no more.
-  void ReleaseHeldTransfers(bool reverse);
-
   // Transfers matched so far.
   int64_t transfers() const;
 
@@ -77,8 +69,6 @@ class InMemoryNetwork {
   void PushLocked(Work work);
   void CompleteLocked(Network::Completion done, absl::Status status);
   void MatchLocked(PendingSend send, PendingReceive receive);
-  // The work of a matched transfer: copy, then both completions.
-  static void Transfer(PendingSend send, PendingReceive receive);
   void Loop();
 
   const int num_nodes_;
@@ -88,13 +78,11 @@ class InMemoryNetwork {
   // By destination node (guarded by mutex_).
   std::vector<absl::flat_hash_map<Network::Tag, PendingSend>> sends_;
   std::vector<absl::flat_hash_map<Network::Tag, PendingReceive>> receives_;
-  std::vector<absl::Status> node_failure_;                    // guarded by mutex_
-  std::vector<MessageReceiver> receivers_;                    // guarded by mutex_
-  int transfers_to_hold_ = 0;                                 // guarded by mutex_
-  std::vector<std::pair<PendingSend, PendingReceive>> held_;  // guarded by mutex_
-  std::deque<Work> work_;                                     // guarded by mutex_
-  bool stopping_ = false;                                     // guarded by mutex_
-  int64_t transfers_ = 0;                                     // guarded by mutex_
+  std::vector<absl::Status> node_failure_;  // guarded by mutex_
+  std::vector<MessageReceiver> receivers_;  // guarded by mutex_
+  std::deque<Work> work_;                   // guarded by mutex_
+  bool stopping_ = false;                   // guarded by mutex_
+  int64_t transfers_ = 0;                   // guarded by mutex_
   std::thread thread_;
 };
 
