@@ -409,8 +409,11 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Nodes the job does not use take no part (they count as done in every phase).
-    record->nodes.assign(nodes,
-                         JobRecord::NodeProgress{true, "", true, true, absl::OkStatus(), {}});
+    JobRecord::NodeProgress bystander;
+    bystander.launched = true;
+    bystander.connected = true;
+    bystander.ended = true;
+    record->nodes.assign(nodes, bystander);
     for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
     tracker_ = tracker;
   }
@@ -477,12 +480,16 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   }
   bool ok = wait_for([](const JobRecord::NodeProgress& node) { return node.launched; },
                      options_.launch_timeout, "launching");
-  // Connect: every node gets every node's UCX address, and connects (a barrier).
+  // Connect: every node gets every node's UCX address and communicator ids, connects and joins
+  // (a barrier).
   if (ok) {
     v1::NodeCommand connect = command([&](v1::NodeCommand& message) {
       std::lock_guard<std::mutex> lock(mutex_);
       for (int node : participants) {
         (*message.mutable_connect()->mutable_addresses())[node] = record->nodes[node].address;
+        for (const auto& [communicator, id] : record->nodes[node].communicator_ids) {
+          (*message.mutable_connect()->mutable_communicator_ids())[communicator] = id;
+        }
       }
       message.mutable_connect()->set_probe_timeout_milliseconds(
           absl::ToInt64Milliseconds(options_.probe_timeout));
@@ -662,7 +669,9 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     JobRecord::NodeProgress& progress = running_->nodes[node];
     if (update.has_launched()) {
       progress.launched = true;
-      progress.address = update.launched();
+      progress.address = update.launched().address();
+      progress.communicator_ids = {update.launched().communicator_ids().begin(),
+                                   update.launched().communicator_ids().end()};
     } else if (update.has_connected()) {
       progress.connected = true;
     } else if (update.has_unreachable()) {

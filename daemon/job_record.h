@@ -35,6 +35,8 @@ struct JobRecord {
   struct NodeProgress {
     bool launched = false;
     std::string address;  // its UCX address for the job
+    // What its communicators spanning nodes need (NodeLaunched.communicator_ids).
+    std::map<std::string, std::string> communicator_ids;
     bool connected = false;
     bool ended = false;
     absl::Status status;  // when ended

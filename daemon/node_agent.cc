@@ -15,6 +15,10 @@ namespace {
 
 // When the coordinator does not say how long to wait for the peers' probes.
 constexpr absl::Duration kDefaultProbeTimeout = absl::Seconds(5);
+// How long a node waits for the ranks of every node to join its communicators that span nodes
+// (NCCL's bootstrap): well within the coordinator's launch timeout (60 s), so that the join's
+// error, which names the communicator, ends the launch first.
+constexpr absl::Duration kJoinTimeout = absl::Seconds(30);
 
 }  // namespace
 
@@ -151,6 +155,13 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       ReportEnded(job_id, status);  // unreachable peers, or aborted while waiting
       return;
     }
+    // Communicators spanning nodes (NCCL's) join once every peer is known to be reachable.
+    std::map<std::string, std::string> ids(command.connect().communicator_ids().begin(),
+                                           command.connect().communicator_ids().end());
+    if (status = job->JoinCommunicators(ids, kJoinTimeout); !status.ok()) {
+      ReportEnded(job_id, status);
+      return;
+    }
     v1::NodeJobUpdate update;
     update.set_job_id(job_id);
     update.set_connected(true);
@@ -235,14 +246,16 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     ReportEnded(job_id, job.status());
     return;
   }
-  std::string address = (*job)->address();
+  v1::NodeJobUpdate update;
+  update.set_job_id(job_id);
+  update.mutable_launched()->set_address((*job)->address());
+  for (const auto& [communicator, id] : (*job)->communicator_ids()) {
+    (*update.mutable_launched()->mutable_communicator_ids())[communicator] = id;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = std::shared_ptr<NodeJob>(std::move(*job));
   }
-  v1::NodeJobUpdate update;
-  update.set_job_id(job_id);
-  update.set_launched(address);
   Report(update);
 }
 

@@ -21,9 +21,10 @@ namespace loom::daemon {
 // the other nodes (one per job, so its worker address is exchanged at every launch).
 //
 //   auto job = NodeJob::Create(node_plan, &kernels, options);   // builds actors, opens UCX
-//   publish (*job)->address(); collect every node's address
+//   publish (*job)->address() and communicator_ids(); collect every node's
 //   (*job)->Connect(addresses);                                   // every node
-//   (*job)->WaitForPeers(probe_timeout);                          // every node, then a barrier
+//   (*job)->WaitForPeers(probe_timeout);                          // every node
+//   (*job)->JoinCommunicators(ids);                               // every node, then a barrier
 //   (*job)->Start(); (*job)->Wait();
 //   once every node's Wait returned: destroy it (stops the network)
 //
@@ -55,6 +56,18 @@ class NodeJob {
   // transfer. UNAVAILABLE naming every peer not heard from, with why (UCX's error, or the
   // timeout); unreachable_peers() lists them. Abort ends the wait at once with its reason.
   absl::Status WaitForPeers(absl::Duration timeout);
+  // What this node's communicators that span nodes need their ranks elsewhere to have (NCCL's
+  // unique id, made here when rank 0 is here): communicator -> identifier; empty for CPU jobs.
+  std::map<std::string, std::string> communicator_ids() const {
+    return runtime_->CommunicatorJoinIds();
+  }
+  // After WaitForPeers, on every node, with every node's communicator_ids merged: joins the
+  // communicators that need it, waiting at most `timeout` (JobRuntime::JoinCommunicators). The
+  // error names the communicator.
+  absl::Status JoinCommunicators(const std::map<std::string, std::string>& ids,
+                                 absl::Duration timeout) {
+    return runtime_->JoinCommunicators(ids, timeout);
+  }
   // The peers Connect or WaitForPeers found unreachable, by node, with why.
   const std::map<int, absl::Status>& unreachable_peers() const { return unreachable_peers_; }
   absl::Status Start();

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/tensor.h"
 
@@ -46,8 +47,22 @@ class CollectiveBackend {
   virtual absl::string_view transport() const = 0;
 
   virtual absl::Status Run(const CollectiveCall& call) = 0;
-  // Fails every pending and future Run (any thread may call it; the first reason is kept).
+  // Fails every pending and future Run (any thread may call it; the first reason is kept), and
+  // ends a FinishJoin.
   virtual void Abort(absl::Status reason) = 0;
+
+  // Joining, for a backend whose ranks on several nodes must share an identifier before the job
+  // starts (NCCL's unique id); the others keep these defaults. JobRuntime::JoinCommunicators:
+  //  - join_id(): on the node of rank 0, the identifier (made when the backend was); empty on the
+  //    other nodes and for backends that need none. The coordinator hands it to every node.
+  //  - StartJoin(id), on every node, with rank 0's identifier (empty when none came): begins
+  //    joining this node's ranks and returns at once, so that every communicator of the node is
+  //    joining before the node waits for any (the nodes may list them in different orders).
+  //  - FinishJoin(deadline): waits until every rank of every node joined; DEADLINE_EXCEEDED
+  //    naming the communicator at `deadline`, or the reason of an Abort.
+  virtual std::string join_id() const { return std::string(); }
+  virtual absl::Status StartJoin(const std::string& /*id*/) { return absl::OkStatus(); }
+  virtual absl::Status FinishJoin(absl::Time /*deadline*/) { return absl::OkStatus(); }
 };
 
 }  // namespace loom

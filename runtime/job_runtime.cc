@@ -271,6 +271,35 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
   return absl::OkStatus();
 }
 
+std::map<std::string, std::string> JobRuntime::CommunicatorJoinIds() const {
+  std::map<std::string, std::string> ids;
+  for (const auto& backend : collective_backends_) {
+    if (std::string id = backend->join_id(); !id.empty()) {
+      ids.emplace(backend->communicator(), std::move(id));
+    }
+  }
+  return ids;
+}
+
+absl::Status JobRuntime::JoinCommunicators(const std::map<std::string, std::string>& ids,
+                                           absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status status;
+  for (const auto& backend : collective_backends_) {
+    auto id = ids.find(backend->communicator());
+    status = backend->StartJoin(id == ids.end() ? std::string() : id->second);
+    if (!status.ok()) break;
+  }
+  for (const auto& backend : collective_backends_) {
+    if (!status.ok()) break;
+    status = backend->FinishJoin(deadline);
+  }
+  // A failed join fails the job, which aborts every backend: joins still under way end, and no
+  // backend waits for peers at its destruction.
+  if (!status.ok()) Fail(status);
+  return status;
+}
+
 JobRuntime::~JobRuntime() {
   if (started_ && !waited_) {
     Abort(absl::CancelledError("the job runtime was destroyed while running"));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/actor.h"
 #include "runtime/collective_backend.h"
@@ -48,6 +50,17 @@ class JobRuntime final : public JobControl {
                                                             ActorFactory actor_factory,
                                                             JobOptions options = {});
   ~JobRuntime() override;
+
+  // Before Start, for a plan whose communicators span nodes with a backend that needs an
+  // identifier shared by all ranks (NCCL's unique id; see CollectiveBackend's joining):
+  // communicator -> identifier, for those whose rank 0 is on this node (the coordinator merges
+  // every node's), and the join itself with the merged identifiers of all nodes. JoinCommunicators
+  // begins every join before it waits for any, waits at most `timeout` in all, ends at once on
+  // Abort, and fails the job when a join fails. Both are no-ops for plans without such
+  // communicators.
+  std::map<std::string, std::string> CommunicatorJoinIds() const;
+  absl::Status JoinCommunicators(const std::map<std::string, std::string>& ids,
+                                 absl::Duration timeout);
 
   absl::Status Start();
   // Blocks until the job ends; returns its status. Detects stalls.

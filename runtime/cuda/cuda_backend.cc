@@ -61,11 +61,12 @@ absl::Status UseCuda(JobOptions* options) {
     }
     return std::make_unique<CachingCudaMemoryResource>(device.index());
   };
-  // Communicators of GPUs of this process get NCCL; the others (null) the runtime's own backends.
+  // Communicators of GPUs get NCCL (joined across nodes at launch); the others (null) the
+  // runtime's own backends.
   const absl::Duration timeout = options->collective_timeout;
   options->collective_backend_factory = [timeout](const plan::Communicator& communicator,
                                                   const plan::Plan& plan) {
-    return MakeNcclCollectivesIfLocalGpus(communicator, plan, timeout);
+    return MakeNcclCollectivesIfGpus(communicator, plan, timeout);
   };
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -109,16 +110,64 @@ absl::Status CopyRows(void* destination, int64_t destination_pitch, const void* 
                     absl::StrCat(what, ": cudaMemcpy2DAsync"));
 }
 
+// For a communicator spanning nodes, whose ranks on other nodes this node does not hear from:
+// their signatures and input shapes (filled in where rank is not in `local_ranks`) as a static
+// plan gives them, from those of this node's ranks (filled in). All-reduce and reduce-scatter
+// inputs share one shape; an all-gather's inputs are balanced slices of the output along `axis`;
+// an all-to-all's inputs are balanced slices of the output along `concat_axis` (the same length
+// along `axis`). INVALID_ARGUMENT, naming the collective, when the output shape the assumed
+// inputs give a remote rank cannot be made.
+absl::Status AssumeRemoteSignatures(absl::string_view communicator,
+                                    const std::vector<int>& local_ranks,
+                                    std::vector<CollectiveSignature>* signatures,
+                                    std::vector<Shape>* inputs) {
+  const int size = static_cast<int>(signatures->size());
+  std::vector<bool> local(size, false);
+  for (int rank : local_ranks) local[rank] = true;
+  const CollectiveSignature model = (*signatures)[local_ranks.front()];
+  const plan::CollectiveConf& conf = *model.conf;
+  // The balanced slice `peer` of the output's length along `axis`, when both shapes have it.
+  auto slice_of_output = [&](Shape* input, int axis, int peer) {
+    if (axis < 0 || axis >= input->rank() || axis >= model.output_shape.rank()) return;
+    input->set_dimension(axis,
+                         BalancedRange(model.output_shape.dimension(axis), size, peer).size());
+  };
+  for (int peer = 0; peer < size; ++peer) {
+    if (local[peer]) continue;
+    Shape input = model.input_shape;
+    if (conf.kind() == plan::ALL_GATHER) slice_of_output(&input, conf.axis(), peer);
+    if (conf.kind() == plan::ALL_TO_ALL && conf.concat_axis() != conf.axis()) {
+      slice_of_output(&input, conf.concat_axis(), peer);
+    }
+    (*inputs)[peer] = std::move(input);
+  }
+  for (int peer = 0; peer < size; ++peer) {
+    if (local[peer]) continue;
+    absl::StatusOr<Shape> output = CollectiveOutputShape(conf, *inputs, peer);
+    if (!output.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "communicator '", communicator, "': collective ", DescribeCollective(conf),
+          ": the shapes of this node's ranks do not fit a static plan (balanced slices) for the "
+          "ranks on other nodes: ",
+          output.status().message()));
+    }
+    (*signatures)[peer] = CollectiveSignature{model.conf, model.input_type, (*inputs)[peer],
+                                              model.output_type, *std::move(output)};
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Create(
-    const plan::Communicator& communicator, absl::Duration timeout) {
+    const plan::Communicator& communicator, int node, absl::Duration timeout) {
   const std::string prefix = absl::StrCat("communicator '", communicator.name(), "': ");
   const int size = communicator.devices_size();
   if (size == 0) {
     return absl::FailedPreconditionError(absl::StrCat(prefix, "has no ranks"));
   }
-  std::vector<int> device_list(size);
+  std::vector<RankState> ranks(size);
+  std::vector<int> local_ranks;
   for (int rank = 0; rank < size; ++rank) {
     const plan::Device& device = communicator.devices(rank);
     if (device.type() != plan::CUDA) {
@@ -126,21 +175,20 @@ absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Create(
           absl::StrCat(prefix, "rank ", rank, " is on ", DeviceName(device),
                        ", not a CUDA device: the NCCL backend serves communicators of GPUs only"));
     }
-    if (device.node() != communicator.devices(0).node()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          prefix, "rank ", rank, " is on node ", device.node(), " but rank 0 on node ",
-          communicator.devices(0).node(),
-          ": the NCCL backend serves the GPUs of one process only (NCCL between nodes needs a "
-          "unique id exchanged through the coordinator, which is not built yet)"));
-    }
-    for (int other = 0; other < rank; ++other) {
+    if (device.node() != node) continue;
+    for (int other : local_ranks) {
       if (communicator.devices(other).index() == device.index()) {
         return absl::FailedPreconditionError(absl::StrCat(prefix, "ranks ", other, " and ", rank,
                                                           " are both on ", DeviceName(device),
                                                           ": NCCL needs one GPU per rank"));
       }
     }
-    device_list[rank] = device.index();
+    ranks[rank].local = true;
+    ranks[rank].device = device.index();
+    local_ranks.push_back(rank);
+  }
+  if (local_ranks.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(prefix, "has no rank on node ", node));
   }
   int device_count = 0;
   if (absl::Status status =
@@ -148,59 +196,79 @@ absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Create(
       !status.ok()) {
     return status;
   }
-  for (int rank = 0; rank < size; ++rank) {
-    if (device_list[rank] < 0 || device_list[rank] >= device_count) {
+  for (int rank : local_ranks) {
+    if (ranks[rank].device < 0 || ranks[rank].device >= device_count) {
       return absl::FailedPreconditionError(
           absl::StrCat(prefix, "rank ", rank, " is on ", DeviceName(communicator.devices(rank)),
                        ", but this process sees ", device_count, " GPU(s)"));
     }
   }
 
+  std::string join_id;
+  if (static_cast<int>(local_ranks.size()) == size) {
+    std::vector<int> device_list(size);
+    for (int rank = 0; rank < size; ++rank) device_list[rank] = ranks[rank].device;
+    std::vector<ncclComm_t> comms(size, nullptr);
+    if (ncclResult_t result = ncclCommInitAll(comms.data(), size, device_list.data());
+        result != ncclSuccess) {
+      return absl::InternalError(absl::StrCat(prefix, "ncclCommInitAll over ", size,
+                                              " GPU(s) failed: ", ncclGetErrorString(result), " (",
+                                              ncclGetLastError(nullptr), ")"));
+    }
+    for (int rank = 0; rank < size; ++rank) ranks[rank].comm = comms[rank];
+  } else if (ranks[0].local) {
+    // Rank 0's node makes the id every node joins with (it also runs NCCL's bootstrap root).
+    ncclUniqueId id;
+    if (ncclResult_t result = ncclGetUniqueId(&id); result != ncclSuccess) {
+      return absl::InternalError(
+          absl::StrCat(prefix, "ncclGetUniqueId failed: ", ncclGetErrorString(result), " (",
+                       ncclGetLastError(nullptr), ")"));
+    }
+    join_id.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+  }
+
   int previous_device = 0;
   const bool restore_device = cudaGetDevice(&previous_device) == cudaSuccess;
-  std::vector<RankState> ranks(size);
-  std::vector<ncclComm_t> comms(size, nullptr);
-  if (ncclResult_t result = ncclCommInitAll(comms.data(), size, device_list.data());
-      result != ncclSuccess) {
-    return absl::InternalError(absl::StrCat(prefix, "ncclCommInitAll over ", size,
-                                            " GPU(s) failed: ", ncclGetErrorString(result), " (",
-                                            ncclGetLastError(nullptr), ")"));
-  }
   absl::Status status;
-  for (int rank = 0; rank < size; ++rank) {
-    ranks[rank].device = device_list[rank];
-    ranks[rank].comm = comms[rank];
-    if (!status.ok()) continue;
+  for (int rank : local_ranks) {
     const std::string where =
-        absl::StrCat(prefix, "creating the stream of rank ", rank, " on cuda:", device_list[rank]);
-    status = CudaStatus(cudaSetDevice(device_list[rank]), where);
+        absl::StrCat(prefix, "creating the stream of rank ", rank, " on cuda:", ranks[rank].device);
+    status = CudaStatus(cudaSetDevice(ranks[rank].device), where);
     if (status.ok()) {
       status =
           CudaStatus(cudaStreamCreateWithFlags(&ranks[rank].stream, cudaStreamNonBlocking), where);
     }
+    if (!status.ok()) break;
+  }
+  if (!status.ok()) {
+    for (int rank : local_ranks) {
+      cudaSetDevice(ranks[rank].device);
+      if (ranks[rank].stream != nullptr) cudaStreamDestroy(ranks[rank].stream);
+      if (ranks[rank].comm != nullptr) ncclCommDestroy(ranks[rank].comm);
+    }
   }
   if (restore_device) cudaSetDevice(previous_device);
-  if (!status.ok()) {
-    for (RankState& rank : ranks) {
-      cudaSetDevice(rank.device);
-      if (rank.stream != nullptr) cudaStreamDestroy(rank.stream);
-      ncclCommDestroy(rank.comm);
-    }
-    if (restore_device) cudaSetDevice(previous_device);
-    return status;
-  }
+  if (!status.ok()) return status;
   return std::unique_ptr<NcclCollectives>(
-      new NcclCollectives(communicator, timeout, std::move(ranks)));
+      new NcclCollectives(communicator, timeout, std::move(ranks), std::move(join_id)));
 }
 
 NcclCollectives::NcclCollectives(const plan::Communicator& communicator, absl::Duration timeout,
-                                 std::vector<RankState> ranks)
+                                 std::vector<RankState> ranks, std::string join_id)
     : name_(communicator.name()),
       size_(communicator.devices_size()),
       num_collectives_(communicator.num_collectives()),
       timeout_(timeout),
       ranks_(std::move(ranks)),
-      calls_(size_, nullptr) {}
+      spans_nodes_(std::any_of(ranks_.begin(), ranks_.end(),
+                               [](const RankState& rank) { return !rank.local; })),
+      root_node_(communicator.devices(0).node()),
+      join_id_(std::move(join_id)),
+      calls_(size_, nullptr) {
+  for (int rank = 0; rank < size_; ++rank) {
+    if (ranks_[rank].local) local_ranks_.push_back(rank);
+  }
+}
 
 NcclCollectives::~NcclCollectives() {
   const bool failed = failed_.load(std::memory_order_acquire);
@@ -208,14 +276,24 @@ NcclCollectives::~NcclCollectives() {
   const bool restore_device = cudaGetDevice(&previous_device) == cudaSuccess;
   // Healthy communicators of one ncclCommInitAll are destroyed one after another (NCCL defers
   // the shared teardown to the last); after a failure the rest are aborted, since a peer's
-  // communicator may be gone and work may be stuck.
+  // communicator may be gone and work may be stuck. A healthy communicator joined across nodes
+  // (non-blocking) is finalized first, which flushes its work with the peers' (bounded).
   for (RankState& rank : ranks_) {
+    if (!rank.local) continue;
     cudaSetDevice(rank.device);
     if (rank.comm != nullptr) {
       if (failed) {
         ncclCommAbort(rank.comm);
       } else {
         cudaStreamSynchronize(rank.stream);
+        if (spans_nodes_ && ncclCommFinalize(rank.comm) == ncclInProgress) {
+          const auto until = Clock::now() + kDrainAfterAbort;
+          ncclResult_t state = ncclInProgress;
+          while (ncclCommGetAsyncError(rank.comm, &state) == ncclSuccess &&
+                 state == ncclInProgress && Clock::now() < until) {
+            std::this_thread::sleep_for(kPollInterval);
+          }
+        }
         if (ncclResult_t result = ncclCommDestroy(rank.comm); result != ncclSuccess) {
           LOG(WARNING) << "communicator '" << name_ << "': ncclCommDestroy on cuda:" << rank.device
                        << ": " << ncclGetErrorString(result);
@@ -298,11 +376,144 @@ absl::Status NcclCollectives::NcclError(const CollectiveCall& call, ncclResult_t
   return absl::InternalError(message);
 }
 
+absl::Status NcclCollectives::Settle(const CollectiveCall& call, ncclResult_t result,
+                                     absl::string_view function) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  if (result != ncclInProgress) return NcclError(call, result, function);
+  const ncclComm_t comm = ranks_[call.rank].comm;
+  const auto deadline = Clock::now() + absl::ToChronoNanoseconds(timeout_);
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t query = ncclCommGetAsyncError(comm, &state); query != ncclSuccess) {
+      return NcclError(call, query, "ncclCommGetAsyncError");
+    }
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) return NcclError(call, state, function);
+    if (failed_.load(std::memory_order_acquire)) return Failure();
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(call), function, " did not go through within ", absl::FormatDuration(timeout_)));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+std::string NcclCollectives::LocalRanks() const {
+  return absl::StrCat(local_ranks_.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(local_ranks_, ", "));
+}
+
+absl::Status NcclCollectives::StartJoin(const std::string& id) {
+  if (!spans_nodes_) return absl::OkStatus();
+  const std::string where =
+      absl::StrCat("communicator '", name_, "': joining ", LocalRanks(), " of ", size_, ": ");
+  if (failed_.load(std::memory_order_acquire)) return Failure();
+  if (id.size() != sizeof(ncclUniqueId)) {
+    return FailJoin(absl::FailedPreconditionError(absl::StrCat(
+        where, "NCCL's unique id, made by the node of rank 0 (node ", root_node_, "), ",
+        id.empty() ? std::string("did not come")
+                   : absl::StrCat("has ", id.size(), " bytes, not ", sizeof(ncclUniqueId)))));
+  }
+  ncclUniqueId unique_id;
+  std::memcpy(&unique_id, id.data(), sizeof(unique_id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // FinishJoin polls, so that a deadline or an abort can end the wait
+  int previous_device = 0;
+  const bool restore_device = cudaGetDevice(&previous_device) == cudaSuccess;
+  absl::Status status;
+  if (ncclResult_t result = ncclGroupStart(); result != ncclSuccess) {
+    status = absl::InternalError(
+        absl::StrCat(where, "ncclGroupStart failed: ", ncclGetErrorString(result)));
+  }
+  const bool grouped = status.ok();
+  for (int rank : local_ranks_) {
+    if (!status.ok()) break;
+    status = CudaStatus(cudaSetDevice(ranks_[rank].device),
+                        absl::StrCat(where, "selecting cuda:", ranks_[rank].device));
+    if (!status.ok()) break;
+    if (ncclResult_t result =
+            ncclCommInitRankConfig(&ranks_[rank].comm, size_, unique_id, rank, &config);
+        result != ncclSuccess && result != ncclInProgress) {
+      status = absl::InternalError(absl::StrCat(where, "ncclCommInitRankConfig of rank ", rank,
+                                                " failed: ", ncclGetErrorString(result), " (",
+                                                ncclGetLastError(nullptr), ")"));
+    }
+  }
+  if (grouped) {
+    if (ncclResult_t result = ncclGroupEnd();
+        status.ok() && result != ncclSuccess && result != ncclInProgress) {
+      status = absl::InternalError(absl::StrCat(where,
+                                                "ncclGroupEnd failed: ", ncclGetErrorString(result),
+                                                " (", ncclGetLastError(nullptr), ")"));
+    }
+  }
+  if (restore_device) cudaSetDevice(previous_device);
+  if (!status.ok()) return FailJoin(std::move(status));
+  return absl::OkStatus();
+}
+
+absl::Status NcclCollectives::FinishJoin(absl::Time deadline) {
+  if (!spans_nodes_) return absl::OkStatus();
+  const absl::Time started = absl::Now();
+  while (true) {
+    bool joining = false;
+    for (int rank : local_ranks_) {
+      const ncclComm_t comm = ranks_[rank].comm;
+      if (comm == nullptr) {  // StartJoin failed (the failure is recorded), or never ran
+        return FailJoin(absl::FailedPreconditionError(absl::StrCat(
+            "communicator '", name_, "': rank ", rank, " waits to join without having started")));
+      }
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+      if (query == ncclSuccess && state == ncclInProgress) {
+        joining = true;
+        continue;
+      }
+      if (query != ncclSuccess || state != ncclSuccess) {
+        const ncclResult_t error = query != ncclSuccess ? query : state;
+        return FailJoin(absl::InternalError(absl::StrCat(
+            "communicator '", name_, "': rank ", rank, " (cuda:", ranks_[rank].device,
+            ") could not join the ranks of the other nodes: ", ncclGetErrorString(error), " (",
+            ncclGetLastError(comm), ")")));
+      }
+    }
+    if (!joining) return absl::OkStatus();
+    if (failed_.load(std::memory_order_acquire)) return FailJoin(absl::OkStatus());
+    if (absl::Now() >= deadline) {
+      return FailJoin(absl::DeadlineExceededError(absl::StrCat(
+          "communicator '", name_, "': ", LocalRanks(), " waited ",
+          absl::FormatDuration(absl::Now() - started),
+          " for the ranks of the other nodes to join (through NCCL's bootstrap at the node of "
+          "rank 0, node ",
+          root_node_,
+          "): does a node not run the job, or can it not reach this one? (NCCL_DEBUG=INFO shows "
+          "NCCL's side)")));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+absl::Status NcclCollectives::FailJoin(absl::Status status) {
+  absl::Status failure;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!status.ok()) FailLocked(std::move(status));
+    failure = failure_;
+  }
+  for (int rank : local_ranks_) AbortRankCommunicator(rank);
+  return failure;
+}
+
 absl::Status NcclCollectives::Run(const CollectiveCall& call) {
   const int rank = call.rank;
   if (rank < 0 || rank >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("communicator '", name_, "' has ", size_, " ranks, so it has no rank ", rank));
+  }
+  if (!ranks_[rank].local) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator '", name_, "': rank ", rank,
+                                                   " is not on this node (its ", LocalRanks(),
+                                                   " are)"));
   }
   if (failed_.load(std::memory_order_acquire)) return Failure();
 
@@ -329,17 +540,24 @@ absl::Status NcclCollectives::Arrive(const CollectiveCall& call, std::vector<Sha
     return failure_;
   }
   calls_[rank] = &call;
-  if (++arrived_ == size_) {
+  if (++arrived_ == static_cast<int>(local_ranks_.size())) {
     // The last to arrive checks the collective for everyone, then lets them go.
     arrived_ = 0;
     std::vector<CollectiveSignature> signatures(size_);
     std::vector<Shape> shapes(size_);
-    for (int peer = 0; peer < size_; ++peer) {
+    for (int peer : local_ranks_) {
       const CollectiveCall& peer_call = *calls_[peer];
       signatures[peer] =
           CollectiveSignature{peer_call.conf, peer_call.input.data_type, peer_call.input.shape,
                               peer_call.output.data_type, peer_call.output.shape};
       shapes[peer] = peer_call.input.shape;
+    }
+    if (spans_nodes_) {
+      if (absl::Status status = AssumeRemoteSignatures(name_, local_ranks_, &signatures, &shapes);
+          !status.ok()) {
+        FailLocked(std::move(status));
+        return failure_;
+      }
     }
     if (absl::Status check =
             CheckCollectiveAgreement(name_, num_collectives_, generation, signatures);
@@ -361,7 +579,7 @@ absl::Status NcclCollectives::Arrive(const CollectiveCall& call, std::vector<Sha
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
         arrivals_completed_ <= generation && failure_.ok()) {
       std::vector<int> missing;
-      for (int peer = 0; peer < size_; ++peer) {
+      for (int peer : local_ranks_) {
         if (calls_[peer] == nullptr) missing.push_back(peer);
       }
       FailLocked(absl::DeadlineExceededError(absl::StrCat(
@@ -398,13 +616,11 @@ absl::Status NcclCollectives::Enqueue(const CollectiveCall& call,
       if (!data_type.ok()) {
         return absl::UnimplementedError(absl::StrCat(Where(call), data_type.status().message()));
       }
-      if (ncclResult_t result =
-              ncclAllReduce(call.input.data, call.output.data, static_cast<size_t>(count),
-                            *data_type, NcclOperation(conf.reduce()), state.comm, state.stream);
-          result != ncclSuccess) {
-        return NcclError(call, result, "ncclAllReduce");
-      }
-      return absl::OkStatus();
+      return Settle(
+          call,
+          ncclAllReduce(call.input.data, call.output.data, static_cast<size_t>(count), *data_type,
+                        NcclOperation(conf.reduce()), state.comm, state.stream),
+          "ncclAllReduce");
     }
     case plan::ALL_GATHER:
       return EnqueueAllGather(call, input_shapes);
@@ -454,11 +670,13 @@ absl::Status NcclCollectives::EnqueueAllGather(const CollectiveCall& call,
   if (equal_blocks) {
     const int64_t block_bytes = outer * row_bytes[0];
     if (block_bytes > 0) {
-      if (ncclResult_t result =
-              ncclAllGather(call.input.data, gathered, static_cast<size_t>(block_bytes), ncclUint8,
-                            state.comm, state.stream);
-          result != ncclSuccess) {
-        return NcclError(call, result, "ncclAllGather");
+      if (absl::Status status =
+              Settle(call,
+                     ncclAllGather(call.input.data, gathered, static_cast<size_t>(block_bytes),
+                                   ncclUint8, state.comm, state.stream),
+                     "ncclAllGather");
+          !status.ok()) {
+        return status;
       }
     }
   } else {
@@ -479,7 +697,7 @@ absl::Status NcclCollectives::EnqueueAllGather(const CollectiveCall& call,
     }
     const ncclResult_t end = ncclGroupEnd();
     if (!status.ok()) return status;
-    if (end != ncclSuccess) return NcclError(call, end, "ncclGroupEnd");
+    if (absl::Status settled = Settle(call, end, "ncclGroupEnd"); !settled.ok()) return settled;
   }
   if (direct) return absl::OkStatus();
   const int64_t output_row_bytes = total_length * inner_bytes;
@@ -535,13 +753,11 @@ absl::Status NcclCollectives::EnqueueReduceScatter(const CollectiveCall& call) {
   auto elements = [&](int peer) { return split.outer * slices[peer].size() * split.inner; };
   if (split.length % size_ == 0) {
     if (elements(0) == 0) return absl::OkStatus();
-    if (ncclResult_t result =
-            ncclReduceScatter(packed, call.output.data, static_cast<size_t>(elements(0)),
-                              *data_type, NcclOperation(conf.reduce()), state.comm, state.stream);
-        result != ncclSuccess) {
-      return NcclError(call, result, "ncclReduceScatter");
-    }
-    return absl::OkStatus();
+    return Settle(
+        call,
+        ncclReduceScatter(packed, call.output.data, static_cast<size_t>(elements(0)), *data_type,
+                          NcclOperation(conf.reduce()), state.comm, state.stream),
+        "ncclReduceScatter");
   }
   // Unequal slices: one reduction to each rank.
   if (ncclResult_t result = ncclGroupStart(); result != ncclSuccess) {
@@ -559,8 +775,7 @@ absl::Status NcclCollectives::EnqueueReduceScatter(const CollectiveCall& call) {
   }
   const ncclResult_t end = ncclGroupEnd();
   if (!status.ok()) return status;
-  if (end != ncclSuccess) return NcclError(call, end, "ncclGroupEnd");
-  return absl::OkStatus();
+  return Settle(call, end, "ncclGroupEnd");
 }
 
 absl::Status NcclCollectives::EnqueueAllToAll(const CollectiveCall& call,
@@ -675,7 +890,7 @@ absl::Status NcclCollectives::EnqueueAllToAll(const CollectiveCall& call,
     }
     const ncclResult_t end = ncclGroupEnd();
     if (!status.ok()) return status;
-    if (end != ncclSuccess) return NcclError(call, end, "ncclGroupEnd");
+    if (absl::Status settled = Settle(call, end, "ncclGroupEnd"); !settled.ok()) return settled;
   }
   if (receive_direct) return absl::OkStatus();
   const int64_t output_row_bytes = total_length * receive_inner_bytes;
@@ -727,23 +942,14 @@ absl::Status NcclCollectives::WaitForStream(const CollectiveCall& call) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNcclCollectivesIfLocalGpus(
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNcclCollectivesIfGpus(
     const plan::Communicator& communicator, const plan::Plan& plan, absl::Duration timeout) {
   if (communicator.devices().empty()) return nullptr;
   for (const plan::Device& device : communicator.devices()) {
     if (device.type() != plan::CUDA) return nullptr;
   }
-  for (const plan::Device& device : communicator.devices()) {
-    if (device.node() != plan.node()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "communicator '", communicator.name(), "' spans node ", device.node(), " (device ",
-          DeviceName(device), "), but this is node ", plan.node(),
-          ": NCCL between nodes needs a unique id exchanged through the coordinator, which is not "
-          "built yet"));
-    }
-  }
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(communicator, timeout);
+      NcclCollectives::Create(communicator, plan.node(), timeout);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<CollectiveBackend>(std::move(*backend));
 }

@@ -21,21 +21,29 @@
 
 namespace loom::cuda {
 
-// The collective backend of a communicator whose ranks are all CUDA devices of this process, one
-// GPU per rank (DESIGN.md §4). It runs NCCL: one ncclComm_t per rank, made together with
-// ncclCommInitAll, and one non-blocking stream per rank (created on the rank's device) on which
-// the rank's NCCL calls and layout copies are enqueued.
+// The collective backend of a communicator whose ranks are all CUDA devices, one GPU per rank
+// (DESIGN.md §4). It runs NCCL: one ncclComm_t per rank of this node, and one non-blocking stream
+// per such rank (created on the rank's device) on which the rank's NCCL calls and layout copies
+// are enqueued.
 //
-// Single node only: NCCL between nodes needs an ncclUniqueId made on one rank and handed to every
-// other through the coordinator before ncclCommInitRank; that exchange does not exist yet, so a
-// communicator spanning nodes is not served here.
+// Ranks of one node: the communicators are made together with ncclCommInitAll at Create.
+// Ranks on several nodes (each node makes the backend for its own ranks): the node of rank 0
+// makes NCCL's unique id at Create (join_id()); the coordinator hands it to every node
+// (JobRuntime::JoinCommunicators); StartJoin begins ncclCommInitRankConfig for this node's ranks,
+// non-blocking and in one group, and FinishJoin polls until NCCL's bootstrap connected every rank
+// of every node, the deadline passes or the backend is aborted (then the node's communicators are
+// aborted). Such communicators are non-blocking throughout: an NCCL call that answers
+// ncclInProgress is polled until it went through.
 //
 // Run(call), on the rank's own thread:
-//  1. Arrival: every rank deposits its call; the last to arrive checks with
+//  1. Arrival: every rank of this node deposits its call; the last to arrive checks with
 //     CheckCollectiveAgreement (the shared-memory backend's check) that all ranks run the same
 //     collective, at the position the communicator's global order expects, with shapes that fit
 //     together. The check needs no device work; it keeps NCCL's calls of all ranks in one order
-//     (NCCL hangs rather than fails when ranks disagree).
+//     (NCCL hangs rather than fails when ranks disagree). Ranks on other nodes are not asked:
+//     their shapes are taken to be those of a static plan (balanced slices, as the compiler makes
+//     them), so a rank whose shapes do not fit that fails here, and a node that runs another
+//     collective is found only by step 3's timeout.
 //  2. The rank enqueues its NCCL call(s) on its stream, from its own thread and on its own
 //     communicator only:
 //       - all-reduce: ncclAllReduce (sum or max);
@@ -62,10 +70,11 @@ namespace loom::cuda {
 // the CPU backends' in the last bits.
 class NcclCollectives final : public CollectiveBackend {
  public:
-  // FAILED_PRECONDITION naming the communicator when a rank is not a CUDA device, two ranks share
-  // a GPU, or the ranks are on different nodes; NCCL's and CUDA's errors otherwise.
+  // The backend of the communicator's ranks on node `node`. FAILED_PRECONDITION naming the
+  // communicator when a rank is not a CUDA device, two ranks of this node share a GPU, or no rank
+  // is on this node; NCCL's and CUDA's errors otherwise.
   static absl::StatusOr<std::unique_ptr<NcclCollectives>> Create(
-      const plan::Communicator& communicator, absl::Duration timeout);
+      const plan::Communicator& communicator, int node, absl::Duration timeout);
   ~NcclCollectives() override;
 
   NcclCollectives(const NcclCollectives&) = delete;
@@ -78,16 +87,29 @@ class NcclCollectives final : public CollectiveBackend {
   absl::Status Run(const CollectiveCall& call) override;
   void Abort(absl::Status reason) override;
 
+  // Joining across nodes (see above); no-ops when every rank is on this node.
+  std::string join_id() const override { return join_id_; }
+  absl::Status StartJoin(const std::string& id) override;
+  absl::Status FinishJoin(absl::Time deadline) override;
+
  private:
   struct RankState {
-    int device = 0;
-    // Null once the rank's own thread aborted it (which frees it).
+    // Whether the rank is on this node; the others have no device, communicator or stream here.
+    bool local = false;
+    int device = -1;
+    // Null until joined (across nodes), and once aborted (which frees it).
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
   };
 
   NcclCollectives(const plan::Communicator& communicator, absl::Duration timeout,
-                  std::vector<RankState> ranks);
+                  std::vector<RankState> ranks, std::string join_id);
+
+  // The ranks of this node, in rank order, for messages: "ranks 0, 2".
+  std::string LocalRanks() const;
+  // Records `status` (unless OK) as the backend's failure, aborts every communicator of this
+  // node, and returns the recorded failure. For failed joins (no rank thread runs yet).
+  absl::Status FailJoin(absl::Status status);
 
   // Step 1. On success, `input_shapes` holds every rank's input shape for this collective.
   absl::Status Arrive(const CollectiveCall& call, std::vector<Shape>* input_shapes);
@@ -112,13 +134,23 @@ class NcclCollectives final : public CollectiveBackend {
   // INTERNAL for an NCCL error, naming the NCCL function and the collective.
   absl::Status NcclError(const CollectiveCall& call, ncclResult_t result,
                          absl::string_view function) const;
+  // The result of an NCCL call that enqueues work: ncclInProgress (a communicator joined across
+  // nodes is non-blocking) is polled until the call went through, failed, the timeout passed or
+  // the backend failed; any other error is NcclError.
+  absl::Status Settle(const CollectiveCall& call, ncclResult_t result, absl::string_view function);
 
   const std::string name_;
   const int size_;
   const int num_collectives_;
   const absl::Duration timeout_;
-  // By rank. Each entry is used by its rank's thread (and the destructor) only.
+  // By rank. Each entry is used by its rank's thread (and the destructor) only, and before the
+  // job starts by the joining thread.
   std::vector<RankState> ranks_;
+  std::vector<int> local_ranks_;
+  // Some ranks are on other nodes: the communicators are joined, non-blocking.
+  const bool spans_nodes_;
+  const int root_node_;        // the node of rank 0
+  const std::string join_id_;  // NCCL's unique id, on the node of rank 0 of such a communicator
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -130,11 +162,10 @@ class NcclCollectives final : public CollectiveBackend {
   std::atomic<bool> failed_{false};           // failure_ is set; polled without the lock
 };
 
-// The body of a JobOptions::collective_backend_factory for GPUs: an NcclCollectives for a
-// communicator whose ranks are all CUDA devices of this node (plan.node()), null (no error) when
-// a rank is not a CUDA device (so that another backend serves it), and UNIMPLEMENTED when CUDA
-// ranks are on other nodes (NCCL between nodes needs the unique-id exchange, not built yet).
-absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNcclCollectivesIfLocalGpus(
+// The body of a JobOptions::collective_backend_factory for GPUs: an NcclCollectives for the ranks
+// on this node (plan.node()) of a communicator whose ranks are all CUDA devices, and null (no
+// error) when a rank is not a CUDA device (so that another backend serves it).
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNcclCollectivesIfGpus(
     const plan::Communicator& communicator, const plan::Plan& plan, absl::Duration timeout);
 
 }  // namespace loom::cuda

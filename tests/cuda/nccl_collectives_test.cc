@@ -133,9 +133,9 @@ RankResults RunSharedMemory(const plan::CollectiveConf& conf, std::vector<HostTe
   return results;
 }
 
-// Rank r's part of `conf` on its own thread, with buffers on cuda:r, on `backend`.
-RankResults RunOnGpus(CollectiveBackend& backend, const plan::CollectiveConf& conf,
-                      const std::vector<HostTensor>& inputs) {
+// Rank r's part of `conf` on its own thread, with buffers on cuda:r, on `backend_of_rank[r]`.
+RankResults RunOnGpus(const std::vector<CollectiveBackend*>& backend_of_rank,
+                      const plan::CollectiveConf& conf, const std::vector<HostTensor>& inputs) {
   const int size = static_cast<int>(inputs.size());
   const std::vector<Shape> output_shapes = OutputShapes(conf, inputs);
   RankResults results;
@@ -161,7 +161,8 @@ RankResults RunOnGpus(CollectiveBackend& backend, const plan::CollectiveConf& co
       const TensorView input{device_inputs[rank], inputs[rank].data_type, inputs[rank].shape};
       const TensorView output{device_outputs[rank], results.outputs[rank].data_type,
                               results.outputs[rank].shape};
-      results.statuses[rank] = backend.Run(CollectiveCall{rank, &conf, 0, input, output});
+      results.statuses[rank] =
+          backend_of_rank[rank]->Run(CollectiveCall{rank, &conf, 0, input, output});
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -177,13 +178,19 @@ RankResults RunOnGpus(CollectiveBackend& backend, const plan::CollectiveConf& co
   return results;
 }
 
+// Every rank on one `backend`.
+RankResults RunOnGpus(CollectiveBackend& backend, const plan::CollectiveConf& conf,
+                      const std::vector<HostTensor>& inputs) {
+  return RunOnGpus(std::vector<CollectiveBackend*>(inputs.size(), &backend), conf, inputs);
+}
+
 // Runs `conf` on `inputs` (one per rank, rank r on cuda:r) through a fresh NCCL backend and
 // through the shared-memory backend, and expects the same statuses and bit-identical outputs.
 void ExpectNcclMatchesSharedMemory(const plan::CollectiveConf& conf,
                                    const std::vector<HostTensor>& inputs) {
   const int size = static_cast<int>(inputs.size());
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(GpuCommunicator(size), absl::Seconds(30));
+      NcclCollectives::Create(GpuCommunicator(size), 0, absl::Seconds(30));
   ASSERT_TRUE(backend.ok()) << backend.status();
   const RankResults expected = RunSharedMemory(conf, inputs);
   const RankResults actual = RunOnGpus(**backend, conf, inputs);
@@ -236,7 +243,7 @@ TEST(NcclCollectivesTest, OneRankMatchesTheSharedMemoryBackend) {
 TEST(NcclCollectivesTest, OneRankAllReduceIsTheIdentityAndTheTransportIsNccl) {
   LOOM_SKIP_WITHOUT_GPU();
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(GpuCommunicator(1), absl::Seconds(30));
+      NcclCollectives::Create(GpuCommunicator(1), 0, absl::Seconds(30));
   ASSERT_TRUE(backend.ok()) << backend.status();
   EXPECT_EQ((*backend)->transport(), "nccl");
   EXPECT_EQ((*backend)->size(), 1);
@@ -253,7 +260,7 @@ TEST(NcclCollectivesTest, OneRankAllReduceIsTheIdentityAndTheTransportIsNccl) {
 TEST(NcclCollectivesTest, AbortMakesLaterRunsFailWithTheReason) {
   LOOM_SKIP_WITHOUT_GPU();
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(GpuCommunicator(1), absl::Seconds(30));
+      NcclCollectives::Create(GpuCommunicator(1), 0, absl::Seconds(30));
   ASSERT_TRUE(backend.ok()) << backend.status();
   const HostTensor input = MakeInput(Shape{4}, plan::FLOAT32, 2);
   const plan::CollectiveConf conf = MakeConf(plan::ALL_REDUCE);
@@ -274,7 +281,7 @@ TEST(NcclCollectivesTest, ACollectiveOutOfTheGlobalOrderFailsNamingIt) {
   plan::Communicator communicator = GpuCommunicator(1);
   communicator.set_num_collectives(2);
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(communicator, absl::Seconds(30));
+      NcclCollectives::Create(communicator, 0, absl::Seconds(30));
   ASSERT_TRUE(backend.ok()) << backend.status();
   const plan::CollectiveConf second =
       MakeConf(plan::ALL_REDUCE, 0, 0, plan::REDUCE_SUM, /*sequence=*/1);
@@ -290,7 +297,7 @@ TEST(NcclCollectivesTest, ACpuRankFailsCreateNamingTheCommunicator) {
   const plan::Communicator communicator =
       MakeCommunicator("mixed", {MakeDevice(plan::CUDA, 0), MakeDevice(plan::CPU, 0)});
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(communicator, absl::Seconds(30));
+      NcclCollectives::Create(communicator, 0, absl::Seconds(30));
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(backend.status().message(), HasSubstr("communicator 'mixed'"));
@@ -299,7 +306,7 @@ TEST(NcclCollectivesTest, ACpuRankFailsCreateNamingTheCommunicator) {
   // As a backend factory it leaves such a communicator to another backend.
   plan::Plan plan;
   absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
-      cuda::MakeNcclCollectivesIfLocalGpus(communicator, plan, absl::Seconds(30));
+      cuda::MakeNcclCollectivesIfGpus(communicator, plan, absl::Seconds(30));
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_TRUE(*made == nullptr);
 }
@@ -308,7 +315,7 @@ TEST(NcclCollectivesTest, AGpuListedTwiceFailsCreateNamingTheRepeat) {
   const plan::Communicator communicator =
       MakeCommunicator("twice", {MakeDevice(plan::CUDA, 0), MakeDevice(plan::CUDA, 0)});
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(communicator, absl::Seconds(30));
+      NcclCollectives::Create(communicator, 0, absl::Seconds(30));
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(backend.status().message(), HasSubstr("communicator 'twice'"));
@@ -316,18 +323,73 @@ TEST(NcclCollectivesTest, AGpuListedTwiceFailsCreateNamingTheRepeat) {
   EXPECT_THAT(backend.status().message(), HasSubstr("cuda:0"));
 }
 
-TEST(NcclCollectivesTest, GpusOnAnotherNodeAreNotServedYet) {
+TEST(NcclCollectivesTest, ACommunicatorWithoutRanksHereFailsCreate) {
   plan::Device remote = MakeDevice(plan::CUDA, 0);
   remote.set_node(1);
-  const plan::Communicator communicator =
-      MakeCommunicator("spread", {MakeDevice(plan::CUDA, 0), remote});
-  plan::Plan plan;
-  plan.set_node(0);
-  absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
-      cuda::MakeNcclCollectivesIfLocalGpus(communicator, plan, absl::Seconds(30));
-  ASSERT_FALSE(made.ok());
-  EXPECT_EQ(made.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(made.status().message(), HasSubstr("communicator 'spread'"));
+  const plan::Communicator communicator = MakeCommunicator("elsewhere", {remote});
+  absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
+      NcclCollectives::Create(communicator, 0, absl::Seconds(30));
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(backend.status().message(), HasSubstr("communicator 'elsewhere'"));
+  EXPECT_THAT(backend.status().message(), HasSubstr("no rank on node 0"));
+}
+
+// A communicator over two nodes, rank r on node r's cuda:`gpu_of_rank[r]`.
+plan::Communicator TwoNodeCommunicator(int gpu_of_rank0, int gpu_of_rank1) {
+  plan::Device first = MakeDevice(plan::CUDA, gpu_of_rank0);
+  plan::Device second = MakeDevice(plan::CUDA, gpu_of_rank1);
+  second.set_node(1);
+  return MakeCommunicator("gpus", {first, second});
+}
+
+// Node 1's half of a two-node communicator: one GPU is enough, since rank 0 never joins.
+TEST(NcclCollectivesTest, AJoinWithoutRankZerosIdFailsNamingTheCommunicator) {
+  LOOM_SKIP_WITHOUT_GPU();
+  absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
+      NcclCollectives::Create(TwoNodeCommunicator(0, 0), 1, absl::Seconds(30));
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->join_id(), "") << "only the node of rank 0 makes the id";
+  const absl::Status status = (*backend)->StartJoin("");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("communicator 'gpus'"));
+  EXPECT_THAT(status.message(), HasSubstr("node 0"));
+  EXPECT_EQ((*backend)->StartJoin("too short").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(NcclCollectivesTest, AJoinNobodyAnswersEndsAtItsDeadlineOrItsAbort) {
+  LOOM_SKIP_WITHOUT_GPU();
+  // Rank 0 (node 0) makes the id but never joins: node 1's half waits for it. A fresh id (and
+  // bootstrap root) for each case.
+  for (const bool abort : {false, true}) {
+    SCOPED_TRACE(abort ? "aborted" : "deadline");
+    absl::StatusOr<std::unique_ptr<NcclCollectives>> root =
+        NcclCollectives::Create(TwoNodeCommunicator(0, 0), 0, absl::Seconds(30));
+    ASSERT_TRUE(root.ok()) << root.status();
+    const std::string id = (*root)->join_id();
+    ASSERT_EQ(id.size(), sizeof(ncclUniqueId));
+    absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
+        NcclCollectives::Create(TwoNodeCommunicator(0, 0), 1, absl::Seconds(30));
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    ASSERT_TRUE((*backend)->StartJoin(id).ok());
+    std::thread aborter([&] {
+      if (!abort) return;
+      absl::SleepFor(absl::Milliseconds(200));
+      (*backend)->Abort(absl::CancelledError("the job was cancelled"));
+    });
+    const absl::Time start = absl::Now();
+    const absl::Status status =
+        (*backend)->FinishJoin(start + (abort ? absl::Seconds(60) : absl::Milliseconds(500)));
+    aborter.join();
+    EXPECT_EQ(status.code(),
+              abort ? absl::StatusCode::kAborted : absl::StatusCode::kDeadlineExceeded)
+        << status;
+    EXPECT_THAT(status.message(), HasSubstr("communicator 'gpus'"));
+    if (abort) EXPECT_THAT(status.message(), HasSubstr("the job was cancelled"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    // Failed for good.
+    EXPECT_FALSE((*backend)->StartJoin(id).ok());
+  }
 }
 
 int VisibleGpus() {
@@ -342,7 +404,7 @@ TEST(NcclCollectivesTest, TwoRanksAllReduceFromTwoThreads) {
     GTEST_SKIP() << "a 2-rank NCCL communicator needs 2 GPUs; this machine "
                  << "has " << VisibleGpus();
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
-      NcclCollectives::Create(GpuCommunicator(2), absl::Seconds(30));
+      NcclCollectives::Create(GpuCommunicator(2), 0, absl::Seconds(30));
   ASSERT_TRUE(backend.ok()) << backend.status();
   const std::vector<HostTensor> inputs = {MakeInput(Shape{3, 5}, plan::FLOAT32, 1),
                                           MakeInput(Shape{3, 5}, plan::FLOAT32, 2)};
@@ -354,6 +416,58 @@ TEST(NcclCollectivesTest, TwoRanksAllReduceFromTwoThreads) {
       absl::Span<const float> first = inputs[0].Values<float>();
       absl::Span<const float> second = inputs[1].Values<float>();
       for (int i = 0; i < 15; ++i) EXPECT_EQ(sums[i], first[i] + second[i]) << "element " << i;
+    }
+  }
+}
+
+// Two nodes in one process, one rank each: node 0 makes the id, both join with it, and the
+// collectives run with each node's ranks on its own backend (the shapes of the other node's rank
+// assumed from the plan's balanced slices).
+TEST(NcclCollectivesTest, TwoNodesJoinWithRankZerosIdAndRunCollectives) {
+  LOOM_SKIP_WITHOUT_GPU();
+  if (VisibleGpus() < 2)
+    GTEST_SKIP() << "a 2-rank NCCL communicator needs 2 GPUs; this machine "
+                 << "has " << VisibleGpus();
+  absl::StatusOr<std::unique_ptr<NcclCollectives>> node0 =
+      NcclCollectives::Create(TwoNodeCommunicator(0, 1), 0, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<NcclCollectives>> node1 =
+      NcclCollectives::Create(TwoNodeCommunicator(0, 1), 1, absl::Seconds(30));
+  ASSERT_TRUE(node0.ok()) << node0.status();
+  ASSERT_TRUE(node1.ok()) << node1.status();
+  const std::string id = (*node0)->join_id();
+  ASSERT_EQ(id.size(), sizeof(ncclUniqueId));
+  ASSERT_TRUE((*node0)->StartJoin(id).ok());
+  ASSERT_TRUE((*node1)->StartJoin(id).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  ASSERT_TRUE((*node0)->FinishJoin(deadline).ok());
+  ASSERT_TRUE((*node1)->FinishJoin(deadline).ok());
+
+  const std::vector<CollectiveBackend*> backends = {node0->get(), node1->get()};
+  struct TwoNodeCase {
+    plan::CollectiveConf conf;
+    Shape input0;
+    Shape input1;
+  };
+  const std::vector<TwoNodeCase> cases = {
+      {MakeConf(plan::ALL_REDUCE), Shape{4, 3}, Shape{4, 3}},
+      {MakeConf(plan::ALL_GATHER, 0), Shape{3, 3}, Shape{2, 3}},
+      {MakeConf(plan::ALL_GATHER, 1), Shape{3, 2, 4}, Shape{3, 2, 4}},
+      {MakeConf(plan::REDUCE_SCATTER, 0), Shape{5, 3}, Shape{5, 3}},
+      {MakeConf(plan::ALL_TO_ALL, 0, 1), Shape{5, 3}, Shape{5, 2}},
+      {MakeConf(plan::ALL_TO_ALL, 1, 0), Shape{3, 5}, Shape{2, 5}},
+  };
+  for (const TwoNodeCase& test_case : cases) {
+    SCOPED_TRACE(absl::StrCat(DescribeCollective(test_case.conf), " of ",
+                              test_case.input0.ToString(), " and ", test_case.input1.ToString()));
+    const std::vector<HostTensor> inputs = {MakeInput(test_case.input0, plan::FLOAT32, 1),
+                                            MakeInput(test_case.input1, plan::FLOAT32, 2)};
+    const RankResults expected = RunSharedMemory(test_case.conf, inputs);
+    const RankResults actual = RunOnGpus(backends, test_case.conf, inputs);
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(expected.statuses[rank].ok()) << expected.statuses[rank];
+      ASSERT_TRUE(actual.statuses[rank].ok()) << actual.statuses[rank];
+      EXPECT_EQ(actual.outputs[rank].shape, expected.outputs[rank].shape);
+      EXPECT_TRUE(actual.outputs[rank].bytes == expected.outputs[rank].bytes) << "rank " << rank;
     }
   }
 }

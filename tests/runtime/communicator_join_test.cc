@@ -1,0 +1,247 @@
+// JobRuntime's joining of communicators (the step NCCL between nodes needs before a job starts),
+// with backends that need joining around the shared-memory backend: which ids the runtime
+// publishes, that every join starts before any is waited for, and that a join ends at its
+// deadline or at an abort, failing the job.
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/collective_backend.h"
+#include "runtime/shared_memory_collectives.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace loom::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// What the backends of one job were asked, in order, and how many joins have started.
+class JoinLog {
+ public:
+  void Add(const std::string& entry) {
+    absl::MutexLock lock(&mutex_);
+    entries_.push_back(entry);
+    if (absl::StartsWith(entry, "start")) ++starts_;
+  }
+  std::vector<std::string> entries() const {
+    absl::MutexLock lock(&mutex_);
+    return entries_;
+  }
+  // Until `count` joins started, `deadline` passes or `*aborted`; whether they started.
+  bool AwaitStarts(int count, absl::Time deadline, const bool* aborted) {
+    absl::MutexLock lock(&mutex_);
+    auto done = [&] { return starts_ >= count || *aborted; };
+    mutex_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    return starts_ >= count;
+  }
+  absl::Mutex& mutex() { return mutex_; }
+
+ private:
+  mutable absl::Mutex mutex_;
+  std::vector<std::string> entries_;
+  int starts_ = 0;
+};
+
+// A backend whose ranks on "other nodes" must join before it runs: it makes `made_id` (empty:
+// not the node of rank 0), records its join calls, and finishes joining once `expected_starts`
+// joins of the job started (so a runtime that waited for one join before starting the next would
+// wait in vain), or never when `peers_join` is false.
+class JoiningBackend final : public CollectiveBackend {
+ public:
+  JoiningBackend(const plan::Communicator& communicator, std::string made_id, int expected_starts,
+                 bool peers_join, JoinLog* log)
+      : inner_(communicator, SharedMemoryOptions()),
+        made_id_(std::move(made_id)),
+        expected_starts_(expected_starts),
+        peers_join_(peers_join),
+        log_(log) {}
+
+  const std::string& communicator() const override { return inner_.communicator(); }
+  int size() const override { return inner_.size(); }
+  absl::string_view transport() const override { return "test"; }
+  absl::Status Run(const CollectiveCall& call) override {
+    if (!joined_) return absl::FailedPreconditionError("ran before joining");
+    return inner_.Run(call);
+  }
+  void Abort(absl::Status reason) override {
+    {
+      absl::MutexLock lock(&log_->mutex());
+      aborted_ = true;
+    }
+    inner_.Abort(std::move(reason));
+  }
+  std::string join_id() const override { return made_id_; }
+  absl::Status StartJoin(const std::string& id) override {
+    log_->Add(absl::StrCat("start ", communicator(), " with '", id, "'"));
+    return absl::OkStatus();
+  }
+  absl::Status FinishJoin(absl::Time deadline) override {
+    log_->Add(absl::StrCat("finish ", communicator()));
+    const bool started = log_->AwaitStarts(expected_starts_, deadline, &aborted_);
+    absl::MutexLock lock(&log_->mutex());
+    if (!peers_join_) {
+      auto aborted = [this] { return aborted_; };
+      log_->mutex().AwaitWithDeadline(absl::Condition(&aborted), deadline);
+    }
+    if (aborted_) return absl::AbortedError(absl::StrCat(communicator(), ": aborted"));
+    if (!started || !peers_join_) {
+      return absl::DeadlineExceededError(absl::StrCat(communicator(), ": the peers never came"));
+    }
+    joined_ = true;
+    return absl::OkStatus();
+  }
+
+  bool aborted() const {
+    absl::MutexLock lock(&log_->mutex());
+    return aborted_;
+  }
+
+ private:
+  static SharedMemoryCollectives::Options SharedMemoryOptions() {
+    SharedMemoryCollectives::Options options;
+    options.timeout = absl::Seconds(30);
+    return options;
+  }
+
+  SharedMemoryCollectives inner_;
+  const std::string made_id_;
+  const int expected_starts_;
+  const bool peers_join_;
+  JoinLog* const log_;
+  bool joined_ = false;   // set before Start, read by the ranks after it
+  bool aborted_ = false;  // guarded by log_->mutex()
+};
+
+// Two CPU devices; per rank r a source of pieces (test_piece), an all-reduce on communicator "a"
+// and one on "b" (both over the two devices, each on a communication stream of its own), and a
+// sink of both sums.
+plan::Plan TwoCommunicatorPlan(int pieces) {
+  PlanBuilder builder("joined");
+  builder.AddCpuDevices(2);
+  for (const char* name : {"a", "b"}) {
+    plan::Communicator* communicator = builder.mutable_plan().add_communicators();
+    communicator->set_name(name);
+    for (int device = 0; device < 2; ++device) {
+      plan::Device* added = communicator->add_devices();
+      added->set_type(plan::CPU);
+      added->set_index(device);
+    }
+    communicator->set_num_collectives(1);
+  }
+  const std::vector<std::string> names = {"a", "b"};
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string x = absl::StrCat("x", rank);
+    builder.AddRegister(x, {3}, plan::FLOAT32, 2);
+    builder.AddTask(absl::StrCat("source", rank), plan::SOURCE, rank, {}, {x}, "test_piece")
+        .set_num_pieces(pieces);
+    std::vector<std::string> sums;
+    for (int index = 0; index < 2; ++index) {
+      const std::string& name = names[index];
+      const std::string sum = absl::StrCat("sum_", name, rank);
+      builder.AddRegister(sum, {3}, plan::FLOAT32, 2);
+      plan::Task& task =
+          builder.AddTask(absl::StrCat("reduce_", name, rank), plan::COLLECTIVE, rank, {x}, {sum});
+      task.mutable_stream()->set_kind(plan::STREAM_COMMUNICATION);
+      task.mutable_stream()->set_index(index);  // a communication stream per communicator
+      plan::CollectiveConf* conf = task.mutable_collective();
+      conf->set_communicator(name);
+      conf->set_kind(plan::ALL_REDUCE);
+      conf->set_sequence(0);
+      conf->set_name(absl::StrCat("sum_", name));
+      task.set_rank(rank);
+      sums.push_back(sum);
+    }
+    builder.AddTask(absl::StrCat("sink", rank), plan::SINK, rank, sums, {});
+  }
+  return builder.plan();
+}
+
+struct JoinedJob {
+  JoinLog log;
+  std::vector<JoiningBackend*> backends;  // owned by the runtime
+  std::unique_ptr<JobRuntime> runtime;
+};
+
+// The plan above, with "a"'s backend making the id "id-of-a" (its rank 0 is "here") and "b"'s
+// none (its rank 0 is "elsewhere").
+std::unique_ptr<JoinedJob> MakeJoinedJob(bool peers_join) {
+  auto job = std::make_unique<JoinedJob>();
+  JobOptions options;
+  options.collective_backend_factory =
+      [&job = *job, peers_join](
+          const plan::Communicator& communicator,
+          const plan::Plan&) -> absl::StatusOr<std::unique_ptr<CollectiveBackend>> {
+    auto backend = std::make_unique<JoiningBackend>(
+        communicator, communicator.name() == "a" ? "id-of-a" : "", 2, peers_join, &job.log);
+    job.backends.push_back(backend.get());
+    return backend;
+  };
+  absl::StatusOr<std::unique_ptr<JobRuntime>> runtime = MakeJob(TwoCommunicatorPlan(3), options);
+  CHECK(runtime.ok()) << runtime.status();
+  job->runtime = *std::move(runtime);
+  return job;
+}
+
+TEST(CommunicatorJoinTest, EveryJoinStartsWithItsIdBeforeAnyIsAwaitedThenTheJobRuns) {
+  std::unique_ptr<JoinedJob> job = MakeJoinedJob(/*peers_join=*/true);
+  EXPECT_EQ(job->runtime->CommunicatorJoinIds(),
+            (std::map<std::string, std::string>{{"a", "id-of-a"}}));
+  // "b"'s id comes from another node (through the coordinator, in a cluster).
+  ASSERT_TRUE(
+      job->runtime->JoinCommunicators({{"a", "id-of-a"}, {"b", "id-of-b"}}, absl::Seconds(30))
+          .ok());
+  EXPECT_THAT(job->log.entries(), ElementsAre("start a with 'id-of-a'", "start b with 'id-of-b'",
+                                              "finish a", "finish b"));
+  ASSERT_TRUE(job->runtime->Run().ok());
+  // Both ranks bring piece p (test_piece), so every sum is 2p.
+  EXPECT_THAT(SinkValues(*job->runtime, "sink0", 0), ElementsAre(0.0f, 2.0f, 4.0f));
+  EXPECT_THAT(SinkValues(*job->runtime, "sink1", 1), ElementsAre(0.0f, 2.0f, 4.0f));
+}
+
+TEST(CommunicatorJoinTest, AJoinPastItsDeadlineFailsTheJobAndAbortsEveryBackend) {
+  std::unique_ptr<JoinedJob> job = MakeJoinedJob(/*peers_join=*/false);
+  const absl::Time start = absl::Now();
+  const absl::Status status = job->runtime->JoinCommunicators({}, absl::Milliseconds(200));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("a: the peers never came"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The job failed: "b", never waited for, was aborted too.
+  for (JoiningBackend* backend : job->backends) EXPECT_TRUE(backend->aborted());
+  ASSERT_TRUE(job->runtime->Start().ok());
+  EXPECT_EQ(job->runtime->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(CommunicatorJoinTest, AnAbortEndsAJoinAtOnce) {
+  std::unique_ptr<JoinedJob> job = MakeJoinedJob(/*peers_join=*/false);
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    job->runtime->Abort(absl::CancelledError("the coordinator cancelled the job"));
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status status = job->runtime->JoinCommunicators({}, absl::Seconds(60));
+  aborter.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(CommunicatorJoinTest, BackendsThatNeedNoJoiningMakeItANoOp) {
+  absl::StatusOr<std::unique_ptr<JobRuntime>> runtime = MakeJob(TwoCommunicatorPlan(2));
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_TRUE((*runtime)->CommunicatorJoinIds().empty());
+  EXPECT_TRUE((*runtime)->JoinCommunicators({}, absl::Seconds(1)).ok());
+  EXPECT_TRUE((*runtime)->Run().ok());
+}
+
+}  // namespace
+}  // namespace loom::testing
