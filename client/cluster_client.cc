@@ -126,12 +126,16 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMilliseconds);
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
+      grpc::CreateCustomChannel(address, MakeChannelCredentials(options.tls), arguments);
   if (!channel->WaitForConnected(ToDeadline(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "no loomd answers at ", address, " (waited ", absl::FormatDuration(options.connect_timeout),
         "): start one there (loomd --listen ", address,
-        ", or 'loomctl cluster up') or name another with --coordinator"));
+        ", or 'loomctl cluster up') or name another with --coordinator",
+        options.tls.has_value()
+            ? "; with TLS, the daemon must serve TLS with a certificate signed by --tls-ca that "
+              "names this host, and accept this client's certificate"
+            : "; a daemon serving TLS needs --tls-ca, --tls-cert and --tls-key"));
   }
   VLOG(1) << "connected to loomd at " << address;
   return std::unique_ptr<ClusterClient>(new ClusterClient(address, options, std::move(channel)));

@@ -4,12 +4,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/tls.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "proto/job.pb.h"
@@ -27,6 +29,9 @@ struct ClusterClientOptions {
   absl::Duration call_timeout = absl::Seconds(60);
   // The largest message sent or received; loomd's --max-message-size (64 MiB by default).
   int max_message_bytes = 64 << 20;
+  // Mutual TLS (client/tls.h), for a daemon started with --tls-ca/--tls-cert/--tls-key; the
+  // daemon's certificate must name the host of the address. nullopt: plaintext.
+  std::optional<TlsCredentials> tls;
 };
 
 // Stops a WatchJob from another thread. One per watch; thread-safe.

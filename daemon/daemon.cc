@@ -7,11 +7,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/tls.h"
 #include "daemon/host_port.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cpu/blas_threads.h"
 #include "runtime/device_backends.h"
@@ -19,8 +19,8 @@
 namespace loom::daemon {
 namespace {
 
-// How long in-flight calls (watchers) get once every job has ended.
-constexpr auto kServerShutdownDeadline = std::chrono::seconds(5);
+// How long watchers get to read the last events once every job has ended.
+constexpr absl::Duration kWatchersDeadline = absl::Seconds(5);
 
 // The GPUs of --devices cuda:I,J must exist here (cuda:all found them already).
 absl::Status CheckDevicesExist(const loomctl::DeviceSpec& devices) {
@@ -123,9 +123,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen_address, MakeServerCredentials(options.tls), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Workers ping the coordinator every --heartbeat-interval (WorkerSession), far more often than
+  // gRPC servers accept by default (pings closer than 5 minutes count as strikes, and the third
+  // ends the connection with GOAWAY). The workers' heartbeats, data, reset that count, but with
+  // the same period two pings can fall between two heartbeats: accept any rate.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   if (coordinator) {
     builder.RegisterService(daemon->job_service_.get());
     builder.RegisterService(daemon->node_service_.get());
@@ -157,6 +162,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     WorkerSession::Options session_options;
     session_options.coordinator_address = options.coordinator_address;
     session_options.max_message_bytes = options.max_message_bytes;
+    session_options.keepalive_interval = options.heartbeat_interval;
+    session_options.keepalive_timeout = options.node_timeout;
+    session_options.tls = options.tls;
     v1::RegisterNode& node = session_options.node;
     node.set_name(options.node_name);
     node.set_rank(options.node_rank);
@@ -248,7 +256,15 @@ void Daemon::Shutdown(absl::Duration grace) {
   }
   agent_.reset();  // aborts and releases what still runs here
   if (cluster_ != nullptr) cluster_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() + kServerShutdownDeadline);
+  // Watchers get up to kWatchersDeadline to read their jobs' last events; then every call left
+  // (the workers' sessions, a watch whose client stopped reading) is cancelled and every
+  // connection closed at once. (Given a deadline, gRPC waits it out also for idle client
+  // connections.)
+  if (job_service_ != nullptr && !job_service_->WaitForWatchesToEnd(kWatchersDeadline)) {
+    LOG(WARNING) << "watchers still open " << kWatchersDeadline
+                 << " after the jobs ended: cancelling them";
+  }
+  server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
   metrics_server_.reset();
   LOG(INFO) << "loomd stopped";

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/compile_command.h"
+#include "client/loomctl/tls_flags.h"
 #include "runtime/device_backends.h"
 
 namespace loom::daemon {
@@ -72,9 +73,12 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "workers: the node index to ask for (e.g. a StatefulSet pod ordinal; 0 is the "
                "coordinator's); -1: the next free index")
       .AddFlag("heartbeat-interval", "DURATION", "1s",
-               "coordinator: how often workers send heartbeats")
+               "coordinator: how often workers send heartbeats; workers: how often they ping the "
+               "coordinator (gRPC keepalive)")
       .AddFlag("node-timeout", "DURATION", "5s",
-               "coordinator: a worker silent for this long is lost, and its running job fails")
+               "coordinator: a worker silent for this long is lost, and its running job fails; "
+               "workers: a coordinator that leaves a ping unanswered this long is lost (the "
+               "node's job is aborted and the worker reconnects)")
       .AddFlag("peer-probe-timeout", "DURATION", "5s",
                "coordinator: while a job launches, how long each node waits to hear from every "
                "other node of the job over UCX; a node that cannot reach another fails the "
@@ -106,6 +110,7 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "step events kept per job for late watchers (older ones are dropped)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  loomctl::AddTlsFlags(spec);
   return spec;
 }
 
@@ -182,6 +187,10 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     *target = *value;
   }
   options.verbose = arguments.Switch("verbose");
+  absl::StatusOr<std::optional<TlsCredentials>> tls =
+      loomctl::TlsFromArguments(kCommand, arguments);
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
   if (options.peer_probe_timeout <= absl::ZeroDuration()) {
     return loomctl::UsageError(kCommand, "--peer-probe-timeout must be > 0");
   }

@@ -2,6 +2,7 @@
 #define LOOM_DAEMON_DAEMON_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -9,6 +10,7 @@
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
 #include "client/loomctl/device_spec.h"
+#include "client/tls.h"
 
 namespace loom::daemon {
 
@@ -45,6 +47,9 @@ struct DaemonOptions {
   int max_events_per_job = 10000;
   int blas_threads = 1;
   bool verbose = false;
+  // --tls-ca / --tls-cert / --tls-key, read at start: every gRPC connection of the daemon (its
+  // server, a worker's session) is mutual TLS. nullopt: plaintext.
+  std::optional<TlsCredentials> tls;
 };
 
 // loomd's flags and --help text.

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "daemon/grpc_status.h"
 
 namespace loom::daemon {
@@ -77,6 +78,15 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
   if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++watches_;
+  }
+  absl::Cleanup ended = [this] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --watches_;
+    watch_ended_.notify_all();
+  };
   int64_t next_sequence = 0;
   bool first = true;
   while (!context->IsCancelled()) {
@@ -95,6 +105,12 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
     if (batch->ended) return grpc::Status::OK;
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "the watch was cancelled by the client");
+}
+
+bool JobServiceImpl::WaitForWatchesToEnd(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return watch_ended_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                               [this] { return watches_ == 0; });
 }
 
 grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,

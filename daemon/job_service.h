@@ -1,6 +1,9 @@
 #ifndef LOOM_DAEMON_JOB_SERVICE_H_
 #define LOOM_DAEMON_JOB_SERVICE_H_
 
+#include <condition_variable>
+#include <mutex>
+
 #include "absl/time/time.h"
 #include "daemon/job_manager.h"
 #include "proto/loom/v1/job_service.grpc.pb.h"
@@ -29,8 +32,16 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status GetTrace(grpc::ServerContext* context, const v1::GetTraceRequest* request,
                         v1::GetTraceResponse* response) override;
 
+  // At shutdown, once every job has ended: waits up to `timeout` for the WatchJob streams still
+  // open to send their jobs' last events and end. False when some are left.
+  bool WaitForWatchesToEnd(absl::Duration timeout);
+
  private:
   JobManager* const manager_;
+
+  std::mutex mutex_;
+  std::condition_variable watch_ended_;
+  int watches_ = 0;  // guarded by mutex_: WatchJob calls running
 };
 
 }  // namespace loom::daemon

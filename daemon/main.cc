@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   }
   // Scripts read the address (and the port picked for port 0) from this line.
   std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
-            << " (" << options->devices.ToString() << ")" << std::endl;
+            << " (" << options->devices.ToString()
+            << (options->tls.has_value() ? ", mutual TLS" : "") << ")" << std::endl;
   if (!(*daemon)->metrics_address().empty()) {
     std::cout << "loomd: metrics on http://" << (*daemon)->metrics_address() << "/metrics"
               << std::endl;

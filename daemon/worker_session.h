@@ -5,10 +5,12 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/time/time.h"
+#include "client/tls.h"
 #include "daemon/node_agent.h"
 #include "grpcpp/client_context.h"
 #include "proto/loom/v1/node_service.grpc.pb.h"
@@ -18,14 +20,22 @@ namespace loom::daemon {
 // A worker's session with its coordinator: connects, registers, sends heartbeats, runs the
 // coordinator's commands on the node's agent and sends back the agent's updates. When the session
 // breaks (the coordinator died, restarted or lost this node), the running job is aborted and the
-// session reconnects, every `retry_interval`, until Stop.
+// session reconnects, every `retry_interval`, until Stop. A coordinator that stops answering
+// keepalive pings counts as broken too.
 class WorkerSession {
  public:
   struct Options {
     std::string coordinator_address;
     v1::RegisterNode node;
     absl::Duration retry_interval = absl::Seconds(1);
+    // gRPC keepalive on the session: a ping every `keepalive_interval`, and a coordinator that
+    // does not answer one within `keepalive_timeout` (a host gone without closing the connection,
+    // a stopped or hung process) ends the session like a closed one.
+    absl::Duration keepalive_interval = absl::Seconds(1);
+    absl::Duration keepalive_timeout = absl::Seconds(5);
     int max_message_bytes = 64 << 20;
+    // Mutual TLS to the coordinator (client/tls.h); nullopt: plaintext.
+    std::optional<TlsCredentials> tls;
   };
 
   explicit WorkerSession(Options options);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/cluster_state.h"
+#include "client/loomctl/tls_flags.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace loom::loomctl {
@@ -15,6 +16,7 @@ void AddClusterFlags(ArgumentSpec& spec) {
                "text: tables for people; json: the API's messages as JSON, one object per line")
       .AddFlag("timeout", "DURATION", "60s",
                "the deadline of each call to the daemon (e.g. 500ms, 10s, 2m)");
+  AddTlsFlags(spec);
 }
 
 std::string DefaultCoordinator(const std::string& state_directory) {
@@ -45,6 +47,9 @@ absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
                                             "2m), not '",
                                             timeout, "'"));
   }
+  absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(command, arguments);
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
   return options;
 }
 
@@ -54,6 +59,7 @@ std::unique_ptr<ClusterClient> ConnectOrReport(const char* command,
   ClusterClientOptions client_options;
   client_options.call_timeout = options.timeout;
   client_options.connect_timeout = std::min(options.timeout, absl::Seconds(5));
+  client_options.tls = options.tls;
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       ClusterClient::Connect(options.coordinator, client_options);
   if (!client.ok()) {

@@ -2,6 +2,7 @@
 #define LOOM_CLIENT_LOOMCTL_CLUSTER_CONNECTION_H_
 
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "client/cluster_client.h"
 #include "client/loomctl/arguments.h"
 #include "client/loomctl/job_summary.h"
+#include "client/tls.h"
 
 namespace loom::loomctl {
 
@@ -20,12 +22,14 @@ struct ClusterCommandOptions {
   std::string coordinator;
   OutputFormat output = OutputFormat::kText;
   absl::Duration timeout = absl::Seconds(60);
+  // --tls-ca / --tls-cert / --tls-key; nullopt: plaintext.
+  std::optional<TlsCredentials> tls;
 };
 
 // The address used when --coordinator is not given and no local cluster is recorded.
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
-// Adds --coordinator, --output and --timeout to `spec`.
+// Adds --coordinator, --output, --timeout and the TLS flags (tls_flags.h) to `spec`.
 void AddClusterFlags(ArgumentSpec& spec);
 // Reads them. The coordinator defaults to the one `loomctl cluster up` recorded in the default
 // state directory (DefaultClusterStateDirectory), else kDefaultCoordinator. INVALID_ARGUMENT

@@ -92,8 +92,14 @@ TEST(ClusterConnectionTest, FlagsAndExitCodes) {
   EXPECT_EQ(options->coordinator, "10.0.0.1:7070");
   EXPECT_EQ(options->output, OutputFormat::kJson);
   EXPECT_EQ(options->timeout, absl::Seconds(5));
+  EXPECT_FALSE(options->tls.has_value());
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
-           {"--coordinator", "nowhere"}, {"--output", "yaml"}, {"--timeout", "soon"}}) {
+           {"--coordinator", "nowhere"},
+           {"--output", "yaml"},
+           {"--timeout", "soon"},
+           {"--tls-ca", "ca.pem"},
+           {"--tls-ca", "/nonexistent/ca.pem", "--tls-cert", "/nonexistent/operator.pem",
+            "--tls-key", "/nonexistent/operator.key"}}) {
     absl::StatusOr<ParsedArguments> bad_parsed = spec.Parse(bad);
     ASSERT_TRUE(bad_parsed.ok());
     absl::StatusOr<ClusterCommandOptions> refused = ClusterOptionsFrom("loomctl test", *bad_parsed);

@@ -2,7 +2,10 @@
 // address gets its workers back: they rejoin under their ranks within 3 s, and a job
 // across every node then runs to SUCCEEDED (its id, job-1 again, collides with the job the old
 // coordinator was running on the workers: their reports about the old one must not leak into it).
+// A coordinator with workers exits within seconds of SIGTERM, and workers notice a coordinator that
+// stopped answering (SIGSTOP) through keepalive within their --node-timeout.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <memory>
 #include <string>
@@ -72,7 +75,8 @@ class CoordinatorRestartTest : public ::testing::Test {
       auto worker = LoomdProcess::Start(
           LOOMD_BINARY,
           {"--verbose", "--devices", "cpu:1", "--node-name", absl::StrCat("node-", rank),
-           "--node-rank", absl::StrCat(rank), "--coordinator", coordinator_->address()},
+           "--node-rank", absl::StrCat(rank), "--coordinator", coordinator_->address(),
+           "--heartbeat-interval", "200ms", "--node-timeout", "2s"},
           absl::StrCat(log_prefix_, "worker-", rank, ".log"));
       ASSERT_TRUE(worker.ok()) << worker.status();
       workers_.push_back(*std::move(worker));
@@ -119,6 +123,20 @@ class CoordinatorRestartTest : public ::testing::Test {
     return *job;
   }
 
+  // Submits a long pipeline job and waits (up to 60 s) for its first step; its id, or empty
+  // with the test failed.
+  std::string SubmitALongJobAndAwaitAStep() {
+    absl::StatusOr<std::string> id = client_->Submit(PipelineJob(100000));
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return "";
+    const absl::Time submitted = absl::Now();
+    while (client_->Get(*id).steps_done() < 1 && absl::Now() - submitted < absl::Seconds(60)) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_GE(client_->Get(*id).steps_done(), 1);
+    return HasFailure() ? "" : *id;
+  }
+
   // Stops the coordinator with `signal`, starts it again on its address after `downtime`, and
   // expects the workers back under their ranks and a job across the three nodes to succeed.
   void ExpectWorkersRejoinAfterRestart(int signal, absl::Duration downtime = absl::Seconds(1)) {
@@ -161,13 +179,7 @@ class CoordinatorRestartTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorRestartTest, WorkersRejoinACoordinatorKilledMidJob) {
-  absl::StatusOr<std::string> id = client_->Submit(PipelineJob(100000));
-  ASSERT_TRUE(id.ok()) << id.status();
-  const absl::Time submitted = absl::Now();
-  while (client_->Get(*id).steps_done() < 1 && absl::Now() - submitted < absl::Seconds(60)) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_GE(client_->Get(*id).steps_done(), 1);
+  ASSERT_FALSE(SubmitALongJobAndAwaitAStep().empty());
   ExpectWorkersRejoinAfterRestart(SIGKILL);
 }
 
@@ -179,14 +191,9 @@ TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn)
   StartCoordinator(address, {"--data-dir", data_directory});
   ASSERT_NE(coordinator_, nullptr);
   ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(20))) << coordinator_->Log();
-  absl::StatusOr<std::string> killed = client_->Submit(PipelineJob(100000));
-  ASSERT_TRUE(killed.ok()) << killed.status();
-  const absl::Time submitted = absl::Now();
-  while (client_->Get(*killed).steps_done() < 1 && absl::Now() - submitted < absl::Seconds(60)) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  const int64_t steps_done = client_->Get(*killed).steps_done();
-  ASSERT_GE(steps_done, 1);
+  const std::string killed = SubmitALongJobAndAwaitAStep();
+  ASSERT_FALSE(killed.empty());
+  const int64_t steps_done = client_->Get(killed).steps_done();
   // A running job's progress is written at least every second.
   absl::SleepFor(absl::Milliseconds(1500));
 
@@ -194,7 +201,7 @@ TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn)
   coordinator_.reset();
   StartCoordinator(address, {"--data-dir", data_directory});
   ASSERT_NE(coordinator_, nullptr);
-  const v1::JobInfo info = client_->Get(*killed);
+  const v1::JobInfo info = client_->Get(killed);
   EXPECT_EQ(info.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(info.error().message(),
               ::testing::HasSubstr("was running when the coordinator stopped, and did not finish"));
@@ -237,6 +244,73 @@ TEST_F(CoordinatorRestartTest, WorkersRejoinWithinSecondsACoordinatorAwayForLong
 TEST_F(CoordinatorRestartTest, WorkersRejoinACoordinatorRestartedTwice) {
   ExpectWorkersRejoinAfterRestart(SIGKILL);
   ExpectWorkersRejoinAfterRestart(SIGKILL);
+}
+
+TEST_F(CoordinatorRestartTest, ACoordinatorWithWorkersExitsPromptlyOnSigterm) {
+  // No job runs, so nothing should hold it up; its workers' sessions are open, and their handlers
+  // wait in reads that only the workers or a cancellation end (gRPC's shutdown deadline is 5 s).
+  const absl::Time signalled = absl::Now();
+  const int status = coordinator_->Signal(SIGTERM);
+  const absl::Duration took = absl::Now() - signalled;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+  EXPECT_LT(took, absl::Seconds(3)) << coordinator_->Log();
+  std::cerr << "the coordinator exited " << took << " after SIGTERM\n";
+  coordinator_.reset();
+}
+
+// Whether every worker's log says it lost its session with the coordinator.
+bool EveryWorkerLostItsCoordinator(const std::vector<std::unique_ptr<LoomdProcess>>& workers) {
+  for (const auto& worker : workers) {
+    if (worker->Log().find("lost the session with the coordinator") == std::string::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_F(CoordinatorRestartTest, SessionsOutlastTheWorkersKeepalivePings) {
+  // A ping every 200 ms from each worker while the coordinator sends nothing on the sessions:
+  // gRPC servers by default close such a connection (GOAWAY, too many pings) unless data from the
+  // client keeps resetting their count, as the heartbeats do; the coordinator accepts any rate.
+  absl::SleepFor(absl::Seconds(3));
+  for (auto& worker : workers_) {
+    EXPECT_THAT(worker->Log(), ::testing::Not(::testing::HasSubstr("lost the session")));
+  }
+  std::vector<v1::NodeInfo> nodes = client_->Nodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  for (const v1::NodeInfo& node : nodes) EXPECT_EQ(node.state(), v1::NODE_STATE_READY);
+}
+
+TEST_F(CoordinatorRestartTest, WorkersLeaveACoordinatorThatStopsAnswering) {
+  // A stopped coordinator keeps its connections open (the kernel still acknowledges the
+  // heartbeats), so only the workers' keepalive pings, unanswered, show that it is gone: every
+  // 200 ms, lost after 2 s without an answer.
+  const std::string id = SubmitALongJobAndAwaitAStep();
+  ASSERT_FALSE(id.empty());
+
+  coordinator_->Signal(SIGSTOP);
+  const absl::Time stopped = absl::Now();
+  bool lost = false;
+  while (!(lost = EveryWorkerLostItsCoordinator(workers_)) &&
+         absl::Now() - stopped < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const absl::Duration to_notice = absl::Now() - stopped;
+  coordinator_->Signal(SIGCONT);
+  ASSERT_TRUE(lost) << "the workers did not notice within 10 s that the coordinator stopped";
+  std::cerr << "the workers noticed " << to_notice << " after the coordinator stopped\n";
+  EXPECT_LT(to_notice, absl::Seconds(5));
+  for (auto& worker : workers_) ASSERT_TRUE(worker->Running()) << worker->Log();
+
+  // Resumed, the coordinator finds its workers gone, fails their job, and gets them back.
+  JobOutcome outcome = client_->Watch(id, absl::Seconds(30));
+  EXPECT_EQ(outcome.state, v1::JOB_STATE_FAILED);
+  EXPECT_THAT(outcome.error, ::testing::HasSubstr("lost"));
+  ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(10))) << coordinator_->Log();
+  absl::StatusOr<std::string> next = client_->Submit(PipelineJob(2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  JobOutcome after = client_->Watch(*next);
+  EXPECT_EQ(after.state, v1::JOB_STATE_SUCCEEDED) << after.error;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // loomd's flags.
 #include "daemon/daemon_options.h"
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,38 @@ TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
   EXPECT_TRUE(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "2"}).ok());
 }
 
+TEST(DaemonOptionsTest, TlsFlagsGoTogetherAndNameWhatTheyCannotRead) {
+  EXPECT_FALSE(Parse({})->tls.has_value());
+  for (const std::vector<std::string>& some :
+       {std::vector<std::string>{"--tls-ca", "ca.pem"},
+        std::vector<std::string>{"--tls-cert", "node.pem", "--tls-key", "node.key"}}) {
+    absl::Status status = Parse(some).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("--tls-ca, --tls-cert and --tls-key go together"));
+  }
+  const std::string directory = ::testing::TempDir();
+  const std::string pem = directory + "/options-test.pem";
+  const std::string text = directory + "/options-test.txt";
+  std::ofstream(pem) << "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  std::ofstream(text) << "not a certificate\n";
+  absl::Status missing =
+      Parse({"--tls-ca", pem, "--tls-cert", pem, "--tls-key", directory + "/absent.key"}).status();
+  EXPECT_THAT(missing.message(),
+              HasSubstr("--tls-key: cannot read '" + directory + "/absent.key'"));
+  EXPECT_THAT(Parse({"--tls-ca", text, "--tls-cert", pem, "--tls-key", pem}).status().message(),
+              HasSubstr("--tls-ca: '" + text + "' holds no PEM block"));
+  absl::StatusOr<DaemonOptions> options =
+      Parse({"--tls-ca", pem, "--tls-cert", pem, "--tls-key", pem});
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->tls.has_value());
+  EXPECT_THAT(options->tls->authority, HasSubstr("BEGIN CERTIFICATE"));
+}
+
 TEST(DaemonOptionsTest, HelpListsTheFlags) {
   const std::string help = DaemonArgumentSpec().Help();
-  for (const char* flag : {"--listen", "--coordinator", "--node-name", "--devices",
-                           "--memory-budget-per-device", "--shutdown-grace"}) {
+  for (const char* flag :
+       {"--listen", "--coordinator", "--node-name", "--devices", "--memory-budget-per-device",
+        "--shutdown-grace", "--tls-ca", "--tls-cert", "--tls-key"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
 }

@@ -1,0 +1,45 @@
+#ifndef LOOM_CLIENT_TLS_H_
+#define LOOM_CLIENT_TLS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace loom {
+
+// Mutual TLS for Loom's gRPC connections (loomctl and programs to the coordinator, workers to the
+// coordinator): every party holds a certificate signed by one certificate authority, presents it,
+// and accepts only peers whose certificate that authority signed. PEM contents, not paths.
+struct TlsCredentials {
+  std::string authority;    // the CA's certificate(s)
+  std::string certificate;  // this party's certificate chain
+  std::string private_key;  // this party's key
+};
+
+// The paths given on a command line (--tls-ca, --tls-cert, --tls-key).
+struct TlsFiles {
+  std::string authority_path;
+  std::string certificate_path;
+  std::string private_key_path;
+};
+
+// Reads the three files: nullopt when no path is given (plaintext), INVALID_ARGUMENT naming the
+// flag when only some are, or a file that cannot be read or holds no PEM block.
+absl::StatusOr<std::optional<TlsCredentials>> ReadTlsFiles(const TlsFiles& files);
+
+// Credentials for a channel to a server: TLS with `tls`, checking the server's certificate against
+// the host of the address it is reached at; insecure without.
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const std::optional<TlsCredentials>& tls);
+// Credentials for a server: TLS with `tls`, requiring and verifying every client's certificate;
+// insecure without.
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
+    const std::optional<TlsCredentials>& tls);
+
+}  // namespace loom
+
+#endif  // LOOM_CLIENT_TLS_H_

@@ -1,0 +1,167 @@
+// Mutual TLS (--tls-ca, --tls-cert, --tls-key): a coordinator and a worker with certificates of
+// one authority (scripts/make-certs) form a cluster and run a job across both nodes for a client
+// with its own certificate; a client or a worker without a certificate of that authority gets
+// nothing.
+#include "client/tls.h"
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cluster_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster/loomd_client.h"
+#include "tests/cluster/loomd_process.h"
+
+namespace loom::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `scripts/make-certs DIRECTORY NAME HOSTS`; false when it failed.
+bool MakeCertificate(const std::string& directory, const std::string& name,
+                     const std::string& hosts = "") {
+  const std::string command = absl::StrCat(LOOM_SOURCE_DIR, "/scripts/make-certs '", directory,
+                                           "' ", name, " ", hosts, " >/dev/null");
+  return std::system(command.c_str()) == 0;
+}
+
+// The authority of `authority_directory`, and NAME's certificate and key in `directory`.
+TlsFiles FilesOf(const std::string& authority_directory, const std::string& directory,
+                 const std::string& name) {
+  return {absl::StrCat(authority_directory, "/ca.pem"), absl::StrCat(directory, "/", name, ".pem"),
+          absl::StrCat(directory, "/", name, ".key")};
+}
+
+std::vector<std::string> TlsFlags(const TlsFiles& files) {
+  return {"--tls-ca",  files.authority_path,  "--tls-cert", files.certificate_path,
+          "--tls-key", files.private_key_path};
+}
+
+std::optional<TlsCredentials> ReadCredentials(const TlsFiles& files) {
+  absl::StatusOr<std::optional<TlsCredentials>> tls = ReadTlsFiles(files);
+  EXPECT_TRUE(tls.ok()) << tls.status();
+  return tls.ok() ? *tls : std::nullopt;
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prefix_ = absl::StrCat(::testing::TempDir(), "/tls-", getpid(), "-");
+    certificates_ = absl::StrCat(prefix_, "certs");
+    other_authority_ = absl::StrCat(prefix_, "other-certs");
+    ASSERT_TRUE(MakeCertificate(certificates_, "node0", "127.0.0.1 localhost"));
+    ASSERT_TRUE(MakeCertificate(certificates_, "node1", "127.0.0.1"));
+    ASSERT_TRUE(MakeCertificate(certificates_, "operator"));
+    ASSERT_TRUE(MakeCertificate(other_authority_, "intruder", "127.0.0.1"));
+
+    std::vector<std::string> arguments = {"--devices", "cpu:1", "--node-name", "node0",
+                                          "--verbose"};
+    for (const std::string& flag : TlsFlags(FilesOf(certificates_, certificates_, "node0")))
+      arguments.push_back(flag);
+    auto coordinator =
+        LoomdProcess::Start(LOOMD_BINARY, arguments, absl::StrCat(prefix_, "coordinator.log"));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    EXPECT_THAT(coordinator_->Log(), HasSubstr("mutual TLS"));
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << coordinator_->Log() << "\n";
+      for (auto& worker : workers_) std::cerr << worker->Log() << "\n";
+    }
+  }
+
+  // Starts a worker with `tls_flags` (none: plaintext).
+  void StartWorker(const std::vector<std::string>& tls_flags) {
+    std::vector<std::string> arguments = {
+        "--devices",     "cpu:1",
+        "--node-name",   absl::StrCat("node", workers_.size() + 1),
+        "--coordinator", coordinator_->address(),
+        "--verbose"};
+    for (const std::string& flag : tls_flags) arguments.push_back(flag);
+    auto worker = LoomdProcess::Start(LOOMD_BINARY, arguments,
+                                      absl::StrCat(prefix_, "worker-", workers_.size(), ".log"));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers_.push_back(*std::move(worker));
+  }
+
+  absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(std::optional<TlsCredentials> tls) {
+    ClusterClientOptions options;
+    options.connect_timeout = absl::Seconds(3);
+    options.tls = std::move(tls);
+    return ClusterClient::Connect(coordinator_->address(), options);
+  }
+
+  std::string prefix_;
+  std::string certificates_;
+  std::string other_authority_;
+  std::unique_ptr<LoomdProcess> coordinator_;
+  std::vector<std::unique_ptr<LoomdProcess>> workers_;
+};
+
+TEST_F(TlsTest, ACoordinatorAndAWorkerWithCertificatesRunAJobForAClientWithOne) {
+  StartWorker(TlsFlags(FilesOf(certificates_, certificates_, "node1")));
+  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
+      Connect(ReadCredentials(FilesOf(certificates_, certificates_, "operator")));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->WaitUntilReady(2, absl::Now() + absl::Seconds(20)).ok());
+
+  gpt::GptConfig config = SmallGpt(3);
+  config.data_parallel = 2;
+  config.devices_per_node = 1;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<v1::JobInfo> submitted = (*client)->SubmitJob(*job);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  int losses = 0;
+  absl::Status watched = (*client)->WatchJob(submitted->job_id(), [&](const v1::JobEvent& event) {
+    if (event.has_step()) ++losses;
+  });
+  ASSERT_TRUE(watched.ok()) << watched;
+  absl::StatusOr<v1::JobInfo> info = (*client)->GetJob(submitted->job_id());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), v1::JOB_STATE_SUCCEEDED) << info->error().message();
+  EXPECT_EQ(losses, 3);
+}
+
+TEST_F(TlsTest, APlaintextClientGetsNoAnswer) {
+  absl::StatusOr<std::unique_ptr<ClusterClient>> client = Connect(std::nullopt);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(client.status().message(), HasSubstr("--tls-ca"));
+}
+
+TEST_F(TlsTest, AClientWithACertificateOfAnotherAuthorityIsRefused) {
+  // It trusts the daemon's authority, so only the daemon's check of its certificate refuses it.
+  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
+      Connect(ReadCredentials(FilesOf(certificates_, other_authority_, "intruder")));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
+  StartWorker({});
+  StartWorker(TlsFlags(FilesOf(certificates_, other_authority_, "intruder")));
+  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
+      Connect(ReadCredentials(FilesOf(certificates_, certificates_, "operator")));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Workers retry every second: three seconds give each several tries.
+  absl::SleepFor(absl::Seconds(3));
+  absl::StatusOr<std::vector<v1::NodeInfo>> nodes = (*client)->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ(nodes->size(), 1u);
+  for (auto& worker : workers_) EXPECT_TRUE(worker->Running()) << worker->Log();
+  // A worker with a certificate of the authority joins the same cluster.
+  StartWorker(TlsFlags(FilesOf(certificates_, certificates_, "node1")));
+  EXPECT_TRUE((*client)->WaitUntilReady(2, absl::Now() + absl::Seconds(20)).ok());
+}
+
+}  // namespace
+}  // namespace loom::testing
