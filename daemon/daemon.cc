@@ -116,6 +116,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   daemon->cluster_service_ =
       std::make_unique<ClusterServiceImpl>(daemon->cluster_.get(), options.coordinator_address);
+  if (!coordinator) {
+    daemon->worker_job_service_ =
+        std::make_unique<WorkerJobServiceImpl>(options.coordinator_address);
+  }
 
   // Both are process-wide settings of gRPC that take effect in the builders made after them.
   grpc::EnableDefaultHealthCheckService(true);
@@ -134,6 +138,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (coordinator) {
     builder.RegisterService(daemon->job_service_.get());
     builder.RegisterService(daemon->node_service_.get());
+  } else {
+    builder.RegisterService(daemon->worker_job_service_.get());
   }
   builder.RegisterService(daemon->cluster_service_.get());
   daemon->server_ = builder.BuildAndStart();

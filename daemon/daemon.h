@@ -19,6 +19,7 @@
 #include "daemon/node_agent.h"
 #include "daemon/node_service.h"
 #include "daemon/scrape_gauges.h"
+#include "daemon/worker_job_service.h"
 #include "daemon/worker_session.h"
 #include "grpcpp/server.h"
 #include "kernels/kernel_registry.h"
@@ -80,6 +81,8 @@ class Daemon {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<WorkerSession> session_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  // Workers: JobService answering FAILED_PRECONDITION naming the coordinator.
+  std::unique_ptr<WorkerJobServiceImpl> worker_job_service_;
   std::unique_ptr<ClusterServiceImpl> cluster_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<grpc::Server> server_;

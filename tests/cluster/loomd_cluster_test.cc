@@ -186,6 +186,36 @@ TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_F(LoomdClusterTest, AWorkerSendsJobAndNodeCallsToItsCoordinator) {
+  LoomdClient worker(daemons_[1]->address());
+  const std::string expected =
+      absl::StrCat("this loomd is a worker; ask its coordinator at ", daemons_[0]->address());
+  auto jobs = v1::JobService::NewStub(worker.channel());
+  v1::ListJobsResponse listed;
+  grpc::Status list = jobs->ListJobs(LoomdClient::Context().get(), {}, &listed);
+  EXPECT_EQ(list.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(list.error_message(), HasSubstr(expected));
+  v1::GetJobRequest get;
+  get.set_job_id("job-1");
+  v1::GetJobResponse got;
+  EXPECT_EQ(jobs->GetJob(LoomdClient::Context().get(), get, &got).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::WatchJobRequest watch;
+  watch.set_job_id("job-1");
+  auto context = LoomdClient::Context();
+  auto stream = jobs->WatchJob(context.get(), watch);
+  v1::JobEvent event;
+  EXPECT_FALSE(stream->Read(&event));
+  grpc::Status watched = stream->Finish();
+  EXPECT_EQ(watched.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(watched.error_message(), HasSubstr(expected));
+  auto cluster = v1::ClusterService::NewStub(worker.channel());
+  v1::ListNodesResponse nodes;
+  grpc::Status listed_nodes = cluster->ListNodes(LoomdClient::Context().get(), {}, &nodes);
+  EXPECT_EQ(listed_nodes.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(listed_nodes.error_message(), HasSubstr(expected));
+}
+
 TEST_F(LoomdClusterTest, AJobLargerThanTheClusterIsResourceExhausted) {
   gpt::GptConfig config = SmallGpt(1);
   config.pipeline_stages = 3;
