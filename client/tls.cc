@@ -1,15 +1,56 @@
 #include "client/tls.h"
 
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace loom {
 namespace {
+
+struct BioFree {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct X509Free {
+  void operator()(X509* certificate) const { X509_free(certificate); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+struct StoreFree {
+  void operator()(X509_STORE* store) const { X509_STORE_free(store); }
+};
+struct StoreContextFree {
+  void operator()(X509_STORE_CTX* context) const { X509_STORE_CTX_free(context); }
+};
+using Certificate = std::unique_ptr<X509, X509Free>;
+
+std::unique_ptr<BIO, BioFree> MemoryOf(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Every certificate in `pem`, in order.
+std::vector<Certificate> ParseCertificates(const std::string& pem) {
+  std::vector<Certificate> certificates;
+  auto memory = MemoryOf(pem);
+  while (X509* certificate = PEM_read_bio_X509(memory.get(), nullptr, nullptr, nullptr)) {
+    certificates.emplace_back(certificate);
+  }
+  ERR_clear_error();  // the end of the input reads as an error
+  return certificates;
+}
 
 absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -23,6 +64,54 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
         absl::StrCat(flag, ": '", path, "' holds no PEM block (-----BEGIN ...)"));
   }
   return contents.str();
+}
+
+// What gRPC would only report as a server that cannot start or a connection that never comes
+// up: certificates that do not parse, a key that is not the certificate's, a certificate the
+// authority did not sign (or that expired).
+absl::Status Check(const TlsCredentials& tls, const TlsFiles& files) {
+  std::vector<Certificate> authorities = ParseCertificates(tls.authority);
+  if (authorities.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-ca: '", files.authority_path, "' holds no certificate"));
+  }
+  std::vector<Certificate> chain = ParseCertificates(tls.certificate);
+  if (chain.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-cert: '", files.certificate_path, "' holds no certificate"));
+  }
+  auto memory = MemoryOf(tls.private_key);
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      PEM_read_bio_PrivateKey(memory.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key: '", files.private_key_path, "' holds no private key (or one with a password)"));
+  }
+  if (X509_check_private_key(chain.front().get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("--tls-key: '", files.private_key_path,
+                                                   "' is not the key of --tls-cert '",
+                                                   files.certificate_path, "'"));
+  }
+  std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
+  for (const Certificate& authority : authorities)
+    X509_STORE_add_cert(store.get(), authority.get());
+  STACK_OF(X509)* intermediates = sk_X509_new_null();
+  for (size_t index = 1; index < chain.size(); ++index)
+    sk_X509_push(intermediates, chain[index].get());
+  std::unique_ptr<X509_STORE_CTX, StoreContextFree> context(X509_STORE_CTX_new());
+  X509_STORE_CTX_init(context.get(), store.get(), chain.front().get(), intermediates);
+  const bool verified = X509_verify_cert(context.get()) == 1;
+  const int error = X509_STORE_CTX_get_error(context.get());
+  sk_X509_free(intermediates);  // the certificates stay owned by `chain`
+  ERR_clear_error();
+  if (!verified) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-cert: '", files.certificate_path, "' does not verify against --tls-ca '",
+        files.authority_path, "': ", X509_verify_cert_error_string(error)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -46,6 +135,7 @@ absl::StatusOr<std::optional<TlsCredentials>> ReadTlsFiles(const TlsFiles& files
     if (!pem.ok()) return pem.status();
     *target = *std::move(pem);
   }
+  if (absl::Status checked = Check(tls, files); !checked.ok()) return checked;
   return tls;
 }
 

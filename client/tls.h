@@ -27,8 +27,11 @@ struct TlsFiles {
   std::string private_key_path;
 };
 
-// Reads the three files: nullopt when no path is given (plaintext), INVALID_ARGUMENT naming the
-// flag when only some are, or a file that cannot be read or holds no PEM block.
+// Reads the three files: nullopt when no path is given (plaintext). INVALID_ARGUMENT naming the
+// flag and the file when only some are given, a file cannot be read or holds no certificate or
+// key, the key is not the certificate's, or the certificate does not verify against the authority
+// (another authority's, expired): what gRPC would only report as a server that cannot start or a
+// connection that never comes up. Checked with OpenSSL, which gRPC uses on Debian.
 absl::StatusOr<std::optional<TlsCredentials>> ReadTlsFiles(const TlsFiles& files);
 
 // Credentials for a channel to a server: TLS with `tls`, checking the server's certificate against

@@ -16,6 +16,8 @@ if(NOT LOOM_RUNTIME_ONLY)
   find_package(ucx CONFIG REQUIRED)
   find_package(prometheus-cpp CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
+  # Checking TLS certificates and keys at start (client/tls.cc): the OpenSSL gRPC links on Debian.
+  find_package(OpenSSL REQUIRED)
   # libsystemd (sd_notify: loomd's readiness and watchdog under systemd) ships only a .pc file.
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)

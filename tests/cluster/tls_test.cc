@@ -5,8 +5,10 @@
 #include "client/tls.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,17 @@ TlsFiles FilesOf(const std::string& authority_directory, const std::string& dire
 std::vector<std::string> TlsFlags(const TlsFiles& files) {
   return {"--tls-ca",  files.authority_path,  "--tls-cert", files.certificate_path,
           "--tls-key", files.private_key_path};
+}
+
+// The files as they are, without ReadTlsFiles' checks: a client that is not Loom's.
+TlsCredentials ReadUnchecked(const TlsFiles& files) {
+  auto read = [](const std::string& path) {
+    std::ifstream file(path);
+    std::stringstream contents;
+    contents << file.rdbuf();
+    return contents.str();
+  };
+  return {read(files.authority_path), read(files.certificate_path), read(files.private_key_path)};
 }
 
 std::optional<TlsCredentials> ReadCredentials(const TlsFiles& files) {
@@ -140,19 +153,29 @@ TEST_F(TlsTest, APlaintextClientGetsNoAnswer) {
 
 TEST_F(TlsTest, AClientWithACertificateOfAnotherAuthorityIsRefused) {
   // It trusts the daemon's authority, so only the daemon's check of its certificate refuses it.
+  // (Loom's own clients refuse such files before connecting: tests/client/tls_files_test.cc.)
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      Connect(ReadCredentials(FilesOf(certificates_, other_authority_, "intruder")));
+      Connect(ReadUnchecked(FilesOf(certificates_, other_authority_, "intruder")));
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
   StartWorker({});
-  StartWorker(TlsFlags(FilesOf(certificates_, other_authority_, "intruder")));
+  // A loomd given a certificate of another authority does not even start.
+  std::vector<std::string> arguments = {"--devices", "cpu:1", "--coordinator",
+                                        coordinator_->address()};
+  for (const std::string& flag : TlsFlags(FilesOf(certificates_, other_authority_, "intruder"))) {
+    arguments.push_back(flag);
+  }
+  absl::StatusOr<std::unique_ptr<LoomdProcess>> refused =
+      LoomdProcess::Start(LOOMD_BINARY, arguments, absl::StrCat(prefix_, "intruder.log"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("does not verify against --tls-ca"));
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       Connect(ReadCredentials(FilesOf(certificates_, certificates_, "operator")));
   ASSERT_TRUE(client.ok()) << client.status();
-  // Workers retry every second: three seconds give each several tries.
+  // The plaintext worker retries every second: three seconds give it several tries.
   absl::SleepFor(absl::Seconds(3));
   absl::StatusOr<std::vector<v1::NodeInfo>> nodes = (*client)->ListNodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status();
