@@ -13,6 +13,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
 #include "runtime/device_backends.h"
 
@@ -49,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (absl::Status status = CheckDevicesExist(options.devices); !status.ok()) return status;
   if (absl::Status status = RegisterAllKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
+  WarnIfBlasKernelsAreGeneric();
   const bool coordinator = options.coordinator_address.empty();
   if (!options.data_directory.empty()) {
     absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(options.data_directory);

@@ -28,6 +28,7 @@
 #include "client/loomctl/step_reporter.h"
 #include "compiler/logical_graph.h"
 #include "glog/logging.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -513,6 +514,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     return kExitFailure;
   }
   SetBlasThreads(options.blas_threads);
+  WarnIfBlasKernelsAreGeneric();
 
   std::unique_ptr<StepReporter> reporter;
   if (training) reporter = MakeStepReporter(*job, first_step + steps, json, out, error);

@@ -13,6 +13,7 @@
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "glog/logging.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/chrome_trace.h"
@@ -90,6 +91,7 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
     return kExitFailure;
   }
   SetBlasThreads(options.blas_threads);
+  WarnIfBlasKernelsAreGeneric();
 
   JobOptions job_options;
   job_options.stall_timeout = options.stall_timeout;
