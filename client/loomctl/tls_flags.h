@@ -12,8 +12,7 @@ namespace loom::loomctl {
 // Adds --tls-ca, --tls-cert and --tls-key (mutual TLS, client/tls.h) to `spec`, for loomctl's
 // cluster commands and for loomd.
 void AddTlsFlags(ArgumentSpec& spec);
-// Reads the files they name: nullopt without them; a usage error (INVALID_ARGUMENT naming the
-// flag) when only some are given or a file cannot be read.
+// ReadTlsFiles on the files they name: nullopt without them; its errors as usage errors.
 absl::StatusOr<std::optional<TlsCredentials>> TlsFromArguments(const char* command,
                                                                const ParsedArguments& arguments);
 
