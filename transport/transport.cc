@@ -1,6 +1,7 @@
 #include "transport/transport.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -204,6 +205,9 @@ void Transport::Wake() {
 }
 
 void Transport::ProgressLoop() {
+  // Named like the stream threads ("node3/cpu:0/com"), so that top -H and perf tell them apart;
+  // Linux thread names are at most 15 characters.
+  pthread_setname_np(pthread_self(), absl::StrCat("node", self_, "/ucx").substr(0, 15).c_str());
   absl::Time last_activity = absl::Now();
   while (true) {
     bool busy = false;
