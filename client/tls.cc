@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
@@ -157,6 +158,44 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
   options.pem_root_certs = tls->authority;
   options.pem_key_cert_pairs.push_back({tls->private_key, tls->certificate});
   return grpc::SslServerCredentials(options);
+}
+
+absl::Status ConfigureMutualTlsServer(const TlsCredentials& tls, SSL_CTX* context) {
+  std::vector<Certificate> authorities = ParseCertificates(tls.authority);
+  std::vector<Certificate> chain = ParseCertificates(tls.certificate);
+  auto memory = MemoryOf(tls.private_key);
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      PEM_read_bio_PrivateKey(memory.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (authorities.empty() || chain.empty() || key == nullptr) {
+    return absl::InvalidArgumentError(
+        "TLS server: the credentials hold no authority, certificate or private key");
+  }
+  // Each call takes its own reference: the context keeps what it needs after these are freed.
+  bool configured = SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION) == 1 &&
+                    SSL_CTX_use_certificate(context, chain.front().get()) == 1;
+  for (size_t index = 1; configured && index < chain.size(); ++index) {
+    configured = SSL_CTX_add1_chain_cert(context, chain[index].get()) == 1;
+  }
+  configured = configured && SSL_CTX_use_PrivateKey(context, key.get()) == 1 &&
+               SSL_CTX_check_private_key(context) == 1;
+  X509_STORE* trusted = SSL_CTX_get_cert_store(context);
+  for (const Certificate& authority : authorities) {
+    configured = configured && X509_STORE_add_cert(trusted, authority.get()) == 1 &&
+                 SSL_CTX_add_client_CA(context, authority.get()) == 1;
+  }
+  if (!configured) {
+    char reason[256] = "unknown";
+    if (const unsigned long error = ERR_get_error(); error != 0) {
+      ERR_error_string_n(error, reason, sizeof(reason));
+    }
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS server: OpenSSL refused the credentials: ", reason));
+  }
+  SSL_CTX_set_options(context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return absl::OkStatus();
 }
 
 }  // namespace loom

@@ -9,6 +9,9 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
+// OpenSSL's SSL_CTX, for ConfigureMutualTlsServer.
+struct ssl_ctx_st;
+
 namespace loom {
 
 // Mutual TLS for Loom's gRPC connections (loomctl and programs to the coordinator, workers to the
@@ -42,6 +45,12 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
 // insecure without.
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const std::optional<TlsCredentials>& tls);
+
+// Sets up an OpenSSL server context as MakeServerCredentials sets up gRPC's, for a server that is
+// not gRPC's (loomd's /metrics): TLS 1.2 or later, `tls`'s certificate chain and key, and every
+// client required to present a certificate that `tls`'s authority signed. INVALID_ARGUMENT when
+// the credentials do not parse or the key is not the certificate's (ReadTlsFiles rules both out).
+absl::Status ConfigureMutualTlsServer(const TlsCredentials& tls, ssl_ctx_st* context);
 
 }  // namespace loom
 

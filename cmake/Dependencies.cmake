@@ -16,7 +16,8 @@ if(NOT LOOM_RUNTIME_ONLY)
   find_package(ucx CONFIG REQUIRED)
   find_package(prometheus-cpp CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
-  # Checking TLS certificates and keys at start (client/tls.cc): the OpenSSL gRPC links on Debian.
+  # Checking TLS certificates and keys at start, and the HTTPS of /metrics (client/tls.cc): the
+  # OpenSSL gRPC and cpp-httplib link on Debian.
   find_package(OpenSSL REQUIRED)
   # libsystemd (sd_notify: loomd's readiness and watchdog under systemd) ships only a .pc file.
   find_package(PkgConfig REQUIRED)

@@ -188,13 +188,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->scrape_gauges_ = std::make_shared<ScrapeGauges>();
     daemon->AddScrapeGauges();
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(
-        options.metrics_listen_address, {daemon->metrics_->registry(), daemon->scrape_gauges_});
+        options.metrics_listen_address, {daemon->metrics_->registry(), daemon->scrape_gauges_},
+        options.metrics_plaintext ? std::nullopt : options.tls);
     if (!metrics.ok()) {
       daemon->Shutdown(absl::ZeroDuration());
       return metrics.status();
     }
     daemon->metrics_server_ = std::move(*metrics);
-    LOG(INFO) << "metrics on http://" << daemon->metrics_server_->address() << "/metrics";
+    LOG(INFO) << "metrics on " << daemon->metrics_server_->url();
   }
   return daemon;
 }

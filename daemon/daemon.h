@@ -61,6 +61,10 @@ class Daemon {
   std::string metrics_address() const {
     return metrics_server_ == nullptr ? "" : metrics_server_->address();
   }
+  // "https://HOST:PORT/metrics" (with --tls-*) or "http://..."; empty without --metrics-listen.
+  std::string metrics_url() const {
+    return metrics_server_ == nullptr ? "" : metrics_server_->url();
+  }
 
  private:
   Daemon() = default;

@@ -86,7 +86,11 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
 
       .AddFlag("metrics-listen", "HOST:PORT", "",
                "serve Prometheus metrics (GET /metrics) on this address, e.g. 0.0.0.0:9400; port 0 "
-               "picks a free port (printed at start); empty: no metrics")
+               "picks a free port (printed at start); empty: no metrics. With --tls-*: HTTPS, and "
+               "a scraper must present a certificate of --tls-ca's authority")
+      .AddSwitch("metrics-plaintext",
+                 "with --tls-*: serve /metrics over plain HTTP all the same (for a scraper "
+                 "without a client certificate; bind it to a private address)")
       .AddFlag("data-dir", "DIR", "",
                "keep state here across restarts (created if missing; one loomd per directory): "
                "the coordinator's jobs, with their events, plans, traces and ids. Jobs that had "
@@ -187,6 +191,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     *target = *value;
   }
   options.verbose = arguments.Switch("verbose");
+  options.metrics_plaintext = arguments.Switch("metrics-plaintext");
   absl::StatusOr<std::optional<TlsCredentials>> tls =
       loomctl::TlsFromArguments(kCommand, arguments);
   if (!tls.ok()) return tls.status();

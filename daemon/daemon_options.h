@@ -29,6 +29,8 @@ struct DaemonOptions {
   absl::Duration peer_probe_timeout = absl::Seconds(5);
   // HOST:PORT for Prometheus' GET /metrics (port 0 picks a free port); empty: not served.
   std::string metrics_listen_address;
+  // With `tls`: serve /metrics over plain HTTP anyway (without: HTTPS, mutual TLS).
+  bool metrics_plaintext = false;
   // Where the coordinator keeps its jobs across restarts (locked against a second loomd); empty:
   // nothing is kept on disk.
   std::string data_directory;
@@ -48,7 +50,8 @@ struct DaemonOptions {
   int blas_threads = 1;
   bool verbose = false;
   // --tls-ca / --tls-cert / --tls-key, read at start: every gRPC connection of the daemon (its
-  // server, a worker's session) is mutual TLS. nullopt: plaintext.
+  // server, a worker's session) is mutual TLS, and so is /metrics unless metrics_plaintext.
+  // nullopt: plaintext.
   std::optional<TlsCredentials> tls;
 };
 

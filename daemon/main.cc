@@ -54,9 +54,8 @@ int main(int argc, char** argv) {
   std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
             << " (" << options->devices.ToString()
             << (options->tls.has_value() ? ", mutual TLS" : "") << ")" << std::endl;
-  if (!(*daemon)->metrics_address().empty()) {
-    std::cout << "loomd: metrics on http://" << (*daemon)->metrics_address() << "/metrics"
-              << std::endl;
+  if (!(*daemon)->metrics_url().empty()) {
+    std::cout << "loomd: metrics on " << (*daemon)->metrics_url() << std::endl;
   }
   // Under systemd (Type=notify): ready, and watchdog pings while running. No-ops elsewhere.
   loom::daemon::SystemdNotifier systemd;

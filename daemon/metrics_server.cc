@@ -25,7 +25,8 @@ constexpr int kServerThreads = 2;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& address, std::vector<std::weak_ptr<prometheus::Collectable>> collectables) {
+    const std::string& address, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
+    const std::optional<TlsCredentials>& tls) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
@@ -41,7 +42,23 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->collectables_ = std::move(collectables);
-  server->server_ = std::make_unique<httplib::Server>();
+  if (tls.has_value()) {
+    absl::Status configured;
+    auto https = std::make_unique<httplib::SSLServer>([&](SSL_CTX& context) {
+      configured = ConfigureMutualTlsServer(*tls, &context);
+      return configured.ok();
+    });
+    if (!https->is_valid()) {
+      return absl::Status(
+          configured.ok() ? absl::StatusCode::kInternal : configured.code(),
+          absl::StrCat("cannot serve metrics on '", address, "' over HTTPS: ",
+                       configured.ok() ? "OpenSSL made no TLS context" : configured.message()));
+    }
+    server->server_ = std::move(https);
+    server->tls_ = true;
+  } else {
+    server->server_ = std::make_unique<httplib::Server>();
+  }
   server->server_->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   // httplib's default also sets SO_REUSEPORT, with which a second daemon would silently share
   // the port: only SO_REUSEADDR (restarts do not wait for TIME_WAIT).
@@ -79,6 +96,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     absl::SleepFor(absl::Milliseconds(1));
   }
   return server;
+}
+
+std::string MetricsServer::url() const {
+  return absl::StrCat(tls_ ? "https" : "http", "://", address_, "/metrics");
 }
 
 MetricsServer::~MetricsServer() {

@@ -2,11 +2,13 @@
 #define LOOM_DAEMON_METRICS_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/tls.h"
 #include "prometheus/collectable.h"
 
 namespace httplib {
@@ -17,7 +19,8 @@ namespace loom::daemon {
 
 // Serves GET /metrics in the Prometheus text format for loomd's --metrics-listen: the metrics of
 // the collectables (prometheus-cpp registries and ScrapeGauges), serialised by prometheus-cpp's
-// TextSerializer, over cpp-httplib.
+// TextSerializer, over cpp-httplib: plain HTTP, or HTTPS with mutual TLS (a scraper must present
+// a certificate of the daemon's authority, as every gRPC client must).
 //
 // Not prometheus-cpp's own Exposer: Debian 12 builds its CivetWeb with 100 KiB thread stacks, and
 // in a process that loads libquadmath (OpenBLAS -> libgfortran does) glibc formats every printf
@@ -25,17 +28,21 @@ namespace loom::daemon {
 // names itself: loomd crashed at start. docs/ARCHITECTURE.md, "Dependencies", says more.
 class MetricsServer {
  public:
-  // `address` is HOST:PORT (port 0 picks a free one). UNAVAILABLE naming the address when it
-  // cannot be bound. The collectables are held weakly: their owners keep them alive while the
+  // `address` is HOST:PORT (port 0 picks a free one). HTTPS with `tls`, plain HTTP without.
+  // UNAVAILABLE naming the address when it cannot be bound; INVALID_ARGUMENT when OpenSSL refuses
+  // the credentials. The collectables are held weakly: their owners keep them alive while the
   // server runs.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& address, std::vector<std::weak_ptr<prometheus::Collectable>> collectables);
+      const std::string& address, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
+      const std::optional<TlsCredentials>& tls = std::nullopt);
   // Stops serving (an in-flight scrape finishes first).
   ~MetricsServer();
 
   // The port it listens on, and HOST:PORT with it.
   int port() const { return port_; }
   const std::string& address() const { return address_; }
+  // "https://HOST:PORT/metrics" or "http://HOST:PORT/metrics".
+  std::string url() const;
 
   // The text a scrape gets.
   std::string Render() const;
@@ -48,6 +55,7 @@ class MetricsServer {
   std::thread thread_;
   int port_ = 0;
   std::string address_;
+  bool tls_ = false;
 };
 
 }  // namespace loom::daemon

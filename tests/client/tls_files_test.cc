@@ -2,16 +2,15 @@
 // scripts/make-certs.
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "client/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/test_certificates.h"
 
 namespace loom {
 namespace {
@@ -23,13 +22,9 @@ class TlsFilesTest : public ::testing::Test {
   static void SetUpTestSuite() {
     directory_ = new std::string(absl::StrCat(::testing::TempDir(), "/tls-files-", getpid()));
     other_ = new std::string(*directory_ + "-other");
-    for (const auto& [directory, name, hosts] :
-         {std::tuple{*directory_, "node", "127.0.0.1"}, std::tuple{*directory_, "second", ""},
-          std::tuple{*other_, "stranger", "127.0.0.1"}}) {
-      const std::string command = absl::StrCat(LOOM_SOURCE_DIR, "/scripts/make-certs '", directory,
-                                               "' ", name, " ", hosts, " >/dev/null");
-      ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    }
+    ASSERT_TRUE(testing::MakeCertificate(*directory_, "node", "127.0.0.1"));
+    ASSERT_TRUE(testing::MakeCertificate(*directory_, "second"));
+    ASSERT_TRUE(testing::MakeCertificate(*other_, "stranger", "127.0.0.1"));
   }
   static void TearDownTestSuite() {
     delete directory_;

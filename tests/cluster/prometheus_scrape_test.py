@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A real Prometheus server scrapes a running three-node Loom cluster.
 
-    /usr/bin/python3 tests/cluster/prometheus_scrape_test.py --bin-dir build/bin
+    /usr/bin/python3 tests/cluster/prometheus_scrape_test.py --bin-dir build/bin [--tls]
 
 Starts three loomd processes (a coordinator and two workers, each with --metrics-listen on a free
 port), checks every daemon's /metrics with `promtool check metrics`, trains a small data-parallel
@@ -9,6 +9,10 @@ GPT across the three nodes with `loomctl submit --watch`, runs Debian's `prometh
 configuration naming the three daemons, and queries it until the acts counter of every node and
 the coordinator's finished-jobs counter are there. Exit 77 (ctest: skipped) when prometheus or
 promtool is not installed.
+
+--tls: the same with mutual TLS (certificates from scripts/make-certs): the daemons serve
+/metrics over HTTPS to scrapers with a certificate of their authority, Prometheus scrapes with
+`scheme: https` and a `tls_config`, and a scrape without a client certificate is refused.
 """
 
 import argparse
@@ -18,11 +22,13 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -40,9 +46,9 @@ def free_port():
 class Loomd:
     """One loomd on free ports; its gRPC and metrics addresses read from its first lines."""
 
-    def __init__(self, binary, name, coordinator=None, rank=None):
+    def __init__(self, binary, name, coordinator=None, rank=None, tls_flags=()):
         command = [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                   "--node-name", name, "--devices", "cpu:1"]
+                   "--node-name", name, "--devices", "cpu:1", *tls_flags]
         if coordinator:
             command += ["--coordinator", coordinator, "--node-rank", str(rank)]
         self.name = name
@@ -51,6 +57,7 @@ class Loomd:
         self.output = []
         self.address = None
         self.metrics = None
+        self.scheme = None
         ready = threading.Event()
 
         def read_output():
@@ -58,8 +65,8 @@ class Loomd:
                 self.output.append(line)
                 if match := re.search(r"listening on (\S+)", line):
                     self.address = match.group(1)
-                if match := re.search(r"metrics on http://(\S+)/metrics", line):
-                    self.metrics = match.group(1)
+                if match := re.search(r"metrics on (https?)://(\S+)/metrics", line):
+                    self.scheme, self.metrics = match.group(1), match.group(2)
                     ready.set()
             ready.set()
 
@@ -78,9 +85,34 @@ class Loomd:
                 self.process.wait()
 
 
-def get(url, timeout=10):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def get(url, timeout=10, context=None):
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
         return response.read().decode()
+
+
+class Certificates:
+    """scripts/make-certs in `directory`: an authority, a certificate per daemon (naming
+    127.0.0.1) and one for the clients (loomctl, Prometheus, this script)."""
+
+    def __init__(self, directory):
+        make_certs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                  "scripts", "make-certs")
+        for name, hosts in [("daemon", ["127.0.0.1"]), ("client", [])]:
+            subprocess.run([make_certs, directory, name, *hosts], check=True,
+                           stdout=subprocess.DEVNULL)
+        self.ca = os.path.join(directory, "ca.pem")
+        self.directory = directory
+
+    def flags(self, name):
+        return ["--tls-ca", self.ca, "--tls-cert", os.path.join(self.directory, f"{name}.pem"),
+                "--tls-key", os.path.join(self.directory, f"{name}.key")]
+
+    def context(self, with_client_certificate=True):
+        context = ssl.create_default_context(cafile=self.ca)
+        if with_client_certificate:
+            context.load_cert_chain(os.path.join(self.directory, "client.pem"),
+                                    os.path.join(self.directory, "client.key"))
+        return context
 
 
 def query(prometheus, expression):
@@ -95,6 +127,7 @@ def query(prometheus, expression):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--tls", action="store_true", help="mutual TLS everywhere")
     arguments = parser.parse_args()
     for tool in ["prometheus", "promtool"]:
         if shutil.which(tool) is None:
@@ -105,14 +138,33 @@ def main():
     daemons = []
     prometheus = None
     try:
-        daemons.append(Loomd(os.path.join(arguments.bin_dir, "loomd"), "node0"))
+        certificates = Certificates(os.path.join(work, "certs")) if arguments.tls else None
+        daemon_tls = certificates.flags("daemon") if certificates else []
+        client_tls = certificates.flags("client") if certificates else []
+        context = certificates.context() if certificates else None
+        daemons.append(Loomd(os.path.join(arguments.bin_dir, "loomd"), "node0",
+                             tls_flags=daemon_tls))
         for rank in (1, 2):
             daemons.append(Loomd(os.path.join(arguments.bin_dir, "loomd"), f"node{rank}",
-                                 daemons[0].address, rank))
+                                 daemons[0].address, rank, tls_flags=daemon_tls))
+        scheme = "https" if arguments.tls else "http"
+        for daemon in daemons:
+            if daemon.scheme != scheme:
+                raise RuntimeError(f"{daemon.name} serves /metrics over {daemon.scheme}, "
+                                   f"expected {scheme}")
+
+        if certificates:
+            # Without a client certificate: no metrics.
+            try:
+                get(f"https://{daemons[0].metrics}/metrics",
+                    context=certificates.context(with_client_certificate=False))
+                raise RuntimeError("a scrape without a client certificate got the metrics")
+            except (ssl.SSLError, ConnectionError, urllib.error.URLError) as error:
+                print(f"node0: a scrape without a client certificate is refused ({error})")
 
         # Every daemon's exposition passes Prometheus' own linter.
         for daemon in daemons:
-            text = get(f"http://{daemon.metrics}/metrics")
+            text = get(f"{scheme}://{daemon.metrics}/metrics", context=context)
             lint = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                   capture_output=True)
             if lint.returncode != 0:
@@ -125,7 +177,7 @@ def main():
         subprocess.run([os.path.join(arguments.bin_dir, "loom-gpt"), "--dp", "3", "--batch", "6",
                         "--steps", "4", "--devices-per-node", "1", "--emit", job], check=True)
         submit = subprocess.run([os.path.join(arguments.bin_dir, "loomctl"), "submit", job,
-                                 "--watch", "--coordinator", daemons[0].address],
+                                 "--watch", "--coordinator", daemons[0].address, *client_tls],
                                 capture_output=True, text=True, timeout=JOB_TIMEOUT)
         print(submit.stdout + submit.stderr)
         if submit.returncode != 0:
@@ -134,10 +186,20 @@ def main():
         web = f"127.0.0.1:{free_port()}"
         config = os.path.join(work, "prometheus.yml")
         targets = ", ".join(f"'{daemon.metrics}'" for daemon in daemons)
+        tls_config = ""
+        if certificates:
+            tls_config = (f"    scheme: https\n    tls_config:\n"
+                          f"      ca_file: {certificates.ca}\n"
+                          f"      cert_file: {certificates.directory}/client.pem\n"
+                          f"      key_file: {certificates.directory}/client.key\n")
         with open(config, "w") as file:
             file.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                       "scrape_configs:\n  - job_name: loomd\n"
+                       "scrape_configs:\n  - job_name: loomd\n" + tls_config +
                        f"    static_configs:\n      - targets: [{targets}]\n")
+        check = subprocess.run(["promtool", "check", "config", config], capture_output=True,
+                               text=True)
+        if check.returncode != 0:
+            raise RuntimeError(f"promtool check config:\n{check.stdout}{check.stderr}")
         prometheus = subprocess.Popen(
             ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={work}/data",
              f"--web.listen-address={web}"],

@@ -4,7 +4,6 @@
 // nothing.
 #include "client/tls.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/test_certificates.h"
 #include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
 
@@ -24,21 +24,6 @@ namespace loom::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// `scripts/make-certs DIRECTORY NAME HOSTS`; false when it failed.
-bool MakeCertificate(const std::string& directory, const std::string& name,
-                     const std::string& hosts = "") {
-  const std::string command = absl::StrCat(LOOM_SOURCE_DIR, "/scripts/make-certs '", directory,
-                                           "' ", name, " ", hosts, " >/dev/null");
-  return std::system(command.c_str()) == 0;
-}
-
-// The authority of `authority_directory`, and NAME's certificate and key in `directory`.
-TlsFiles FilesOf(const std::string& authority_directory, const std::string& directory,
-                 const std::string& name) {
-  return {absl::StrCat(authority_directory, "/ca.pem"), absl::StrCat(directory, "/", name, ".pem"),
-          absl::StrCat(directory, "/", name, ".key")};
-}
 
 std::vector<std::string> TlsFlags(const TlsFiles& files) {
   return {"--tls-ca",  files.authority_path,  "--tls-cert", files.certificate_path,
@@ -56,12 +41,6 @@ TlsCredentials ReadUnchecked(const TlsFiles& files) {
   return {read(files.authority_path), read(files.certificate_path), read(files.private_key_path)};
 }
 
-std::optional<TlsCredentials> ReadCredentials(const TlsFiles& files) {
-  absl::StatusOr<std::optional<TlsCredentials>> tls = ReadTlsFiles(files);
-  EXPECT_TRUE(tls.ok()) << tls.status();
-  return tls.ok() ? *tls : std::nullopt;
-}
-
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -75,7 +54,8 @@ class TlsTest : public ::testing::Test {
 
     std::vector<std::string> arguments = {"--devices", "cpu:1", "--node-name", "node0",
                                           "--verbose"};
-    for (const std::string& flag : TlsFlags(FilesOf(certificates_, certificates_, "node0")))
+    for (const std::string& flag :
+         TlsFlags(CertificateFiles(certificates_, certificates_, "node0")))
       arguments.push_back(flag);
     auto coordinator =
         LoomdProcess::Start(LOOMD_BINARY, arguments, absl::StrCat(prefix_, "coordinator.log"));
@@ -120,9 +100,9 @@ class TlsTest : public ::testing::Test {
 };
 
 TEST_F(TlsTest, ACoordinatorAndAWorkerWithCertificatesRunAJobForAClientWithOne) {
-  StartWorker(TlsFlags(FilesOf(certificates_, certificates_, "node1")));
+  StartWorker(TlsFlags(CertificateFiles(certificates_, certificates_, "node1")));
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      Connect(ReadCredentials(FilesOf(certificates_, certificates_, "operator")));
+      Connect(ReadCredentials(CertificateFiles(certificates_, certificates_, "operator")));
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->WaitUntilReady(2, absl::Now() + absl::Seconds(20)).ok());
 
@@ -155,7 +135,7 @@ TEST_F(TlsTest, AClientWithACertificateOfAnotherAuthorityIsRefused) {
   // It trusts the daemon's authority, so only the daemon's check of its certificate refuses it.
   // (Loom's own clients refuse such files before connecting: tests/client/tls_files_test.cc.)
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      Connect(ReadUnchecked(FilesOf(certificates_, other_authority_, "intruder")));
+      Connect(ReadUnchecked(CertificateFiles(certificates_, other_authority_, "intruder")));
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
 }
@@ -165,7 +145,8 @@ TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
   // A loomd given a certificate of another authority does not even start.
   std::vector<std::string> arguments = {"--devices", "cpu:1", "--coordinator",
                                         coordinator_->address()};
-  for (const std::string& flag : TlsFlags(FilesOf(certificates_, other_authority_, "intruder"))) {
+  for (const std::string& flag :
+       TlsFlags(CertificateFiles(certificates_, other_authority_, "intruder"))) {
     arguments.push_back(flag);
   }
   absl::StatusOr<std::unique_ptr<LoomdProcess>> refused =
@@ -173,7 +154,7 @@ TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), HasSubstr("does not verify against --tls-ca"));
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      Connect(ReadCredentials(FilesOf(certificates_, certificates_, "operator")));
+      Connect(ReadCredentials(CertificateFiles(certificates_, certificates_, "operator")));
   ASSERT_TRUE(client.ok()) << client.status();
   // The plaintext worker retries every second: three seconds give it several tries.
   absl::SleepFor(absl::Seconds(3));
@@ -182,7 +163,7 @@ TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
   EXPECT_EQ(nodes->size(), 1u);
   for (auto& worker : workers_) EXPECT_TRUE(worker->Running()) << worker->Log();
   // A worker with a certificate of the authority joins the same cluster.
-  StartWorker(TlsFlags(FilesOf(certificates_, certificates_, "node1")));
+  StartWorker(TlsFlags(CertificateFiles(certificates_, certificates_, "node1")));
   EXPECT_TRUE((*client)->WaitUntilReady(2, absl::Now() + absl::Seconds(20)).ok());
 }
 

@@ -27,13 +27,14 @@ TEST(DaemonOptionsTest, Defaults) {
   EXPECT_EQ(options->memory_budget_per_device_bytes, 0);
   EXPECT_FALSE(options->node_name.empty());  // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
+  EXPECT_FALSE(options->metrics_plaintext);
 }
 
 TEST(DaemonOptionsTest, ReadsEveryFlag) {
   absl::StatusOr<DaemonOptions> options =
       Parse({"--listen", "0.0.0.0:0", "--node-name", "n1", "--devices", "cpu:4",
              "--memory-budget-per-device", "2GiB", "--stall-timeout", "3s", "--shutdown-grace",
-             "500ms", "--max-message-size", "1MiB", "--verbose"});
+             "500ms", "--max-message-size", "1MiB", "--verbose", "--metrics-plaintext"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->listen_address, "0.0.0.0:0");
   EXPECT_EQ(options->node_name, "n1");
@@ -43,6 +44,7 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->shutdown_grace, absl::Milliseconds(500));
   EXPECT_EQ(options->max_message_bytes, 1 << 20);
   EXPECT_TRUE(options->verbose);
+  EXPECT_TRUE(options->metrics_plaintext);
 }
 
 TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
@@ -80,7 +82,7 @@ TEST(DaemonOptionsTest, HelpListsTheFlags) {
   const std::string help = DaemonArgumentSpec().Help();
   for (const char* flag :
        {"--listen", "--coordinator", "--node-name", "--devices", "--memory-budget-per-device",
-        "--shutdown-grace", "--tls-ca", "--tls-cert", "--tls-key"}) {
+        "--shutdown-grace", "--tls-ca", "--tls-cert", "--tls-key", "--metrics-plaintext"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
 }
