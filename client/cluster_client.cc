@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/grpc_durations.h"
 #include "client/raw_unary_call.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -22,12 +23,6 @@ namespace {
 
 constexpr char kJobStatePrefix[] = "JOB_STATE_";
 constexpr char kNodeStatePrefix[] = "NODE_STATE_";
-
-// Keepalive pings find a peer that vanished without closing the connection (a lost host) during
-// a long WatchJob. Above gRPC servers' default minimum ping interval (5 minutes), which they
-// enforce by closing the connection.
-constexpr int kKeepaliveMilliseconds = 330 * 1000;
-constexpr int kKeepaliveTimeoutMilliseconds = 20 * 1000;
 
 std::chrono::system_clock::time_point ToDeadline(absl::Duration timeout) {
   if (timeout == absl::InfiniteDuration()) return std::chrono::system_clock::time_point::max();
@@ -122,8 +117,8 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options.max_message_bytes);
   arguments.SetMaxSendMessageSize(options.max_message_bytes);
-  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMilliseconds);
-  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMilliseconds);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, GrpcMilliseconds(options.keepalive_interval));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, GrpcMilliseconds(options.keepalive_timeout));
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(address, MakeChannelCredentials(options.tls), arguments);

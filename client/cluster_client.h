@@ -32,6 +32,12 @@ struct ClusterClientOptions {
   // Mutual TLS (client/tls.h), for a daemon started with --tls-ca/--tls-cert/--tls-key; the
   // daemon's certificate must name the host of the address. nullopt: plaintext.
   std::optional<TlsCredentials> tls;
+  // gRPC keepalive: a ping every `keepalive_interval` while a call is open, and a ping left
+  // unanswered for `keepalive_timeout` ends the connection, so a WatchJob whose coordinator's
+  // host vanished, or that stopped answering, ends with UNAVAILABLE within their sum (TCP alone
+  // would retransmit for many minutes). loomd accepts pings at any rate.
+  absl::Duration keepalive_interval = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
 };
 
 // Stops a WatchJob from another thread. One per watch; thread-safe.

@@ -1,23 +1,13 @@
 #include "daemon/worker_session.h"
 
-#include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/grpc_durations.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 
 namespace loom::daemon {
-namespace {
-
-// A gRPC channel argument in milliseconds (an int, at least 1).
-int MillisecondsAtLeastOne(absl::Duration duration) {
-  return static_cast<int>(
-      std::clamp<int64_t>(absl::ToInt64Milliseconds(duration), 1, std::numeric_limits<int>::max()));
-}
-
-}  // namespace
 
 WorkerSession::WorkerSession(Options options) : options_(std::move(options)) {}
 
@@ -57,7 +47,7 @@ void WorkerSession::Loop() {
   arguments.SetMaxSendMessageSize(options_.max_message_bytes);
   // Reconnect every retry interval however long the coordinator was away (gRPC's default backoff
   // grows to two minutes, which would keep a restarted coordinator without its workers).
-  const int retry_milliseconds = MillisecondsAtLeastOne(options_.retry_interval);
+  const int retry_milliseconds = GrpcMilliseconds(options_.retry_interval);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, retry_milliseconds);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, retry_milliseconds);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, retry_milliseconds);
@@ -65,9 +55,8 @@ void WorkerSession::Loop() {
   // (TCP retransmits for many minutes) or that stopped answering: a keepalive ping left unanswered
   // for the timeout closes the connection, so the session ends. The coordinator's server accepts
   // pings at any rate (Daemon::Start).
-  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, MillisecondsAtLeastOne(options_.keepalive_interval));
-  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                   MillisecondsAtLeastOne(options_.keepalive_timeout));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, GrpcMilliseconds(options_.keepalive_interval));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, GrpcMilliseconds(options_.keepalive_timeout));
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options_.coordinator_address, MakeChannelCredentials(options_.tls), arguments);

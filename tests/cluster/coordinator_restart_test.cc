@@ -3,16 +3,19 @@
 // across every node then runs to SUCCEEDED (its id, job-1 again, collides with the job the old
 // coordinator was running on the workers: their reports about the old one must not leak into it).
 // A coordinator with workers exits within seconds of SIGTERM, and workers notice a coordinator that
-// stopped answering (SIGSTOP) through keepalive within their --node-timeout.
+// stopped answering (SIGSTOP) through keepalive within their --node-timeout, as does a
+// ClusterClient watching a job (within its keepalive interval and timeout).
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -287,6 +290,22 @@ TEST_F(CoordinatorRestartTest, WorkersLeaveACoordinatorThatStopsAnswering) {
   // 200 ms, lost after 2 s without an answer.
   const std::string id = SubmitALongJobAndAwaitAStep();
   ASSERT_FALSE(id.empty());
+  // A client watching the job, pinging every 200 ms, gives up on a ping unanswered for 1 s. (The
+  // watch's own deadline is only a safety net: the test fails when it is what ended the watch.)
+  ClusterClientOptions client_options;
+  client_options.keepalive_interval = absl::Milliseconds(200);
+  client_options.keepalive_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ClusterClient>> watcher =
+      ClusterClient::Connect(coordinator_->address(), client_options);
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  absl::Status watched;
+  absl::Time watch_ended;
+  std::thread watch([&] {
+    watched = (*watcher)->WatchJob(
+        id, [](const v1::JobEvent&) {}, WatchOptions{.timeout = absl::Seconds(20)});
+    watch_ended = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(500));  // the watch is under way, with pings answered
 
   coordinator_->Signal(SIGSTOP);
   const absl::Time stopped = absl::Now();
@@ -296,7 +315,12 @@ TEST_F(CoordinatorRestartTest, WorkersLeaveACoordinatorThatStopsAnswering) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   const absl::Duration to_notice = absl::Now() - stopped;
+  watch.join();
   coordinator_->Signal(SIGCONT);
+  EXPECT_EQ(watched.code(), absl::StatusCode::kUnavailable) << watched;
+  std::cerr << "the watching client noticed " << watch_ended - stopped
+            << " after the coordinator stopped: " << watched << "\n";
+  EXPECT_LT(watch_ended - stopped, absl::Seconds(5));
   ASSERT_TRUE(lost) << "the workers did not notice within 10 s that the coordinator stopped";
   std::cerr << "the workers noticed " << to_notice << " after the coordinator stopped\n";
   EXPECT_LT(to_notice, absl::Seconds(5));
