@@ -6,24 +6,32 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "client/local_run.h"
 #include "compiler/compiler.h"
+#include "runtime/device_backends.h"
 
 namespace loom::bench {
 
 std::vector<double> GptStepMilliseconds(const gpt::GptConfig& config, int warmup_steps,
-                                        const KernelRegistry& kernels) {
+                                        const KernelRegistry& kernels,
+                                        const compiler::DeviceSet& devices) {
   absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
   ExitIfError(job.status(), "building the GPT job");
   compiler::OpRegistry ops;
   ExitIfError(compiler::RegisterStandardOps(&ops), "registering the ops");
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(
-      *job, ops, compiler::DeviceSet::Cpus(static_cast<int>(gpt::GptDeviceCount(config)), 1));
+      *job, ops,
+      devices.devices.empty()
+          ? compiler::DeviceSet::Cpus(static_cast<int>(gpt::GptDeviceCount(config)), 1)
+          : devices);
   ExitIfError(compiled.status(), "compiling the GPT job");
-  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
+  JobOptions options;
+  ExitIfError(SetUpDevices(compiled->plan, &options), "setting up the devices");
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, std::move(options));
   ExitIfError(run.status(), "running the GPT job");
   // The end of a loss sink's act, by piece (with micro-batches, a step's last piece).
   const int micro_batches = std::max<int>(compiled->plan.num_micro_batches(), 1);

@@ -4,18 +4,20 @@
 #include <string>
 #include <vector>
 
+#include "compiler/logical_graph.h"
 #include "examples/gpt/gpt_model.h"
 #include "kernels/kernel_registry.h"
 
 namespace loom::bench {
 
-// Runs the GPT of `config` (config.steps steps, one job) in this process on its devices (cpu:0
-// ... cpu:N-1) and returns the step times after the first `warmup_steps`, in milliseconds: the
-// intervals between the ends of successive acts of a loss sink (a step's last forward result;
-// step t + 1 reads the weights step t updated, so nothing of step t overlaps it). Exits with a
-// message on any error.
+// Runs the GPT of `config` (config.steps steps, one job) in this process on `devices` (empty:
+// cpu:0 ... cpu:N-1) and returns the step times after the first `warmup_steps`, in
+// milliseconds: the intervals between the ends of successive acts of a loss sink (a step's last
+// forward result; step t + 1 reads the weights step t updated, so nothing of step t overlaps it).
+// Exits with a message on any error.
 std::vector<double> GptStepMilliseconds(const gpt::GptConfig& config, int warmup_steps,
-                                        const KernelRegistry& kernels);
+                                        const KernelRegistry& kernels,
+                                        const compiler::DeviceSet& devices = {});
 
 // Runs tests/oracle/reference.py's timing mode with `arguments` (e.g. "--model gpt --threads 1
 // --steps-timing 20 --warmup 3") and returns its JSON output. Exits with a message on failure.

@@ -270,7 +270,7 @@ def gpt_forward(p, cfg, x, y=None, stats=None):
     if stats is None:
         stats = {}
     h = F.embedding(x, p["wte"]) + p["wpe"][:T]
-    causal = torch.ones(T, T, dtype=torch.bool).tril_()
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril_()
     scale = math.sqrt(Dh)
     for i in range(cfg.layers):
         pre = f"h.{i}."
