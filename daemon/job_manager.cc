@@ -24,6 +24,14 @@ using google::protobuf::util::TimeUtil;
 // How often a running job's record is written for its steps (state changes: always).
 constexpr absl::Duration kPersistStepsEvery = absl::Seconds(1);
 
+// How long a node may take to join its communicators that span nodes: what the launch timeout
+// leaves after the probes, less a margin for the node's report to arrive, so that the join's
+// error (naming the communicator) ends a launch before the coordinator's "connecting" timeout.
+absl::Duration JoinTimeout(const JobManager::Options& options) {
+  return std::max(options.launch_timeout - options.probe_timeout - absl::Seconds(2),
+                  absl::Seconds(1));
+}
+
 // The nodes whose plans have tasks.
 std::vector<int> NodesOf(const compiler::CompileResult& result) {
   std::vector<int> nodes;
@@ -493,6 +501,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       }
       message.mutable_connect()->set_probe_timeout_milliseconds(
           absl::ToInt64Milliseconds(options_.probe_timeout));
+      message.mutable_connect()->set_join_timeout_milliseconds(
+          absl::ToInt64Milliseconds(JoinTimeout(options_)));
     });
     for (int node : participants) send(node, connect);
     ok = wait_for([](const JobRecord::NodeProgress& node) { return node.connected; },

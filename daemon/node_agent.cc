@@ -15,10 +15,9 @@ namespace {
 
 // When the coordinator does not say how long to wait for the peers' probes.
 constexpr absl::Duration kDefaultProbeTimeout = absl::Seconds(5);
-// How long a node waits for the ranks of every node to join its communicators that span nodes
-// (NCCL's bootstrap): well within the coordinator's launch timeout (60 s), so that the join's
-// error, which names the communicator, ends the launch first.
-constexpr absl::Duration kJoinTimeout = absl::Seconds(30);
+// When the coordinator does not say how long to wait for the ranks of every node to join the
+// communicators that span nodes (NCCL's bootstrap).
+constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(30);
 
 }  // namespace
 
@@ -158,7 +157,11 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
     // Communicators spanning nodes (NCCL's) join once every peer is known to be reachable.
     std::map<std::string, std::string> ids(command.connect().communicator_ids().begin(),
                                            command.connect().communicator_ids().end());
-    if (status = job->JoinCommunicators(ids, kJoinTimeout); !status.ok()) {
+    const int64_t join_milliseconds = command.connect().join_timeout_milliseconds();
+    if (status = job->JoinCommunicators(ids, join_milliseconds > 0
+                                                 ? absl::Milliseconds(join_milliseconds)
+                                                 : kDefaultJoinTimeout);
+        !status.ok()) {
       ReportEnded(job_id, status);
       return;
     }

@@ -274,33 +274,60 @@ NcclCollectives::~NcclCollectives() {
   const bool failed = failed_.load(std::memory_order_acquire);
   int previous_device = 0;
   const bool restore_device = cudaGetDevice(&previous_device) == cudaSuccess;
-  // Healthy communicators of one ncclCommInitAll are destroyed one after another (NCCL defers
-  // the shared teardown to the last); after a failure the rest are aborted, since a peer's
-  // communicator may be gone and work may be stuck. A healthy communicator joined across nodes
-  // (non-blocking) is finalized first, which flushes its work with the peers' (bounded).
-  for (RankState& rank : ranks_) {
-    if (!rank.local) continue;
-    cudaSetDevice(rank.device);
-    if (rank.comm != nullptr) {
-      if (failed) {
-        ncclCommAbort(rank.comm);
-      } else {
-        cudaStreamSynchronize(rank.stream);
-        if (spans_nodes_ && ncclCommFinalize(rank.comm) == ncclInProgress) {
-          const auto until = Clock::now() + kDrainAfterAbort;
-          ncclResult_t state = ncclInProgress;
-          while (ncclCommGetAsyncError(rank.comm, &state) == ncclSuccess &&
-                 state == ncclInProgress && Clock::now() < until) {
-            std::this_thread::sleep_for(kPollInterval);
-          }
-        }
-        if (ncclResult_t result = ncclCommDestroy(rank.comm); result != ncclSuccess) {
-          LOG(WARNING) << "communicator '" << name_ << "': ncclCommDestroy on cuda:" << rank.device
-                       << ": " << ncclGetErrorString(result);
-        }
-      }
-      rank.comm = nullptr;
+  // Which communicators may be destroyed; the others are aborted. After a failure all are
+  // aborted, since a peer's communicator may be gone and work may be stuck. A healthy
+  // communicator joined across nodes (non-blocking) is finalized first, which flushes its work
+  // with the peers' (bounded): NCCL wants a communicator destroyed only once its state is
+  // ncclSuccess, and one with an error aborted; one thread finalizing several ranks must group
+  // the calls. Healthy communicators of one ncclCommInitAll are destroyed one after another (NCCL
+  // defers the shared teardown to the last).
+  std::vector<bool> destroy(ranks_.size(), !failed);
+  if (!failed) {
+    for (RankState& rank : ranks_) {
+      if (!rank.local || rank.comm == nullptr) continue;
+      cudaSetDevice(rank.device);
+      cudaStreamSynchronize(rank.stream);
     }
+  }
+  if (!failed && spans_nodes_) {
+    ncclGroupStart();
+    for (size_t index = 0; index < ranks_.size(); ++index) {
+      RankState& rank = ranks_[index];
+      if (!rank.local || rank.comm == nullptr) continue;
+      cudaSetDevice(rank.device);
+      const ncclResult_t result = ncclCommFinalize(rank.comm);
+      if (result != ncclSuccess && result != ncclInProgress) destroy[index] = false;
+    }
+    const ncclResult_t grouped = ncclGroupEnd();
+    const bool group_failed = grouped != ncclSuccess && grouped != ncclInProgress;
+    const auto until = Clock::now() + kDrainAfterAbort;
+    for (size_t index = 0; index < ranks_.size(); ++index) {
+      RankState& rank = ranks_[index];
+      if (!rank.local || rank.comm == nullptr) continue;
+      ncclResult_t state = ncclInProgress;
+      while (ncclCommGetAsyncError(rank.comm, &state) == ncclSuccess && state == ncclInProgress &&
+             Clock::now() < until) {
+        std::this_thread::sleep_for(kPollInterval);
+      }
+      if (group_failed || state != ncclSuccess) {
+        destroy[index] = false;
+        LOG(WARNING) << "communicator '" << name_ << "': finalizing on cuda:" << rank.device
+                     << " ended in " << ncclGetErrorString(group_failed ? grouped : state)
+                     << "; aborting it instead of destroying it";
+      }
+    }
+  }
+  for (size_t index = 0; index < ranks_.size(); ++index) {
+    RankState& rank = ranks_[index];
+    if (!rank.local || rank.comm == nullptr) continue;
+    cudaSetDevice(rank.device);
+    if (!destroy[index]) {
+      ncclCommAbort(rank.comm);
+    } else if (ncclResult_t result = ncclCommDestroy(rank.comm); result != ncclSuccess) {
+      LOG(WARNING) << "communicator '" << name_ << "': ncclCommDestroy on cuda:" << rank.device
+                   << ": " << ncclGetErrorString(result);
+    }
+    rank.comm = nullptr;
   }
   for (RankState& rank : ranks_) {
     if (rank.stream == nullptr) continue;

@@ -99,6 +99,10 @@ TEST(CommunicatorIdsTest, IdsReportedAtLaunchReachEveryNodeWithTheConnectCommand
   EXPECT_EQ(connect.addresses().at(1), (*network)->address());
   ASSERT_EQ(connect.communicator_ids().size(), 1);
   EXPECT_EQ(connect.communicator_ids().at("gpus_dp"), nccl_id);
+  // The join gets what the launch timeout (60 s) leaves after the probes (5 s), less 2 s for the
+  // node's report: its error, naming the communicator, comes before the coordinator's timeout.
+  EXPECT_EQ(connect.probe_timeout_milliseconds(), 5000);
+  EXPECT_EQ(connect.join_timeout_milliseconds(), 53000);
   // Node 0 hears from this one, as from a real worker.
   ASSERT_TRUE((*network)->Connect(0, connect.addresses().at(0)).ok());
   ASSERT_TRUE((*network)->SendProbe(0).ok());
