@@ -131,10 +131,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   builder.AddListeningPort(options.listen_address, MakeServerCredentials(options.tls), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  // Workers ping the coordinator every --heartbeat-interval (WorkerSession), far more often than
-  // gRPC servers accept by default (pings closer than 5 minutes count as strikes, and the third
-  // ends the connection with GOAWAY). The workers' heartbeats, data, reset that count, but with
-  // the same period two pings can fall between two heartbeats: accept any rate.
+  // Workers ping the coordinator every --heartbeat-interval (WorkerSession) and clients every
+  // 30 s (ClusterClientOptions), far more often than gRPC servers accept by default (pings
+  // closer than 5 minutes without data count as strikes, and the third ends the connection with
+  // GOAWAY "too many pings"). The workers' heartbeats, data, reset that count, but a watch of a
+  // quiet job receives nothing for minutes: accept any rate (without this line
+  // ClusterClientTest.AQuietWatchOutlastsItsKeepalivePings fails).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   if (coordinator) {
     builder.RegisterService(daemon->job_service_.get());

@@ -178,6 +178,26 @@ TEST_F(ClusterClientTest, AWatchHasADeadline) {
   EXPECT_TRUE(client_->CancelJob(submitted->job_id()).ok());
 }
 
+TEST_F(ClusterClientTest, AQuietWatchOutlastsItsKeepalivePings) {
+  // Steps of 1.5 s: the watch receives nothing for that long while the client pings every
+  // 100 ms. gRPC servers by default answer a third ping that came without data within 5 minutes
+  // with GOAWAY (too many pings), which would end the watch; loomd accepts any rate.
+  ClusterClientOptions options;
+  options.keepalive_interval = absl::Milliseconds(100);
+  options.keepalive_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ClusterClient>> pinging =
+      ClusterClient::Connect(daemon_->address(), options);
+  ASSERT_TRUE(pinging.ok()) << pinging.status();
+  absl::StatusOr<v1::JobInfo> submitted = (*pinging)->SubmitJob(SlowJob(2, 1'500'000));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  int steps = 0;
+  absl::Status watched = (*pinging)->WatchJob(
+      submitted->job_id(), [&steps](const v1::JobEvent& event) { steps += event.has_step(); },
+      WatchOptions{.timeout = absl::Seconds(30)});
+  EXPECT_TRUE(watched.ok()) << watched;
+  EXPECT_EQ(steps, 2);
+}
+
 TEST_F(ClusterClientTest, ListsTheNodeAndWaitsUntilReady) {
   absl::StatusOr<std::vector<v1::NodeInfo>> nodes = client_->ListNodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status();
