@@ -59,7 +59,9 @@ class CollectiveBackend {
   //    joining this node's ranks and returns at once, so that every communicator of the node is
   //    joining before the node waits for any (the nodes may list them in different orders).
   //  - FinishJoin(deadline): waits until every rank of every node joined; DEADLINE_EXCEEDED
-  //    naming the communicator at `deadline`, or the reason of an Abort.
+  //    naming the communicator at `deadline`, or the reason of an Abort. After a failed join
+  //    (the backends aborted), every backend gets FinishJoin(InfinitePast()): one still joining
+  //    ends its join then, whether or not it was started or waited for before.
   virtual std::string join_id() const { return std::string(); }
   virtual absl::Status StartJoin(const std::string& /*id*/) { return absl::OkStatus(); }
   virtual absl::Status FinishJoin(absl::Time /*deadline*/) { return absl::OkStatus(); }

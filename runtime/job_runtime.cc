@@ -294,9 +294,16 @@ absl::Status JobRuntime::JoinCommunicators(const std::map<std::string, std::stri
     if (!status.ok()) break;
     status = backend->FinishJoin(deadline);
   }
-  // A failed join fails the job, which aborts every backend: joins still under way end, and no
-  // backend waits for peers at its destruction.
-  if (!status.ok()) Fail(status);
+  // A failed join fails the job, which aborts every backend; then every backend is asked to
+  // finish at once, so that joins still under way (started before the failure, or never waited
+  // for) end now rather than when the job is released, and no backend waits for peers at its
+  // destruction.
+  if (!status.ok()) {
+    Fail(status);
+    for (const auto& backend : collective_backends_) {
+      backend->FinishJoin(absl::InfinitePast()).IgnoreError();
+    }
+  }
   return status;
 }
 

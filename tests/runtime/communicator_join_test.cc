@@ -81,15 +81,16 @@ class JoinLog {
 // A backend whose ranks on "other nodes" must join before it runs: it makes `made_id` (empty:
 // not the node of rank 0), records its join calls, and finishes joining once `expected_starts`
 // joins of the job started (so a runtime that waited for one join before starting the next would
-// wait in vain), or never when `peers_join` is false.
+// wait in vain), or never when `peers_join` is false. With `fail_start` its StartJoin fails.
 class JoiningBackend final : public CollectiveBackend {
  public:
   JoiningBackend(const plan::Communicator& communicator, std::string made_id, int expected_starts,
-                 bool peers_join, JoinLog* log)
+                 bool peers_join, bool fail_start, JoinLog* log)
       : inner_(communicator, SharedMemoryOptions()),
         made_id_(std::move(made_id)),
         expected_starts_(expected_starts),
         peers_join_(peers_join),
+        fail_start_(fail_start),
         log_(log) {}
 
   const std::string& communicator() const override { return inner_.communicator(); }
@@ -106,6 +107,9 @@ class JoiningBackend final : public CollectiveBackend {
   std::string join_id() const override { return made_id_; }
   absl::Status StartJoin(const std::string& id) override {
     log_->Add(absl::StrCat("start ", communicator(), " with '", id, "'"));
+    if (fail_start_) {
+      return absl::InternalError(absl::StrCat(communicator(), ": NCCL refused the id"));
+    }
     return absl::OkStatus();
   }
   absl::Status FinishJoin(absl::Time deadline) override {
@@ -126,6 +130,7 @@ class JoiningBackend final : public CollectiveBackend {
   const std::string made_id_;
   const int expected_starts_;
   const bool peers_join_;
+  const bool fail_start_;
   JoinLog* const log_;
   bool joined_ = false;  // set before Start, read by the ranks after it
 };
@@ -180,16 +185,17 @@ struct JoinedJob {
 };
 
 // The plan above, with "a"'s backend making the id "id-of-a" (its rank 0 is "here") and "b"'s
-// none (its rank 0 is "elsewhere").
-std::unique_ptr<JoinedJob> MakeJoinedJob(bool peers_join) {
+// none (its rank 0 is "elsewhere"); the backend of `failing_start` fails to start joining.
+std::unique_ptr<JoinedJob> MakeJoinedJob(bool peers_join, const std::string& failing_start = "") {
   auto job = std::make_unique<JoinedJob>();
   JobOptions options;
   options.collective_backend_factory =
-      [&job = *job, peers_join](
+      [&job = *job, peers_join, failing_start](
           const plan::Communicator& communicator,
           const plan::Plan&) -> absl::StatusOr<std::unique_ptr<CollectiveBackend>> {
     return std::make_unique<JoiningBackend>(
-        communicator, communicator.name() == "a" ? "id-of-a" : "", 2, peers_join, &job.log);
+        communicator, communicator.name() == "a" ? "id-of-a" : "", 2, peers_join,
+        communicator.name() == failing_start, &job.log);
   };
   absl::StatusOr<std::unique_ptr<JobRuntime>> runtime = MakeJob(TwoCommunicatorPlan(3), options);
   CHECK(runtime.ok()) << runtime.status();
@@ -225,6 +231,21 @@ TEST(CommunicatorJoinTest, AJoinPastItsDeadlineFailsTheJobAndAbortsEveryBackend)
   EXPECT_TRUE(job->log.aborted("b"));
   ASSERT_TRUE(job->runtime->Start().ok());
   EXPECT_EQ(job->runtime->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(CommunicatorJoinTest, AJoinThatCannotStartEndsTheJoinsStartedBeforeIt) {
+  std::unique_ptr<JoinedJob> job = MakeJoinedJob(/*peers_join=*/false, /*failing_start=*/"b");
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      job->runtime->JoinCommunicators({{"a", "id-of-a"}, {"b", "id-of-b"}}, absl::Seconds(60));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("b: NCCL refused the id"));
+  // "a" had started joining; it is told to finish at once (and ends, aborted) instead of
+  // joining in the background until the job is released.
+  EXPECT_THAT(job->log.entries(), ElementsAre("start a with 'id-of-a'", "start b with 'id-of-b'",
+                                              "finish a", "finish b"));
+  EXPECT_TRUE(job->log.aborted("a"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
 TEST(CommunicatorJoinTest, AnAbortEndsAJoinAtOnce) {
