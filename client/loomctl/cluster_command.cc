@@ -9,6 +9,7 @@
 #include "client/loomctl/local_cluster.h"
 #include "client/loomctl/local_process.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/tls_flags.h"
 
 namespace loom::loomctl {
 namespace {
@@ -81,6 +82,13 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
   options.loomd = parsed->Has("loomd") ? parsed->Value("loomd") : DefaultLoomd();
   options.memory_budget_per_device = parsed->Value("memory-budget-per-device");
   options.host = parsed->Value("host");
+  // Checked here (a usage error naming the flag and the file); the daemons get the paths.
+  if (absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(kUpCommand, *parsed);
+      !tls.ok()) {
+    error << tls.status().message() << "\n";
+    return kExitUsage;
+  }
+  options.tls = {parsed->Value("tls-ca"), parsed->Value("tls-cert"), parsed->Value("tls-key")};
 
   absl::StatusOr<ClusterState> state = StartLocalCluster(options, error);
   if (!state.ok()) {
@@ -158,7 +166,9 @@ ArgumentSpec ClusterUpArgumentSpec() {
       "addresses, logs), prints each node's addresses on stderr and the coordinator's\n"
       "address on stdout. The other loomctl commands then default to that coordinator (when\n"
       "STATE_DIR is the default one). Refused while a cluster from the same STATE_DIR runs.\n"
-      "On failure, prints the end of the failing daemon's log and stops the others.\n\n"
+      "On failure, prints the end of the failing daemon's log and stops the others. With\n"
+      "--tls-ca/--tls-cert/--tls-key every daemon runs with mutual TLS, and the other loomctl\n"
+      "commands then use those files with the recorded coordinator.\n\n"
       "Exit codes: 0 the cluster is ready; 1 it could not be started; 2 usage error.");
   spec.AddFlag("nodes", "N", "1", "the number of daemons (nodes)")
       .AddFlag("devices-per-node", "K", "1", "CPU devices per node (loomd --devices cpu:K)")
@@ -171,6 +181,10 @@ ArgumentSpec ClusterUpArgumentSpec() {
       .AddFlag("timeout", "DURATION", "60s",
                "how long the daemons may take to start and report every node ready")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
+  // Every daemon gets them (its certificate must name --host; one certificate for all works,
+  // e.g. scripts/make-certs DIR local 127.0.0.1), and the other loomctl commands use them with
+  // the recorded coordinator unless given TLS flags of their own.
+  AddTlsFlags(spec);
   return spec;
 }
 

@@ -26,11 +26,17 @@ std::string DefaultCoordinator(const std::string& state_directory) {
 }
 
 absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
-                                                         const ParsedArguments& arguments) {
+                                                         const ParsedArguments& arguments,
+                                                         const std::string& state_directory) {
   ClusterCommandOptions options;
-  options.coordinator = arguments.Has("coordinator")
-                            ? arguments.Value("coordinator")
-                            : DefaultCoordinator(DefaultClusterStateDirectory());
+  // The coordinator 'loomctl cluster up' recorded comes with its TLS files, used when no TLS flag
+  // is given.
+  absl::StatusOr<ClusterState> recorded = ReadClusterState(state_directory);
+  const bool use_recorded =
+      !arguments.Has("coordinator") && recorded.ok() && !recorded->coordinator.empty();
+  options.coordinator = arguments.Has("coordinator") ? arguments.Value("coordinator")
+                        : use_recorded               ? recorded->coordinator
+                                                     : std::string(kDefaultCoordinator);
   if (options.coordinator.find(':') == std::string::npos) {
     return UsageError(
         command, absl::StrCat("--coordinator must be HOST:PORT, not '", options.coordinator, "'"));
@@ -47,8 +53,19 @@ absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
                                             "2m), not '",
                                             timeout, "'"));
   }
-  absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(command, arguments);
-  if (!tls.ok()) return tls.status();
+  const bool tls_flags =
+      arguments.Has("tls-ca") || arguments.Has("tls-cert") || arguments.Has("tls-key");
+  absl::StatusOr<std::optional<TlsCredentials>> tls = use_recorded && !tls_flags
+                                                          ? ReadTlsFiles(recorded->tls)
+                                                          : TlsFromArguments(command, arguments);
+  if (!tls.ok()) {
+    if (use_recorded && !tls_flags) {
+      return UsageError(
+          command, absl::StrCat("the TLS files of the cluster recorded in ",
+                                ClusterStatePath(state_directory), ": ", tls.status().message()));
+    }
+    return tls.status();
+  }
   options.tls = *std::move(tls);
   return options;
 }

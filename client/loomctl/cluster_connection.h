@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "client/cluster_client.h"
 #include "client/loomctl/arguments.h"
+#include "client/loomctl/cluster_state.h"
 #include "client/loomctl/job_summary.h"
 #include "client/tls.h"
 
@@ -31,11 +32,12 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 // Adds --coordinator, --output, --timeout and the TLS flags (tls_flags.h) to `spec`.
 void AddClusterFlags(ArgumentSpec& spec);
-// Reads them. The coordinator defaults to the one `loomctl cluster up` recorded in the default
-// state directory (DefaultClusterStateDirectory), else kDefaultCoordinator. INVALID_ARGUMENT
-// naming the flag on a bad value.
-absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
-                                                         const ParsedArguments& arguments);
+// Reads them. The coordinator defaults to the one `loomctl cluster up` recorded in
+// `state_directory`, with the cluster's TLS files unless TLS flags are given, else
+// kDefaultCoordinator. INVALID_ARGUMENT naming the flag (or the state file) on a bad value.
+absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(
+    const char* command, const ParsedArguments& arguments,
+    const std::string& state_directory = DefaultClusterStateDirectory());
 // The coordinator address when --coordinator is not given: the state file's in
 // `state_directory`, else kDefaultCoordinator.
 std::string DefaultCoordinator(const std::string& state_directory);

@@ -63,7 +63,13 @@ std::string ClusterStateToJson(const ClusterState& state) {
         ", \"start_ticks\": ", node.start_ticks, ", \"address\": ", JsonString(node.address),
         ", \"log\": ", JsonString(node.log), ", \"metrics\": ", JsonString(node.metrics), "}");
   }
-  json += "\n  ]\n}\n";
+  json += "\n  ]";
+  if (!state.tls.authority_path.empty()) {
+    absl::StrAppend(&json, ",\n  \"tls\": {\"ca\": ", JsonString(state.tls.authority_path),
+                    ", \"cert\": ", JsonString(state.tls.certificate_path),
+                    ", \"key\": ", JsonString(state.tls.private_key_path), "}");
+  }
+  json += "\n}\n";
   return json;
 }
 
@@ -103,6 +109,16 @@ absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json) {
     record.log = *log;
     record.metrics = *metrics;
     state.nodes.push_back(std::move(record));
+  }
+  if (const JsonValue* tls = root->Find("tls"); tls != nullptr) {
+    if (!tls->is_object()) return Malformed("has a 'tls' that is not an object");
+    absl::StatusOr<std::string> authority = StringMember(*tls, "ca");
+    absl::StatusOr<std::string> certificate = StringMember(*tls, "cert");
+    absl::StatusOr<std::string> key = StringMember(*tls, "key");
+    for (const absl::Status& status : {authority.status(), certificate.status(), key.status()}) {
+      if (!status.ok()) return status;
+    }
+    state.tls = {*authority, *certificate, *key};
   }
   return state;
 }

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/tls.h"
 
 namespace loom::loomctl {
 
@@ -16,6 +17,10 @@ namespace loom::loomctl {
 //   {"coordinator":"127.0.0.1:40123","loomd":"/.../loomd","nodes":[{"rank":0,"name":"node0",
 //    "pid":4242,"start_ticks":123456,"address":"127.0.0.1:40123","log":"STATE_DIR/node0.log",
 //    "metrics":"127.0.0.1:40124"}, ...]}
+//
+// and, for a cluster started with --tls-*, "tls":{"ca":PATH,"cert":PATH,"key":PATH}: the files
+// every daemon got, which the other loomctl commands use when they take the recorded coordinator
+// and are given no TLS flags of their own.
 struct ClusterNodeRecord {
   int rank = 0;
   std::string name;
@@ -25,7 +30,7 @@ struct ClusterNodeRecord {
   uint64_t start_ticks = 0;
   std::string address;
   std::string log;
-  // Where the daemon serves Prometheus metrics (HOST:PORT of http://HOST:PORT/metrics).
+  // Where the daemon serves Prometheus metrics (HOST:PORT of http(s)://HOST:PORT/metrics).
   std::string metrics;
 };
 
@@ -33,6 +38,8 @@ struct ClusterState {
   std::string coordinator;
   std::string loomd;
   std::vector<ClusterNodeRecord> nodes;
+  // The --tls-ca/--tls-cert/--tls-key files of every daemon; empty paths: plaintext.
+  TlsFiles tls;
 };
 
 // $XDG_RUNTIME_DIR/loom-cluster when XDG_RUNTIME_DIR is set, else /tmp/loom-cluster-<uid>.

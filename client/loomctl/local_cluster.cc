@@ -148,12 +148,13 @@ absl::Status FailStart(const std::vector<ClusterNodeRecord>& started,
   return absl::Status(failure.code(), message);
 }
 
-// Waits for the daemon to print its address; its address, or an error saying why not.
-// Waits for the daemon's gRPC and metrics addresses (the first two lines it prints).
-absl::Status AwaitAddresses(ClusterNodeRecord& node, absl::Time deadline) {
+// Waits for the daemon's gRPC and metrics addresses (the first two lines it prints; the metrics
+// URL's scheme is `metrics_scheme`).
+absl::Status AwaitAddresses(ClusterNodeRecord& node, const std::string& metrics_scheme,
+                            absl::Time deadline) {
   while (true) {
     node.address = AddressAfter(node.log, "listening on ");
-    node.metrics = AddressAfter(node.log, "metrics on http://");
+    node.metrics = AddressAfter(node.log, absl::StrCat("metrics on ", metrics_scheme, "://"));
     if (!node.address.empty() && !node.metrics.empty()) return absl::OkStatus();
     std::string ending;
     if (!IsProcessRunning(ProcessOf(node), &ending)) {
@@ -223,9 +224,15 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     return help.status();
   }
 
+  // The readiness check's own credentials (the files were checked by ReadTlsFiles).
+  absl::StatusOr<std::optional<TlsCredentials>> tls = ReadTlsFiles(options.tls);
+  if (!tls.ok()) return tls.status();
+  const std::string metrics_scheme = tls->has_value() ? "https" : "http";
+
   const absl::Time deadline = absl::Now() + options.timeout;
   ClusterState state;
   state.loomd = options.loomd;
+  state.tls = options.tls;
   for (int rank = 0; rank < options.nodes; ++rank) {
     ClusterNodeRecord node;
     node.rank = rank;
@@ -245,26 +252,33 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
       arguments.insert(arguments.end(),
                        {"--memory-budget-per-device", options.memory_budget_per_device});
     }
+    if (tls->has_value()) {
+      arguments.insert(arguments.end(),
+                       {"--tls-ca", options.tls.authority_path, "--tls-cert",
+                        options.tls.certificate_path, "--tls-key", options.tls.private_key_path});
+    }
     LOG(INFO) << "starting " << options.loomd << " " << absl::StrJoin(arguments, " ");
     absl::StatusOr<LocalProcess> process = StartDetachedProcess(options.loomd, arguments, node.log);
     if (!process.ok()) return FailStart(state.nodes, nullptr, process.status(), progress);
     node.pid = process->pid;
     node.start_ticks = process->start_ticks;
     state.nodes.push_back(node);
-    if (absl::Status started = AwaitAddresses(state.nodes.back(), deadline); !started.ok()) {
+    if (absl::Status started = AwaitAddresses(state.nodes.back(), metrics_scheme, deadline);
+        !started.ok()) {
       return FailStart(state.nodes, &state.nodes.back(), started, progress);
     }
     const ClusterNodeRecord& started = state.nodes.back();
     if (rank == 0) state.coordinator = started.address;
     progress << node.name << ": pid " << node.pid << ", listening on " << started.address
-             << (rank == 0 ? " (coordinator)" : "") << ", metrics http://" << started.metrics
-             << "/metrics, log " << node.log << "\n";
+             << (rank == 0 ? " (coordinator)" : "") << ", metrics " << metrics_scheme << "://"
+             << started.metrics << "/metrics, log " << node.log << "\n";
     progress.flush();
   }
 
   ClusterClientOptions client_options;
   client_options.connect_timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   client_options.call_timeout = absl::Seconds(5);
+  client_options.tls = *tls;
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       ClusterClient::Connect(state.coordinator, client_options);
   if (!client.ok()) return FailStart(state.nodes, &state.nodes[0], client.status(), progress);

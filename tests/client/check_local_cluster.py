@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """loomctl cluster up / down end to end.
 
-check_local_cluster.py LOOMCTL STATE_DIR NODES
+check_local_cluster.py LOOMCTL STATE_DIR NODES [--tls]
 
 Starts a local cluster of NODES loomds (the loomd next to loomctl) in STATE_DIR, checks that a
 second `up` is refused, that `loomctl nodes` lists NODES ready nodes and that a training job
 succeeds on it; then `down`: every daemon is gone and the state file removed. With one node it
 also checks that a daemon that cannot start fails `up` with the end of its log, leaving nothing
-running. Run from the repository root.
+running. With --tls the cluster runs with mutual TLS (certificates from scripts/make-certs in
+STATE_DIR/certs): the state file records the files, the commands work with them and a client
+without them gets no answer. Run from the repository root.
 """
 import json
 import os
@@ -15,6 +17,7 @@ import subprocess
 import sys
 
 LOOMCTL, STATE_DIRECTORY, NODES = sys.argv[1], sys.argv[2], int(sys.argv[3])
+TLS = "--tls" in sys.argv[4:]
 STATE_FILE = os.path.join(STATE_DIRECTORY, "cluster.json")
 failures = []
 
@@ -46,8 +49,18 @@ def running(pid, start_ticks):
 state_flag = ["--state-dir", STATE_DIRECTORY]
 loomctl("cluster", "down", *state_flag)  # leftovers of an earlier run, if any
 
+tls_flags = []
+if TLS:
+    certificates = os.path.join(STATE_DIRECTORY, "certs")
+    subprocess.run(["rm", "-rf", certificates], check=True)
+    subprocess.run(["scripts/make-certs", certificates, "local", "127.0.0.1"], check=True,
+                   stdout=subprocess.DEVNULL)
+    tls_flags = ["--tls-ca", os.path.join(certificates, "ca.pem"),
+                 "--tls-cert", os.path.join(certificates, "local.pem"),
+                 "--tls-key", os.path.join(certificates, "local.key")]
+
 result = loomctl("cluster", "up", "--nodes", str(NODES), "--devices-per-node", "2",
-                 "--timeout", "60s", *state_flag)
+                 "--timeout", "60s", *state_flag, *tls_flags)
 if result.returncode != 0:
     print(f"FAIL: cluster up exited {result.returncode}", file=sys.stderr)
     sys.exit(1)
@@ -61,6 +74,9 @@ try:
     check(len(nodes) == NODES, f"{NODES} nodes recorded")
     check(all(running(node["pid"], node["start_ticks"]) for node in nodes), "every daemon runs")
     check(all(os.path.exists(node["log"]) for node in nodes), "every daemon has its log")
+    if TLS:
+        check(state.get("tls", {}).get("ca") == tls_flags[1], "the state file records the TLS files")
+        check("metrics https://" in result.stderr, "the daemons serve /metrics over HTTPS")
 except (OSError, ValueError, KeyError) as error:
     check(False, f"the state file {STATE_FILE}: {error}")
 
@@ -69,13 +85,17 @@ try:
     check(result.returncode == 1 and "still running" in result.stderr,
           "a second up from the same state directory is refused")
 
-    result = loomctl("nodes", "--coordinator", address, "--output", "json")
+    if TLS:
+        result = loomctl("nodes", "--coordinator", address)
+        check(result.returncode == 5, f"a client without TLS gets no answer (exit 5): "
+                                      f"{result.returncode}")
+    result = loomctl("nodes", "--coordinator", address, "--output", "json", *tls_flags)
     listed = json.loads(result.stdout)["nodes"] if result.returncode == 0 else []
     check(len(listed) == NODES, f"nodes lists {NODES}: {len(listed)}")
     check(all(node["state"] == "NODE_STATE_READY" for node in listed), "every node is ready")
 
     result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "3",
-                     "--coordinator", address)
+                     "--coordinator", address, *tls_flags)
     check(result.returncode == 0 and "step 3/3" in result.stdout, "a job runs on the cluster")
 finally:
     result = loomctl("cluster", "down", *state_flag)

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/json_test_util.h"
+#include "tests/client/test_certificates.h"
 
 namespace loom::loomctl {
 namespace {
@@ -79,6 +80,43 @@ TEST(ClusterConnectionTest, TheDefaultCoordinatorIsTheRecordedOne) {
   EXPECT_EQ(DefaultCoordinator(directory), kDefaultCoordinator);
   ASSERT_TRUE(WriteClusterState(directory, TwoNodes()).ok());
   EXPECT_EQ(DefaultCoordinator(directory), "127.0.0.1:40001");
+}
+
+TEST(ClusterConnectionTest, TheRecordedCoordinatorComesWithItsTlsFiles) {
+  const std::string directory = TemporaryDirectory("cluster_recorded_tls");
+  const std::string certificates = directory + "/certs";
+  ASSERT_TRUE(testing::MakeCertificate(certificates, "local", "127.0.0.1"));
+  ClusterState state = TwoNodes();
+  state.tls = testing::CertificateFiles(certificates, certificates, "local");
+  ASSERT_TRUE(WriteClusterState(directory, state).ok());
+  absl::StatusOr<ClusterState> read = ReadClusterState(directory);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->tls.authority_path, state.tls.authority_path);
+  EXPECT_EQ(read->tls.certificate_path, state.tls.certificate_path);
+  EXPECT_EQ(read->tls.private_key_path, state.tls.private_key_path);
+
+  ArgumentSpec spec("loomctl test", "test");
+  AddClusterFlags(spec);
+  auto options_for = [&](const std::vector<std::string>& arguments) {
+    absl::StatusOr<ParsedArguments> parsed = spec.Parse(arguments);
+    EXPECT_TRUE(parsed.ok());
+    return ClusterOptionsFrom("loomctl test", *parsed, directory);
+  };
+  // The recorded coordinator, with the recorded files.
+  absl::StatusOr<ClusterCommandOptions> recorded = options_for({});
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_EQ(recorded->coordinator, "127.0.0.1:40001");
+  ASSERT_TRUE(recorded->tls.has_value());
+  EXPECT_THAT(recorded->tls->certificate, HasSubstr("BEGIN CERTIFICATE"));
+  // Another coordinator: nothing recorded applies.
+  absl::StatusOr<ClusterCommandOptions> other = options_for({"--coordinator", "10.0.0.1:7070"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(other->tls.has_value());
+  // Recorded files that went away: an error naming the state file.
+  std::filesystem::remove_all(certificates);
+  absl::StatusOr<ClusterCommandOptions> gone = options_for({});
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gone.status().message(), HasSubstr(ClusterStatePath(directory)));
 }
 
 TEST(ClusterConnectionTest, FlagsAndExitCodes) {
