@@ -88,7 +88,12 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
     error << tls.status().message() << "\n";
     return kExitUsage;
   }
-  options.tls = {parsed->Value("tls-ca"), parsed->Value("tls-cert"), parsed->Value("tls-key")};
+  // Absolute, since the state file keeps them for commands run from other directories.
+  auto absolute = [&](const char* flag) {
+    const std::string path = parsed->Value(flag);
+    return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  };
+  options.tls = {absolute("tls-ca"), absolute("tls-cert"), absolute("tls-key")};
 
   absl::StatusOr<ClusterState> state = StartLocalCluster(options, error);
   if (!state.ok()) {
