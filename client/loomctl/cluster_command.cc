@@ -83,11 +83,12 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
   options.memory_budget_per_device = parsed->Value("memory-budget-per-device");
   options.host = parsed->Value("host");
   // Checked here (a usage error naming the flag and the file); the daemons get the paths.
-  if (absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(kUpCommand, *parsed);
-      !tls.ok()) {
+  absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(kUpCommand, *parsed);
+  if (!tls.ok()) {
     error << tls.status().message() << "\n";
     return kExitUsage;
   }
+  options.tls_credentials = *std::move(tls);
   // Absolute, since the state file keeps them for commands run from other directories.
   auto absolute = [&](const char* flag) {
     const std::string path = parsed->Value(flag);

@@ -1,5 +1,8 @@
 #include "client/loomctl/cluster_connection.h"
 
+#include <optional>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/cluster_state.h"
 #include "client/loomctl/tls_flags.h"
@@ -19,21 +22,18 @@ void AddClusterFlags(ArgumentSpec& spec) {
   AddTlsFlags(spec);
 }
 
-std::string DefaultCoordinator(const std::string& state_directory) {
-  absl::StatusOr<ClusterState> state = ReadClusterState(state_directory);
-  if (state.ok() && !state->coordinator.empty()) return state->coordinator;
-  return kDefaultCoordinator;
-}
-
 absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(const char* command,
                                                          const ParsedArguments& arguments,
                                                          const std::string& state_directory) {
   ClusterCommandOptions options;
   // The coordinator 'loomctl cluster up' recorded comes with its TLS files, used when no TLS flag
   // is given.
-  absl::StatusOr<ClusterState> recorded = ReadClusterState(state_directory);
-  const bool use_recorded =
-      !arguments.Has("coordinator") && recorded.ok() && !recorded->coordinator.empty();
+  std::optional<ClusterState> recorded;
+  if (!arguments.Has("coordinator")) {
+    absl::StatusOr<ClusterState> state = ReadClusterState(state_directory);
+    if (state.ok() && !state->coordinator.empty()) recorded = *std::move(state);
+  }
+  const bool use_recorded = recorded.has_value();
   options.coordinator = arguments.Has("coordinator") ? arguments.Value("coordinator")
                         : use_recorded               ? recorded->coordinator
                                                      : std::string(kDefaultCoordinator);

@@ -38,9 +38,6 @@ void AddClusterFlags(ArgumentSpec& spec);
 absl::StatusOr<ClusterCommandOptions> ClusterOptionsFrom(
     const char* command, const ParsedArguments& arguments,
     const std::string& state_directory = DefaultClusterStateDirectory());
-// The coordinator address when --coordinator is not given: the state file's in
-// `state_directory`, else kDefaultCoordinator.
-std::string DefaultCoordinator(const std::string& state_directory);
 
 // Connects to options.coordinator. On failure writes "COMMAND: MESSAGE" to `error`.
 std::unique_ptr<ClusterClient> ConnectOrReport(const char* command,

@@ -224,10 +224,8 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     return help.status();
   }
 
-  // The readiness check's own credentials (the files were checked by ReadTlsFiles).
-  absl::StatusOr<std::optional<TlsCredentials>> tls = ReadTlsFiles(options.tls);
-  if (!tls.ok()) return tls.status();
-  const std::string metrics_scheme = tls->has_value() ? "https" : "http";
+  const bool tls = options.tls_credentials.has_value();
+  const std::string metrics_scheme = tls ? "https" : "http";
 
   const absl::Time deadline = absl::Now() + options.timeout;
   ClusterState state;
@@ -252,7 +250,7 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
       arguments.insert(arguments.end(),
                        {"--memory-budget-per-device", options.memory_budget_per_device});
     }
-    if (tls->has_value()) {
+    if (tls) {
       arguments.insert(arguments.end(),
                        {"--tls-ca", options.tls.authority_path, "--tls-cert",
                         options.tls.certificate_path, "--tls-key", options.tls.private_key_path});
@@ -278,7 +276,7 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
   ClusterClientOptions client_options;
   client_options.connect_timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   client_options.call_timeout = absl::Seconds(5);
-  client_options.tls = *tls;
+  client_options.tls = options.tls_credentials;
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       ClusterClient::Connect(state.coordinator, client_options);
   if (!client.ok()) return FailStart(state.nodes, &state.nodes[0], client.status(), progress);

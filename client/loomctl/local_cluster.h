@@ -1,6 +1,7 @@
 #ifndef LOOM_CLIENT_LOOMCTL_LOCAL_CLUSTER_H_
 #define LOOM_CLIENT_LOOMCTL_LOCAL_CLUSTER_H_
 
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -29,16 +30,17 @@ struct LocalClusterOptions {
   // How long the daemons may take to listen and to report every node ready.
   absl::Duration timeout = absl::Seconds(60);
   // Mutual TLS: every daemon gets these files (the certificate must name `host`), and the
-  // readiness check presents them as a client (make-certs' certificates serve both). Empty
-  // paths: plaintext.
+  // readiness check presents `tls_credentials`, their contents (ReadTlsFiles), as a client
+  // (make-certs' certificates serve both). Empty paths and nullopt: plaintext.
   TlsFiles tls;
+  std::optional<TlsCredentials> tls_credentials;
 };
 
 // Starts options.nodes daemons: node 0 the coordinator (--node-rank 0), the others joining it
 // (--coordinator ADDRESS --node-rank I), each --listen HOST:0, --metrics-listen HOST:0,
 // --node-name nodeI, --devices cpu:K (and the TLS flags); then waits until the coordinator is
 // SERVING and lists every node READY, writes the state file and returns it. Progress goes to
-// `progress`. INVALID_ARGUMENT naming the flag when the TLS files do not check out.
+// `progress`.
 // FAILED_PRECONDITION when a cluster recorded in the state directory still runs. On any failure the
 // daemons already started are stopped, and the message holds the tail of the failing daemon's log.
 absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& options,

@@ -77,9 +77,19 @@ TEST(ClusterStateTest, MissingAndMalformedFiles) {
 
 TEST(ClusterConnectionTest, TheDefaultCoordinatorIsTheRecordedOne) {
   const std::string directory = TemporaryDirectory("cluster_default_coordinator");
-  EXPECT_EQ(DefaultCoordinator(directory), kDefaultCoordinator);
+  ArgumentSpec spec("loomctl test", "test");
+  AddClusterFlags(spec);
+  absl::StatusOr<ParsedArguments> parsed = spec.Parse({});
+  ASSERT_TRUE(parsed.ok());
+  auto coordinator = [&] {
+    absl::StatusOr<ClusterCommandOptions> options =
+        ClusterOptionsFrom("loomctl test", *parsed, directory);
+    EXPECT_TRUE(options.ok()) << options.status();
+    return options.ok() ? options->coordinator : "";
+  };
+  EXPECT_EQ(coordinator(), kDefaultCoordinator);
   ASSERT_TRUE(WriteClusterState(directory, TwoNodes()).ok());
-  EXPECT_EQ(DefaultCoordinator(directory), "127.0.0.1:40001");
+  EXPECT_EQ(coordinator(), "127.0.0.1:40001");
 }
 
 TEST(ClusterConnectionTest, TheRecordedCoordinatorComesWithItsTlsFiles) {
