@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -26,6 +28,60 @@ plan::Stream NetworkStream(const plan::Device& device, plan::StreamKind kind) {
 uint32_t TaskIndexOf(const plan::Plan& plan, int position) {
   const plan::Task& task = plan.tasks(position);
   return task.has_index() ? task.index() : static_cast<uint32_t>(position);
+}
+
+bool SameDevice(const plan::Device& a, const plan::Device& b) {
+  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
+}
+
+// The network moves host memory only (Debian's UCX is built without CUDA): a register of any
+// other device crosses nodes through its host, the CPU device of the same node and index.
+bool IsHostMemory(const plan::Device& device) { return device.type() == plan::CPU; }
+
+plan::Device HostOf(const plan::Device& device) {
+  plan::Device host = device;
+  host.set_type(plan::CPU);
+  return host;
+}
+
+// Adds `host` to `node_plan`'s devices unless it is there, with the memory budget of `device`
+// (the device it stages for).
+void AddHostDevice(plan::Plan& node_plan, const plan::Device& host, const plan::Device& device) {
+  int64_t budget = 0;
+  for (const plan::DeviceDesc& desc : node_plan.devices()) {
+    if (SameDevice(desc.device(), host)) return;
+    if (SameDevice(desc.device(), device)) budget = desc.memory_budget_bytes();
+  }
+  plan::DeviceDesc* added = node_plan.add_devices();
+  *added->mutable_device() = host;
+  added->set_memory_budget_bytes(budget);
+}
+
+plan::Task CopyTask(std::string name, plan::Stream stream, std::string input, std::string output,
+                    uint32_t index) {
+  plan::Task task;
+  task.set_name(std::move(name));
+  task.set_kind(plan::COPY);
+  *task.mutable_stream() = std::move(stream);
+  task.add_inputs(std::move(input));
+  task.add_outputs(std::move(output));
+  task.set_index(index);
+  return task;
+}
+
+// A register like `reg` named `name`, written by `producer` and read by `consumers` (when `reg`
+// names its producer and consumers, as the compiler writes them; otherwise neither).
+plan::RegisterDesc RegisterLike(const plan::RegisterDesc& reg, std::string name,
+                                const std::string& producer,
+                                const std::vector<std::string>& consumers) {
+  plan::RegisterDesc result = reg;
+  result.set_name(std::move(name));
+  result.clear_consumers();
+  if (!reg.producer().empty()) {
+    result.set_producer(producer);
+    for (const std::string& consumer : consumers) result.add_consumers(consumer);
+  }
+  return result;
 }
 
 }  // namespace
@@ -61,24 +117,42 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   }
 
   // A register read on another node than its producer's moves with a SEND on the producer's node
-  // and a RECEIVE on the reading node, which produces the reading node's copy "<name>@node<B>".
+  // and a RECEIVE on the reading node, which produces the reading node's copy "<name>@node<B>";
+  // through host memory (see IsHostMemory) when either side is not.
   // (node, register) -> the name the node's tasks read.
   std::map<std::pair<int, std::string>, std::string> renamed;
-  // register -> its SEND tasks (consumers on the producer's node).
-  absl::flat_hash_map<std::string, std::vector<std::string>> sends_of;
-  std::vector<plan::RegisterDesc> received;  // the copies, with the node that holds each
-  std::vector<int> received_node;
+  // register -> the tasks of its producer's node that read it for other nodes (its SENDs, or the
+  // copy to its host).
+  absl::flat_hash_map<std::string, std::vector<std::string>> network_readers_of;
+  std::vector<std::pair<int, plan::RegisterDesc>> added_registers;  // with the node holding each
   std::vector<std::pair<int, plan::Task>> network_tasks;
   for (const plan::RegisterDesc& reg : plan.registers()) {
     auto producer = producer_position.find(reg.name());
     auto readers = reader_nodes.find(reg.name());
     if (producer == producer_position.end() || readers == reader_nodes.end()) continue;
-    const plan::Task& producer_task = plan.tasks(producer->second);
-    const int producer_node = producer_task.stream().device().node();
+    const plan::Device& producer_device = plan.tasks(producer->second).stream().device();
+    const int producer_node = producer_device.node();
     absl::InlinedVector<int, 4> remote = readers->second;
     std::sort(remote.begin(), remote.end());
+    remote.erase(std::remove(remote.begin(), remote.end(), producer_node), remote.end());
+    if (remote.empty()) continue;
+
+    // What the SENDs read: the register, or its copy in its host's memory.
+    const bool stage_out = !IsHostMemory(producer_device);
+    const plan::Device send_device = stage_out ? HostOf(producer_device) : producer_device;
+    const std::string sent = stage_out ? absl::StrCat(reg.name(), "@host") : reg.name();
+    std::string to_host;
+    if (stage_out) {
+      AddHostDevice(result[producer_node], send_device, producer_device);
+      plan::Task copy = CopyTask(absl::StrCat("to-host:", reg.name()),
+                                 NetworkStream(send_device, plan::STREAM_COPY_OUT), reg.name(),
+                                 sent, next_index++);
+      to_host = copy.name();
+      network_readers_of[reg.name()].push_back(to_host);
+      network_tasks.emplace_back(producer_node, std::move(copy));
+    }
+    std::vector<std::string> sends;
     for (int node : remote) {
-      if (node == producer_node) continue;
       const std::string copy_name = absl::StrCat(reg.name(), "@node", node);
       // The first task of the reading node that reads the register picks the receive's device.
       const plan::Device* reader_device = nullptr;
@@ -90,18 +164,22 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
           break;
         }
       }
+      // What the RECEIVE writes: the copy, or the copy's image in its host's memory.
+      const bool stage_in = !IsHostMemory(*reader_device);
+      const plan::Device receive_device = stage_in ? HostOf(*reader_device) : *reader_device;
+      const std::string received = stage_in ? absl::StrCat(copy_name, "@host") : copy_name;
+
       plan::Task send;
       send.set_name(absl::StrCat("send:", copy_name));
       send.set_kind(plan::SEND);
-      *send.mutable_stream() =
-          NetworkStream(producer_task.stream().device(), plan::STREAM_COPY_OUT);
-      send.add_inputs(reg.name());
+      *send.mutable_stream() = NetworkStream(send_device, plan::STREAM_COPY_OUT);
+      send.add_inputs(sent);
       send.set_index(next_index++);
       plan::Task receive;
       receive.set_name(absl::StrCat("receive:", copy_name));
       receive.set_kind(plan::RECEIVE);
-      *receive.mutable_stream() = NetworkStream(*reader_device, plan::STREAM_COPY_IN);
-      receive.add_outputs(copy_name);
+      *receive.mutable_stream() = NetworkStream(receive_device, plan::STREAM_COPY_IN);
+      receive.add_outputs(received);
       receive.set_index(next_index++);
       send.mutable_peer()->set_task(receive.name());
       *send.mutable_peer()->mutable_stream() = receive.stream();
@@ -117,12 +195,27 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       for (const std::string& consumer : reg.consumers()) {
         if (node_of_task[consumer] == node) copy.add_consumers(consumer);
       }
-      received.push_back(std::move(copy));
-      received_node.push_back(node);
       renamed[{node, reg.name()}] = copy_name;
-      sends_of[reg.name()].push_back(send.name());
+      sends.push_back(send.name());
+      const std::string receive_name = receive.name();
       network_tasks.emplace_back(producer_node, std::move(send));
       network_tasks.emplace_back(node, std::move(receive));
+      if (stage_in) {
+        AddHostDevice(result[node], receive_device, *reader_device);
+        plan::Task to_device = CopyTask(absl::StrCat("to-device:", copy_name),
+                                        NetworkStream(*reader_device, plan::STREAM_COPY_IN),
+                                        received, copy_name, next_index++);
+        if (!reg.producer().empty()) copy.set_producer(to_device.name());
+        added_registers.emplace_back(node,
+                                     RegisterLike(reg, received, receive_name, {to_device.name()}));
+        network_tasks.emplace_back(node, std::move(to_device));
+      }
+      added_registers.emplace_back(node, std::move(copy));
+    }
+    if (stage_out) {
+      added_registers.emplace_back(producer_node, RegisterLike(reg, sent, to_host, sends));
+    } else {
+      network_readers_of[reg.name()] = std::move(sends);
     }
   }
 
@@ -155,20 +248,18 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       if (!holds[n].contains(reg.name())) continue;
       plan::RegisterDesc* added = result[n].add_registers();
       *added = reg;
-      auto sends = sends_of.find(reg.name());
+      auto network_readers = network_readers_of.find(reg.name());
       if (reg.consumers_size() == 0 && reg.producer().empty()) continue;
       added->clear_consumers();
       for (const std::string& consumer : reg.consumers()) {
         if (node_of_task[consumer] == n) added->add_consumers(consumer);
       }
-      if (sends != sends_of.end()) {
-        for (const std::string& send : sends->second) added->add_consumers(send);
+      if (network_readers != network_readers_of.end()) {
+        for (const std::string& reader : network_readers->second) added->add_consumers(reader);
       }
     }
   }
-  for (size_t i = 0; i < received.size(); ++i) {
-    *result[received_node[i]].add_registers() = std::move(received[i]);
-  }
+  for (auto& [node, reg] : added_registers) *result[node].add_registers() = std::move(reg);
 
   for (const plan::Communicator& communicator : plan.communicators()) {
     absl::InlinedVector<int, 4> members;

@@ -13,8 +13,14 @@ namespace loom::compiler {
 // than its producer's (a pipeline stage boundary across nodes) moves with a pair of tasks added
 // here: a SEND ("send:<register>@node<B>") on the producer's node, reading the register, and a
 // RECEIVE ("receive:<register>@node<B>") on each reading node B, producing B's copy
-// "<register>@node<B>" with the register's slots; B's tasks read the copy. The pairs get job-wide
-// task indices after the plan's. The whole-job plan keeps no such pairs.
+// "<register>@node<B>" with the register's slots; B's tasks read the copy. The network moves host
+// memory only, so a register of a GPU goes through its host (the CPU device of the same node and
+// index, added to the node's plan with the GPU's memory budget when the plan lacks it): a COPY
+// ("to-host:<register>", on the host's copy-out stream) into "<register>@host", which the SENDs
+// read; and on B, when its first reader is on a GPU, the RECEIVE runs on that GPU's host into
+// "<register>@node<B>@host" and a COPY ("to-device:<register>@node<B>", on the GPU's copy-in
+// stream) makes the copy. The added tasks get job-wide task indices after the plan's. The
+// whole-job plan keeps none of them.
 std::vector<plan::Plan> SplitByNode(const plan::Plan& plan);
 
 }  // namespace loom::compiler

@@ -20,7 +20,7 @@ bool SameDevice(const plan::Device& a, const plan::Device& b) {
   return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
 }
 
-// What GPU streams do not run yet (their actors read or write the registers from the host):
+// What GPU streams do not run (their actors would read or write the registers from the host):
 // refused before anything starts, naming the task. `backend` is the communicator's, for
 // collectives.
 absl::Status CheckRunsOnItsDevice(const plan::Task& task, const CollectiveBackend* backend) {
@@ -29,6 +29,8 @@ absl::Status CheckRunsOnItsDevice(const plan::Task& task, const CollectiveBacken
   switch (task.kind()) {
     case plan::SEND:
     case plan::RECEIVE:
+      // The network moves host memory; the compiler's node split stages a GPU's registers
+      // through its host with COPY tasks.
       what = "sending registers between nodes";
       break;
     case plan::COLLECTIVE:

@@ -23,17 +23,27 @@ absl::StatusOr<std::vector<plan::Plan>> CompileForNodes(const job::Job& job, int
 }
 
 absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
-                                     const plan::Plan& whole_plan) {
-  KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+                                     const plan::Plan& whole_plan,
+                                     const NodeRunOptions& run_options) {
+  KernelRegistry cpu_kernels;
+  const KernelRegistry* kernels = run_options.kernels;
+  if (kernels == nullptr) {
+    if (absl::Status status = RegisterCpuKernels(&cpu_kernels); !status.ok()) return status;
+    kernels = &cpu_kernels;
+  }
   std::vector<std::unique_ptr<daemon::NodeJob>> jobs;
   std::map<int, std::string> addresses;
   for (const plan::Plan& node_plan : node_plans) {
     JobOptions options;
     options.stall_timeout = absl::Seconds(30);
     options.collective_timeout = absl::Seconds(30);
+    if (run_options.set_up) {
+      if (absl::Status status = run_options.set_up(node_plan, &options); !status.ok()) {
+        return status;
+      }
+    }
     absl::StatusOr<std::unique_ptr<daemon::NodeJob>> job =
-        daemon::NodeJob::Create(node_plan, &kernels, options);
+        daemon::NodeJob::Create(node_plan, kernels, options);
     if (!job.ok()) return job.status();
     addresses[node_plan.node()] = (*job)->address();
     jobs.push_back(*std::move(job));

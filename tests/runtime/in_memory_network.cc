@@ -109,6 +109,9 @@ absl::Status InMemoryNetwork::SendData(int source, int destination, Network::Tag
   if (destination < 0 || destination >= num_nodes_) {
     return absl::InvalidArgumentError(absl::StrCat("no node ", destination));
   }
+  if (buffer_check_) {
+    if (absl::Status status = buffer_check_(buffer); !status.ok()) return status;
+  }
   for (int node : {source, destination}) {
     if (!node_failure_[node].ok()) {
       CompleteLocked(std::move(done), node_failure_[node]);
@@ -135,6 +138,9 @@ absl::Status InMemoryNetwork::ReceiveData(int node, Network::Tag tag, void* buff
                                           Network::Completion done) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return absl::CancelledError("the network stopped");
+  if (buffer_check_) {
+    if (absl::Status status = buffer_check_(buffer); !status.ok()) return status;
+  }
   if (!node_failure_[node].ok()) {
     CompleteLocked(std::move(done), node_failure_[node]);
     return absl::OkStatus();
@@ -168,6 +174,11 @@ void InMemoryNetwork::FailNode(int failed, absl::Status status) {
   }
   for (auto& [tag, receive] : receives_[failed]) CompleteLocked(std::move(receive.done), status);
   receives_[failed].clear();
+}
+
+void InMemoryNetwork::SetBufferCheck(BufferCheck check) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  buffer_check_ = std::move(check);
 }
 
 int64_t InMemoryNetwork::transfers() const {

@@ -42,6 +42,11 @@ class InMemoryNetwork {
   // anything sends one. A message to a node without a receiver fails to send.
   void SetMessageReceiver(int node, MessageReceiver receiver);
 
+  // Sees every buffer a transfer names before the transfer is accepted; an error refuses it
+  // (SendData / ReceiveData return the error), as a transport refuses memory it cannot reach.
+  using BufferCheck = std::function<absl::Status(const void* buffer)>;
+  void SetBufferCheck(BufferCheck check);
+
   // Transfers matched so far.
   int64_t transfers() const;
 
@@ -80,6 +85,7 @@ class InMemoryNetwork {
   std::vector<absl::flat_hash_map<Network::Tag, PendingReceive>> receives_;
   std::vector<absl::Status> node_failure_;  // guarded by mutex_
   std::vector<MessageReceiver> receivers_;  // guarded by mutex_
+  BufferCheck buffer_check_;                // guarded by mutex_
   std::deque<Work> work_;                   // guarded by mutex_
   bool stopping_ = false;                   // guarded by mutex_
   int64_t transfers_ = 0;                   // guarded by mutex_

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/job_runtime.h"
 #include "runtime/plan_builder.h"
-#include "tests/runtime/in_memory_network.h"
+#include "tests/runtime/node_runtimes.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace loom::testing {
@@ -65,46 +65,6 @@ std::vector<plan::Plan> NodePlans(int64_t pieces, int slots) {
   return {sender.plan(), receiver.plan()};
 }
 
-// Both nodes' runtimes over one in-memory network, which stops first (pending receives and late
-// credits then reach runtimes that still exist).
-class TwoNodes {
- public:
-  explicit TwoNodes(const std::vector<plan::Plan>& plans,
-                    absl::Duration stall_timeout = absl::Seconds(20))
-      : network_(2) {
-    for (int node = 0; node < 2; ++node) {
-      JobOptions options;
-      options.network = network_.node(node);
-      options.stall_timeout = stall_timeout;
-      absl::StatusOr<std::unique_ptr<JobRuntime>> job = MakeJob(plans[node], std::move(options));
-      status_.Update(job.status());
-      if (!job.ok()) return;
-      jobs_.push_back(std::move(*job));
-      network_.SetMessageReceiver(node, [job = jobs_.back().get()](const ActorMessage& message) {
-        job->DeliverFromNetwork(message);
-      });
-    }
-  }
-
-  InMemoryNetwork& network() { return network_; }
-  const JobRuntime& job(int node) const { return *jobs_[node]; }
-
-  absl::Status Start() {
-    for (auto& job : jobs_) status_.Update(job->Start());
-    return status_;
-  }
-  absl::Status Wait() {
-    for (auto& job : jobs_) status_.Update(job->Wait());
-    return status_;
-  }
-  absl::Status WaitFor(int node) { return jobs_[node]->Wait(); }
-
- private:
-  std::vector<std::unique_ptr<JobRuntime>> jobs_;
-  InMemoryNetwork network_;  // destroyed (stopped) before the runtimes
-  absl::Status status_;
-};
-
 std::vector<float> Range(int count) {
   std::vector<float> values(count);
   for (int i = 0; i < count; ++i) values[i] = static_cast<float>(i);
@@ -114,7 +74,7 @@ std::vector<float> Range(int count) {
 TEST(NetworkActorsTest, PiecesArriveInOrderAndIntact) {
   for (int slots : {1, 2, 4}) {
     SCOPED_TRACE(slots);
-    TwoNodes nodes(NodePlans(200, slots));
+    NodeRuntimes nodes(NodePlans(200, slots));
     ASSERT_TRUE(nodes.Start().ok());
     ASSERT_TRUE(nodes.Wait().ok());
     EXPECT_THAT(SinkValues(nodes.job(1), "sink"), ElementsAreArray(Range(200)));
@@ -126,7 +86,9 @@ TEST(NetworkActorsTest, PiecesArriveInOrderAndIntact) {
 // sending task and node; the sender's job ends too (its next transfer fails, or it stalls waiting
 // for credit), never hangs.
 TEST(NetworkActorsTest, ALostPeerEndsBothJobs) {
-  TwoNodes nodes(NodePlans(1'000'000, 2), absl::Seconds(2));
+  JobOptions options;
+  options.stall_timeout = absl::Seconds(2);
+  NodeRuntimes nodes(NodePlans(1'000'000, 2), options);
   ASSERT_TRUE(nodes.Start().ok());
   nodes.network().FailNode(1, absl::UnavailableError("node 1 is lost"));
   absl::Status receiver = nodes.WaitFor(1);

@@ -85,33 +85,35 @@ class DescendKernel final : public Kernel {
 
 }  // namespace
 
-void RegisterTestKernels(KernelRegistry* registry) {
+void RegisterTestKernels(KernelRegistry* registry, plan::DeviceType device_type) {
   (void)registry->Register(
-      "test_descend", plan::CPU,
+      "test_descend", device_type,
       [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         if (init.inputs.size() != 3 || init.outputs.size() != 2) {
           return absl::InvalidArgumentError("test_descend takes (value, gradient, state)");
         }
         return std::make_unique<DescendKernel>();
       });
-  (void)registry->Register("test_piece", plan::CPU, [](const KernelInit&) {
+  (void)registry->Register("test_piece", device_type, [](const KernelInit&) {
     return absl::StatusOr<std::unique_ptr<Kernel>>(std::make_unique<PieceKernel>());
   });
-  (void)registry->Register("test_sum_plus_one", plan::CPU, [](const KernelInit&) {
+  (void)registry->Register("test_sum_plus_one", device_type, [](const KernelInit&) {
     return absl::StatusOr<std::unique_ptr<Kernel>>(std::make_unique<SumPlusOneKernel>());
   });
-  (void)registry->Register(
-      "test_fail", plan::CPU, [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        absl::StatusOr<int64_t> piece = Attributes(*init.conf).GetInt("fail_piece");
-        if (!piece.ok()) return piece.status();
-        return std::make_unique<FailKernel>(*piece);
-      });
-  (void)registry->Register(
-      "test_spin", plan::CPU, [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        absl::StatusOr<int64_t> microseconds = Attributes(*init.conf).GetInt("microseconds", 0);
-        if (!microseconds.ok()) return microseconds.status();
-        return std::make_unique<SpinKernel>(*microseconds);
-      });
+  (void)registry->Register("test_fail", device_type,
+                           [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                             absl::StatusOr<int64_t> piece =
+                                 Attributes(*init.conf).GetInt("fail_piece");
+                             if (!piece.ok()) return piece.status();
+                             return std::make_unique<FailKernel>(*piece);
+                           });
+  (void)registry->Register("test_spin", device_type,
+                           [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                             absl::StatusOr<int64_t> microseconds =
+                                 Attributes(*init.conf).GetInt("microseconds", 0);
+                             if (!microseconds.ok()) return microseconds.status();
+                             return std::make_unique<SpinKernel>(*microseconds);
+                           });
 }
 
 }  // namespace loom::testing
