@@ -101,7 +101,9 @@ std::string MergedTrace(const JobRecord& record) {
 }  // namespace
 
 JobManager::JobManager(Options options, Cluster* cluster)
-    : options_(std::move(options)), cluster_(cluster) {}
+    : options_(std::move(options)), cluster_(cluster) {
+  if (options_.store != nullptr) writer_ = std::make_unique<JobStoreWriter>(options_.store);
+}
 
 JobManager::~JobManager() { Shutdown(absl::ZeroDuration()); }
 
@@ -165,12 +167,24 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
     LOG(INFO) << "refused job '" << name << "': " << compiled.status();
     return compiled.status();
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!accepting_) return absl::UnavailableError("loomd is shutting down and takes no new jobs");
+  v1::JobInfo submitted;
+  uint64_t written = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return absl::UnavailableError("loomd is shutting down and takes no new jobs");
+    submitted = QueueJob(*std::move(compiled), trace);
+    written = last_write_;
+  }
+  // The job is on disk before its id reaches the client.
+  if (writer_ != nullptr) writer_->WaitFor(written);
+  return submitted;
+}
+
+v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, bool trace) {
   auto record = std::make_shared<JobRecord>();
   record->number = ++last_number_;
   record->id = absl::StrCat("job-", record->number);
-  record->compiled = std::move(*compiled);
+  record->compiled = std::move(compiled);
   record->trace = trace;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
@@ -186,12 +200,13 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
   records_[record->number] = record;
   number_of_id_[record->id] = record->number;
   queue_.push_back(record->number);
-  if (options_.store != nullptr) {
-    for (absl::Status saved :
-         {options_.store->SaveLastNumber(record->number),
-          options_.store->SavePlan(record->number, PlanResponseOf(*record->compiled))}) {
-      if (!saved.ok()) LOG(ERROR) << "job " << record->id << " is not kept on disk: " << saved;
-    }
+  if (writer_ != nullptr) {
+    Write(
+        absl::StrCat("the number of job ", record->id),
+        [number = record->number](const JobStore& store) { return store.SaveLastNumber(number); });
+    Write(absl::StrCat("the plan of job ", record->id),
+          [number = record->number, plan = PlanResponseOf(*record->compiled)](
+              const JobStore& store) { return store.SavePlan(number, plan); });
   }
   ChangeState(record.get(), v1::JOB_STATE_PENDING, absl::OkStatus());
   LOG(INFO) << "queued job " << record->id << " ('" << info.name() << "', "
@@ -746,11 +761,15 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
 
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
-  if (options_.store != nullptr && record->trace && record->trace_error.empty() &&
+  if (writer_ != nullptr && record->trace && record->trace_error.empty() &&
       record->compiled != nullptr) {
-    absl::Status saved = options_.store->SaveTrace(record->number, MergedTrace(*record));
-    record->trace_stored = saved.ok();
-    if (!saved.ok()) LOG(ERROR) << "the trace of job " << record->id << " is not kept: " << saved;
+    // Written before the job's record, which says it was (a failed write is logged; after a
+    // restart the trace is then reported lost, as a deleted file would be).
+    Write(absl::StrCat("the trace of job ", record->id),
+          [number = record->number, trace = MergedTrace(*record)](const JobStore& store) {
+            return store.SaveTrace(number, trace);
+          });
+    record->trace_stored = true;
   }
   ChangeState(record, state, error);
   if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
@@ -763,14 +782,24 @@ void JobManager::ForgetOldFinishedJobs() {
     auto record = records_.find(finished_.front());
     finished_.pop_front();
     if (record == records_.end()) continue;
-    if (options_.store != nullptr) options_.store->Remove(record->first);
+    if (writer_ != nullptr) {
+      Write(absl::StrCat("forgetting job ", record->second->id),
+            [number = record->first](const JobStore& store) {
+              store.Remove(number);
+              return absl::OkStatus();
+            });
+    }
     number_of_id_.erase(record->second->id);
     records_.erase(record);
   }
 }
 
+void JobManager::Write(std::string what, JobStoreWriter::Write write) {
+  last_write_ = writer_->Enqueue(std::move(what), std::move(write));
+}
+
 void JobManager::Persist(JobRecord* record, bool with_step_events) {
-  if (options_.store == nullptr) return;
+  if (writer_ == nullptr) return;
   record->persisted = absl::Now();
   StoredJob stored;
   stored.set_number(record->number);
@@ -782,9 +811,8 @@ void JobManager::Persist(JobRecord* record, bool with_step_events) {
   stored.set_has_trace(record->trace_stored);
   stored.set_trace_acts(record->trace_acts);
   stored.set_trace_error(record->trace_error);
-  if (absl::Status saved = options_.store->Save(stored); !saved.ok()) {
-    LOG(ERROR) << "job " << record->id << " is not kept on disk: " << saved;
-  }
+  Write(absl::StrCat("job ", record->id),
+        [stored = std::move(stored)](const JobStore& store) { return store.Save(stored); });
 }
 
 void JobManager::Restore() {

@@ -19,6 +19,7 @@
 #include "daemon/job_admission.h"
 #include "daemon/job_record.h"
 #include "daemon/job_store.h"
+#include "daemon/job_store_writer.h"
 #include "daemon/metrics.h"
 #include "daemon/step_tracker.h"
 #include "proto/job.pb.h"
@@ -124,12 +125,19 @@ class JobManager {
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
   void Restore();
-  // Writes the record to the store (when there is one); a failure is logged, not fatal. Without
-  // `with_step_events` only its state-change events are written (a running job's progress).
+  // Queues the admitted job: a record, pending, written to the store.
+  v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, bool trace);
+  // Queues a write to the store (there is one) and keeps its ticket in last_write_.
+  void Write(std::string what, JobStoreWriter::Write write);
+  // Queues the record's write to the store (when there is one); a failure is logged, not fatal.
+  // Without `with_step_events` only its state-change events are written (a running job's
+  // progress).
   void Persist(JobRecord* record, bool with_step_events = true);
 
   const Options options_;
   Cluster* const cluster_;
+  // Makes the store's writes off mutex_ (null without a store); destroyed after every write.
+  std::unique_ptr<JobStoreWriter> writer_;
 
   mutable std::mutex mutex_;
   // Notified on every event, state change and queue change.
@@ -138,6 +146,7 @@ class JobManager {
   absl::flat_hash_map<std::string, int64_t> number_of_id_;
   std::deque<int64_t> queue_;     // pending, first to run first
   std::deque<int64_t> finished_;  // in the order they ended
+  uint64_t last_write_ = 0;       // the ticket of the last write queued to writer_
   std::shared_ptr<JobRecord> running_;
   std::shared_ptr<StepTracker> tracker_;  // the running job's, while it runs
   int64_t last_number_ = 0;

@@ -21,7 +21,9 @@ namespace loom::daemon {
 // Every write goes to a temporary file that is synced and renamed over the old one, so a crash
 // leaves the old or the new version, never half of one.
 //
-// Not thread-safe: the JobManager calls it under its mutex.
+// Not thread-safe: the JobManager's JobStoreWriter makes every write, on its one thread; reads
+// (Load at start, and the plans and traces of jobs from before a restart) touch no file a queued
+// write changes.
 class JobStore {
  public:
   // Creates <directory>/jobs when missing. INVALID_ARGUMENT naming the directory when it cannot be

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
+#include "daemon/job_store.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -113,6 +114,23 @@ TEST_F(DataDirectoryTest, JobsCancelledAtShutdownStayCancelledAndForgottenJobsSt
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(directory_) / "jobs/job-1.binpb"));
   EXPECT_FALSE(
       std::filesystem::exists(std::filesystem::path(directory_) / "jobs/job-1.plan.binpb"));
+}
+
+// The store's writes are made off the manager's lock (daemon/job_store_writer.h), but a submitted
+// job's are waited for: once its id reached the client, the job is on disk.
+TEST_F(DataDirectoryTest, ASubmittedJobIsOnDiskWhenItsIdReachesTheClient) {
+  const std::string id = SubmitOrDie(SlowJob(1000, 100000));
+  absl::StatusOr<JobStore> store = JobStore::Open(directory_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobStore::Contents contents = store->Load();
+  EXPECT_EQ(contents.last_number, 1);
+  ASSERT_EQ(contents.jobs.size(), 1u);
+  EXPECT_EQ(contents.jobs[0].info().job_id(), id);
+  EXPECT_TRUE(store->LoadPlan(1).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(ContextWithDeadline().get(), cancel, &cancelled).ok());
 }
 
 TEST_F(DataDirectoryTest, AnUnreadableJobFileIsSkippedNotFatal) {

@@ -1,0 +1,57 @@
+#ifndef LOOM_DAEMON_JOB_STORE_WRITER_H_
+#define LOOM_DAEMON_JOB_STORE_WRITER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "daemon/job_store.h"
+
+namespace loom::daemon {
+
+// Makes a JobStore's writes on a thread of its own, in the order they were queued, so that the
+// JobManager queues them under its mutex and no API call waits for a disk's fsync. A write that
+// fails is logged (naming what it wrote) and does not stop the later ones.
+class JobStoreWriter {
+ public:
+  using Write = absl::AnyInvocable<absl::Status(const JobStore& store)>;
+
+  // `store` must outlive the writer.
+  explicit JobStoreWriter(const JobStore* store);
+  // Makes every queued write, then joins.
+  ~JobStoreWriter();
+  JobStoreWriter(const JobStoreWriter&) = delete;
+  JobStoreWriter& operator=(const JobStoreWriter&) = delete;
+
+  // Queues `write`; `what` names it in the log when it fails ("job-3"). Returns its ticket, for
+  // WaitFor. Never waits for a write.
+  uint64_t Enqueue(std::string what, Write write);
+
+  // Returns once the write with `ticket`, and every one queued before it, was made (or failed).
+  void WaitFor(uint64_t ticket);
+
+ private:
+  struct Queued {
+    std::string what;
+    Write write;
+  };
+  void Loop();
+
+  const JobStore* const store_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Queued> queue_;  // guarded by mutex_
+  uint64_t queued_ = 0;       // tickets handed out; guarded by mutex_
+  uint64_t done_ = 0;         // writes made; guarded by mutex_
+  bool stopping_ = false;     // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace loom::daemon
+
+#endif  // LOOM_DAEMON_JOB_STORE_WRITER_H_
