@@ -18,10 +18,6 @@ absl::Status Prefixed(const std::string& what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
-bool SameDevice(const plan::Device& a, const plan::Device& b) {
-  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
-}
-
 // Parses a placement and checks its devices exist.
 absl::StatusOr<Placement> ResolvePlacement(const job::Placement& proto, const Placement& fallback,
                                            const DeviceSet& devices, const std::string& who) {

@@ -10,6 +10,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "runtime/device_name.h"
 
 namespace loom::compiler {
 namespace {
@@ -28,10 +29,6 @@ plan::Stream NetworkStream(const plan::Device& device, plan::StreamKind kind) {
 uint32_t TaskIndexOf(const plan::Plan& plan, int position) {
   const plan::Task& task = plan.tasks(position);
   return task.has_index() ? task.index() : static_cast<uint32_t>(position);
-}
-
-bool SameDevice(const plan::Device& a, const plan::Device& b) {
-  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
 }
 
 // The network moves host memory only (Debian's UCX is built without CUDA): a register of any

@@ -4,6 +4,10 @@
 
 namespace loom {
 
+bool SameDevice(const plan::Device& a, const plan::Device& b) {
+  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
+}
+
 std::string DeviceTypeName(plan::DeviceType type) {
   switch (type) {
     case plan::CPU:

@@ -7,6 +7,8 @@
 
 namespace loom {
 
+// The same device: node, type and index equal.
+bool SameDevice(const plan::Device& a, const plan::Device& b);
 // "cpu", "cuda".
 std::string DeviceTypeName(plan::DeviceType type);
 // "node0/cpu:1".

@@ -16,10 +16,6 @@
 namespace loom {
 namespace {
 
-bool SameDevice(const plan::Device& a, const plan::Device& b) {
-  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
-}
-
 // What GPU streams do not run (their actors would read or write the registers from the host):
 // refused before anything starts, naming the task. `backend` is the communicator's, for
 // collectives.

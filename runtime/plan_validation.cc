@@ -22,10 +22,6 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 
 std::string DeviceKey(const plan::Device& device) { return DeviceName(device); }
 
-bool SameDevice(const plan::Device& a, const plan::Device& b) {
-  return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
-}
-
 absl::Status CheckDevices(const plan::Plan& plan, absl::flat_hash_set<std::string>* devices) {
   for (const plan::DeviceDesc& desc : plan.devices()) {
     const plan::Device& device = desc.device();
