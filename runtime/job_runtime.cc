@@ -310,9 +310,12 @@ JobRuntime::~JobRuntime() {
     Abort(absl::CancelledError("the job runtime was destroyed while running"));
     for (auto& thread : threads_) thread->Join();
   }
-  // Threads first (they reference actors), then actors, then registers (they free memory).
-  threads_.clear();
+  // Joined threads no longer touch the actors. Actors next: their kernels may use their stream
+  // contexts, which the threads own, as they go (a CUDA kernel selects its GPU to free its
+  // scratch). Then the threads with those contexts, then registers (they free memory).
+  for (auto& thread : threads_) thread->Join();
   actors_.clear();
+  threads_.clear();
   registers_.clear();
 }
 

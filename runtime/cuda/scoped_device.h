@@ -12,6 +12,9 @@ class ScopedDevice {
   explicit ScopedDevice(int device) : device_(device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
     error_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
+    // The failure is reported by error(); left as the thread's last error, it would be taken for
+    // the failure of the thread's next kernel launch.
+    if (error_ != cudaSuccess) cudaGetLastError();
   }
   ~ScopedDevice() {
     if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);

@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "actors/actor_factory.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "tests/runtime/runtime_test_util.h"
+#include "tests/runtime/test_kernels.h"
 
 namespace loom::testing {
 namespace {
@@ -130,6 +133,74 @@ TEST(AsyncStreamTest, FailedDeviceWorkFailsTheJobAndReachesNoOtherStream) {
   // Pieces 0 and 1 completed and were consumed; piece 2's work failed, so no other stream ever
   // heard of it or of anything after it.
   EXPECT_LE(EventsOf(**job, "other_stream").size(), 2u);
+}
+
+// A stream context that says when it is gone.
+class TrackedStream final : public StreamContext {
+ public:
+  explicit TrackedStream(bool* destroyed) : destroyed_(destroyed) {}
+  ~TrackedStream() override { *destroyed_ = true; }
+  bool is_asynchronous() const override { return false; }
+  std::unique_ptr<CompletionEvent> RecordCompletion() override { return nullptr; }
+  absl::Status Copy(void* destination, const void* source, int64_t bytes) override {
+    std::memcpy(destination, source, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+
+ private:
+  bool* destroyed_;
+};
+
+// Copies its input; when destroyed, notes whether its stream context was already gone (a CUDA
+// kernel selects its GPU through the context to free its scratch).
+class StreamUsingKernel final : public Kernel {
+ public:
+  StreamUsingKernel(const bool* stream_destroyed, bool* stream_gone_at_destruction)
+      : stream_destroyed_(stream_destroyed),
+        stream_gone_at_destruction_(stream_gone_at_destruction) {}
+  ~StreamUsingKernel() override { *stream_gone_at_destruction_ = *stream_destroyed_; }
+  absl::Status Compute(const KernelContext& context) override {
+    std::memcpy(context.outputs[0].data, context.inputs[0].data,
+                static_cast<size_t>(context.inputs[0].shape.NumElements()) * sizeof(float));
+    return absl::OkStatus();
+  }
+
+ private:
+  const bool* stream_destroyed_;
+  bool* stream_gone_at_destruction_;
+};
+
+TEST(AsyncStreamTest, KernelsAreDestroyedBeforeTheirStreamContexts) {
+  PlanBuilder builder("kernel_lifetime");
+  builder.AddCpuDevices(1);
+  builder.AddRegister("x", {4}).AddRegister("y", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(2);
+  builder.AddTask("user", plan::COMPUTE, 0, {"x"}, {"y"}, "stream_user");
+  builder.AddTask("sink", plan::SINK, 0, {"y"}, {});
+
+  bool stream_destroyed = false;
+  bool stream_gone_at_destruction = false;
+  KernelRegistry kernels;
+  ASSERT_TRUE(RegisterCpuKernels(&kernels).ok());
+  RegisterTestKernels(&kernels);
+  ASSERT_TRUE(kernels
+                  .Register("stream_user", plan::CPU,
+                            [&](const KernelInit&) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                              return std::make_unique<StreamUsingKernel>(
+                                  &stream_destroyed, &stream_gone_at_destruction);
+                            })
+                  .ok());
+  JobOptions options;
+  options.stream_context_factory = [&](const plan::Stream&) -> std::unique_ptr<StreamContext> {
+    return std::make_unique<TrackedStream>(&stream_destroyed);
+  };
+  {
+    auto job = JobRuntime::Create(builder.plan(), &kernels, MakeActorFactory(), options);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE((*job)->Run().ok());
+  }
+  EXPECT_TRUE(stream_destroyed);
+  EXPECT_FALSE(stream_gone_at_destruction) << "a kernel outlived the stream context it runs on";
 }
 
 TEST(AsyncStreamTest, NonCpuDeviceWithoutABackendIsRejected) {
