@@ -135,6 +135,7 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   graph.job_name = job.name().empty() ? "job" : job.name();
   graph.num_steps = job.num_steps() > 0 ? job.num_steps() : 1;
   graph.register_slots = job.register_slots() > 0 ? job.register_slots() : 2;
+  graph.register_slots_given = job.register_slots() > 0;
   graph.device_memory_budget_bytes = job.device_memory_budget_bytes();
   graph.gradient_bucket_bytes =
       job.gradient_bucket_bytes() == 0 ? int64_t{25} << 20 : job.gradient_bucket_bytes();

@@ -64,7 +64,9 @@ struct LogicalGraph {
   absl::flat_hash_map<std::string, int> tensor_by_name;
   std::vector<int> fetches;  // tensor ids
   int64_t num_steps = 1;
+  // Job.register_slots with its default applied; `register_slots_given`: the job set it.
   int32_t register_slots = 2;
+  bool register_slots_given = false;
   int64_t device_memory_budget_bytes = 0;
   // Job.gradient_bucket_bytes with its default applied (<= 0: no buckets).
   int64_t gradient_bucket_bytes = 0;

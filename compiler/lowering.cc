@@ -78,6 +78,7 @@ class Lowering {
     for (int tensor : graph_.fetches) {
       if (absl::Status status = LowerFetch(tensor); !status.ok()) return status;
     }
+    if (!graph_.register_slots_given) SetSameStreamSlots();
     SetStashSlots();
     AddHostDevices();
     plan_.set_num_micro_batches(graph_.num_micro_batches);
@@ -715,11 +716,40 @@ class Lowering {
     return registers;
   }
 
-  // Pipelines: a register holding forward data that a backward op of stage s reads is a stashed
-  // activation; it gets p - s slots (one-forward-one-backward) or num_micro_batches (GPipe), so
-  // that the credits alone bound the micro-batches in flight on each stage.
+  // A register read only on its producer's stream gets one slot: the stream runs one act at a
+  // time, so a second slot could only let the producer run a piece ahead of work it would wait
+  // for anyway, and would double the register's memory (every intermediate of a model on one GPU).
+  // Registers read on other streams, devices or nodes keep the job's slots, which let producer
+  // and consumers overlap. Variables have one slot already.
+  void SetSameStreamSlots() {
+    absl::flat_hash_map<absl::string_view, const plan::Stream*> producer_stream;
+    absl::flat_hash_map<absl::string_view, bool> read_elsewhere;
+    for (const plan::Task& task : plan_.tasks()) {
+      for (const std::string& output : task.outputs()) producer_stream[output] = &task.stream();
+    }
+    for (const plan::Task& task : plan_.tasks()) {
+      for (const std::string& input : task.inputs()) {
+        auto producer = producer_stream.find(input);
+        if (producer == producer_stream.end() || !SameStream(*producer->second, task.stream())) {
+          read_elsewhere[input] = true;
+        }
+      }
+    }
+    for (plan::RegisterDesc& reg : *plan_.mutable_registers()) {
+      if (producer_stream.contains(reg.name()) && !read_elsewhere.contains(reg.name())) {
+        reg.set_num_slots(1);
+      }
+    }
+  }
+
+  // A register holding forward data that a backward op of stage s reads is a stashed activation;
+  // it gets p - s slots (one-forward-one-backward) or num_micro_batches (GPipe), so that the
+  // credits alone bound the micro-batches in flight on each stage. A job without pipeline stages
+  // is one stage: its stashed activations get one slot, as a second one could only let a forward
+  // run ahead of the backward that frees the first (on the device's one compute stream, it would
+  // buy no overlap and cost the memory of every activation again).
   void SetStashSlots() {
-    if (graph_.num_stages < 1) return;
+    const bool pipelined = graph_.num_stages >= 1;
     absl::flat_hash_map<std::string, const plan::Task*> producer;
     for (const plan::Task& task : plan_.tasks()) {
       for (const std::string& output : task.outputs()) producer[output] = &task;
@@ -732,9 +762,10 @@ class Lowering {
     for (const plan::Task& task : plan_.tasks()) {
       if (!is_backward(task)) continue;
       const LogicalNode& node = *op_of_task_.at(task.name());
-      if (!node.stage.has_value()) continue;
-      const int stash = graph_.pipeline_schedule == job::GPIPE ? graph_.num_micro_batches
-                                                               : graph_.num_stages - *node.stage;
+      if (pipelined && !node.stage.has_value()) continue;
+      const int stash = !pipelined                               ? 1
+                        : graph_.pipeline_schedule == job::GPIPE ? graph_.num_micro_batches
+                                                                 : graph_.num_stages - *node.stage;
       for (const std::string& input : task.inputs()) {
         auto found = producer.find(input);
         if (found == producer.end() || is_backward(*found->second)) continue;

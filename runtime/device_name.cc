@@ -8,6 +8,13 @@ bool SameDevice(const plan::Device& a, const plan::Device& b) {
   return a.node() == b.node() && a.type() == b.type() && a.index() == b.index();
 }
 
+bool SameStream(const plan::Stream& a, const plan::Stream& b) {
+  auto kind = [](const plan::Stream& stream) {
+    return stream.kind() == plan::STREAM_KIND_UNSPECIFIED ? plan::STREAM_COMPUTE : stream.kind();
+  };
+  return SameDevice(a.device(), b.device()) && kind(a) == kind(b) && a.index() == b.index();
+}
+
 std::string DeviceTypeName(plan::DeviceType type) {
   switch (type) {
     case plan::CPU:

@@ -9,6 +9,8 @@ namespace loom {
 
 // The same device: node, type and index equal.
 bool SameDevice(const plan::Device& a, const plan::Device& b);
+// The same stream (so the same thread): device, kind (unspecified is compute) and index equal.
+bool SameStream(const plan::Stream& a, const plan::Stream& b);
 // "cpu", "cuda".
 std::string DeviceTypeName(plan::DeviceType type);
 // "node0/cpu:1".

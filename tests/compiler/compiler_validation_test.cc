@@ -168,8 +168,8 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
                      random_normal { std: 1 }
                    }
                    ops { name: "r" type: "relu" inputs: "x" outputs: "y" })pb",
-              "device node0/cpu:0 needs 32.0 KiB for its registers but its budget is 4.0 KiB; "
-              "largest registers: 'y@0' (16.0 KiB), 'x@0' (16.0 KiB)",
+              "device node0/cpu:0 needs 16.0 KiB for its registers but its budget is 4.0 KiB; "
+              "largest registers: 'y@0' (8.0 KiB), 'x@0' (8.0 KiB)",
               absl::StatusCode::kResourceExhausted);
 }
 

@@ -279,5 +279,85 @@ TEST(PipelineScheduleTest, StashedActivationsGetTheirSlots) {
   }
 }
 
+// Two stages of a matmul each (stage 0: x -> mm0 -> r0 on cpu:0; stage 1: mm1 -> loss on cpu:1),
+// two micro-batches.
+job::Job TwoStageJob(const std::string& extra) {
+  return ParseJob(absl::StrCat(
+      R"pb(name: "slots"
+           placement { devices: [ "cpu:0", "cpu:1" ] }
+           optimizer { sgd { learning_rate: 0.01 } }
+           loss: "loss"
+           num_micro_batches: 2
+           inputs {
+             name: "x"
+             shape: [ 4, 8 ]
+             random_normal { std: 1 }
+             placement { devices: "cpu:0" }
+           }
+           stage_placements { devices: "cpu:0" }
+           stage_placements { devices: "cpu:1" }
+           variables {
+             name: "w0"
+             shape: [ 8, 8 ]
+             initializer { normal { std: 0.3 } }
+             placement { devices: "cpu:0" }
+           }
+           variables {
+             name: "w1"
+             shape: [ 8, 8 ]
+             initializer { normal { std: 0.3 } }
+             placement { devices: "cpu:1" }
+           }
+           ops {
+             name: "mm0"
+             type: "matmul"
+             inputs: [ "x", "w0" ]
+             outputs: "mm0"
+             stage: 0
+           }
+           ops { name: "r0" type: "relu" inputs: "mm0" outputs: "r0" stage: 0 }
+           ops {
+             name: "mm1"
+             type: "matmul"
+             inputs: [ "r0", "w1" ]
+             outputs: "mm1"
+             stage: 1
+           }
+           ops { name: "loss" type: "reduce_mean" inputs: "mm1" outputs: "loss" stage: 1 })pb",
+      extra));
+}
+
+std::map<std::string, int> SlotsOf(const plan::Plan& plan) {
+  std::map<std::string, int> slots;
+  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  return slots;
+}
+
+TEST(RegisterSlotsTest, ReadOnItsProducersStreamOnlyOneSlotElsewhereTwo) {
+  absl::StatusOr<CompileResult> compiled = CompileOn(TwoStageJob(""), 2);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::map<std::string, int> slots = SlotsOf(compiled->plan);
+  // Read on cpu:0's compute stream only.
+  EXPECT_EQ(slots.at("grad/w0@0"), 1);
+  EXPECT_EQ(slots.at("grad/loss/scale@0"), 1);
+  // Read by the copy to stage 1 (cpu:1's copy-in stream), and the copy back read on cpu:0's
+  // compute stream.
+  EXPECT_EQ(slots.at("r0@0"), 2);
+  EXPECT_EQ(slots.at("grad/mm1/matmul~1@0"), 2);
+  // Stashed activations: p - s.
+  EXPECT_EQ(slots.at("x@0"), 2);
+  EXPECT_EQ(slots.at("r0~1@0"), 1);
+}
+
+TEST(RegisterSlotsTest, TheJobsRegisterSlotsApplyToEveryRegisterButStashes) {
+  absl::StatusOr<CompileResult> compiled = CompileOn(TwoStageJob("register_slots: 3"), 2);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::map<std::string, int> slots = SlotsOf(compiled->plan);
+  EXPECT_EQ(slots.at("grad/w0@0"), 3);
+  EXPECT_EQ(slots.at("r0@0"), 3);
+  EXPECT_EQ(slots.at("x@0"), 2);
+  EXPECT_EQ(slots.at("w0@0"), 1);
+}
+
 }  // namespace
 }  // namespace loom::compiler::testing
