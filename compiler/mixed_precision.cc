@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "runtime/data_type.h"
 
 namespace loom::compiler {
@@ -52,6 +53,16 @@ job::Op CastLike(const job::Op& like, const std::string& name, const std::string
   return cast;
 }
 
+// The ops run on bfloat16 copies of their inputs, with the labels of those copies; none for
+// other ops.
+absl::Span<const char* const> CastInputLabels(const std::string& op_type) {
+  static constexpr const char* kMatmul[] = {"a", "b"};
+  static constexpr const char* kAttention[] = {"q", "k", "v"};
+  if (op_type == "matmul") return kMatmul;
+  if (op_type == "causal_attention") return kAttention;
+  return {};
+}
+
 }  // namespace
 
 absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpRegistry& registry,
@@ -74,22 +85,27 @@ absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpReg
   job::Job result = job;
   result.clear_ops();
   for (const job::Op& op : job.ops()) {
-    if (op.type() != "matmul" || op.keep_float32() || op.inputs_size() != 2 ||
-        op.outputs_size() != 1 || !is_float32(op.inputs(0)) || !is_float32(op.inputs(1))) {
+    const absl::Span<const char* const> labels = CastInputLabels(op.type());
+    bool cast = !labels.empty() && !op.keep_float32() &&
+                op.inputs_size() == static_cast<int>(labels.size()) && op.outputs_size() == 1;
+    for (int index = 0; cast && index < op.inputs_size(); ++index) {
+      cast = is_float32(op.inputs(index));
+    }
+    if (!cast) {
       *result.add_ops() = op;
       continue;
     }
-    job::Op matmul = op;
-    for (int index = 0; index < 2; ++index) {
+    job::Op narrow = op;
+    for (int index = 0; index < op.inputs_size(); ++index) {
       const std::string name =
-          names.Take(absl::StrCat(op.name(), index == 0 ? ".a." : ".b.", kBfloat16));
+          names.Take(absl::StrCat(op.name(), ".", labels[index], ".", kBfloat16));
       *result.add_ops() = CastLike(op, name, op.inputs(index), name, kBfloat16);
-      matmul.set_inputs(index, name);
+      narrow.set_inputs(index, name);
     }
     const std::string product = names.Take(absl::StrCat(op.outputs(0), ".", kBfloat16));
-    matmul.set_outputs(0, product);
-    matmul.clear_output_sbp();
-    *result.add_ops() = std::move(matmul);
+    narrow.set_outputs(0, product);
+    narrow.clear_output_sbp();
+    *result.add_ops() = std::move(narrow);
     job::Op back = CastLike(op, names.Take(absl::StrCat(op.name(), ".", kFloat32)), product,
                             op.outputs(0), kFloat32);
     *back.mutable_output_sbp() = op.output_sbp();

@@ -15,10 +15,12 @@ namespace loom::compiler {
 //   cast "N.float32" ("y.bfloat16" -> float32) -> y,
 // so every consumer still reads a float32 y (the matmul's output SBP hints move to the last cast)
 // and autodiff differentiates through the casts: the backward matmuls run in bfloat16 too, and the
-// gradients of a and b arrive in float32. Each matmul gets its own casts, so no bfloat16 tensor
-// has two consumers and gradients are summed in float32 only. Matmuls marked `keep_float32`, and
-// those whose inputs are not both float32, are left alone. Unset or FLOAT32: the job unchanged.
-// INVALID_ARGUMENT for another data type or an invalid job.
+// gradients of a and b arrive in float32. A causal_attention gets the same treatment (casts
+// "N.q.bfloat16", "N.k.bfloat16", "N.v.bfloat16"): its products run on bfloat16 operands with
+// float32 accumulation and its softmax in float32, as PyTorch's autocast runs attention. Each op
+// gets its own casts, so no bfloat16 tensor has two consumers and gradients are summed in float32
+// only. Ops marked `keep_float32`, and those whose inputs are not all float32, are left alone.
+// Unset or FLOAT32: the job unchanged. INVALID_ARGUMENT for another data type or an invalid job.
 absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpRegistry& registry,
                                                 const DeviceSet& devices);
 

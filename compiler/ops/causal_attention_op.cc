@@ -18,11 +18,9 @@ class CausalAttentionOp final : public OpDefinition {
       return status;
     }
     const char* const names[] = {"q", "k", "v"};
-    for (int index = 0; index < 3; ++index) {
-      if (absl::Status status = CheckInputDataType(context, index, names[index], {plan::FLOAT32});
-          !status.ok()) {
-        return status;
-      }
+    if (absl::Status status = CheckCausalAttentionDataTypes(context, {"q", "k", "v"});
+        !status.ok()) {
+      return status;
     }
     const Shape& q = context.inputs[0].shape;
     if (q.rank() != 4) {
@@ -82,6 +80,20 @@ absl::StatusOr<double> CausalAttentionScale(const OpContext& context) {
 
 std::unique_ptr<OpDefinition> MakeCausalAttentionOp() {
   return std::make_unique<CausalAttentionOp>();
+}
+
+absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
+                                           std::initializer_list<const char*> names) {
+  int index = 0;
+  for (const char* name : names) {
+    // q is float32 or bfloat16; the others are what q is.
+    absl::Status status =
+        index == 0 ? CheckInputDataType(context, 0, name, {plan::FLOAT32, plan::BFLOAT16})
+                   : CheckInputDataType(context, index, name, {context.inputs[0].data_type});
+    if (!status.ok()) return status;
+    ++index;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loom::compiler

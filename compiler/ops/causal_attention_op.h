@@ -1,21 +1,28 @@
 #ifndef LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 #define LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 
+#include <initializer_list>
 #include <memory>
 
 #include "compiler/op_definition.h"
 
 namespace loom::compiler {
 
-// out = softmax(q k^T * scale + causal mask) v per batch and head: q, k, v float32 [B, H, T, Dh],
-// output [B, H, T, Dh]. Attribute "scale" (default 1 / sqrt(Dh)); lowering always passes it, from
-// the logical Dh. Splits: all on the batch axis -> S(0); all on the heads axis -> S(1) (tensor
-// parallel); all B -> B.
+// out = softmax(q k^T * scale + causal mask) v per batch and head: q, k, v [B, H, T, Dh], all
+// float32 or all bfloat16 (mixed precision: float32 products and softmax, the probabilities
+// rounded to bfloat16 for their product with v), output [B, H, T, Dh] of their type. Attribute
+// "scale" (default 1 / sqrt(Dh)); lowering always passes it, from the logical Dh. Splits: all on
+// the batch axis -> S(0); all on the heads axis -> S(1) (tensor parallel); all B -> B.
 std::unique_ptr<OpDefinition> MakeCausalAttentionOp();
 
 // The attention scale of an op whose first input is q [B, H, T, Dh]: attribute "scale", default
 // 1 / sqrt(Dh). Shared with "causal_attention_grad".
 absl::StatusOr<double> CausalAttentionScale(const OpContext& context);
+
+// That the inputs, named `names`, are all float32 or all bfloat16. Shared with
+// "causal_attention_grad".
+absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
+                                           std::initializer_list<const char*> names);
 
 }  // namespace loom::compiler
 

@@ -548,7 +548,8 @@ class CausalAttentionGradOp final : public OpDefinition {
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 4, 4); !status.ok()) return status;
     if (absl::Status status = CheckKnownAttributes(context, {"scale"}); !status.ok()) return status;
-    if (absl::Status status = CheckFloatInputs(context, {"q", "k", "v", "dy"}); !status.ok()) {
+    if (absl::Status status = CheckCausalAttentionDataTypes(context, {"q", "k", "v", "dy"});
+        !status.ok()) {
       return status;
     }
     if (context.inputs[0].shape.rank() != 4) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/attention_heads.h"
 #include "kernels/cpu/attention_probabilities.h"
 #include "kernels/cpu/causal_attention_settings.h"
 #include "kernels/cpu/kernel_checks.h"
@@ -27,20 +28,23 @@ class CausalAttentionKernel : public Kernel {
     const int64_t t_size = settings_.length;
     const int64_t d_size = settings_.head_size;
     if (settings_.heads == 0 || t_size == 0 || d_size == 0) return absl::OkStatus();
-    const float* q = context.inputs[0].Data<const float>();
-    const float* k = context.inputs[1].Data<const float>();
-    const float* v = context.inputs[2].Data<const float>();
-    float* output = context.outputs[0].Data<float>();
     const int t = static_cast<int>(t_size);
     const int d = static_cast<int>(d_size);
     const int64_t matrix = t_size * d_size;
+    const bool bfloat16 = settings_.data_type == plan::BFLOAT16;
     float* scores = scores_.data();
     for (int64_t head = 0; head < settings_.heads; ++head) {
       const int64_t offset = head * matrix;
-      ComputeCausalAttentionProbabilities(q + offset, k + offset, t, d, settings_.scale, scores);
+      const float* q = HeadAsFloat32(context.inputs[0], offset, matrix, wide_[0]);
+      const float* k = HeadAsFloat32(context.inputs[1], offset, matrix, wide_[1]);
+      const float* v = HeadAsFloat32(context.inputs[2], offset, matrix, wide_[2]);
+      ComputeCausalAttentionProbabilities(q, k, t, d, settings_.scale, scores);
+      if (bfloat16) RoundToBfloat16(scores, t_size * t_size);
       // output [T, Dh] = probabilities [T, T] @ v [T, Dh].
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, 1.0f, scores, t, v + offset,
-                  d, 0.0f, output + offset, d);
+      float* output = HeadOutput(context.outputs[0], offset, matrix, wide_output_);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, 1.0f, scores, t, v, d, 0.0f,
+                  output, d);
+      StoreHead(wide_output_, context.outputs[0], offset, matrix);
     }
     return absl::OkStatus();
   }
@@ -48,8 +52,11 @@ class CausalAttentionKernel : public Kernel {
  private:
   TensorSignature signature_;
   CausalAttentionSettings settings_;
-  // Scratch: the [T, T] scores, then probabilities, of one (b, h).
+  // Scratch: the [T, T] scores, then probabilities, of one (b, h); with bfloat16 tensors, its
+  // q, k and v widened and its output before narrowing.
   std::vector<float> scores_;
+  std::vector<float> wide_[3];
+  std::vector<float> wide_output_;
 };
 
 }  // namespace

@@ -19,8 +19,10 @@ absl::StatusOr<CausalAttentionSettings> ReadCausalAttentionSettings(
   std::vector<const plan::TensorDesc*> descs;
   for (const plan::TensorDesc& input : init.inputs) descs.push_back(&input);
   for (const plan::TensorDesc& output : init.outputs) descs.push_back(&output);
+  const plan::DataType data_type =
+      init.inputs[0].data_type() == plan::BFLOAT16 ? plan::BFLOAT16 : plan::FLOAT32;
   for (size_t index = 0; index < descs.size(); ++index) {
-    absl::Status status = CheckDataType(op_type, tensor_names[index], *descs[index], plan::FLOAT32);
+    absl::Status status = CheckDataType(op_type, tensor_names[index], *descs[index], data_type);
     if (!status.ok()) return status;
   }
   const Shape q = Shape::FromProto(init.inputs[0]);
@@ -52,6 +54,7 @@ absl::StatusOr<CausalAttentionSettings> ReadCausalAttentionSettings(
   settings.length = length;
   settings.head_size = head_size;
   settings.scale = static_cast<float>(*scale);
+  settings.data_type = data_type;
   return settings;
 }
 

@@ -21,12 +21,14 @@ struct CausalAttentionSettings {
   int64_t head_size = 0;
   // The attribute 'scale' (default 1 / sqrt(Dh)).
   float scale = 1.0f;
+  // Of every tensor: float32, or bfloat16 (mixed precision; the kernels compute in float32).
+  plan::DataType data_type = plan::FLOAT32;
 };
 
-// Checks that every input and output of `init` (the arity checked already) is float32 and has the
-// shape of input 0, q, which is [B, H, T, Dh] with T and Dh what BLAS can index; reads 'scale'.
-// `tensor_names` names the inputs, then the outputs, in messages; `q_name` names q where its shape
-// is compared with another tensor's.
+// Checks that every input and output of `init` (the arity checked already) has the data type of
+// input 0, q (float32 or bfloat16), and the shape of q, q, which is [B, H, T, Dh] with T and Dh
+// what BLAS can index; reads 'scale'. `tensor_names` names the inputs, then the outputs, in
+// messages; `q_name` names q where its shape is compared with another tensor's.
 absl::StatusOr<CausalAttentionSettings> ReadCausalAttentionSettings(
     absl::string_view op_type, const KernelInit& init, absl::Span<const char* const> tensor_names,
     absl::string_view q_name);

@@ -131,31 +131,17 @@ __global__ void CausalSoftmaxGradKernel(const float* probabilities,
 // What both kernels are built for, past the checks.
 struct AttentionPlan {
   cpu::CausalAttentionSettings settings;
-  plan::DataType data_type = plan::FLOAT32;
 };
 
-// The CPU kernels' checks (cpu::ReadCausalAttentionSettings) with float32 widened to bfloat16:
-// every tensor must have the data type of q (float32 unless q is bfloat16). Also that B * H fits
-// cuBLAS's batch count and that the scratch's size fits in 64 bits.
+// The CPU kernels' checks (cpu::ReadCausalAttentionSettings: every tensor of q's data type,
+// float32 or bfloat16, and q's shape), and that B * H fits cuBLAS's batch count and that the
+// scratch's size fits in 64 bits.
 absl::StatusOr<AttentionPlan> CheckAttention(const char* op_type, const KernelInit& init,
                                              absl::Span<const char* const> tensor_names,
                                              const char* q_name, int scratch_matrices) {
   AttentionPlan checked;
-  checked.data_type = init.inputs[0].data_type() == plan::BFLOAT16 ? plan::BFLOAT16 : plan::FLOAT32;
-  KernelInit as_float32 = init;
-  std::vector<plan::TensorDesc*> descs;
-  for (plan::TensorDesc& input : as_float32.inputs) descs.push_back(&input);
-  for (plan::TensorDesc& output : as_float32.outputs) descs.push_back(&output);
-  for (size_t index = 0; index < descs.size(); ++index) {
-    if (absl::Status status =
-            cpu::CheckDataType(op_type, tensor_names[index], *descs[index], checked.data_type);
-        !status.ok()) {
-      return status;
-    }
-    descs[index]->set_data_type(plan::FLOAT32);
-  }
   absl::StatusOr<cpu::CausalAttentionSettings> settings =
-      cpu::ReadCausalAttentionSettings(op_type, as_float32, tensor_names, q_name);
+      cpu::ReadCausalAttentionSettings(op_type, init, tensor_names, q_name);
   if (!settings.ok()) return settings.status();
   checked.settings = *settings;
   const cpu::CausalAttentionSettings& s = checked.settings;
@@ -183,8 +169,8 @@ class AttentionKernelBase : public Kernel {
         task_name_(init.task_name),
         signature_(init),
         settings_(attention.settings),
-        bfloat16_(attention.data_type == plan::BFLOAT16),
-        element_type_(attention.data_type == plan::BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F),
+        bfloat16_(attention.settings.data_type == plan::BFLOAT16),
+        element_type_(attention.settings.data_type == plan::BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F),
         stream_(stream),
         cublas_(cublas),
         scratch_(matrix_count, nullptr) {}

@@ -1,6 +1,6 @@
-// Mixed precision (Job.matmul_data_type = BFLOAT16): every matmul, forward and backward, runs on
-// bfloat16 copies of its inputs; variables, gradients and the optimizer stay float32; partial sums
-// are reduced in float32 only.
+// Mixed precision (Job.matmul_data_type = BFLOAT16): every matmul and causal attention, forward and
+// backward, runs on bfloat16 copies of its inputs; variables, gradients and the optimizer stay
+// float32; partial sums are reduced in float32 only.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -136,6 +136,27 @@ TEST(MixedPrecisionTest, AMatmulMarkedKeepFloat32StaysFloat32) {
     EXPECT_EQ(compiled->graph.tensors[node.inputs[0]].name, "a");
     EXPECT_EQ(compiled->graph.tensors[node.outputs[0]].type.data_type, plan::FLOAT32);
   }
+}
+
+TEST(MixedPrecisionTest, CausalAttentionRunsInBfloat16AndIsReadInFloat32) {
+  auto compiled = CompileOn(Bfloat16(ParseJob(TransformerBlock(CpuDevices(1), false))), 1);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  int attentions = 0;
+  for (const LogicalNode& node : compiled->graph.nodes) {
+    if (node.op_type != "causal_attention") continue;
+    ++attentions;
+    std::vector<std::string> inputs;
+    for (int tensor : node.inputs) {
+      inputs.push_back(compiled->graph.tensors[tensor].name);
+      EXPECT_EQ(compiled->graph.tensors[tensor].type.data_type, plan::BFLOAT16);
+    }
+    EXPECT_THAT(inputs, ::testing::ElementsAre("attention.q.bfloat16", "attention.k.bfloat16",
+                                               "attention.v.bfloat16"));
+  }
+  EXPECT_EQ(attentions, 1);
+  EXPECT_EQ(TypeOf(*compiled, "attention.bfloat16"), plan::BFLOAT16);
+  EXPECT_EQ(TypeOf(*compiled, "attention"), plan::FLOAT32);
+  EXPECT_EQ(TypeOf(*compiled, "q_t"), plan::FLOAT32);
 }
 
 TEST(MixedPrecisionTest, RejectsOtherDataTypes) {

@@ -42,6 +42,14 @@ const std::vector<AttentionCase>& Cases() {
   return *cases;
 }
 
+// A tensor of `values` in `data_type` (bfloat16: rounded), the CPU kernels' inputs too: with
+// bfloat16 both sides run the bfloat16 kernels.
+HostTensor Operand(const Shape& shape, const std::vector<float>& values, plan::DataType data_type) {
+  if (data_type != plan::BFLOAT16) return FloatTensor(shape, values);
+  std::vector<float> rounded;
+  return kernel_test::Bfloat16Tensor(shape, values, &rounded);
+}
+
 // Builds "causal_attention" as tests/kernels/attention_kernel_test.cc does.
 void ExpectAttentionMatches(const AttentionCase& test_case, plan::DataType data_type,
                             float tolerance) {
@@ -49,11 +57,11 @@ void ExpectAttentionMatches(const AttentionCase& test_case, plan::DataType data_
   const int64_t count = shape.NumElements();
   OpCall call("causal_attention");
   if (test_case.scale > 0.0) call.Attribute("scale", FloatAttribute(test_case.scale));
-  call.Input(FloatTensor(shape, RandomFloats(count, 71, -2.0f, 2.0f)))
-      .Input(FloatTensor(shape, RandomFloats(count, 72, -2.0f, 2.0f)))
-      .Input(FloatTensor(shape, RandomFloats(count, 73)))
-      .Output(shape);
-  cuda_test::ExpectCudaMatchesCpu(call, tolerance, data_type);
+  call.Input(Operand(shape, RandomFloats(count, 71, -2.0f, 2.0f), data_type))
+      .Input(Operand(shape, RandomFloats(count, 72, -2.0f, 2.0f), data_type))
+      .Input(Operand(shape, RandomFloats(count, 73), data_type))
+      .Output(shape, data_type);
+  cuda_test::ExpectCudaMatchesCpu(call, tolerance);
 }
 
 // Builds "causal_attention_grad" as tests/kernels/gradients/attention_grad_kernel_test.cc does.
@@ -63,14 +71,14 @@ void ExpectAttentionGradMatches(const AttentionCase& test_case, plan::DataType d
   const int64_t count = shape.NumElements();
   OpCall call("causal_attention_grad");
   if (test_case.scale > 0.0) call.Attribute("scale", FloatAttribute(test_case.scale));
-  call.Input(FloatTensor(shape, RandomFloats(count, 101, -1.5f, 1.5f)))
-      .Input(FloatTensor(shape, RandomFloats(count, 102, -1.5f, 1.5f)))
-      .Input(FloatTensor(shape, RandomFloats(count, 103)))
-      .Input(FloatTensor(shape, RandomFloats(count, 104, -2.0f, 2.0f)))
-      .Output(shape)
-      .Output(shape)
-      .Output(shape);
-  cuda_test::ExpectCudaMatchesCpu(call, tolerance, data_type);
+  call.Input(Operand(shape, RandomFloats(count, 101, -1.5f, 1.5f), data_type))
+      .Input(Operand(shape, RandomFloats(count, 102, -1.5f, 1.5f), data_type))
+      .Input(Operand(shape, RandomFloats(count, 103), data_type))
+      .Input(Operand(shape, RandomFloats(count, 104, -2.0f, 2.0f), data_type))
+      .Output(shape, data_type)
+      .Output(shape, data_type)
+      .Output(shape, data_type);
+  cuda_test::ExpectCudaMatchesCpu(call, tolerance);
 }
 
 TEST(CudaCausalAttentionTest, Float32MatchesTheCpuKernel) {
@@ -81,12 +89,13 @@ TEST(CudaCausalAttentionTest, Float32MatchesTheCpuKernel) {
   }
 }
 
-TEST(CudaCausalAttentionTest, Bfloat16MatchesTheCpuKernelOnRoundedInputs) {
+TEST(CudaCausalAttentionTest, Bfloat16MatchesTheCpuKernel) {
   LOOM_SKIP_WITHOUT_GPU();
-  // The GPU rounds the probabilities to bfloat16 before the product with v, and the output.
+  // Both round the probabilities to bfloat16 before the product with v, and the output: they
+  // differ by summation order (and a probability that rounds the other way near a tie).
   for (const AttentionCase& test_case : Cases()) {
     SCOPED_TRACE(test_case.shape.ToString());
-    ExpectAttentionMatches(test_case, plan::BFLOAT16, 3e-2f);
+    ExpectAttentionMatches(test_case, plan::BFLOAT16, 8e-3f);
   }
 }
 
@@ -98,12 +107,12 @@ TEST(CudaCausalAttentionGradTest, Float32MatchesTheCpuKernel) {
   }
 }
 
-TEST(CudaCausalAttentionGradTest, Bfloat16MatchesTheCpuKernelOnRoundedInputs) {
+TEST(CudaCausalAttentionGradTest, Bfloat16MatchesTheCpuKernel) {
   LOOM_SKIP_WITHOUT_GPU();
-  // The GPU rounds P and dS to bfloat16 before the last three products, and the outputs.
+  // Both round P and dS to bfloat16 before the last three products, and the outputs.
   for (const AttentionCase& test_case : Cases()) {
     SCOPED_TRACE(test_case.shape.ToString());
-    ExpectAttentionGradMatches(test_case, plan::BFLOAT16, 3e-2f);
+    ExpectAttentionGradMatches(test_case, plan::BFLOAT16, 1e-2f);
   }
 }
 

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cast_kernel.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {
@@ -11,11 +13,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
+float RoundedToBfloat16(double value) {
+  return cpu::Bfloat16ToFloat32(cpu::Float32ToBfloat16(static_cast<float>(value)));
+}
+
 // softmax(q k^T * scale + causal mask) v for each of `heads` [T, Dh] matrices, with naive loops
-// in double.
+// in double; with `bfloat16`, the probabilities and the output rounded to bfloat16 as the
+// kernels do for bfloat16 tensors.
 std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::vector<float>& k,
                                        const std::vector<float>& v, int64_t heads, int64_t length,
-                                       int64_t head_size, double scale) {
+                                       int64_t head_size, double scale, bool bfloat16 = false) {
   std::vector<double> output(q.size(), 0.0);
   std::vector<double> weights(length);
   for (int64_t head = 0; head < heads; ++head) {
@@ -40,11 +47,16 @@ std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::v
         sum += weights[s];
       }
       for (int64_t s = 0; s < length; ++s) {
+        const double probability =
+            bfloat16 ? RoundedToBfloat16(weights[s] / sum) : weights[s] / sum;
         for (int64_t d = 0; d < head_size; ++d) {
-          output[base + t * head_size + d] += weights[s] / sum * v[base + s * head_size + d];
+          output[base + t * head_size + d] += probability * v[base + s * head_size + d];
         }
       }
     }
+  }
+  if (bfloat16) {
+    for (double& value : output) value = RoundedToBfloat16(value);
   }
   return output;
 }
@@ -120,6 +132,43 @@ TEST(CausalAttentionKernelTest, RejectsBadConfigurations) {
       .Output({1, 1, 2, 2});
   EXPECT_THAT(data_type.Build().status().message(),
               HasSubstr("causal_attention: input 'v' must be float32, got int32"));
+}
+
+TEST(CausalAttentionKernelTest, Bfloat16RoundsTheProbabilitiesAndTheOutput) {
+  // q, k, v in bfloat16: float32 products and softmax, the probabilities rounded to bfloat16
+  // before their product with v, the output rounded (the CUDA kernel's arithmetic).
+  const Shape shape({2, 2, 13, 8});
+  const int64_t count = shape.NumElements();
+  std::vector<float> q;
+  std::vector<float> k;
+  std::vector<float> v;
+  OpCall call("causal_attention");
+  call.Input(Bfloat16Tensor(shape, RandomFloats(count, 71, -2.0f, 2.0f), &q))
+      .Input(Bfloat16Tensor(shape, RandomFloats(count, 72, -2.0f, 2.0f), &k))
+      .Input(Bfloat16Tensor(shape, RandomFloats(count, 73), &v))
+      .Output(shape, plan::BFLOAT16);
+  absl::Status status = call.Run();
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(call.output(0).data_type, plan::BFLOAT16);
+  const std::vector<float> output = WidenedValues(call.output(0));
+  const std::vector<double> expected =
+      ReferenceAttention(q, k, v, 4, 13, 8, 1.0 / std::sqrt(8.0), /*bfloat16=*/true);
+  // A probability within a rounding of a tie may round the other way: one bfloat16 step
+  // (2^-8 relative) of slack.
+  for (int64_t i = 0; i < count; ++i) {
+    EXPECT_NEAR(output[i], expected[i], std::ldexp(std::fabs(expected[i]), -8) + 1e-6)
+        << "element " << i;
+  }
+}
+
+TEST(CausalAttentionKernelTest, RejectsMixedDataTypes) {
+  OpCall mixed("causal_attention");
+  mixed.Input(MakeTensor({1, 1, 2, 2}, plan::BFLOAT16))
+      .Input(MakeTensor({1, 1, 2, 2}, plan::BFLOAT16))
+      .Input(MakeTensor({1, 1, 2, 2}))
+      .Output({1, 1, 2, 2}, plan::BFLOAT16);
+  EXPECT_THAT(mixed.Build().status().message(),
+              HasSubstr("causal_attention: input 'v' must be bfloat16, got float32"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <random>
 #include <utility>
 
+#include "kernels/cpu/cast_kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/data_type.h"
@@ -95,6 +96,28 @@ std::vector<float> RandomFloats(int64_t count, uint32_t seed, float low, float h
 std::vector<float> FloatValues(const HostTensor& tensor) {
   absl::Span<const float> values = tensor.Values<float>();
   return std::vector<float>(values.begin(), values.end());
+}
+
+HostTensor Bfloat16Tensor(const Shape& shape, const std::vector<float>& values,
+                          std::vector<float>* rounded) {
+  HostTensor tensor = MakeTensor(shape, plan::BFLOAT16);
+  rounded->resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = cpu::Float32ToBfloat16(values[i]);
+    std::memcpy(tensor.bytes.data() + 2 * i, &bits, 2);
+    (*rounded)[i] = cpu::Bfloat16ToFloat32(bits);
+  }
+  return tensor;
+}
+
+std::vector<float> WidenedValues(const HostTensor& tensor) {
+  std::vector<float> values(tensor.bytes.size() / 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, tensor.bytes.data() + 2 * i, 2);
+    values[i] = cpu::Bfloat16ToFloat32(bits);
+  }
+  return values;
 }
 
 OpCall::OpCall(const std::string& op_type, const std::string& task_name) : task_name_(task_name) {

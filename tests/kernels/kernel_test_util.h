@@ -30,6 +30,11 @@ HostTensor Int64Tensor(const Shape& shape, const std::vector<int64_t>& values);
 // `count` values uniform in [low, high) from a fixed-seed engine.
 std::vector<float> RandomFloats(int64_t count, uint32_t seed, float low = -1.0f, float high = 1.0f);
 std::vector<float> FloatValues(const HostTensor& tensor);
+// `values` rounded to bfloat16: the tensor, and the rounded values as float32 in `rounded`.
+HostTensor Bfloat16Tensor(const Shape& shape, const std::vector<float>& values,
+                          std::vector<float>* rounded);
+// The values of a bfloat16 tensor, widened to float32.
+std::vector<float> WidenedValues(const HostTensor& tensor);
 
 // One op to build through a registry filled by RegisterCpuKernels and to run on host tensors.
 // Holds the KernelConf that a built KernelInit points to, so it is neither copied nor moved.

@@ -104,19 +104,6 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
   }
 }
 
-// `values` rounded to bfloat16: the tensor, and the rounded values as float32.
-HostTensor Bfloat16Tensor(const Shape& shape, const std::vector<float>& values,
-                          std::vector<float>* rounded) {
-  HostTensor tensor = MakeTensor(shape, plan::BFLOAT16);
-  rounded->resize(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t bits = cpu::Float32ToBfloat16(values[i]);
-    std::memcpy(tensor.bytes.data() + 2 * i, &bits, 2);
-    (*rounded)[i] = cpu::Bfloat16ToFloat32(bits);
-  }
-  return tensor;
-}
-
 TEST_P(MatmulTest, Bfloat16StoresInBfloat16AndAccumulatesInFloat32) {
   const auto& [shape_case, transpose_a, transpose_b] = GetParam();
   const OperandShapes shapes(shape_case, transpose_a, transpose_b);

@@ -23,8 +23,8 @@ class GPTConfig:
     heads: int = 4
     mlp_width: int = 512
     eps: float = 1e-5
-    # "bfloat16": every x @ W (not attention's products) in bfloat16 with float32 accumulation,
-    # as Loom's Job.matmul_data_type (see `linear_product`).
+    # "bfloat16": every x @ W and the attention's products in bfloat16 with float32 accumulation,
+    # as Loom's Job.matmul_data_type (see `linear_product` and `Bfloat16CausalAttention`).
     matmul_dtype: str = "float32"
 
     def validate(self):
@@ -231,6 +231,44 @@ def linear_product(x, w, cfg):
     return x @ w
 
 
+class Bfloat16CausalAttention(torch.autograd.Function):
+    """Loom's causal_attention on bfloat16 q, k, v (mixed precision), spelled out in float32 on
+    [B, H, T, Dh] tensors, with the roundings where Loom's kernels store bfloat16: forward
+    P = softmax(scale * q k^T) from rounded q, k (float32 product and softmax), the output
+    round(round(P) v). Backward (P recomputed in float32): the incoming gradient rounded,
+    dP = dy v^T and dS = P * (dP - rowsum(dP * P)) in float32, then dv = round(round(P)^T dy),
+    dq = round(scale * round(dS) k), dk = round(scale * round(dS)^T q)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        q, k, v = _bfloat16(q), _bfloat16(k), _bfloat16(v)
+        p = Bfloat16CausalAttention._probabilities(q, k, scale)
+        ctx.save_for_backward(q, k, v)
+        ctx.scale = scale
+        return _bfloat16(_bfloat16(p) @ v)
+
+    @staticmethod
+    def backward(ctx, dy):
+        q, k, v = ctx.saved_tensors
+        scale = ctx.scale
+        dy = _bfloat16(dy)
+        p = Bfloat16CausalAttention._probabilities(q, k, scale)
+        dp = dy @ v.transpose(-2, -1)
+        ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+        p, ds = _bfloat16(p), _bfloat16(ds)
+        dv = _bfloat16(p.transpose(-2, -1) @ dy)
+        dq = _bfloat16(scale * (ds @ k))
+        dk = _bfloat16(scale * (ds.transpose(-2, -1) @ q))
+        return dq, dk, dv, None
+
+    @staticmethod
+    def _probabilities(q, k, scale):
+        T = q.shape[-2]
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril_()
+        s = (q @ k.transpose(-2, -1)) * scale
+        return torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+
+
 def moe_mlp(p, pre, m, cfg, stats):
     """The MoE MLP of block `pre` on m [B, T, D]; adds its aux loss (Switch Transformer form,
     per group, mean over the groups) and counts to `stats`."""
@@ -281,10 +319,14 @@ def gpt_forward(p, cfg, x, y=None, stats=None):
         q = q.view(B, T, H, Dh).transpose(1, 2)  # [B,H,T,Dh]
         k = k.view(B, T, H, Dh).transpose(1, 2)
         v = v.view(B, T, H, Dh).transpose(1, 2)
-        s = (q @ k.transpose(-2, -1)) / scale    # [B,H,T,T]
-        s = s.masked_fill(~causal, float("-inf"))
-        att = torch.softmax(s, dim=-1)
-        o = (att @ v).transpose(1, 2).reshape(B, T, D)
+        if cfg.matmul_dtype == "bfloat16":
+            o = Bfloat16CausalAttention.apply(q, k, v, 1.0 / scale)
+        else:
+            s = (q @ k.transpose(-2, -1)) / scale    # [B,H,T,T]
+            s = s.masked_fill(~causal, float("-inf"))
+            att = torch.softmax(s, dim=-1)
+            o = att @ v
+        o = o.transpose(1, 2).reshape(B, T, D)
         h = h + (linear_product(o, p[pre + "attn.c_proj.weight"], cfg) + p[pre + "attn.c_proj.bias"])
         m = F.layer_norm(h, (D,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
         if i in getattr(cfg, "moe_layers", ()):

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -124,6 +125,40 @@ TEST(AttentionGradKernelTest, RejectsBadConfigurations) {
   status = BuildGradient(scale).status();
   EXPECT_THAT(status.message(),
               HasSubstr("causal_attention_grad: attribute 'scale' must be finite, got inf"));
+}
+
+TEST(AttentionGradKernelTest, Bfloat16IsTheFloat32GradientOfTheRoundedInputsWithinRounding) {
+  const Shape shape({1, 3, 11, 4});
+  const int64_t count = shape.NumElements();
+  std::vector<std::vector<float>> rounded(4);
+  OpCall narrow("causal_attention_grad");
+  OpCall wide("causal_attention_grad");
+  const float bounds[] = {1.5f, 1.5f, 1.0f, 2.0f};
+  for (int input = 0; input < 4; ++input) {
+    narrow.Input(Bfloat16Tensor(
+        shape, RandomFloats(count, 101 + input, -bounds[input], bounds[input]), &rounded[input]));
+    wide.Input(FloatTensor(shape, rounded[input]));
+  }
+  for (int output = 0; output < 3; ++output) {
+    narrow.Output(shape, plan::BFLOAT16);
+    wide.Output(shape);
+  }
+  absl::Status status = narrow.Run();
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(wide.Run().ok());
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int output = 0; output < 3; ++output) {
+    const std::vector<float> got = WidenedValues(narrow.output(output));
+    const std::vector<float> want = wide.OutputFloats(output);
+    ASSERT_EQ(got.size(), want.size());
+    // P and dS rounded to bfloat16 (2^-8 relative each) before the products, which are rounded
+    // too: a few bfloat16 steps of the largest magnitude.
+    float largest = 0.0f;
+    for (float value : want) largest = std::max(largest, std::fabs(value));
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 4 * std::ldexp(largest, -8)) << names[output] << " " << i;
+    }
+  }
 }
 
 }  // namespace
