@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kernels/kernel.h"
 #include "runtime/actor.h"
 
@@ -26,9 +27,12 @@ class VariableActor final : public Actor {
 
   absl::Status Initialize() override;
 
-  // The value and the optimizer states. Read them only when no act can run (after the job).
+  // The value and the optimizer states, in the memory of the actor's device. Read them only when
+  // no act can run (after the job), through CopyToHost when the device may be a GPU.
   TensorView value() const;
   const std::vector<TensorView>& states() const { return states_; }
+  // A host copy of `view` (the value or a state), made on the actor's stream and waited for.
+  absl::StatusOr<HostTensor> CopyToHost(const TensorView& view) const;
 
  protected:
   bool CanAct() const override;

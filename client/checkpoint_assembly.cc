@@ -19,15 +19,6 @@ DistributedLayout LayoutOf(const plan::VariableLayout& variable, const std::stri
   return layout;
 }
 
-HostTensor CopyToHost(const TensorView& view) {
-  HostTensor tensor;
-  tensor.data_type = view.data_type;
-  tensor.shape = view.shape;
-  tensor.bytes.resize(view.ByteSize());
-  if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
-  return tensor;
-}
-
 HostTensor ScalarInt64(int64_t value) {
   HostTensor tensor;
   tensor.data_type = plan::INT64;
@@ -93,9 +84,14 @@ absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan
             "variable '", layout.name(), "': task '", task, "' keeps ", actor->states().size(),
             " optimizer states but the plan names ", states.size()));
       }
-      values.push_back(CopyToHost(actor->value()));
+      // Through the actor's stream: a GPU's values are in device memory.
+      absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
+      if (!value.ok()) return value.status();
+      values.push_back(std::move(*value));
       for (size_t state = 0; state < states.size(); ++state) {
-        states[state].push_back(CopyToHost(actor->states()[state]));
+        absl::StatusOr<HostTensor> piece = actor->CopyToHost(actor->states()[state]);
+        if (!piece.ok()) return piece.status();
+        states[state].push_back(std::move(*piece));
       }
     }
     std::vector<const HostTensor*> value_pointers;

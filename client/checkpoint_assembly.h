@@ -37,7 +37,8 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      checkpoint::Checkpoint* checkpoint);
 
 // After a run (no act can run any more): the checkpoint of every variable of plan.variables,
-// read from the job's VARIABLE actors (VariableActor::value() and states()), with the progress.
+// read from the job's VARIABLE actors (VariableActor::value() and states(), copied to the host on
+// each actor's stream: a GPU's are in device memory), with the progress.
 // NOT_FOUND naming the task when a layout names a task the job lacks or that is no variable;
 // FAILED_PRECONDITION when the plan has no variable layouts but VARIABLE tasks (a plan compiled
 // without them cannot be saved).

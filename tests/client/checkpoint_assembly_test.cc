@@ -2,6 +2,7 @@
 #include "client/checkpoint_assembly.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -146,7 +147,7 @@ struct TrainedJob {
   LocalRunResult run;
 };
 
-absl::StatusOr<TrainedJob> Train(int devices) {
+absl::StatusOr<TrainedJob> Train(int devices, JobOptions options = {}) {
   job::Job job;
   if (!google::protobuf::TextFormat::ParseFromString(kJob, &job)) {
     return absl::InternalError("bad test job");
@@ -165,7 +166,7 @@ absl::StatusOr<TrainedJob> Train(int devices) {
     return registry;
   }();
   absl::StatusOr<LocalRunResult> run =
-      RunPlanLocally(trained.compiled->result.plan, *kernels, JobOptions{});
+      RunPlanLocally(trained.compiled->result.plan, *kernels, std::move(options));
   if (!run.ok()) return run.status();
   trained.run = std::move(*run);
   return trained;
@@ -261,6 +262,54 @@ TEST(AssembleCheckpointTest, HandWrittenLayoutsOfACompiledJob) {
     ASSERT_TRUE(actual->tensors.contains(name)) << name;
     ExpectNear(actual->tensors.at(name), tensor, name);
   }
+}
+
+// A CPU stream that counts the copies made on it and the waits for it.
+class CountingStream final : public StreamContext {
+ public:
+  CountingStream(std::atomic<int>* copies, std::atomic<int>* waits)
+      : copies_(copies), waits_(waits) {}
+  bool is_asynchronous() const override { return false; }
+  std::unique_ptr<CompletionEvent> RecordCompletion() override { return nullptr; }
+  absl::Status Copy(void* destination, const void* source, int64_t bytes) override {
+    copies_->fetch_add(1);
+    if (bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override {
+    waits_->fetch_add(1);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::atomic<int>* copies_;
+  std::atomic<int>* waits_;
+};
+
+TEST(AssembleCheckpointTest, ValuesAreCopiedOnTheirActorsStreams) {
+  // A GPU's variables are in device memory: the checkpoint must copy them on the variable's
+  // stream and wait for it (a host read of a GPU pointer crashed `loomctl run --save-dir`).
+  std::atomic<int> copies{0};
+  std::atomic<int> waits{0};
+  JobOptions options;
+  options.stream_context_factory = [&](const plan::Stream&) -> std::unique_ptr<StreamContext> {
+    return std::make_unique<CountingStream>(&copies, &waits);
+  };
+  absl::StatusOr<TrainedJob> two = Train(2, std::move(options));
+  ASSERT_TRUE(two.ok()) << two.status();
+  const plan::Plan& plan = two->compiled->result.plan;
+  int tensors = 0;
+  for (const plan::VariableLayout& layout : plan.variables()) {
+    tensors += layout.tasks_size() * (1 + layout.state_names_size());
+  }
+  ASSERT_GT(tensors, 0);
+  copies = 0;
+  waits = 0;
+  absl::StatusOr<checkpoint::Checkpoint> saved =
+      AssembleCheckpoint(plan, *two->run.runtime, CheckpointProgress{});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(copies.load(), tensors);
+  EXPECT_EQ(waits.load(), tensors);
 }
 
 TEST(AssembleCheckpointTest, PlansWithoutLayoutsAndUnknownTasksAreRefused) {

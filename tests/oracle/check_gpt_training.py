@@ -5,7 +5,8 @@ In a temporary directory:
   1. initial weights: `loom-gpt --write-init` (GPT) or `reference.py --write-init` (MLP);
   2. the job: `loom-gpt --emit` with the parallel layout asked for (GPT), or the MLP job
      written here (data parallel over --dp devices);
-  3. Loom:    loomctl run JOB --devices cpu:N --steps S --init INIT --output json --save-dir DIR
+  3. Loom:    loomctl run JOB --devices cpu:N (or cuda:0,..) --steps S --init INIT --output json
+              --save-dir DIR
   4. PyTorch: reference.py --model M --init INIT --data DATA --steps S --output ref.json
               --save-final ref.safetensors [--max-norm X]
   5. checks: every step's loss within relative --loss-tolerance (1e-4), every final parameter
@@ -61,6 +62,9 @@ def parse_args(argv=None):
                          "and require Loom's losses to be closer to the bfloat16 reference than "
                          "the float32 one's are (the loss check then could not pass with the "
                          "casts missing)")
+    ap.add_argument("--device-type", choices=("cpu", "cuda"), default="cpu",
+                    help="gpt / moe-gpt: where Loom trains: cpu:N, or cuda:0..N-1 (token batches "
+                         "read on the GPUs' hosts; the PyTorch reference runs on the CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-tolerance", type=float, default=1e-4)
     ap.add_argument("--weight-tolerance", type=float, default=1e-3,
@@ -77,6 +81,8 @@ def parse_args(argv=None):
         ap.error(f"--model {args.model} needs --loom-gpt")
     if args.model == "mlp" and (args.tp > 1 or args.pp > 1 or args.micro_batches > 1):
         ap.error("the MLP job here is data parallel only")
+    if args.device_type != "cpu" and args.model == "mlp":
+        ap.error("--device-type cuda is for the gpt and moe-gpt models")
     if args.contrast_float32 and args.matmul_data_type != "bfloat16":
         ap.error("--contrast-float32 needs --matmul-data-type bfloat16")
     if args.model == "mlp" and args.matmul_data_type != "float32":
@@ -278,6 +284,8 @@ def describe(args):
         parts.append(f"max-grad-norm={args.max_grad_norm:g}")
     if args.matmul_data_type != "float32":
         parts.append(f"matmuls in {args.matmul_data_type}")
+    if args.device_type != "cpu":
+        parts.append(f"on {args.device_type}")
     return " ".join(parts)
 
 
@@ -298,7 +306,7 @@ def check(args, work):
                   "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
-        layout += ["--matmul-data-type", args.matmul_data_type]
+        layout += ["--matmul-data-type", args.matmul_data_type, "--device-type", args.device_type]
         if args.model == "moe-gpt":
             # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
             # in blocks 1 and 3 (loom-gpt's and reference.py's defaults).
@@ -323,7 +331,9 @@ def check(args, work):
         ref = json.load(f)
 
     fetch_dir = os.path.join(work, "loom_fetches")
-    loom_command = [args.loomctl, "run", job_path, "--devices", f"cpu:{devices}",
+    device_list = (f"cpu:{devices}" if args.device_type == "cpu"
+                   else "cuda:" + ",".join(str(i) for i in range(devices)))
+    loom_command = [args.loomctl, "run", job_path, "--devices", device_list,
                     "--steps", str(args.steps), "--init", init, "--output", "json",
                     "--save-dir", save_dir]
     if args.model == "moe-gpt":
