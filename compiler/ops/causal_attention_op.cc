@@ -18,8 +18,7 @@ class CausalAttentionOp final : public OpDefinition {
       return status;
     }
     const char* const names[] = {"q", "k", "v"};
-    if (absl::Status status = CheckCausalAttentionDataTypes(context, {"q", "k", "v"});
-        !status.ok()) {
+    if (absl::Status status = CheckCausalAttentionDataTypes(context, names); !status.ok()) {
       return status;
     }
     const Shape& q = context.inputs[0].shape;
@@ -83,7 +82,7 @@ std::unique_ptr<OpDefinition> MakeCausalAttentionOp() {
 }
 
 absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
-                                           std::initializer_list<const char*> names) {
+                                           absl::Span<const char* const> names) {
   int index = 0;
   for (const char* name : names) {
     // q is float32 or bfloat16; the others are what q is.

@@ -1,9 +1,9 @@
 #ifndef LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 #define LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 
-#include <initializer_list>
 #include <memory>
 
+#include "absl/types/span.h"
 #include "compiler/op_definition.h"
 
 namespace loom::compiler {
@@ -22,7 +22,7 @@ absl::StatusOr<double> CausalAttentionScale(const OpContext& context);
 // That the inputs, named `names`, are all float32 or all bfloat16. Shared with
 // "causal_attention_grad".
 absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
-                                           std::initializer_list<const char*> names);
+                                           absl::Span<const char* const> names);
 
 }  // namespace loom::compiler
 

@@ -548,14 +548,13 @@ class CausalAttentionGradOp final : public OpDefinition {
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 4, 4); !status.ok()) return status;
     if (absl::Status status = CheckKnownAttributes(context, {"scale"}); !status.ok()) return status;
-    if (absl::Status status = CheckCausalAttentionDataTypes(context, {"q", "k", "v", "dy"});
-        !status.ok()) {
+    const char* const names[] = {"q", "k", "v", "dy"};
+    if (absl::Status status = CheckCausalAttentionDataTypes(context, names); !status.ok()) {
       return status;
     }
     if (context.inputs[0].shape.rank() != 4) {
       return OpError(absl::StrCat("q must be [B, H, T, Dh], not ", context.inputs[0].ToString()));
     }
-    const char* names[] = {"q", "k", "v", "dy"};
     for (int index = 1; index < 4; ++index) {
       if (absl::Status status = CheckSameShape(context, 0, "q", index, names[index]);
           !status.ok()) {

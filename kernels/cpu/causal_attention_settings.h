@@ -25,9 +25,9 @@ struct CausalAttentionSettings {
   plan::DataType data_type = plan::FLOAT32;
 };
 
-// Checks that every input and output of `init` (the arity checked already) has the data type of
-// input 0, q (float32 or bfloat16), and the shape of q, q, which is [B, H, T, Dh] with T and Dh
-// what BLAS can index; reads 'scale'. `tensor_names` names the inputs, then the outputs, in
+// Checks that every input and output of `init` (the arity checked already) has the data type
+// (float32 or bfloat16) and the shape of input 0, q, which is [B, H, T, Dh] with T and Dh what
+// BLAS can index; reads 'scale'. `tensor_names` names the inputs, then the outputs, in
 // messages; `q_name` names q where its shape is compared with another tensor's.
 absl::StatusOr<CausalAttentionSettings> ReadCausalAttentionSettings(
     absl::string_view op_type, const KernelInit& init, absl::Span<const char* const> tensor_names,

@@ -128,23 +128,16 @@ __global__ void CausalSoftmaxGradKernel(const float* probabilities,
   }
 }
 
-// What both kernels are built for, past the checks.
-struct AttentionPlan {
-  cpu::CausalAttentionSettings settings;
-};
-
 // The CPU kernels' checks (cpu::ReadCausalAttentionSettings: every tensor of q's data type,
 // float32 or bfloat16, and q's shape), and that B * H fits cuBLAS's batch count and that the
 // scratch's size fits in 64 bits.
-absl::StatusOr<AttentionPlan> CheckAttention(const char* op_type, const KernelInit& init,
-                                             absl::Span<const char* const> tensor_names,
-                                             const char* q_name, int scratch_matrices) {
-  AttentionPlan checked;
+absl::StatusOr<cpu::CausalAttentionSettings> CheckAttention(
+    const char* op_type, const KernelInit& init, absl::Span<const char* const> tensor_names,
+    const char* q_name, int scratch_matrices) {
   absl::StatusOr<cpu::CausalAttentionSettings> settings =
       cpu::ReadCausalAttentionSettings(op_type, init, tensor_names, q_name);
   if (!settings.ok()) return settings.status();
-  checked.settings = *settings;
-  const cpu::CausalAttentionSettings& s = checked.settings;
+  const cpu::CausalAttentionSettings& s = *settings;
   if (s.heads > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(op_type, ": B * H = ", s.heads,
                                                    " exceeds cuBLAS's batch count (",
@@ -156,21 +149,22 @@ absl::StatusOr<AttentionPlan> CheckAttention(const char* op_type, const KernelIn
         absl::StrCat(op_type, ": the [B * H, T, T] = [", s.heads, ", ", s.length, ", ", s.length,
                      "] float scratch of composed attention is too large"));
   }
-  return checked;
+  return settings;
 }
 
 // The state shared by the forward and the gradient: the settings, cuBLAS, and `matrix_count`
 // float [B * H, T, T] scratch buffers.
 class AttentionKernelBase : public Kernel {
  public:
-  AttentionKernelBase(const char* op_type, const KernelInit& init, const AttentionPlan& attention,
-                      CudaStreamContext* stream, cublasHandle_t cublas, int matrix_count)
+  AttentionKernelBase(const char* op_type, const KernelInit& init,
+                      const cpu::CausalAttentionSettings& attention, CudaStreamContext* stream,
+                      cublasHandle_t cublas, int matrix_count)
       : op_type_(op_type),
         task_name_(init.task_name),
         signature_(init),
-        settings_(attention.settings),
-        bfloat16_(attention.settings.data_type == plan::BFLOAT16),
-        element_type_(attention.settings.data_type == plan::BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F),
+        settings_(attention),
+        bfloat16_(attention.data_type == plan::BFLOAT16),
+        element_type_(attention.data_type == plan::BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F),
         stream_(stream),
         cublas_(cublas),
         scratch_(matrix_count, nullptr) {}
@@ -287,7 +281,7 @@ class AttentionKernelBase : public Kernel {
 // output = softmax(scale * q k^T + causal mask) v for every (b, h).
 class CausalAttentionKernel final : public AttentionKernelBase {
  public:
-  CausalAttentionKernel(const KernelInit& init, const AttentionPlan& attention,
+  CausalAttentionKernel(const KernelInit& init, const cpu::CausalAttentionSettings& attention,
                         CudaStreamContext* stream, cublasHandle_t cublas)
       : AttentionKernelBase(kForwardOpType, init, attention, stream, cublas, /*matrix_count=*/1) {}
 
@@ -320,7 +314,7 @@ class CausalAttentionKernel final : public AttentionKernelBase {
 // dS = P * (dP - rowsum(dP * P)), dq = scale * dS k, dk = scale * dS^T q.
 class CausalAttentionGradKernel final : public AttentionKernelBase {
  public:
-  CausalAttentionGradKernel(const KernelInit& init, const AttentionPlan& attention,
+  CausalAttentionGradKernel(const KernelInit& init, const cpu::CausalAttentionSettings& attention,
                             CudaStreamContext* stream, cublasHandle_t cublas)
       : AttentionKernelBase(kGradOpType, init, attention, stream, cublas, /*matrix_count=*/2) {}
 
@@ -389,8 +383,8 @@ class CausalAttentionGradKernel final : public AttentionKernelBase {
 };
 
 template <typename KernelType>
-absl::StatusOr<std::unique_ptr<Kernel>> MakeAttentionKernel(const KernelInit& init,
-                                                            const AttentionPlan& attention) {
+absl::StatusOr<std::unique_ptr<Kernel>> MakeAttentionKernel(
+    const KernelInit& init, const cpu::CausalAttentionSettings& attention) {
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<cublasHandle_t> cublas = (*stream)->Cublas();
@@ -405,7 +399,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCausalAttentionKernel(const Kernel
     return status;
   }
   static constexpr const char* kNames[] = {"input 'q'", "input 'k'", "input 'v'", "output"};
-  absl::StatusOr<AttentionPlan> attention =
+  absl::StatusOr<cpu::CausalAttentionSettings> attention =
       CheckAttention(kForwardOpType, init, kNames, "q", /*scratch_matrices=*/1);
   if (!attention.ok()) return attention.status();
   return MakeAttentionKernel<CausalAttentionKernel>(init, *attention);
@@ -417,7 +411,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCausalAttentionGradKernel(const Ke
   }
   static constexpr const char* kNames[] = {"input 'q'",   "input 'k'",   "input 'v'",  "input 'dy'",
                                            "output 'dq'", "output 'dk'", "output 'dv'"};
-  absl::StatusOr<AttentionPlan> attention =
+  absl::StatusOr<cpu::CausalAttentionSettings> attention =
       CheckAttention(kGradOpType, init, kNames, "input 'q'", /*scratch_matrices=*/2);
   if (!attention.ok()) return attention.status();
   return MakeAttentionKernel<CausalAttentionGradKernel>(init, *attention);
