@@ -22,16 +22,10 @@ absl::Status SinkActor::DoAct() {
       return status;
     }
     charged_bytes_ += bytes;
-    HostTensor tensor;
-    tensor.data_type = view.data_type;
-    tensor.shape = view.shape;
-    tensor.bytes.resize(bytes);
     // The stream copies: a memcpy on a CPU stream, a device-to-host copy on a GPU stream.
-    if (absl::Status status = init().stream->Copy(tensor.bytes.data(), view.data, bytes);
-        !status.ok()) {
-      return status;
-    }
-    pieces_[i].push_back(std::move(tensor));
+    absl::StatusOr<HostTensor> tensor = EnqueueCopyToHost(*init().stream, view);
+    if (!tensor.ok()) return tensor.status();
+    pieces_[i].push_back(std::move(*tensor));
   }
   if (absl::Status status = init().stream->Synchronize(); !status.ok()) return status;
   const SinkPieceCallback* callback = init().sink_piece_callback;

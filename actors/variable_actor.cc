@@ -1,7 +1,5 @@
 #include "actors/variable_actor.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "kernels/kernel_registry.h"
 
@@ -91,19 +89,8 @@ absl::Status VariableActor::Initialize() {
 TensorView VariableActor::value() const { return init().outputs[0]->SlotView(0); }
 
 absl::StatusOr<HostTensor> VariableActor::CopyToHost(const TensorView& view) const {
-  HostTensor tensor;
-  tensor.data_type = view.data_type;
-  tensor.shape = view.shape;
-  tensor.bytes.resize(view.ByteSize());
-  if (tensor.bytes.empty()) return tensor;
-  StreamContext* stream = init().stream;
-  if (stream == nullptr) {
-    std::memcpy(tensor.bytes.data(), view.data, tensor.bytes.size());
-    return tensor;
-  }
-  absl::Status status =
-      stream->Copy(tensor.bytes.data(), view.data, static_cast<int64_t>(tensor.bytes.size()));
-  if (status.ok()) status = stream->Synchronize();
+  absl::StatusOr<HostTensor> tensor = EnqueueCopyToHost(*init().stream, view);
+  absl::Status status = tensor.ok() ? init().stream->Synchronize() : tensor.status();
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("task '", task().name(),
                                                     "': reading its value: ", status.message()));

@@ -308,7 +308,6 @@ absl::Status JobRuntime::JoinCommunicators(const std::map<std::string, std::stri
 JobRuntime::~JobRuntime() {
   if (started_ && !waited_) {
     Abort(absl::CancelledError("the job runtime was destroyed while running"));
-    for (auto& thread : threads_) thread->Join();
   }
   // Joined threads no longer touch the actors. Actors next: their kernels may use their stream
   // contexts, which the threads own, as they go (a CUDA kernel selects its GPU to free its

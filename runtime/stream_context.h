@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/plan.pb.h"
+#include "runtime/tensor.h"
 
 namespace loom {
 
@@ -58,6 +59,10 @@ class SynchronousStreamContext final : public StreamContext {
     return absl::OkStatus();
   }
 };
+
+// A host tensor of `view`'s type and shape, its bytes copied from `view` on `stream`: done on a
+// CPU stream; on a GPU stream only enqueued, so call stream.Synchronize() before reading it.
+absl::StatusOr<HostTensor> EnqueueCopyToHost(StreamContext& stream, const TensorView& view);
 
 }  // namespace loom
 

@@ -43,8 +43,9 @@ std::vector<SbpSignature> ElementwiseSignatures(const OpContext& context, int64_
         signature.inputs.push_back(Sbp::Broadcast());
       }
     }
-    for (size_t i = 0; i < context.outputs.size(); ++i)
+    for (size_t i = 0; i < context.outputs.size(); ++i) {
       signature.outputs.push_back(Sbp::Split(axis));
+    }
     signatures.push_back(std::move(signature));
   }
   SbpSignature broadcast;
