@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +20,10 @@
 namespace loom::transport {
 namespace {
 
-// The active message id of actor messages; every message carries its sender in the header.
+// The active message ids of actor messages and of same-host copy messages; every message carries
+// its sender in the header.
 constexpr unsigned kActorMessageId = 1;
+constexpr unsigned kCopyMessageId = 2;
 
 struct MessageHeader {
   PeerId sender;
@@ -37,6 +41,7 @@ struct Transport::Peer {
   PeerId id;
   std::unique_ptr<UcxEndpoint> endpoint;
   bool failed = false;
+  std::unique_ptr<ProcessReader> reader;  // set when this process can read the peer's memory
 };
 
 struct Transport::Operation {
@@ -48,6 +53,7 @@ struct Transport::Operation {
   void* receive_buffer = nullptr;
   size_t size = 0;
   MessageHeader header{};
+  unsigned message_id = kActorMessageId;
   std::string message;
   SendCallback send_callback;
   ReceiveCallback receive_callback;
@@ -59,6 +65,8 @@ struct Transport::Operation {
   bool completed_while_starting = false;
   ucs_status_t early_status = UCS_OK;
   size_t early_length = 0;
+  // A posted receive whose sender announced a same-host copy: cancelled in UCX, then copied.
+  std::optional<Announcement> copy_from;
 };
 
 absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions options) {
@@ -98,6 +106,12 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions op
   if (status != UCS_OK) {
     return UcxStatusToStatus(status, "registering the actor message handler");
   }
+  handler.id = kCopyMessageId;
+  handler.cb = &Transport::OnCopyMessage;
+  status = ucp_worker_set_am_recv_handler(transport->worker_->handle(), &handler);
+  if (status != UCS_OK) {
+    return UcxStatusToStatus(status, "registering the same-host copy message handler");
+  }
   // The worker is handed to the progress thread here; no other thread touches it from now on.
   transport->progress_thread_ = std::thread([t = transport.get()] { t->ProgressLoop(); });
   return transport;
@@ -111,7 +125,11 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       options_(std::move(options)),
       context_(std::move(context)),
       worker_(std::move(worker)),
-      address_(worker_->address()),
+      probe_word_(std::make_unique<uint64_t>(std::random_device()() * 0x100000001ull + 1)),
+      identity_(IdentifyThisProcess(probe_word_.get())),
+      same_host_copies_(options_.same_host_copies &&
+                        TransportListAllowsSameHostCopies(context_->transports())),
+      address_(EncodeAddress(identity_, worker_->address())),
       wake_fd_(wake_fd) {}
 
 Transport::~Transport() {
@@ -144,6 +162,11 @@ absl::Status Transport::AddPeer(PeerId peer, absl::string_view address) {
                      absl::FormatDuration(options_.add_peer_deadline)));
   }
   return result->status;
+}
+
+bool Transport::CopiesDirectlyTo(PeerId peer) const {
+  std::lock_guard<std::mutex> lock(readers_mutex_);
+  return same_host_copies_ && readers_.contains(peer);
 }
 
 absl::Status Transport::Send(PeerId peer, absl::string_view bytes) {
@@ -219,6 +242,7 @@ void Transport::ProgressLoop() {
       busy = RunCommands();
     }
     while (worker_->Progress()) busy = true;
+    if (HandleCopyMessages()) busy = true;
     if (!failed_to_close_.empty()) CloseFailedEndpoints();
     absl::Time now = absl::Now();
     if (busy) {
@@ -281,15 +305,20 @@ void Transport::AddPeerNow(AddPeerCommand& command) {
   } else if (peers_.contains(command.peer)) {
     status = absl::AlreadyExistsError(
         absl::StrCat("node ", self_, ": peer ", command.peer, " was already added"));
+  } else if (absl::StatusOr<DecodedAddress> address = DecodeAddress(command.address);
+             !address.ok()) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "node ", self_, ": connecting to peer ", command.peer, ": ", address.status().message()));
   } else {
     auto peer = std::make_unique<Peer>();
     peer->transport = this;
     peer->id = command.peer;
-    absl::StatusOr<std::unique_ptr<UcxEndpoint>> endpoint =
-        UcxEndpoint::Create(*worker_, command.address, &Transport::OnEndpointError, peer.get());
+    absl::StatusOr<std::unique_ptr<UcxEndpoint>> endpoint = UcxEndpoint::Create(
+        *worker_, address->worker_address, &Transport::OnEndpointError, peer.get());
     if (endpoint.ok()) {
       peer->endpoint = *std::move(endpoint);
-      peers_.emplace(command.peer, std::move(peer));
+      Peer& added = *peers_.emplace(command.peer, std::move(peer)).first->second;
+      if (same_host_copies_) ProbeSameHost(added, address->identity);
     } else {
       status = absl::Status(endpoint.status().code(),
                             absl::StrCat("node ", self_, ": connecting to peer ", command.peer,
@@ -329,6 +358,7 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
   ucs_status_ptr_t request = nullptr;
 
   if (operation->kind == Operation::Kind::kReceiveData) {
+    if (StartCopyReceive(operation)) return;
     // Always through the callback, which reports the received length: with an immediate
     // completion UCX 1.13 sometimes left the length in recv_info at 0.
     params.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -346,14 +376,15 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
       Finish(std::move(operation), status, 0);
       return;
     }
+    if (operation->kind == Operation::Kind::kSendData && StartCopySend(operation)) return;
     ucp_ep_h endpoint = found->second->endpoint->handle();
     params.cb.send = &Transport::OnSendDone;
     if (operation->kind == Operation::Kind::kMessage) {
       params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
       params.flags = UCP_AM_SEND_FLAG_EAGER;
-      request =
-          ucp_am_send_nbx(endpoint, kActorMessageId, &operation->header, sizeof(operation->header),
-                          operation->message.data(), operation->message.size(), &params);
+      request = ucp_am_send_nbx(endpoint, operation->message_id, &operation->header,
+                                sizeof(operation->header), operation->message.data(),
+                                operation->message.size(), &params);
     } else {
       request = ucp_tag_send_nbx(endpoint, operation->send_buffer, operation->size, operation->tag,
                                  &params);
@@ -372,6 +403,9 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
     Complete(operation.release(), status, length);
   } else {
     operation->request = request;
+    if (operation->kind == Operation::Kind::kReceiveData) {
+      posted_receives_.emplace(operation->tag, operation.get());
+    }
     pending_.insert(operation.release());
   }
 }
@@ -399,6 +433,15 @@ void Transport::Complete(Operation* raw, ucs_status_t status, size_t received_by
   if (operation->request != nullptr) {
     ucp_request_free(operation->request);
     operation->request = nullptr;
+  }
+  if (operation->kind == Operation::Kind::kReceiveData) {
+    auto posted = posted_receives_.find(operation->tag);
+    if (posted != posted_receives_.end() && posted->second == raw) posted_receives_.erase(posted);
+    if (operation->copy_from.has_value() && !shutting_down_) {
+      // Copied after the UCX call that reported the cancellation, as messages are handled.
+      receives_to_copy_.push_back(std::move(operation));
+      return;
+    }
   }
   absl::Status result;
   if (status != UCS_OK) {
@@ -452,6 +495,7 @@ void Transport::OnPeerFailed(Peer* peer, const absl::Status& status) {
   // UCX requires a failed endpoint to be closed with the force mode; not from inside its callback.
   failed_to_close_.push_back(peer);
   if (shutting_down_) return;
+  FailCopySends(peer->id, absl::StrCat("failed: ", status.message()));
   LOG(WARNING) << status;
   if (on_peer_error_) on_peer_error_(peer->id, status);
 }
@@ -487,6 +531,13 @@ ucs_status_t Transport::OnActiveMessage(void* argument, const void* header, size
 
 void Transport::Shutdown() {
   shutting_down_ = true;
+  for (std::unique_ptr<Operation>& receive : receives_to_copy_) {
+    absl::Status cancelled = absl::CancelledError(
+        absl::StrCat(Describe(*receive), " was cancelled: the transport stopped"));
+    Finish(std::move(receive), std::move(cancelled), 0);
+  }
+  receives_to_copy_.clear();
+  FailCopySends(std::nullopt, "was cancelled: the transport stopped");
   std::deque<Command> commands;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -522,6 +573,203 @@ void Transport::Shutdown() {
   // Destroying the worker closes its sockets, which is how the peers learn that this node left
   // (a forced endpoint close does not tell the peer).
   worker_.reset();
+}
+
+// Same-host copies. The receiver of data from a peer on this host reads the sender's buffer with
+// process_vm_readv; the three messages of transport.h's CopyMessage travel as active messages on
+// the peers' UCX endpoints, in order with the actor messages.
+
+void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
+  absl::StatusOr<std::unique_ptr<ProcessReader>> reader = ProcessReader::Open(identity, identity_);
+  if (!reader.ok()) {
+    // Another host is the normal case; on this host it means no permission (ptrace policy,
+    // seccomp, another user): worth a line, since those data then take TCP loopback.
+    if (!identity.host.empty() && identity.host == identity_.host) {
+      LOG(INFO) << "node " << self_ << ": peer " << peer.id
+                << " runs on this host but its memory cannot be read (" << reader.status()
+                << "); its data go through UCX";
+    }
+    return;
+  }
+  peer.reader = *std::move(reader);
+  CopyMessage can_read;
+  can_read.kind = CopyMessage::kCanRead;
+  SendCopyMessage(peer.id, can_read);
+}
+
+void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error) {
+  auto operation = std::make_unique<Operation>();
+  operation->kind = Operation::Kind::kMessage;
+  operation->peer = peer;
+  operation->header.sender = self_;
+  operation->message_id = kCopyMessageId;
+  operation->message.assign(reinterpret_cast<const char*>(&message), sizeof(message));
+  absl::StrAppend(&operation->message, error.substr(0, kMaxMessageBytes - sizeof(message)));
+  StartOperation(std::move(operation));
+}
+
+ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t header_length,
+                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* transport = static_cast<Transport*>(argument);
+  if (header_length != sizeof(MessageHeader) || length < sizeof(CopyMessage) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    LOG(ERROR) << "node " << transport->self_ << ": dropped a malformed same-host copy message ("
+               << header_length << "-byte header, " << length << " bytes)";
+    return UCS_OK;
+  }
+  if (transport->shutting_down_) return UCS_OK;
+  ReceivedCopyMessage received;
+  MessageHeader message_header;
+  std::memcpy(&message_header, header, sizeof(message_header));
+  received.from = message_header.sender;
+  std::memcpy(&received.message, data, sizeof(received.message));
+  received.error.assign(static_cast<const char*>(data) + sizeof(CopyMessage),
+                        length - sizeof(CopyMessage));
+  // Handled after the progress call: the handling posts sends and cancels requests, which UCX
+  // callbacks should not.
+  transport->copy_inbox_.push_back(std::move(received));
+  return UCS_OK;
+}
+
+bool Transport::HandleCopyMessages() {
+  if (copy_inbox_.empty() && receives_to_copy_.empty()) return false;
+  std::vector<ReceivedCopyMessage> inbox;
+  inbox.swap(copy_inbox_);
+  for (ReceivedCopyMessage& received : inbox) {
+    HandleCopyMessage(received.from, received.message, received.error);
+  }
+  // Cancelling a receive (HandleCopyMessage) may report it at once or in a later progress call.
+  std::vector<std::unique_ptr<Operation>> receives;
+  receives.swap(receives_to_copy_);
+  for (std::unique_ptr<Operation>& receive : receives) {
+    Announcement announcement = *receive->copy_from;
+    CopyInto(std::move(receive), announcement.from, announcement.message);
+  }
+  return true;
+}
+
+void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
+                                  absl::string_view error) {
+  if (shutting_down_) return;
+  switch (message.kind) {
+    case CopyMessage::kCanRead: {
+      std::lock_guard<std::mutex> lock(readers_mutex_);
+      readers_.insert(from);
+      return;
+    }
+    case CopyMessage::kAnnounce: {
+      auto posted = posted_receives_.find(message.tag);
+      if (posted == posted_receives_.end()) {
+        if (!announcements_.emplace(message.tag, Announcement{from, message}).second) {
+          LOG(ERROR) << "node " << self_ << ": peer " << from << " announced data with tag "
+                     << message.tag << ", which another peer's data already have";
+        }
+        return;
+      }
+      // The receive is in UCX; cancelling it completes it with UCS_ERR_CANCELED, and Complete
+      // then copies instead (no UCX send has this tag: the sender announced instead).
+      Operation* receive = posted->second;
+      posted_receives_.erase(posted);
+      receive->copy_from = Announcement{from, message};
+      ucp_request_cancel(worker_->handle(), receive->request);
+      return;
+    }
+    case CopyMessage::kDone: {
+      auto found = copy_sends_.find(std::make_pair(from, message.tag));
+      if (found == copy_sends_.end()) {
+        LOG(ERROR) << "node " << self_ << ": peer " << from
+                   << " answered a same-host copy with tag " << message.tag
+                   << " that this node did not announce";
+        return;
+      }
+      std::unique_ptr<Operation> send = std::move(found->second);
+      copy_sends_.erase(found);
+      absl::Status status;
+      if (message.status_code != 0) {
+        status =
+            absl::Status(static_cast<absl::StatusCode>(message.status_code),
+                         absl::StrCat(Describe(*send), ": the receiver's copy failed: ", error));
+      }
+      Finish(std::move(send), std::move(status), 0);
+      return;
+    }
+  }
+  LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of unknown kind "
+             << message.kind << " from peer " << from;
+}
+
+bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
+  if (!same_host_copies_) return false;
+  {
+    std::lock_guard<std::mutex> lock(readers_mutex_);
+    if (!readers_.contains(operation->peer)) return false;
+  }
+  auto key = std::make_pair(operation->peer, operation->tag);
+  if (copy_sends_.contains(key)) return false;  // the same tag twice at once: UCX matches those
+  CopyMessage announce;
+  announce.kind = CopyMessage::kAnnounce;
+  announce.tag = operation->tag;
+  announce.address = reinterpret_cast<uintptr_t>(operation->send_buffer);
+  announce.size = operation->size;
+  PeerId peer = operation->peer;
+  copy_sends_.emplace(key, std::move(operation));
+  SendCopyMessage(peer, announce);
+  return true;
+}
+
+bool Transport::StartCopyReceive(std::unique_ptr<Operation>& operation) {
+  auto announced = announcements_.find(operation->tag);
+  if (announced == announcements_.end()) return false;
+  Announcement announcement = announced->second;
+  announcements_.erase(announced);
+  CopyInto(std::move(operation), announcement.from, announcement.message);
+  return true;
+}
+
+void Transport::CopyInto(std::unique_ptr<Operation> receive, PeerId from,
+                         const CopyMessage& request) {
+  absl::Status status;
+  auto peer = peers_.find(from);
+  if (request.size > receive->size) {
+    status = absl::InvalidArgumentError(absl::StrCat(Describe(*receive), ": peer ", from, " sent ",
+                                                     FormatBytes(request.size),
+                                                     ", more than the buffer holds"));
+  } else if (peer == peers_.end() || peer->second->reader == nullptr) {
+    status = absl::InternalError(absl::StrCat(Describe(*receive), ": peer ", from,
+                                              " announced a same-host copy this node cannot read"));
+  } else if (absl::Status read =
+                 peer->second->reader->Read(request.address, receive->receive_buffer, request.size);
+             !read.ok()) {
+    status = absl::Status(
+        read.code(), absl::StrCat(Describe(*receive), " from peer ", from, ": ", read.message()));
+  }
+  CopyMessage done;
+  done.kind = CopyMessage::kDone;
+  done.tag = request.tag;
+  done.status_code = static_cast<uint32_t>(status.code());
+  if (peer != peers_.end() && !peer->second->failed) {
+    SendCopyMessage(from, done, status.message());
+  }
+  Finish(std::move(receive), std::move(status), request.size);
+}
+
+void Transport::FailCopySends(std::optional<PeerId> peer, absl::string_view reason) {
+  std::vector<std::unique_ptr<Operation>> failed;
+  for (auto it = copy_sends_.begin(); it != copy_sends_.end();) {
+    if (!peer.has_value() || it->first.first == *peer) {
+      failed.push_back(std::move(it->second));
+      copy_sends_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (std::unique_ptr<Operation>& send : failed) {
+    absl::Status status =
+        peer.has_value()
+            ? absl::UnavailableError(absl::StrCat(Describe(*send), ": the peer ", reason))
+            : absl::CancelledError(absl::StrCat(Describe(*send), " ", reason));
+    Finish(std::move(send), std::move(status), 0);
+  }
 }
 
 }  // namespace loom::transport

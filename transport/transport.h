@@ -7,9 +7,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -18,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "transport/same_host.h"
 #include "transport/ucx_context.h"
 #include "transport/ucx_endpoint.h"
 #include "transport/ucx_worker.h"
@@ -56,6 +60,10 @@ struct TransportOptions {
   absl::Duration add_peer_deadline = absl::Seconds(10);
   // Longest time Stop() waits for cancelled operations and closing endpoints to complete.
   absl::Duration stop_deadline = absl::Seconds(5);
+  // Data to a peer on the same host go by same-host copy (transport/same_host.h) when the peer
+  // could read this process's memory, unless this is false or UCX's transport list excludes
+  // `cma` (e.g. UCX_TLS=tcp): then everything goes through UCX.
+  bool same_host_copies = true;
 };
 
 // Moves bytes between the nodes of a cluster over UCX: small actor messages (active messages) and
@@ -65,6 +73,11 @@ struct TransportOptions {
 //
 // Every operation that was queued completes exactly once: its callback (or, for messages, the peer
 // error handler on failure) is called with OK, the error, or Cancelled when Stop() came first.
+//
+// Data between processes of one host take a same-host copy (transport/same_host.h): the sender
+// announces its buffer in a message, the receiver copies it with process_vm_readv once its receive
+// is posted and answers when done. The messages travel on the peer's UCX endpoint, so a peer's
+// failure is detected and reported exactly as for UCX transfers.
 class Transport {
  public:
   // Largest message Send accepts. Messages go eagerly (no rendezvous): they are for small structs.
@@ -102,6 +115,10 @@ class Transport {
   // (and never calls `callback`) only when the receive cannot be queued.
   absl::Status ReceiveData(DataTag tag, void* buffer, size_t size, ReceiveCallback callback);
 
+  // Whether data to `peer` go by same-host copy (the peer announced that it can read this
+  // process); for tests and diagnostics. Only once the peer's announcement arrived.
+  bool CopiesDirectlyTo(PeerId peer) const;
+
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
   // (peers see this node fail). Idempotent; not from a callback.
@@ -110,6 +127,28 @@ class Transport {
  private:
   struct Operation;
   struct Peer;
+  // A same-host copy message (its wire format; an error text may follow it).
+  struct CopyMessage {
+    enum Kind : uint32_t {
+      kCanRead = 1,   // receiver to sender, once: "I can read your memory"
+      kAnnounce = 2,  // sender to receiver: `size` bytes for `tag` are at `address`
+      kDone = 3,      // receiver to sender: the transfer `tag` is over (`status_code`, then text)
+    };
+    uint32_t kind = 0;
+    uint32_t status_code = 0;  // absl::StatusCode of kDone
+    uint64_t tag = 0;
+    uint64_t address = 0;
+    uint64_t size = 0;
+  };
+  struct ReceivedCopyMessage {
+    PeerId from;
+    CopyMessage message;
+    std::string error;
+  };
+  struct Announcement {
+    PeerId from;
+    CopyMessage message;
+  };
   struct AddPeerResult;
   struct AddPeerCommand {
     PeerId peer;
@@ -134,6 +173,16 @@ class Transport {
   void Finish(std::unique_ptr<Operation> operation, absl::Status status, size_t received_bytes);
   void OnPeerFailed(Peer* peer, const absl::Status& status);
   void CloseFailedEndpoints();
+  // Same-host copies (progress thread).
+  void ProbeSameHost(Peer& peer, const ProcessIdentity& identity);
+  void SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error = "");
+  bool HandleCopyMessages();
+  void HandleCopyMessage(PeerId from, const CopyMessage& message, absl::string_view error);
+  bool StartCopySend(std::unique_ptr<Operation>& operation);
+  bool StartCopyReceive(std::unique_ptr<Operation>& operation);
+  void CopyInto(std::unique_ptr<Operation> receive, PeerId from, const CopyMessage& request);
+  // Fails the announced sends to `peer` (every peer: nullopt) with `reason`.
+  void FailCopySends(std::optional<PeerId> peer, absl::string_view reason);
   void Shutdown();
   std::string Describe(const Operation& operation) const;
 
@@ -143,6 +192,8 @@ class Transport {
   static void OnEndpointError(void* argument, ucp_ep_h endpoint, ucs_status_t status);
   static ucs_status_t OnActiveMessage(void* argument, const void* header, size_t header_length,
                                       void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnCopyMessage(void* argument, const void* header, size_t header_length,
+                                    void* data, size_t length, const ucp_am_recv_param_t* param);
 
   const PeerId self_;
   // Used by the progress thread only; moved out of the options before options_ takes the rest.
@@ -151,6 +202,10 @@ class Transport {
   TransportOptions options_;  // not changed after construction
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;  // destroyed by the progress thread as it ends
+  // Same-host copies: the word peers probe, this process's identity, and whether they are on.
+  const std::unique_ptr<uint64_t> probe_word_;
+  const ProcessIdentity identity_;
+  const bool same_host_copies_;
   const std::string address_;
   const int wake_fd_;
 
@@ -159,7 +214,9 @@ class Transport {
   bool stop_requested_ = false;   // guarded by mutex_
   std::atomic<bool> has_commands_{false};
   std::atomic<bool> sleeping_{false};
-  std::mutex stop_mutex_;  // serialises Stop()
+  mutable std::mutex readers_mutex_;
+  absl::flat_hash_set<PeerId> readers_;  // guarded by readers_mutex_: peers that can read us
+  std::mutex stop_mutex_;                // serialises Stop()
   std::thread progress_thread_;
 
   // Progress thread only.
@@ -167,6 +224,16 @@ class Transport {
   absl::flat_hash_map<PeerId, std::unique_ptr<Peer>> peers_;
   absl::flat_hash_set<Operation*> pending_;  // owned; started, waiting for UCX
   std::vector<Peer*> failed_to_close_;
+  // Same-host copy messages received, handled after the UCX progress call that delivered them.
+  std::vector<ReceivedCopyMessage> copy_inbox_;
+  // Receives taken back from UCX for an announced copy, to be copied.
+  std::vector<std::unique_ptr<Operation>> receives_to_copy_;
+  // Data sends announced to their receiver, waiting for its answer; by (peer, tag). Owned.
+  absl::flat_hash_map<std::pair<PeerId, DataTag>, std::unique_ptr<Operation>> copy_sends_;
+  // Receives posted to UCX, by tag: a same-host announcement with their tag takes them back.
+  absl::flat_hash_map<DataTag, Operation*> posted_receives_;
+  // Announcements that came before their receive was posted, by tag.
+  absl::flat_hash_map<DataTag, Announcement> announcements_;
 };
 
 }  // namespace loom::transport

@@ -40,11 +40,16 @@ class UcxContext {
   UcxContext& operator=(const UcxContext&) = delete;
 
   ucp_context_h handle() const { return context_; }
+  // The transports UCX was allowed to use (UCX_TLS after the environment and the overrides, e.g.
+  // "all" or "tcp,self"); empty if it could not be read.
+  const std::string& transports() const { return transports_; }
 
  private:
-  explicit UcxContext(ucp_context_h context) : context_(context) {}
+  UcxContext(ucp_context_h context, std::string transports)
+      : context_(context), transports_(std::move(transports)) {}
 
   ucp_context_h context_;
+  const std::string transports_;
 };
 
 }  // namespace loom::transport

@@ -8,8 +8,9 @@
 // output register, and a COMPUTE ("bench_noop") reading the output. compiler::SplitByNode gives
 // each node its plan; each runs in a process of its own as a daemon::NodeJob, as in loomd, so the
 // communicator spans nodes and gets the UCX backend (NetworkCollectives: direct exchange,
-// reduce-scatter then all-gather, UCX_TLS=tcp between processes; UCX's error handling mode PEER
-// rules out shared memory). Out of place: input and output are different registers.
+// reduce-scatter then all-gather; UCX_TLS=tcp,cma: messages over TCP, data by same-host copy,
+// as loomd runs). Out of place: input and output are different registers. For reference, also one
+// run per rank count with every byte over TCP (UCX_TLS=tcp, as between hosts).
 // Gloo: the same number of forked processes, gloo::allreduce (ring) over its TCP transport on
 // 127.0.0.1, in place.
 // OpenMPI: `mpirun --allow-run-as-root --oversubscribe -np n collective_mpi_peer allreduce`,
@@ -61,7 +62,11 @@ CollectiveRun AllreduceRun(int ranks) {
   return run;
 }
 
-absl::StatusOr<double> RunLoom(int ranks) { return RunLoomCollective(AllreduceRun(ranks)); }
+absl::StatusOr<double> RunLoom(int ranks, const std::string& transports = kLoomTransports) {
+  CollectiveRun run = AllreduceRun(ranks);
+  run.loom_transports = transports;
+  return RunLoomCollective(run);
+}
 
 absl::StatusOr<double> RunGloo(int ranks) { return RunGlooCollectiveRun(AllreduceRun(ranks)); }
 
@@ -73,15 +78,16 @@ struct RankMedians {
   double loom = 0, gloo = 0, mpi = 0;
 };
 
-// `bench_allreduce --only loom|gloo|mpi RANKS`: one side alone, kRepetitions runs, no RESULT line
-// (for profiling it, e.g. under `perf record -a -g`).
+// `bench_allreduce --only loom|loom-tcp|gloo|mpi RANKS`: one side alone, kRepetitions runs, no
+// RESULT line (for profiling it, e.g. under `perf record -a -g`).
 int OnlyOne(const std::string& system, int ranks) {
   std::vector<double> times;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
-    absl::StatusOr<double> time = system == "loom"   ? RunLoom(ranks)
-                                  : system == "gloo" ? RunGloo(ranks)
-                                  : system == "mpi"  ? RunMpi(ranks, "")
-                                                     : absl::InvalidArgumentError(system);
+    absl::StatusOr<double> time = system == "loom"       ? RunLoom(ranks)
+                                  : system == "loom-tcp" ? RunLoom(ranks, kLoomTcpOnly)
+                                  : system == "gloo"     ? RunGloo(ranks)
+                                  : system == "mpi"      ? RunMpi(ranks, "")
+                                                         : absl::InvalidArgumentError(system);
     ExitIfError(time.status(), absl::StrCat(system, "'s all-reduce"));
     times.push_back(*time);
   }
@@ -93,13 +99,14 @@ int OnlyOne(const std::string& system, int ranks) {
 int Main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--only") return OnlyOne(argv[2], std::atoi(argv[3]));
   if (argc != 1) {
-    std::fprintf(stderr, "usage: bench_allreduce [--only loom|gloo|mpi RANKS]\n");
+    std::fprintf(stderr, "usage: bench_allreduce [--only loom|loom-tcp|gloo|mpi RANKS]\n");
     return 2;
   }
   if (!HaveCollectivePeers("allreduce", LOOM_COLLECTIVE_MPI_PEER)) return 2;
   std::printf(
       "allreduce: 64 MiB float32 sum, one process per rank; Loom NetworkCollectives (UCX "
-      "tcp) vs Gloo (tcp, ring) vs OpenMPI (defaults); %d warm-up + %d measured "
+      "tcp,cma: data by same-host copy) vs Gloo (tcp, ring) vs OpenMPI (defaults); %d warm-up + "
+      "%d measured "
       "iterations per run, %d runs; ms per all-reduce (median iteration of each run)\n",
       kWarmup, kMeasured, kRepetitions);
   std::printf("machine at start: %s\n", MachineCheck().c_str());
@@ -118,6 +125,7 @@ int Main(int argc, char** argv) {
       mpi.push_back(*mpi_run);
     }
     absl::StatusOr<double> mpi_tcp = RunMpi(ranks, "--mca pml ob1 --mca btl tcp,self");
+    absl::StatusOr<double> loom_tcp = RunLoom(ranks, kLoomTcpOnly);
     RankMedians& result = medians[ranks];
     result = {Median(loom), Median(gloo), Median(mpi)};
     std::printf("%d ranks:\n", ranks);
@@ -134,6 +142,13 @@ int Main(int argc, char** argv) {
     } else {
       std::printf("  for reference, openmpi forced onto tcp: failed: %s\n",
                   std::string(mpi_tcp.status().message()).c_str());
+    }
+    if (loom_tcp.ok()) {
+      std::printf("  for reference, loom with every byte over tcp (UCX_TLS=tcp), one run: %.2f\n",
+                  *loom_tcp);
+    } else {
+      std::printf("  for reference, loom over tcp only: failed: %s\n",
+                  std::string(loom_tcp.status().message()).c_str());
     }
     std::fflush(stdout);
   }

@@ -3,7 +3,8 @@
 // OpenMPI's MPI_Alltoall, in one run (bench/common/collective_runs.h has how each side runs and
 // is timed). Each rank sends slice q of its buffer (size / ranks) to rank q.
 //
-// Loom runs over UCX with UCX_TLS=tcp (error handling mode PEER rules out shared memory); Gloo
+// Loom runs over UCX with UCX_TLS=tcp,cma (messages over TCP, data by same-host copy, as loomd
+// runs), and for reference once per configuration with every byte over TCP (UCX_TLS=tcp); Gloo
 // over its TCP transport; OpenMPI with its defaults (shared memory between processes of one
 // host), and for reference once per configuration forced onto TCP. Each configuration is run
 // kRepetitions times, the systems interleaved; the medians of the runs are compared. The RESULT
@@ -37,14 +38,14 @@ constexpr double kGoalVersusGloo = 1.0;
 constexpr double kGoalVersusMpi = 1.2;
 
 struct Medians {
-  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0;
+  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0, loom_tcp = 0;
 };
 
-// `bench_alltoall --only loom|gloo|mpi RANKS KIB [SPIN_US]`: one side alone, kRepetitions runs of
-// KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB). For Loom it
-// also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and the
-// time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking (default
-// 50; the collective's wait on its transfers parks at once).
+// `bench_alltoall --only loom|loom-tcp|gloo|mpi RANKS KIB [SPIN_US]`: one side alone, kRepetitions
+// runs of KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB). For
+// Loom it also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and
+// the time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking
+// (default 50; the collective's wait on its transfers parks at once).
 int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
   CollectiveRun run;
   run.kind = plan::ALL_TO_ALL;
@@ -52,10 +53,11 @@ int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spi
   run.elements = std::max<int64_t>(kibibytes * 1024 / 4 / ranks, 1) * ranks;
   run.warmup = kWarmup;
   run.measured = kMeasured;
+  if (system == "loom-tcp") run.loom_transports = kLoomTcpOnly;
   std::vector<double> times, acts, betweens;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
     absl::StatusOr<double> time;
-    if (system == "loom") {
+    if (system == "loom" || system == "loom-tcp") {
       absl::StatusOr<LoomCollectiveTiming> timing =
           RunLoomCollectiveTimed(run, absl::Microseconds(spin_microseconds));
       ExitIfError(timing.status(), "loom's all-to-all");
@@ -73,7 +75,7 @@ int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spi
   }
   std::printf("%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(), ranks,
               static_cast<long long>(kibibytes), JoinValues(times, 3).c_str(), Median(times));
-  if (system == "loom") {
+  if (system == "loom" || system == "loom-tcp") {
     std::printf("  rank 0, medians per run: collective act %s ms, between acts %s ms\n",
                 JoinValues(acts, 3).c_str(), JoinValues(betweens, 3).c_str());
   }
@@ -86,18 +88,20 @@ int Main(int argc, char** argv) {
                    argc == 6 ? std::atoll(argv[5]) : -1);
   }
   if (argc != 1) {
-    std::fprintf(stderr, "usage: bench_alltoall [--only loom|gloo|mpi RANKS KIB [SPIN_US]]\n");
+    std::fprintf(stderr,
+                 "usage: bench_alltoall [--only loom|loom-tcp|gloo|mpi RANKS KIB [SPIN_US]]\n");
     return 2;
   }
   if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;
   std::printf(
-      "alltoall: float32, MiB per rank, one process per rank; Loom NetworkCollectives (UCX tcp) "
-      "vs Gloo (tcp) vs OpenMPI (defaults); %d warm-up + %d measured iterations per run, %d "
+      "alltoall: float32, MiB per rank, one process per rank; Loom NetworkCollectives (UCX "
+      "tcp,cma: data by same-host copy) vs Gloo (tcp) vs OpenMPI (defaults); %d warm-up + %d "
+      "measured iterations per run, %d "
       "runs; ms per all-to-all (median iteration of each run, then the median of the runs)\n",
       kWarmup, kMeasured, kRepetitions);
   std::printf("machine at start: %s\n", MachineCheck().c_str());
-  std::printf("%6s %4s %10s %10s %10s %10s %10s %10s\n", "MiB", "ranks", "loom", "gloo", "openmpi",
-              "mpi(tcp)", "loom/gloo", "loom/mpi");
+  std::printf("%6s %4s %10s %10s %10s %10s %10s %10s %10s\n", "MiB", "ranks", "loom", "gloo",
+              "openmpi", "loom(tcp)", "mpi(tcp)", "loom/gloo", "loom/mpi");
   std::map<std::pair<int, int>, Medians> results;  // (MiB, ranks)
   for (int ranks : {2, 4}) {
     for (int mebibytes : {1, 4, 16, 64}) {
@@ -121,11 +125,15 @@ int Main(int argc, char** argv) {
       }
       absl::StatusOr<double> mpi_tcp =
           RunMpiCollective(run, LOOM_COLLECTIVE_MPI_PEER, "--mca pml ob1 --mca btl tcp,self");
+      CollectiveRun tcp_run = run;
+      tcp_run.loom_transports = kLoomTcpOnly;
+      absl::StatusOr<double> loom_tcp = RunLoomCollective(tcp_run);
       Medians& result = results[{mebibytes, ranks}];
-      result = {Median(loom), Median(gloo), Median(mpi), mpi_tcp.ok() ? *mpi_tcp : -1};
-      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.3f %10.3f\n", mebibytes, ranks,
-                  result.loom, result.gloo, result.mpi, result.mpi_tcp, result.loom / result.gloo,
-                  result.loom / result.mpi);
+      result = {Median(loom), Median(gloo), Median(mpi), mpi_tcp.ok() ? *mpi_tcp : -1,
+                loom_tcp.ok() ? *loom_tcp : -1};
+      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.2f %10.3f %10.3f\n", mebibytes, ranks,
+                  result.loom, result.gloo, result.mpi, result.loom_tcp, result.mpi_tcp,
+                  result.loom / result.gloo, result.loom / result.mpi);
       std::printf("       runs: loom %s | gloo %s | openmpi %s\n", JoinValues(loom, 2).c_str(),
                   JoinValues(gloo, 2).c_str(), JoinValues(mpi, 2).c_str());
       std::fflush(stdout);

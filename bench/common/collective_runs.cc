@@ -93,7 +93,7 @@ absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(const CollectiveRun&
                                                             absl::Duration spin) {
   const std::vector<plan::Plan> plans = compiler::SplitByNode(CollectivePlan(run));
   NodeJobProcessOptions options;
-  options.ucx.configuration = {{"TLS", "tcp"}};
+  options.ucx.configuration = {{"TLS", run.loom_transports}};
   options.deadline = absl::Seconds(120);
   if (spin >= absl::ZeroDuration()) options.job.spin_before_park = spin;
   absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(

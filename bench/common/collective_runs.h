@@ -15,19 +15,27 @@ namespace loom::bench {
 // `warmup` + `measured` times back to back, timed the same way for every system: an iteration is
 // the interval between successive completions on rank 0, a run's time the median of its measured
 // iterations, in milliseconds.
+// UCX's transport list for Loom's processes: the control messages over TCP (UCX's only transport
+// with error handling here), and the data between processes of this host by same-host copy
+// (`cma`, transport/same_host.h), as loomd does by default.
+inline constexpr char kLoomTransports[] = "tcp,cma";
+// For reference: every byte over TCP loopback, as between hosts.
+inline constexpr char kLoomTcpOnly[] = "tcp";
+
 struct CollectiveRun {
   plan::CollectiveKind kind = plan::ALL_REDUCE;  // ALL_REDUCE (sum) or ALL_TO_ALL (axis 0)
   int ranks = 2;
   int64_t elements = 0;
   int warmup = 3;
   int measured = 10;
+  std::string loom_transports = kLoomTransports;  // UCX_TLS of Loom's processes
 };
 
 // Loom: a whole-job plan with, per rank r on node r/cpu:0, a SOURCE ("bench_noop": its 2-slot
 // register of zeros is the input), the collective as a COLLECTIVE task on the communication
 // stream (one communicator "world" over the nodes, out of place), and a COMPUTE reading the
 // output; each node's part (compiler::SplitByNode) runs in a process of its own as a
-// daemon::NodeJob, as in loomd, so the collective takes the UCX backend (UCX_TLS=tcp).
+// daemon::NodeJob, as in loomd, so the collective takes the UCX backend (UCX_TLS from the run).
 absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run);
 
 // Where Loom's iterations go on rank 0, medians over the measured iterations in milliseconds:

@@ -114,10 +114,10 @@ int WaitForChild(pid_t pid, absl::Duration deadline) {
 
 // The child of the exchange test: echoes messages, receives the buffer, checks it, says "ok",
 // and waits for "bye". Exit codes name the step that failed.
-int EchoChild(int from_parent, int to_parent) {
+int EchoChild(int from_parent, int to_parent, const char* transports) {
   testing::UseTcpTransports();
   Inbox inbox;
-  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox);
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox, transports);
   if (!transport.ok()) return 10;
   std::string parent_address;
   if (!WriteAddress(to_parent, (*transport)->address())) return 11;
@@ -150,16 +150,36 @@ int EchoChild(int from_parent, int to_parent) {
   return 0;
 }
 
-TEST(TransportProcessTest, TwoProcessesExchangeMessagesAndData) {
-  Child child = Fork(EchoChild);
+// Both data paths between two processes: UCX over TCP, and same-host copies.
+class TransportProcessTest : public ::testing::TestWithParam<bool> {
+ protected:
+  const char* transports() const {
+    return GetParam() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly;
+  }
+  // Checks that data to the child take the path of the parameter.
+  void ExpectDataPath(const Transport& transport) {
+    if (GetParam()) {
+      EXPECT_TRUE(testing::WaitForSameHostCopies(transport, 1, kDeadline));
+    } else {
+      EXPECT_FALSE(transport.CopiesDirectlyTo(1));
+    }
+  }
+};
+
+TEST_P(TransportProcessTest, TwoProcessesExchangeMessagesAndData) {
+  const char* child_transports = transports();
+  Child child = Fork([child_transports](int from_parent, int to_parent) {
+    return EchoChild(from_parent, to_parent, child_transports);
+  });
   testing::UseTcpTransports();
   Inbox inbox;
-  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox);
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox, transports());
   ASSERT_TRUE(transport.ok()) << transport.status();
   std::string child_address;
   ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
   ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
   ASSERT_TRUE((*transport)->AddPeer(1, child_address).ok());
+  ExpectDataPath(**transport);
 
   for (int i = 0; i < kMessages; ++i) {
     ASSERT_TRUE((*transport)->Send(1, absl::StrCat("message ", i)).ok());
@@ -190,10 +210,10 @@ TEST(TransportProcessTest, TwoProcessesExchangeMessagesAndData) {
 }
 
 // The child of the failure test: connects, says "ready", and waits to be killed.
-int WaitingChild(int from_parent, int to_parent) {
+int WaitingChild(int from_parent, int to_parent, const char* transports) {
   testing::UseTcpTransports();
   Inbox inbox;
-  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox);
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(1, &inbox, transports);
   if (!transport.ok()) return 10;
   std::string parent_address;
   if (!WriteAddress(to_parent, (*transport)->address())) return 11;
@@ -204,11 +224,14 @@ int WaitingChild(int from_parent, int to_parent) {
   return 15;
 }
 
-TEST(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
-  Child child = Fork(WaitingChild);
+TEST_P(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
+  const char* child_transports = transports();
+  Child child = Fork([child_transports](int from_parent, int to_parent) {
+    return WaitingChild(from_parent, to_parent, child_transports);
+  });
   testing::UseTcpTransports();
   Inbox inbox;
-  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox);
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(0, &inbox, transports());
   ASSERT_TRUE(transport.ok()) << transport.status();
   std::string child_address;
   ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
@@ -216,6 +239,15 @@ TEST(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
   ASSERT_TRUE((*transport)->AddPeer(1, child_address).ok());
   ASSERT_TRUE(inbox.WaitForMessages(1, kDeadline));
   ASSERT_EQ(inbox.messages()[0].second, "ready");
+  ExpectDataPath(**transport);
+  // A transfer the child never receives: over UCX a rendezvous waiting for its receive, by
+  // same-host copy an announcement waiting for its answer. The peer's death must fail it.
+  std::vector<char> unreceived(4 << 20, 'u');
+  Completion<absl::Status> unreceived_sent;
+  ASSERT_TRUE((*transport)
+                  ->SendData(1, 4, unreceived.data(), unreceived.size(),
+                             [&](absl::Status status) { unreceived_sent.Set(status); })
+                  .ok());
   // A receive that the dead peer will never satisfy stays pending until Stop.
   char buffer[16];
   Completion<absl::StatusOr<size_t>> pending_receive;
@@ -233,6 +265,10 @@ TEST(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
   EXPECT_THAT(errors[0].second.message(), ::testing::HasSubstr("peer 1"));
   LOG(INFO) << "peer failure detected after " << detection << ": " << errors[0].second;
   WaitForChild(child.pid, kDeadline);
+  absl::StatusOr<absl::Status> unreceived_result = unreceived_sent.Wait(absl::Seconds(5));
+  ASSERT_TRUE(unreceived_result.ok()) << "the send to the dead peer never completed";
+  EXPECT_EQ(unreceived_result->code(), absl::StatusCode::kUnavailable) << *unreceived_result;
+  EXPECT_THAT(unreceived_result->message(), ::testing::HasSubstr("tag 4 to peer 1"));
 
   // Operations towards the dead peer fail at once, naming it.
   char byte = 1;
@@ -249,6 +285,11 @@ TEST(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
   EXPECT_EQ(receive_result->status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(inbox.errors().size(), 1u) << "the peer was reported more than once";
 }
+
+INSTANTIATE_TEST_SUITE_P(DataPaths, TransportProcessTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SameHostCopies" : "Ucx";
+                         });
 
 }  // namespace
 }  // namespace loom::transport

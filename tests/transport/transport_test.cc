@@ -21,16 +21,22 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kDeadline = absl::Seconds(10);
 
-class TransportTest : public ::testing::Test {
+// Every test runs on both data paths: UCX over TCP, and same-host copies (the transports of one
+// process are on one host).
+class TransportTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override { testing::UseTcpTransports(); }
+
+  bool same_host_copies() const { return GetParam(); }
 
   // Creates transports 0..count-1, each connected to every other one.
   void Connect(int count) {
     inboxes_.resize(count);
     for (int i = 0; i < count; ++i) {
       inboxes_[i] = std::make_unique<Inbox>();
-      absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(i, inboxes_[i].get());
+      absl::StatusOr<std::unique_ptr<Transport>> transport =
+          MakeTransport(i, inboxes_[i].get(),
+                        same_host_copies() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly);
       ASSERT_TRUE(transport.ok()) << transport.status();
       transports_.push_back(*std::move(transport));
     }
@@ -40,13 +46,24 @@ class TransportTest : public ::testing::Test {
         ASSERT_TRUE(transports_[i]->AddPeer(j, transports_[j]->address()).ok());
       }
     }
+    for (int i = 0; i < count; ++i) {
+      for (int j = 0; j < count; ++j) {
+        if (i == j) continue;
+        if (same_host_copies()) {
+          ASSERT_TRUE(testing::WaitForSameHostCopies(*transports_[i], j, kDeadline))
+              << "peer " << j << " never announced that it can read node " << i;
+        } else {
+          EXPECT_FALSE(transports_[i]->CopiesDirectlyTo(j));
+        }
+      }
+    }
   }
 
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<std::unique_ptr<Transport>> transports_;
 };
 
-TEST_F(TransportTest, MessagesGoBothWays) {
+TEST_P(TransportTest, MessagesGoBothWays) {
   Connect(2);
   ASSERT_TRUE(transports_[0]->Send(1, "hello from 0").ok());
   ASSERT_TRUE(transports_[1]->Send(0, "hello from 1").ok());
@@ -65,7 +82,7 @@ TEST_F(TransportTest, MessagesGoBothWays) {
   EXPECT_TRUE(inboxes_[1]->errors().empty());
 }
 
-TEST_F(TransportTest, TransfersA64MebibyteBufferByteForByte) {
+TEST_P(TransportTest, TransfersA64MebibyteBufferByteForByte) {
   Connect(2);
   constexpr size_t kSize = 64 << 20;
   std::vector<unsigned char> source(kSize);
@@ -112,7 +129,7 @@ TEST_F(TransportTest, TransfersA64MebibyteBufferByteForByte) {
   EXPECT_EQ(reply, reply_destination);
 }
 
-TEST_F(TransportTest, ManyMessagesArriveInOrderPerPeer) {
+TEST_P(TransportTest, ManyMessagesArriveInOrderPerPeer) {
   Connect(3);
   constexpr int kCount = 5000;
   // Peers 0 and 2 both stream numbered messages to peer 1, interleaved at the receiver.
@@ -132,7 +149,7 @@ TEST_F(TransportTest, ManyMessagesArriveInOrderPerPeer) {
   EXPECT_EQ(next[2], kCount);
 }
 
-TEST_F(TransportTest, ReportsErrorsNamingPeerAndOperation) {
+TEST_P(TransportTest, ReportsErrorsNamingPeerAndOperation) {
   Connect(2);
   // Too large for a message.
   absl::Status too_large =
@@ -174,7 +191,7 @@ TEST_F(TransportTest, ReportsErrorsNamingPeerAndOperation) {
             absl::StatusCode::kAlreadyExists);
 }
 
-TEST_F(TransportTest, StopCancelsPendingReceivesAndSends) {
+TEST_P(TransportTest, StopCancelsPendingReceivesAndSends) {
   Connect(2);
   constexpr int kReceives = 3;
   std::vector<char> buffers(kReceives * 64);
@@ -219,10 +236,17 @@ TEST_F(TransportTest, StopCancelsPendingReceivesAndSends) {
   EXPECT_TRUE(inboxes_[0]->WaitForErrors(1, absl::Seconds(5)));
 }
 
+INSTANTIATE_TEST_SUITE_P(DataPaths, TransportTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SameHostCopies" : "Ucx";
+                         });
+
 TEST(UcxContextTest, AppliesConfigurationAndRejectsBadValues) {
   UcxContextOptions options;
   options.configuration = {{"TLS", "tcp,self"}};
-  EXPECT_TRUE(UcxContext::Create(options).ok());
+  absl::StatusOr<std::unique_ptr<UcxContext>> applied = UcxContext::Create(options);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ((*applied)->transports(), "tcp,self");
   options.configuration = {{"RNDV_THRESH", "not-a-size"}};
   absl::StatusOr<std::unique_ptr<UcxContext>> context = UcxContext::Create(options);
   ASSERT_FALSE(context.ok());

@@ -63,9 +63,16 @@ class Inbox {
   std::vector<std::pair<PeerId, absl::Status>> errors_;
 };
 
-inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inbox* inbox) {
+// UCX's transport lists of the two data paths: TCP only, and TCP with same-host copies (`cma`).
+inline constexpr char kTcpOnly[] = "tcp,self";
+inline constexpr char kTcpAndSameHostCopies[] = "tcp,self,cma";
+
+// A transport whose UCX context uses `transports` (UCX_TLS) when given.
+inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inbox* inbox,
+                                                                std::string transports = "") {
   TransportOptions options;
   options.self = self;
+  if (!transports.empty()) options.context.configuration = {{"TLS", transports}};
   options.on_message = [inbox](PeerId from, absl::string_view bytes) {
     inbox->AddMessage(from, bytes);
   };
@@ -73,6 +80,18 @@ inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inb
     inbox->AddError(peer, status);
   };
   return Transport::Create(std::move(options));
+}
+
+// Waits until `transport` sends its data to `peer` by same-host copy (the peer's announcement that
+// it can read this process arrived).
+inline bool WaitForSameHostCopies(const Transport& transport, PeerId peer,
+                                  absl::Duration deadline) {
+  absl::Time end = absl::Now() + deadline;
+  while (!transport.CopiesDirectlyTo(peer)) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
 }
 
 // A one-shot result set from a callback, waited for with a deadline.
