@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <optional>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 #include "runtime/format_bytes.h"
 #include "transport/ucx_status.h"
@@ -31,9 +31,29 @@ struct MessageHeader {
 
 }  // namespace
 
+// The outcome of an AddPeerCommand, handed from the progress thread to the caller. A std::mutex
+// rather than absl::Notification, so that ThreadSanitizer sees the hand-off (Debian's Abseil is
+// not instrumented).
 struct Transport::AddPeerResult {
-  absl::Notification done;
-  absl::Status status;
+  void Set(absl::Status result) {
+    std::lock_guard<std::mutex> lock(mutex);
+    status = std::move(result);
+    done = true;
+    changed.notify_all();
+  }
+  // The status, or nullopt when it was not set within `deadline`.
+  std::optional<absl::Status> Wait(absl::Duration deadline) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!changed.wait_for(lock, absl::ToChronoMilliseconds(deadline), [&] { return done; })) {
+      return std::nullopt;
+    }
+    return status;
+  }
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool done = false;    // guarded by mutex
+  absl::Status status;  // guarded by mutex
 };
 
 struct Transport::Peer {
@@ -156,12 +176,13 @@ absl::Status Transport::AddPeer(PeerId peer, absl::string_view address) {
   auto result = std::make_shared<AddPeerResult>();
   absl::Status queued = Enqueue(AddPeerCommand{peer, std::string(address), result});
   if (!queued.ok()) return queued;
-  if (!result->done.WaitForNotificationWithTimeout(options_.add_peer_deadline)) {
+  std::optional<absl::Status> added = result->Wait(options_.add_peer_deadline);
+  if (!added.has_value()) {
     return absl::DeadlineExceededError(
         absl::StrCat("node ", self_, ": connecting to peer ", peer, " took longer than ",
                      absl::FormatDuration(options_.add_peer_deadline)));
   }
-  return result->status;
+  return *added;
 }
 
 bool Transport::CopiesDirectlyTo(PeerId peer) const {
@@ -297,7 +318,7 @@ void Transport::RunCommand(Command command) {
 }
 
 void Transport::AddPeerNow(AddPeerCommand& command) {
-  absl::Status& status = command.result->status;
+  absl::Status status;
   if (shutting_down_) {
     status =
         absl::CancelledError(absl::StrCat("node ", self_, ": connecting to peer ", command.peer,
@@ -325,7 +346,7 @@ void Transport::AddPeerNow(AddPeerCommand& command) {
                                          ": ", endpoint.status().message()));
     }
   }
-  command.result->done.Notify();
+  command.result->Set(std::move(status));
 }
 
 std::string Transport::Describe(const Operation& operation) const {
