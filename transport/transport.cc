@@ -720,7 +720,7 @@ void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
 }
 
 bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
-  if (!same_host_copies_) return false;
+  if (!same_host_copies_ || operation->size < options_.same_host_copy_min_bytes) return false;
   {
     std::lock_guard<std::mutex> lock(readers_mutex_);
     if (!readers_.contains(operation->peer)) return false;

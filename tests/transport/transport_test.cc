@@ -34,9 +34,9 @@ class TransportTest : public ::testing::TestWithParam<bool> {
     inboxes_.resize(count);
     for (int i = 0; i < count; ++i) {
       inboxes_[i] = std::make_unique<Inbox>();
-      absl::StatusOr<std::unique_ptr<Transport>> transport =
-          MakeTransport(i, inboxes_[i].get(),
-                        same_host_copies() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly);
+      absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(
+          i, inboxes_[i].get(),
+          same_host_copies() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly, copy_min_bytes_);
       ASSERT_TRUE(transport.ok()) << transport.status();
       transports_.push_back(*std::move(transport));
     }
@@ -59,6 +59,7 @@ class TransportTest : public ::testing::TestWithParam<bool> {
     }
   }
 
+  size_t copy_min_bytes_ = 0;  // every transfer by copy, when copies are on
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<std::unique_ptr<Transport>> transports_;
 };
@@ -127,6 +128,44 @@ TEST_P(TransportTest, TransfersA64MebibyteBufferByteForByte) {
   ASSERT_TRUE(reply_result.ok() && reply_result->ok());
   EXPECT_EQ(**reply_result, reply.size());
   EXPECT_EQ(reply, reply_destination);
+}
+
+TEST_P(TransportTest, SmallAndLargeTransfersInterleaveWithTheDefaultThreshold) {
+  // With copies on, transfers under the threshold go through UCX and larger ones by copy: both
+  // paths at once, receives posted before and after their sends.
+  copy_min_bytes_ = TransportOptions().same_host_copy_min_bytes;
+  Connect(2);
+  constexpr int kTransfers = 12;
+  auto size_of = [](int i) -> size_t { return i % 2 == 0 ? 1000 : (1 << 20) + i; };
+  std::vector<std::vector<unsigned char>> sources(kTransfers), destinations(kTransfers);
+  std::vector<Completion<absl::Status>> sent(kTransfers);
+  std::vector<Completion<absl::StatusOr<size_t>>> received(kTransfers);
+  auto post_receive = [&](int i) {
+    destinations[i].assign(size_of(i), 0);
+    ASSERT_TRUE(transports_[1]
+                    ->ReceiveData(200 + i, destinations[i].data(), destinations[i].size(),
+                                  [&, i](absl::StatusOr<size_t> bytes) { received[i].Set(bytes); })
+                    .ok());
+  };
+  for (int i = 0; i < kTransfers; ++i) {
+    sources[i].resize(size_of(i));
+    for (size_t j = 0; j < sources[i].size(); ++j) sources[i][j] = PatternByte(j, i);
+    if (i % 3 != 0) post_receive(i);  // every third receive comes after its send
+    ASSERT_TRUE(transports_[0]
+                    ->SendData(1, 200 + i, sources[i].data(), sources[i].size(),
+                               [&, i](absl::Status status) { sent[i].Set(status); })
+                    .ok());
+  }
+  for (int i = 0; i < kTransfers; i += 3) post_receive(i);
+  for (int i = 0; i < kTransfers; ++i) {
+    absl::StatusOr<absl::StatusOr<size_t>> result = received[i].Wait(kDeadline);
+    ASSERT_TRUE(result.ok() && result->ok()) << "transfer " << i;
+    EXPECT_EQ(**result, size_of(i));
+    EXPECT_EQ(sources[i], destinations[i]) << "transfer " << i;
+    absl::StatusOr<absl::Status> send_result = sent[i].Wait(kDeadline);
+    ASSERT_TRUE(send_result.ok()) << "transfer " << i;
+    EXPECT_TRUE(send_result->ok()) << *send_result;
+  }
 }
 
 TEST_P(TransportTest, ManyMessagesArriveInOrderPerPeer) {

@@ -67,11 +67,15 @@ class Inbox {
 inline constexpr char kTcpOnly[] = "tcp,self";
 inline constexpr char kTcpAndSameHostCopies[] = "tcp,self,cma";
 
-// A transport whose UCX context uses `transports` (UCX_TLS) when given.
+// A transport whose UCX context uses `transports` (UCX_TLS) when given. Same-host copies, when the
+// transports allow them, take every transfer however small (`copy_min_bytes`), so that the tests
+// of small transfers exercise them too.
 inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inbox* inbox,
-                                                                std::string transports = "") {
+                                                                std::string transports = "",
+                                                                size_t copy_min_bytes = 0) {
   TransportOptions options;
   options.self = self;
+  options.same_host_copy_min_bytes = copy_min_bytes;
   if (!transports.empty()) options.context.configuration = {{"TLS", transports}};
   options.on_message = [inbox](PeerId from, absl::string_view bytes) {
     inbox->AddMessage(from, bytes);
