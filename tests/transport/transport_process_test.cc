@@ -153,6 +153,13 @@ int EchoChild(int from_parent, int to_parent, const char* transports) {
 // Both data paths between two processes: UCX over TCP, and same-host copies.
 class TransportProcessTest : public ::testing::TestWithParam<bool> {
  protected:
+  void SetUp() override {
+    if (GetParam()) {
+      const std::string unavailable = testing::SameHostCopiesUnavailableReason();
+      if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+    }
+  }
+
   const char* transports() const {
     return GetParam() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly;
   }

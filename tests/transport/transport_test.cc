@@ -25,7 +25,13 @@ constexpr absl::Duration kDeadline = absl::Seconds(10);
 // process are on one host).
 class TransportTest : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { testing::UseTcpTransports(); }
+  void SetUp() override {
+    testing::UseTcpTransports();
+    if (same_host_copies()) {
+      const std::string unavailable = testing::SameHostCopiesUnavailableReason();
+      if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+    }
+  }
 
   bool same_host_copies() const { return GetParam(); }
 

@@ -1,7 +1,12 @@
 #ifndef LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 #define LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -84,6 +89,30 @@ inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inb
     inbox->AddError(peer, status);
   };
   return Transport::Create(std::move(options));
+}
+
+// Why same-host copies cannot work on this machine, or "" when they can: a forked child reads a
+// word of this process with process_vm_readv, as a receiver reads its sender (a child reading
+// its parent is what the process tests need, and the strictest case: Yama's ptrace_scope 1 allows
+// only the opposite direction; seccomp may forbid the call altogether). The child makes no call
+// but the system call and _exit, so forking with threads running is safe.
+inline std::string SameHostCopiesUnavailableReason() {
+  static const uint64_t word = 0x5ca1ab1e5ca1ab1eull;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    uint64_t copy = 0;
+    iovec local{&copy, sizeof(copy)};
+    iovec remote{const_cast<uint64_t*>(&word), sizeof(word)};
+    ssize_t read = process_vm_readv(parent, &local, 1, &remote, 1, 0);
+    _exit(read == static_cast<ssize_t>(sizeof(copy)) && copy == word ? 0 : 1);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return "waiting for the probe child failed";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  return "this kernel does not let a process read its parent's memory with process_vm_readv "
+         "(ptrace policy or seccomp), so Loom's same-host copies fall back to UCX here";
 }
 
 // Waits until `transport` sends its data to `peer` by same-host copy (the peer's announcement that
