@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
