@@ -682,8 +682,15 @@ void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
       auto posted = posted_receives_.find(message.tag);
       if (posted == posted_receives_.end()) {
         if (!announcements_.emplace(message.tag, Announcement{from, message}).second) {
-          LOG(ERROR) << "node " << self_ << ": peer " << from << " announced data with tag "
-                     << message.tag << ", which another peer's data already have";
+          // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
+          // so this is a bug; fail the second sender rather than let it wait forever.
+          CopyMessage refused;
+          refused.kind = CopyMessage::kDone;
+          refused.tag = message.tag;
+          refused.status_code = static_cast<uint32_t>(absl::StatusCode::kAlreadyExists);
+          SendCopyMessage(from, refused,
+                          absl::StrCat("node ", self_, " already holds another transfer with tag ",
+                                       message.tag, " for a receive not yet posted"));
         }
         return;
       }

@@ -174,6 +174,47 @@ TEST_P(TransportTest, SmallAndLargeTransfersInterleaveWithTheDefaultThreshold) {
   }
 }
 
+TEST_P(TransportTest, ASecondAnnouncementOfAWaitingTagIsRefused) {
+  if (!same_host_copies()) GTEST_SKIP() << "over UCX both wait as unexpected messages";
+  Connect(3);
+  // Peers 0 and 2 send with the same tag before node 1 posts its receive: a bug of the caller
+  // (tags are unique per receiving node), which must fail one sender, not leave it waiting.
+  std::vector<char> from0(64 << 10, 'a'), from2(64 << 10, 'c');
+  Completion<absl::Status> sent0, sent2;
+  ASSERT_TRUE(transports_[0]
+                  ->SendData(1, 77, from0.data(), from0.size(),
+                             [&](absl::Status status) { sent0.Set(status); })
+                  .ok());
+  ASSERT_TRUE(transports_[2]
+                  ->SendData(1, 77, from2.data(), from2.size(),
+                             [&](absl::Status status) { sent2.Set(status); })
+                  .ok());
+  // One of the two is refused; which one depends on which announcement came first.
+  absl::Time deadline = absl::Now() + kDeadline;
+  while (!sent0.done() && !sent2.done() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(sent0.done() != sent2.done()) << "exactly one send should have been answered";
+  const bool refused_first = sent0.done();
+  absl::StatusOr<absl::Status> refused = (refused_first ? sent0 : sent2).Wait(kDeadline);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->code(), absl::StatusCode::kAlreadyExists) << *refused;
+  EXPECT_THAT(refused->message(), HasSubstr("tag 77"));
+
+  std::vector<char> destination(64 << 10);
+  Completion<absl::StatusOr<size_t>> received;
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(77, destination.data(), destination.size(),
+                                [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); })
+                  .ok());
+  absl::StatusOr<absl::StatusOr<size_t>> received_result = received.Wait(kDeadline);
+  ASSERT_TRUE(received_result.ok() && received_result->ok());
+  EXPECT_EQ(destination, refused_first ? from2 : from0);
+  absl::StatusOr<absl::Status> accepted = (refused_first ? sent2 : sent0).Wait(kDeadline);
+  ASSERT_TRUE(accepted.ok());
+  EXPECT_TRUE(accepted->ok()) << *accepted;
+}
+
 TEST_P(TransportTest, ManyMessagesArriveInOrderPerPeer) {
   Connect(3);
   constexpr int kCount = 5000;

@@ -137,6 +137,10 @@ class Completion {
     done_ = true;
     changed_.notify_all();
   }
+  bool done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
   // The value, or DeadlineExceeded after `deadline`.
   absl::StatusOr<T> Wait(absl::Duration deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
