@@ -106,6 +106,10 @@ bool DeviceSet::Contains(const plan::Device& device) const {
   return false;
 }
 
+int64_t DeviceSet::MemoryBudget(size_t position) const {
+  return position < memory_budget_bytes.size() ? memory_budget_bytes[position] : 0;
+}
+
 std::string DeviceSet::ToString() const {
   std::vector<std::string> names;
   for (const plan::Device& device : devices) names.push_back(DeviceName(device));

@@ -86,7 +86,12 @@ struct LogicalGraph {
 // The devices a job may use (loomctl compile --devices cpu:N [--nodes K]).
 struct DeviceSet {
   std::vector<plan::Device> devices;
+  // Each device's own memory budget (a cluster node's --memory-budget-per-device), by position in
+  // `devices`; 0 or missing: none. A device's plan budget is the tighter of this and the job's.
+  std::vector<int64_t> memory_budget_bytes;
   bool Contains(const plan::Device& device) const;
+  // The budget of devices[position]: memory_budget_bytes[position] if there is one, else 0.
+  int64_t MemoryBudget(size_t position) const;
   // "cpu:0..3 on 1 node".
   std::string ToString() const;
   // N CPU devices spread evenly over K nodes (node k gets devices k*N/K...); each node numbers

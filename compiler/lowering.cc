@@ -16,6 +16,13 @@ std::string DeviceKey(const plan::Device& device) {
   return absl::StrCat(device.node(), "/", static_cast<int>(device.type()), ":", device.index());
 }
 
+// The tighter of two memory budgets, where 0 means none.
+int64_t TighterBudget(int64_t first, int64_t second) {
+  if (first <= 0) return second;
+  if (second <= 0) return first;
+  return std::min(first, second);
+}
+
 void SetInt(plan::KernelConf* conf, const std::string& name, int64_t value) {
   (*conf->mutable_attributes())[name].set_int_value(value);
 }
@@ -50,10 +57,11 @@ class Lowering {
 
   absl::StatusOr<plan::Plan> Run() {
     plan_.set_job_name(graph_.job_name);
-    for (const plan::Device& device : devices_.devices) {
+    for (size_t position = 0; position < devices_.devices.size(); ++position) {
       plan::DeviceDesc* desc = plan_.add_devices();
-      *desc->mutable_device() = device;
-      desc->set_memory_budget_bytes(graph_.device_memory_budget_bytes);
+      *desc->mutable_device() = devices_.devices[position];
+      desc->set_memory_budget_bytes(
+          TighterBudget(graph_.device_memory_budget_bytes, devices_.MemoryBudget(position)));
     }
     local_registers_.resize(graph_.tensors.size());
     for (const LogicalNode& node : graph_.nodes) {

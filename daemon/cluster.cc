@@ -232,6 +232,7 @@ compiler::DeviceSet Cluster::Devices() const {
       device.set_type(info.type() == "cuda" ? plan::CUDA : plan::CPU);
       device.set_index(info.index());
       devices.devices.push_back(device);
+      devices.memory_budget_bytes.push_back(info.memory_budget_bytes());
     }
   }
   return devices;

@@ -48,6 +48,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   Daemon* self = daemon.get();
   daemon->options_ = options;
   if (absl::Status status = CheckDevicesExist(options.devices); !status.ok()) return status;
+  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(options);
+  if (!budget.ok()) return budget.status();
+  daemon->memory_budget_ = *std::move(budget);
   if (absl::Status status = RegisterAllKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
   WarnIfBlasKernelsAreGeneric();
@@ -72,7 +75,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     device.set_name(absl::StrCat("node0/", type, ":", index));
     device.set_type(type);
     device.set_index(index);
-    device.set_memory_budget_bytes(options.memory_budget_per_device_bytes);
+    device.set_memory_budget_bytes(daemon->memory_budget_.bytes);
   }
 
   // The node's agent reports to the coordinator: in this process, or over the session.
@@ -100,8 +103,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
                                                    return true;
                                                  });
     JobManager::Options manager_options;
-    manager_options.capacity.memory_budget_per_device_bytes =
-        options.memory_budget_per_device_bytes;
     manager_options.stall_timeout = options.stall_timeout;
     manager_options.probe_timeout = options.peer_probe_timeout;
     manager_options.max_finished_jobs = options.max_finished_jobs;

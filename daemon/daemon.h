@@ -52,6 +52,8 @@ class Daemon {
   int port() const { return port_; }
   // HOST:PORT with that port.
   const std::string& address() const { return address_; }
+  // Each device's memory budget and how it was chosen (ResolveMemoryBudget).
+  const MemoryBudget& memory_budget() const { return memory_budget_; }
   // The coordinator's (null on workers).
   JobManager* jobs() { return manager_.get(); }
   Cluster* cluster() { return cluster_.get(); }
@@ -92,6 +94,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
+  MemoryBudget memory_budget_;
   bool shut_down_ = false;
 };
 

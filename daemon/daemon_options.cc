@@ -13,6 +13,8 @@
 #include "client/loomctl/compile_command.h"
 #include "client/loomctl/tls_flags.h"
 #include "runtime/device_backends.h"
+#include "runtime/format_bytes.h"
+#include "runtime/host_memory.h"
 
 namespace loom::daemon {
 namespace {
@@ -99,9 +101,11 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("devices", "SPEC", "cpu:1",
                "the devices of this node: cpu:N (N CPU devices), cuda:all (every GPU) or "
                "cuda:I[,J...] (those GPUs)")
-      .AddFlag("memory-budget-per-device", "BYTES", "0",
-               "the memory a job may use on each device, e.g. 4GiB; 0: no limit. A job over it "
-               "is refused (RESOURCE_EXHAUSTED naming the device)")
+      .AddFlag("memory-budget-per-device", "BYTES", "auto",
+               "the memory a job may use on each device, e.g. 4GiB; 0: no limit; auto: CPU "
+               "devices share 3/4 of the host's memory (or of the memory cgroup's limit), GPUs "
+               "have no budget beyond their own memory. A job over it is refused "
+               "(RESOURCE_EXHAUSTED naming the device)")
       .AddFlag("stall-timeout", "DURATION", "10s",
                "fail a job when none of its actors acts for this long")
       .AddFlag("shutdown-grace", "DURATION", "20s",
@@ -156,12 +160,16 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   if (!devices.ok()) return devices.status();
   options.devices = *std::move(devices);
 
-  absl::StatusOr<int64_t> budget = ParseByteSize(arguments.Value("memory-budget-per-device"));
-  if (!budget.ok()) {
-    return loomctl::UsageError(
-        kCommand, absl::StrCat("--memory-budget-per-device: ", budget.status().message()));
+  if (const std::string budget_text = arguments.Value("memory-budget-per-device");
+      budget_text != "auto") {
+    absl::StatusOr<int64_t> budget = ParseByteSize(budget_text);
+    if (!budget.ok()) {
+      return loomctl::UsageError(
+          kCommand,
+          absl::StrCat("--memory-budget-per-device: ", budget.status().message(), " (or auto)"));
+    }
+    options.memory_budget_per_device_bytes = *budget;
   }
-  options.memory_budget_per_device_bytes = *budget;
 
   absl::StatusOr<int64_t> message_bytes = ParseByteSize(arguments.Value("max-message-size"));
   if (!message_bytes.ok() || *message_bytes < 1024 ||
@@ -205,6 +213,27 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
                                "--heartbeat-interval must be > 0 and below --node-timeout");
   }
   return options;
+}
+
+absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options) {
+  if (options.memory_budget_per_device_bytes.has_value()) {
+    const int64_t bytes = *options.memory_budget_per_device_bytes;
+    return MemoryBudget{bytes, bytes == 0 ? "no limit" : FormatBytes(bytes)};
+  }
+  if (options.devices.type == plan::CUDA) {
+    return MemoryBudget{0, "auto: none beyond each GPU's own memory"};
+  }
+  absl::StatusOr<HostMemory> host = ReadHostMemory();
+  if (!host.ok()) {
+    return absl::Status(host.status().code(),
+                        absl::StrCat("--memory-budget-per-device auto: ", host.status().message(),
+                                     "; give a size (or 0 for no limit)"));
+  }
+  const int devices = static_cast<int>(options.devices.indices.size());
+  const int64_t bytes = DefaultCpuMemoryBudget(host->bytes, devices);
+  return MemoryBudget{bytes, absl::StrCat(FormatBytes(bytes), " (auto: 3/4 of ",
+                                          FormatBytes(host->bytes), ", ", host->source, ", over ",
+                                          devices, " device", devices == 1 ? "" : "s", ")")};
 }
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {

@@ -36,8 +36,8 @@ struct DaemonOptions {
   std::string data_directory;
   // This node's devices (--devices): cpu:1 unless told.
   loomctl::DeviceSpec devices = {plan::CPU, {0}};
-  // 0: no limit.
-  int64_t memory_budget_per_device_bytes = 0;
+  // Each device's memory budget; 0: no limit; nullopt (`auto`): see ResolveMemoryBudget.
+  std::optional<int64_t> memory_budget_per_device_bytes;
   absl::Duration stall_timeout = absl::Seconds(10);
   // On SIGTERM, how long the running job may go on before it is cancelled.
   absl::Duration shutdown_grace = absl::Seconds(20);
@@ -60,6 +60,17 @@ loomctl::ArgumentSpec DaemonArgumentSpec();
 
 // INVALID_ARGUMENT naming the flag when a value is malformed.
 absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments);
+
+// The memory budget of each of this node's devices, and how it was chosen (for the start-up line).
+struct MemoryBudget {
+  int64_t bytes = 0;  // 0: no limit
+  std::string description;
+};
+
+// --memory-budget-per-device as given, or for `auto`: CPU devices share three quarters of the
+// memory this process may use (runtime/host_memory.h: the host's, or its cgroup's limit); GPUs
+// get no budget beyond their own memory (an allocation past it fails the job cleanly).
+absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options);
 
 // "1073741824", "512MiB", "4GiB", "1.5GB", "0": a number of bytes with an optional unit (B, KB,
 // MB, GB, TB powers of 1000; KiB, MiB, GiB, TiB powers of 1024). INVALID_ARGUMENT otherwise.

@@ -67,7 +67,7 @@ absl::Status CheckJobShapes(const job::Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status CheckJobFitsCluster(const job::Job& job, const ClusterCapacity& capacity) {
+absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet& devices) {
   absl::flat_hash_set<std::string> needed;
   std::string first_outside;
   for (const NamedPlacement& named : PlacementsOf(job)) {
@@ -75,35 +75,30 @@ absl::Status CheckJobFitsCluster(const job::Job& job, const ClusterCapacity& cap
       absl::StatusOr<plan::Device> device = compiler::ParseDevice(text);
       if (!device.ok()) continue;  // the compiler names the op
       needed.insert(DeviceName(*device));
-      if (first_outside.empty() && !capacity.devices.Contains(*device)) {
+      if (first_outside.empty() && !devices.Contains(*device)) {
         first_outside = absl::StrCat(named.owner, " is placed on ", text);
       }
     }
   }
   if (first_outside.empty()) return absl::OkStatus();
-  const size_t have = capacity.devices.devices.size();
+  const size_t have = devices.devices.size();
   return absl::ResourceExhaustedError(absl::StrCat(
       "job '", job.name(), "' needs ", needed.size(), " device", needed.size() == 1 ? "" : "s",
-      " but the cluster has ", have, " (", capacity.devices.ToString(), "): ", first_outside,
+      " but the cluster has ", have, " (", devices.ToString(), "): ", first_outside,
       ". Place the job on the cluster's devices, or start loomd with more (--devices)"));
 }
 
 absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
-                                                               const ClusterCapacity& capacity) {
+                                                               const compiler::DeviceSet& devices) {
   if (absl::Status status = CheckJobShapes(job); !status.ok()) return status;
-  if (absl::Status status = CheckJobFitsCluster(job, capacity); !status.ok()) return status;
-  const int64_t budget = capacity.memory_budget_per_device_bytes;
-  if (budget > 0 &&
-      (job.device_memory_budget_bytes() <= 0 || job.device_memory_budget_bytes() > budget)) {
-    job.set_device_memory_budget_bytes(budget);
-  }
+  if (absl::Status status = CheckJobFitsCluster(job, devices); !status.ok()) return status;
   if (!job.loss().empty() &&
       std::find(job.fetch().begin(), job.fetch().end(), job.loss()) == job.fetch().end()) {
     job.add_fetch(job.loss());
   }
   const std::string name = job.name();
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      loomctl::CompileJobWithStandardOps(std::move(job), capacity.devices);
+      loomctl::CompileJobWithStandardOps(std::move(job), devices);
   if (!compiled.ok()) return compiled.status();
   // What the runtime would refuse when the job's turn comes is refused now.
   const plan::Plan& plan = (*compiled)->result.plan;

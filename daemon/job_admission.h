@@ -12,30 +12,24 @@
 
 namespace loom::daemon {
 
-// What a cluster offers a job.
-struct ClusterCapacity {
-  compiler::DeviceSet devices;
-  // 0: no limit.
-  int64_t memory_budget_per_device_bytes = 0;
-};
-
 // RESOURCE_EXHAUSTED when the job places anything (its default placement, a stage, a variable,
 // an input or an op) on a device the cluster lacks: the message says how many devices the job
 // needs, what the cluster has, and names the first thing placed outside it. Device names that do
 // not parse are left to the compiler (INVALID_ARGUMENT naming the op).
-absl::Status CheckJobFitsCluster(const job::Job& job, const ClusterCapacity& capacity);
+absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet& devices);
 
 // INVALID_ARGUMENT naming the variable or input whose shape has more elements than fit in 64 bits.
 absl::Status CheckJobShapes(const job::Job& job);
 
-// Admits a submitted job: checks its shapes, checks that it fits the cluster, lowers its memory
-// budget to the cluster's (a job asking for more, or for no limit, gets the cluster's), fetches the
-// loss of a training job, and compiles it with the standard ops. Errors: the compiler's
-// (INVALID_ARGUMENT naming the op; RESOURCE_EXHAUSTED for a device over its memory budget),
+// Admits a submitted job for the cluster's `devices`: checks its shapes, checks that it fits the
+// cluster, fetches the loss of a training job, and compiles it with the standard ops; each device
+// gets the tighter of the job's memory budget and its own (`devices`' budgets: each node's
+// --memory-budget-per-device). Errors: the compiler's (INVALID_ARGUMENT naming the op;
+// RESOURCE_EXHAUSTED for a device over its memory budget),
 // CheckJobShapes' and CheckJobFitsCluster's; INVALID_ARGUMENT for a job with nothing to run;
 // INTERNAL for a plan the runtime would refuse (runtime/plan_validation.h).
 absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
-                                                               const ClusterCapacity& capacity);
+                                                               const compiler::DeviceSet& devices);
 
 }  // namespace loom::daemon
 

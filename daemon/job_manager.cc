@@ -151,10 +151,8 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
   const std::string name = job.name();
-  ClusterCapacity capacity = options_.capacity;
-  capacity.devices = cluster_->Devices();
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      AdmitJob(std::move(job), capacity);
+      AdmitJob(std::move(job), cluster_->Devices());
   if (compiled.ok()) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
       if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {

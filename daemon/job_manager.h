@@ -40,8 +40,6 @@ namespace loom::daemon {
 class JobManager {
  public:
   struct Options {
-    // The memory budget (the devices are the cluster's).
-    ClusterCapacity capacity;
     absl::Duration stall_timeout = absl::Seconds(10);
     // How long the nodes may take to launch a job, and to connect.
     absl::Duration launch_timeout = absl::Seconds(60);

@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
             << " (" << options->devices.ToString()
             << (options->tls.has_value() ? ", mutual TLS" : "") << ")" << std::endl;
+  std::cout << "loomd: memory budget per device: " << (*daemon)->memory_budget().description
+            << std::endl;
   if (!(*daemon)->metrics_url().empty()) {
     std::cout << "loomd: metrics on " << (*daemon)->metrics_url() << std::endl;
   }

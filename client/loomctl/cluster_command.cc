@@ -182,7 +182,8 @@ ArgumentSpec ClusterUpArgumentSpec() {
                "where the state file and the logs go")
       .AddFlag("loomd", "PATH", "", "the loomd binary (default: the loomd next to loomctl)")
       .AddFlag("memory-budget-per-device", "BYTES", "",
-               "passed to every loomd (e.g. 4GiB; default: loomd's)")
+               "passed to every loomd (e.g. 4GiB; 0: no limit; default: the cluster's devices "
+               "share 3/4 of this host's memory)")
       .AddFlag("host", "HOST", "127.0.0.1", "the address every daemon listens on")
       .AddFlag("timeout", "DURATION", "60s",
                "how long the daemons may take to start and report every node ready")

@@ -23,6 +23,7 @@
 #include "client/cluster_client.h"
 #include "client/loomctl/local_process.h"
 #include "glog/logging.h"
+#include "runtime/host_memory.h"
 
 namespace loom::loomctl {
 namespace {
@@ -225,6 +226,16 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
   }
 
   const bool tls = options.tls_credentials.has_value();
+  // The daemons share this host: with loomd's `auto` each would budget 3/4 of its memory for its
+  // own devices. Unreadable host memory: loomd's auto says why.
+  std::string memory_budget = options.memory_budget_per_device;
+  if (memory_budget.empty()) {
+    absl::StatusOr<HostMemory> host = ReadHostMemory();
+    if (host.ok()) {
+      memory_budget = absl::StrCat(
+          DefaultCpuMemoryBudget(host->bytes, options.nodes * options.devices_per_node));
+    }
+  }
   const std::string metrics_scheme = tls ? "https" : "http";
 
   const absl::Time deadline = absl::Now() + options.timeout;
@@ -246,9 +257,8 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
       arguments.insert(arguments.end(),
                        {"--coordinator", state.coordinator, "--node-rank", absl::StrCat(rank)});
     }
-    if (!options.memory_budget_per_device.empty()) {
-      arguments.insert(arguments.end(),
-                       {"--memory-budget-per-device", options.memory_budget_per_device});
+    if (!memory_budget.empty()) {
+      arguments.insert(arguments.end(), {"--memory-budget-per-device", memory_budget});
     }
     if (tls) {
       arguments.insert(arguments.end(),

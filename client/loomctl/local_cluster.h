@@ -23,7 +23,8 @@ struct LocalClusterOptions {
   std::string state_directory;
   // The loomd binary.
   std::string loomd;
-  // Passed to every loomd as --memory-budget-per-device; empty: loomd's default.
+  // Passed to every loomd as --memory-budget-per-device; empty: 3/4 of this host's memory (or its
+  // memory cgroup's limit) shared by all the cluster's devices.
   std::string memory_budget_per_device;
   // The host every daemon listens on (each on a free port).
   std::string host = "127.0.0.1";

@@ -50,8 +50,9 @@ def free_port():
         return probe.getsockname()[1]
 
 
+# No memory budget, so that a job too large for this host runs and fails (allocation_failure).
 daemon = subprocess.Popen([LOOMD, "--listen", "127.0.0.1:0", "--devices", "cpu:2",
-                           "--shutdown-grace", "0s"],
+                           "--shutdown-grace", "0s", "--memory-budget-per-device", "0"],
                           stdout=subprocess.PIPE, text=True)
 try:
     first_line = daemon.stdout.readline()

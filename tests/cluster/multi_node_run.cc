@@ -14,9 +14,8 @@ namespace loom::testing {
 absl::StatusOr<std::vector<plan::Plan>> CompileForNodes(const job::Job& job, int nodes,
                                                         int devices_per_node,
                                                         plan::Plan* whole_plan) {
-  daemon::ClusterCapacity capacity;
-  capacity.devices = compiler::DeviceSet::Cpus(nodes * devices_per_node, nodes);
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = daemon::AdmitJob(job, capacity);
+  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
+      daemon::AdmitJob(job, compiler::DeviceSet::Cpus(nodes * devices_per_node, nodes));
   if (!compiled.ok()) return compiled.status();
   *whole_plan = (*compiled)->result.plan;
   return (*compiled)->result.node_plans;

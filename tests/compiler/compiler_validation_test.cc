@@ -173,6 +173,43 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
               absl::StatusCode::kResourceExhausted);
 }
 
+TEST(CompilerValidationTest, EachDeviceGetsTheTighterOfTheJobsBudgetAndItsOwn) {
+  job::Job job = ParseJob(R"pb(name: "big"
+                               placement { devices: [ "cpu:0", "node1/cpu:0" ] }
+                               device_memory_budget_bytes: 65536
+                               inputs {
+                                 name: "x"
+                                 shape: [ 64, 64 ]
+                                 sbp: "S(0)"
+                                 random_normal { std: 1 }
+                               }
+                               ops { name: "r" type: "relu" inputs: "x" outputs: "y" })pb");
+  DeviceSet devices = DeviceSet::Cpus(2, 2);
+  devices.memory_budget_bytes = {0, 1 << 20};  // node 0: none of its own; node 1: 1 MiB
+  absl::StatusOr<CompileResult> result = Compile(job, StandardOps(), devices);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->plan.devices_size(), 2);
+  EXPECT_EQ(result->plan.devices(0).memory_budget_bytes(), 65536);  // the job's
+  EXPECT_EQ(result->plan.devices(1).memory_budget_bytes(), 65536);  // the job's is tighter
+
+  devices.memory_budget_bytes = {0, 4096};  // node 1's own budget is tighter than the job's
+  result = Compile(job, StandardOps(), devices);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("device node1/cpu:0 needs 16.0 KiB for its registers but its budget is "
+                        "4.0 KiB"));
+
+  job.clear_device_memory_budget_bytes();  // the device's own budget alone
+  devices.memory_budget_bytes = {0, 1 << 20};
+  result = Compile(job, StandardOps(), devices);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->plan.devices(0).memory_budget_bytes(), 0);
+  EXPECT_EQ(result->plan.devices(1).memory_budget_bytes(), 1 << 20);
+  ASSERT_EQ(result->node_plans.size(), 2u);
+  EXPECT_EQ(result->node_plans[1].devices(0).memory_budget_bytes(), 1 << 20);
+}
+
 // --- Training jobs ----------------------------------------------------------------------------
 
 TEST(CompilerValidationTest, StageThatSkipsAStage) {

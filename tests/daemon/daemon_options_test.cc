@@ -1,12 +1,14 @@
 // loomd's flags.
 #include "daemon/daemon_options.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/host_memory.h"
 
 namespace loom::daemon {
 namespace {
@@ -24,8 +26,8 @@ TEST(DaemonOptionsTest, Defaults) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->listen_address, "127.0.0.1:7070");
   EXPECT_EQ(options->devices.ToString(), "cpu:1");
-  EXPECT_EQ(options->memory_budget_per_device_bytes, 0);
-  EXPECT_FALSE(options->node_name.empty());  // the host name
+  EXPECT_EQ(options->memory_budget_per_device_bytes, std::nullopt);  // auto
+  EXPECT_FALSE(options->node_name.empty());                          // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
   EXPECT_FALSE(options->metrics_plaintext);
 }
@@ -45,6 +47,39 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->max_message_bytes, 1 << 20);
   EXPECT_TRUE(options->verbose);
   EXPECT_TRUE(options->metrics_plaintext);
+}
+
+TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
+  absl::StatusOr<DaemonOptions> options = Parse({"--memory-budget-per-device", "0"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, 0);
+  EXPECT_EQ(budget->description, "no limit");
+
+  options = Parse({"--memory-budget-per-device", "3MiB"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  budget = ResolveMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, 3 << 20);
+
+  // auto: CPU devices share 3/4 of this process's memory.
+  absl::StatusOr<HostMemory> host = ReadHostMemory();
+  ASSERT_TRUE(host.ok()) << host.status();
+  options = Parse({"--devices", "cpu:3", "--memory-budget-per-device", "auto"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  budget = ResolveMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, DefaultCpuMemoryBudget(host->bytes, 3));
+  EXPECT_THAT(budget->description, HasSubstr("auto: 3/4 of"));
+  EXPECT_THAT(budget->description, HasSubstr("over 3 devices"));
+
+  // auto for GPUs: no budget of Loom's own.
+  DaemonOptions gpus = *options;
+  gpus.devices = {plan::CUDA, {0}};
+  budget = ResolveMemoryBudget(gpus);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, 0);
 }
 
 TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {

@@ -145,6 +145,42 @@ TEST_F(JobServiceTest, AJobOverTheMemoryBudgetIsResourceExhausted) {
   EXPECT_THAT(status.error_message(), HasSubstr("cpu:"));
 }
 
+TEST_F(JobServiceTest, EachNodesDevicesHaveTheirOwnMemoryBudget) {
+  DaemonOptions worker_options = TestOptions();
+  worker_options.node_name = "small-worker";
+  worker_options.coordinator_address = daemon_->address();
+  worker_options.memory_budget_per_device_bytes = 256;
+  absl::StatusOr<std::unique_ptr<Daemon>> worker = Daemon::Start(worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::ListNodesResponse nodes;
+  while (absl::Now() < deadline) {
+    nodes.Clear();
+    ASSERT_TRUE(
+        cluster_->ListNodes(ContextWithDeadline().get(), v1::ListNodesRequest(), &nodes).ok());
+    if (nodes.nodes_size() == 2 && nodes.nodes(1).state() == v1::NODE_STATE_READY) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(nodes.nodes(), SizeIs(2));
+  ASSERT_THAT(nodes.nodes(1).devices(), SizeIs(2));
+  EXPECT_EQ(nodes.nodes(1).devices(0).memory_budget_bytes(), 256);
+
+  // The coordinator's devices (their budget: a share of this host's memory) take the job...
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(TrainingJob(1), &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // ... the worker's refuse it, naming a device of the worker.
+  job::Job on_worker = TrainingJob(1);
+  on_worker.mutable_placement()->clear_devices();
+  on_worker.mutable_placement()->add_devices("node1/cpu:0");
+  on_worker.mutable_placement()->add_devices("node1/cpu:1");
+  status = Submit(on_worker, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("node1/cpu:"));
+  EXPECT_THAT(status.error_message(), HasSubstr("its budget is 256 B"));
+  (*worker)->Shutdown(absl::ZeroDuration());
+}
+
 TEST_F(JobServiceTest, UnknownIdsAreNotFound) {
   v1::JobInfo info;
   EXPECT_EQ(GetJob("job-42", &info).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -263,6 +299,9 @@ TEST_F(JobServiceTest, ListNodesDescribesThisNode) {
   EXPECT_EQ(node.devices(1).name(), "node0/cpu:1");
   EXPECT_EQ(node.devices(1).type(), "cpu");
   EXPECT_EQ(node.devices(1).index(), 1);
+  // --memory-budget-per-device auto: the two devices share 3/4 of this host's memory.
+  EXPECT_GT(node.devices(1).memory_budget_bytes(), 0);
+  EXPECT_EQ(node.devices(1).memory_budget_bytes(), daemon_->memory_budget().bytes);
 }
 
 }  // namespace

@@ -110,20 +110,29 @@ TEST_F(RobustnessTest, MalformedJobsAreRefusedWithoutCrashing) {
     EXPECT_FALSE(status.ok()) << text;
     EXPECT_NE(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
   }
-  // Terabytes on a daemon without a memory budget: admitted, then failed by the runtime's
-  // allocation (RESOURCE_EXHAUSTED naming the device and register), not a crash.
+  // Terabytes: over the default budget (a share of this host's memory), refused at submit naming
+  // the device.
+  const job::Job terabytes_job =
+      ParseJob(R"pb(name: "terabytes"
+                    placement { devices: "cpu:0" }
+                    inputs {
+                      name: "x"
+                      shape: [ 1099511627776, 4 ]
+                      random_normal { std: 1 }
+                    }
+                    ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
+                    fetch: "y")pb");
   v1::SubmitJobResponse terabytes;
-  ASSERT_TRUE(Submit(ParseJob(R"pb(name: "terabytes"
-                                   placement { devices: "cpu:0" }
-                                   inputs {
-                                     name: "x"
-                                     shape: [ 1099511627776, 4 ]
-                                     random_normal { std: 1 }
-                                   }
-                                   ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
-                                   fetch: "y")pb"),
-                     &terabytes)
-                  .ok());
+  grpc::Status refused = Submit(terabytes_job, &terabytes);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("device node0/cpu:0 needs"));
+
+  // Without a budget (--memory-budget-per-device 0): admitted, then failed by the runtime's
+  // allocation (RESOURCE_EXHAUSTED naming the device and register), not a crash.
+  DaemonOptions unlimited = TestOptions();
+  unlimited.memory_budget_per_device_bytes = 0;
+  StartDaemon(unlimited);
+  ASSERT_TRUE(Submit(terabytes_job, &terabytes).ok());
   std::vector<v1::JobEvent> events = WatchToEnd(terabytes.job().job_id());
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_FAILED);
