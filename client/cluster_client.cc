@@ -178,11 +178,17 @@ absl::StatusOr<std::vector<v1::JobInfo>> ClusterClient::ListJobs(
     const std::vector<v1::JobState>& states) {
   v1::ListJobsRequest request;
   for (v1::JobState state : states) request.add_states(state);
-  v1::ListJobsResponse response;
-  grpc::Status status =
-      jobs_->ListJobs(CallContext(options_.call_timeout).get(), request, &response);
-  if (!status.ok()) return FromGrpc(status, "ListJobs");
-  return std::vector<v1::JobInfo>(response.jobs().begin(), response.jobs().end());
+  request.set_page_size(options_.list_page_size);
+  std::vector<v1::JobInfo> jobs;
+  do {
+    v1::ListJobsResponse response;
+    grpc::Status status =
+        jobs_->ListJobs(CallContext(options_.call_timeout).get(), request, &response);
+    if (!status.ok()) return FromGrpc(status, "ListJobs");
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return jobs;
 }
 
 absl::StatusOr<v1::JobInfo> ClusterClient::CancelJob(const std::string& job_id,

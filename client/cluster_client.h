@@ -38,6 +38,8 @@ struct ClusterClientOptions {
   // would retransmit for many minutes). loomd accepts pings at any rate.
   absl::Duration keepalive_interval = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(20);
+  // ListJobs asks for pages of this many jobs (a long history is never one large message).
+  int list_page_size = 100;
 };
 
 // Stops a WatchJob from another thread. One per watch; thread-safe.
@@ -92,7 +94,8 @@ class ClusterClient {
   absl::StatusOr<v1::JobInfo> SubmitJob(const job::Job& job, bool trace = false);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
-  // Oldest first; only jobs in `states` unless it is empty.
+  // Oldest first; only jobs in `states` unless it is empty. Asks for pages of
+  // options.list_page_size jobs until the last.
   absl::StatusOr<std::vector<v1::JobInfo>> ListJobs(const std::vector<v1::JobState>& states = {});
   // Returns once the job has ended (CANCELLED). FAILED_PRECONDITION for a job that already
   // succeeded or failed; NOT_FOUND for an unknown id.

@@ -220,15 +220,22 @@ absl::StatusOr<v1::JobInfo> JobManager::Get(const std::string& job_id) const {
   return InfoOf(*record);
 }
 
-std::vector<v1::JobInfo> JobManager::List(const std::vector<v1::JobState>& states) const {
+std::vector<v1::JobInfo> JobManager::List(const std::vector<v1::JobState>& states, int64_t after,
+                                          int limit, bool* more) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<v1::JobInfo> jobs;
-  for (const auto& [number, record] : records_) {
+  if (more != nullptr) *more = false;
+  for (auto it = records_.upper_bound(after); it != records_.end(); ++it) {
+    const JobRecord& record = *it->second;
     if (!states.empty() &&
-        std::find(states.begin(), states.end(), record->info.state()) == states.end()) {
+        std::find(states.begin(), states.end(), record.info.state()) == states.end()) {
       continue;
     }
-    jobs.push_back(InfoOf(*record));
+    if (limit > 0 && static_cast<int>(jobs.size()) == limit) {
+      if (more != nullptr) *more = true;
+      break;
+    }
+    jobs.push_back(InfoOf(record));
   }
   return jobs;
 }

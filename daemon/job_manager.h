@@ -74,8 +74,11 @@ class JobManager {
   absl::StatusOr<v1::JobInfo> Submit(job::Job job, bool trace = false);
   // NOT_FOUND for an unknown (or forgotten) id.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
-  // Oldest first; `states` empty: every job.
-  std::vector<v1::JobInfo> List(const std::vector<v1::JobState>& states) const;
+  // Jobs in `states` (empty: every job), oldest first, from the first one submitted after the job
+  // numbered `after` (0: from the oldest), at most `limit` of them (0: every one). `more` (when
+  // not null) says whether jobs in `states` follow the last one returned.
+  std::vector<v1::JobInfo> List(const std::vector<v1::JobState>& states, int64_t after = 0,
+                                int limit = 0, bool* more = nullptr) const;
   // A pending job ends CANCELLED at once; a running one is aborted, and the call waits up to
   // `timeout` for it to end. Cancelling a cancelled job returns it; a succeeded or failed one is
   // FAILED_PRECONDITION; an unknown id NOT_FOUND.

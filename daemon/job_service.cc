@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "daemon/grpc_status.h"
 
 namespace loom::daemon {
@@ -22,6 +26,19 @@ grpc::Status CheckJobId(const std::string& job_id) {
                         "job_id is empty: pass the id SubmitJob or ListJobs returned");
   }
   return grpc::Status::OK;
+}
+
+// ListJobs' page tokens: "after:" and the id of the last job of the page ("after:job-42").
+constexpr absl::string_view kPageTokenPrefix = "after:";
+
+// The number of the job a page token continues after; nullopt for a token ListJobs never returns.
+std::optional<int64_t> JobNumberAfter(absl::string_view token) {
+  int64_t number = 0;
+  if (!absl::ConsumePrefix(&token, kPageTokenPrefix) || !absl::ConsumePrefix(&token, "job-") ||
+      !absl::SimpleAtoi(token, &number) || number < 1) {
+    return std::nullopt;
+  }
+  return number;
 }
 
 // The time left before the call's deadline (capped at `cap`).
@@ -57,9 +74,29 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJ
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
+  if (request->page_size() < 0) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("page_size must be 0 (every job) or more, not ", request->page_size()));
+  }
+  int64_t after = 0;
+  if (!request->page_token().empty()) {
+    std::optional<int64_t> number = JobNumberAfter(request->page_token());
+    if (!number.has_value()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("page_token '", request->page_token().substr(0, 64),
+                                       "' is not a next_page_token of ListJobs"));
+    }
+    after = *number;
+  }
   std::vector<v1::JobState> states;
   for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
-  for (v1::JobInfo& info : manager_->List(states)) *response->add_jobs() = std::move(info);
+  bool more = false;
+  std::vector<v1::JobInfo> jobs = manager_->List(states, after, request->page_size(), &more);
+  if (more) {
+    response->set_next_page_token(absl::StrCat(kPageTokenPrefix, jobs.back().job_id()));
+  }
+  for (v1::JobInfo& info : jobs) *response->add_jobs() = std::move(info);
   return grpc::Status::OK;
 }
 

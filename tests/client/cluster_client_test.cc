@@ -91,6 +91,25 @@ TEST_F(ClusterClientTest, SubmitsWatchesAndGetsATrainingJob) {
   EXPECT_EQ(plan->node_plans_size(), 1);
 }
 
+TEST_F(ClusterClientTest, ListJobsGathersEveryPage) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::JobInfo> submitted = client_->SubmitJob(TrainingJob(1));
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    ids.push_back(submitted->job_id());
+  }
+  ClusterClientOptions options;
+  options.list_page_size = 2;
+  absl::StatusOr<std::unique_ptr<ClusterClient>> paging =
+      ClusterClient::Connect(daemon_->address(), options);
+  ASSERT_TRUE(paging.ok()) << paging.status();
+  absl::StatusOr<std::vector<v1::JobInfo>> jobs = (*paging)->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> listed;
+  for (const v1::JobInfo& job : *jobs) listed.push_back(job.job_id());
+  EXPECT_EQ(listed, ids);
+}
+
 TEST_F(ClusterClientTest, ARejectedJobIsInvalidArgumentNamingTheOp) {
   absl::StatusOr<job::Job> job =
       compiler::ReadJobFile(LOOM_SOURCE_DIR "/tests/client/jobs/shape_mismatch.pbtxt");

@@ -90,6 +90,52 @@ TEST_F(JobServiceTest, RunsJobsOneAtATimeInSubmissionOrder) {
   EXPECT_THAT(response.jobs(), SizeIs(0));
 }
 
+TEST_F(JobServiceTest, ListJobsPagesFromTheOldest) {
+  // A long first job keeps the others pending (cancelled at the end by TearDown's shutdown).
+  std::vector<std::string> ids = {SubmitOrDie(SlowJob(1000, 10000))};
+  for (int i = 0; i < 4; ++i) ids.push_back(SubmitOrDie(TrainingJob(1)));
+
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::vector<std::string>> pages;
+  do {
+    v1::ListJobsResponse response;
+    grpc::Status status = jobs_->ListJobs(ContextWithDeadline().get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string>& page = pages.emplace_back();
+    for (const v1::JobInfo& job : response.jobs()) page.push_back(job.job_id());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty() && pages.size() < 10);
+  EXPECT_THAT(pages, ElementsAre(ElementsAre(ids[0], ids[1]), ElementsAre(ids[2], ids[3]),
+                                 ElementsAre(ids[4])));
+
+  // Pages of the pending jobs only: the filter applies before the page is cut.
+  request.Clear();
+  request.add_states(v1::JOB_STATE_PENDING);
+  request.set_page_size(3);
+  v1::ListJobsResponse response;
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), request, &response).ok());
+  ASSERT_THAT(response.jobs(), SizeIs(3));
+  EXPECT_EQ(response.jobs(0).job_id(), ids[1]);
+  request.set_page_token(response.next_page_token());
+  response.Clear();
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), request, &response).ok());
+  ASSERT_THAT(response.jobs(), SizeIs(1));
+  EXPECT_EQ(response.jobs(0).job_id(), ids[4]);
+  EXPECT_EQ(response.next_page_token(), "");
+
+  // Bad paging is INVALID_ARGUMENT naming the field.
+  request.set_page_token("page-2");
+  grpc::Status status = jobs_->ListJobs(ContextWithDeadline().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("page_token 'page-2'"));
+  request.clear_page_token();
+  request.set_page_size(-1);
+  status = jobs_->ListJobs(ContextWithDeadline().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("page_size"));
+}
+
 TEST_F(JobServiceTest, ABadJobIsInvalidArgumentNamingTheOp) {
   job::Job job = TrainingJob(2);
   job::Op* op = job.add_ops();
