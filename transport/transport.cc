@@ -629,6 +629,14 @@ void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::s
   StartOperation(std::move(operation));
 }
 
+void Transport::SendCopyDone(PeerId peer, DataTag tag, const absl::Status& status) {
+  CopyMessage done;
+  done.kind = CopyMessage::kDone;
+  done.tag = tag;
+  done.status_code = static_cast<uint32_t>(status.code());
+  SendCopyMessage(peer, done, status.message());
+}
+
 ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t header_length,
                                       void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* transport = static_cast<Transport*>(argument);
@@ -684,13 +692,10 @@ void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
         if (!announcements_.emplace(message.tag, Announcement{from, message}).second) {
           // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
           // so this is a bug; fail the second sender rather than let it wait forever.
-          CopyMessage refused;
-          refused.kind = CopyMessage::kDone;
-          refused.tag = message.tag;
-          refused.status_code = static_cast<uint32_t>(absl::StatusCode::kAlreadyExists);
-          SendCopyMessage(from, refused,
-                          absl::StrCat("node ", self_, " already holds another transfer with tag ",
-                                       message.tag, " for a receive not yet posted"));
+          SendCopyDone(from, message.tag,
+                       absl::AlreadyExistsError(
+                           absl::StrCat("node ", self_, " already holds another transfer with tag ",
+                                        message.tag, " for a receive not yet posted")));
         }
         return;
       }
@@ -771,13 +776,7 @@ void Transport::CopyInto(std::unique_ptr<Operation> receive, PeerId from,
     status = absl::Status(
         read.code(), absl::StrCat(Describe(*receive), " from peer ", from, ": ", read.message()));
   }
-  CopyMessage done;
-  done.kind = CopyMessage::kDone;
-  done.tag = request.tag;
-  done.status_code = static_cast<uint32_t>(status.code());
-  if (peer != peers_.end() && !peer->second->failed) {
-    SendCopyMessage(from, done, status.message());
-  }
+  if (peer != peers_.end() && !peer->second->failed) SendCopyDone(from, request.tag, status);
   Finish(std::move(receive), std::move(status), request.size);
 }
 

@@ -181,6 +181,8 @@ class Transport {
   // Same-host copies (progress thread).
   void ProbeSameHost(Peer& peer, const ProcessIdentity& identity);
   void SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error = "");
+  // kDone for the transfer `tag` announced by `peer`: its outcome at this receiver.
+  void SendCopyDone(PeerId peer, DataTag tag, const absl::Status& status);
   bool HandleCopyMessages();
   void HandleCopyMessage(PeerId from, const CopyMessage& message, absl::string_view error);
   bool StartCopySend(std::unique_ptr<Operation>& operation);

@@ -231,6 +231,11 @@ def linear_product(x, w, cfg):
     return x @ w
 
 
+def causal_mask(T, device):
+    """[T, T] booleans: query i may attend to keys 0..i."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril_()
+
+
 class Bfloat16CausalAttention(torch.autograd.Function):
     """Loom's causal_attention on bfloat16 q, k, v (mixed precision), spelled out in float32 on
     [B, H, T, Dh] tensors, with the roundings where Loom's kernels store bfloat16: forward
@@ -263,10 +268,9 @@ class Bfloat16CausalAttention(torch.autograd.Function):
 
     @staticmethod
     def _probabilities(q, k, scale):
-        T = q.shape[-2]
-        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril_()
         s = (q @ k.transpose(-2, -1)) * scale
-        return torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+        return torch.softmax(s.masked_fill(~causal_mask(q.shape[-2], q.device), float("-inf")),
+                             dim=-1)
 
 
 def moe_mlp(p, pre, m, cfg, stats):
@@ -308,7 +312,7 @@ def gpt_forward(p, cfg, x, y=None, stats=None):
     if stats is None:
         stats = {}
     h = F.embedding(x, p["wte"]) + p["wpe"][:T]
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril_()
+    causal = causal_mask(T, x.device)
     scale = math.sqrt(Dh)
     for i in range(cfg.layers):
         pre = f"h.{i}."
