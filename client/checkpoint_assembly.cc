@@ -30,6 +30,28 @@ HostTensor ScalarInt64(int64_t value) {
 
 }  // namespace
 
+CheckpointProgress JobCheckpointProgress(const job::Job& job, const std::string& job_name,
+                                         int64_t steps_taken) {
+  CheckpointProgress progress;
+  progress.steps_taken = steps_taken;
+  progress.optimizer = job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET;
+  progress.metadata["job"] = job_name;
+  if (progress.optimizer) {
+    progress.metadata["optimizer"] =
+        job.optimizer().kind_case() == job::Optimizer::kAdamw ? "adamw" : "sgd";
+  }
+  return progress;
+}
+
+void AddCheckpointProgress(const CheckpointProgress& progress, checkpoint::Checkpoint* checkpoint) {
+  if (progress.optimizer) {
+    checkpoint->tensors["optimizer.step"] = ScalarInt64(progress.steps_taken);
+  }
+  for (const auto& [key, value] : progress.metadata) checkpoint->metadata[key] = value;
+  checkpoint->metadata["step"] = absl::StrCat(progress.steps_taken);
+  checkpoint->metadata["next_step"] = absl::StrCat(progress.steps_taken);
+}
+
 absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      const std::vector<const HostTensor*>& values,
                                      const std::vector<std::vector<const HostTensor*>>& states,
@@ -106,10 +128,7 @@ absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan
       return status;
     }
   }
-  if (progress.optimizer) result.tensors["optimizer.step"] = ScalarInt64(progress.steps_taken);
-  result.metadata = progress.metadata;
-  result.metadata["step"] = absl::StrCat(progress.steps_taken);
-  result.metadata["next_step"] = absl::StrCat(progress.steps_taken);
+  AddCheckpointProgress(progress, &result);
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/job_runtime.h"
@@ -25,6 +26,14 @@ struct CheckpointProgress {
   // More metadata ("job", "optimizer", ...); "step" and "next_step" are set from steps_taken.
   std::map<std::string, std::string> metadata;
 };
+
+// The progress of `job` (its plan named `job_name`) after `steps_taken` optimizer steps: whether
+// it has an optimizer, and metadata "job" and "optimizer" ("adamw", "sgd").
+CheckpointProgress JobCheckpointProgress(const job::Job& job, const std::string& job_name,
+                                         int64_t steps_taken);
+
+// Adds `progress` to `checkpoint`: its metadata, "step" and "next_step", and "optimizer.step".
+void AddCheckpointProgress(const CheckpointProgress& progress, checkpoint::Checkpoint* checkpoint);
 
 // One variable's logical value and optimizer states from its ranks: values[rank] and
 // states[state][rank], in the layout's rank order and state_names order. A variable is never

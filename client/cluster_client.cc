@@ -154,10 +154,12 @@ absl::Status ClusterClient::FromGrpc(const grpc::Status& status, const std::stri
   }
 }
 
-absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job, bool trace) {
+absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job,
+                                                     const SubmitJobOptions& options) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
-  request.set_trace(trace);
+  request.set_trace(options.trace);
+  request.set_checkpoint_path(options.checkpoint_path);
   v1::SubmitJobResponse response;
   grpc::Status status =
       jobs_->SubmitJob(CallContext(options_.call_timeout).get(), request, &response);

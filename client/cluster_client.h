@@ -42,6 +42,15 @@ struct ClusterClientOptions {
   int list_page_size = 100;
 };
 
+// SubmitJobRequest's fields besides the job.
+struct SubmitJobOptions {
+  // Every node records every act, for GetTrace once the job ended (short jobs).
+  bool trace = false;
+  // When the job succeeds, its variables are saved to this safetensors file: an absolute path
+  // whose directory the coordinator and every node of the job reach (SubmitJobRequest).
+  std::string checkpoint_path;
+};
+
 // Stops a WatchJob from another thread. One per watch; thread-safe.
 class WatchCancellation {
  public:
@@ -90,8 +99,7 @@ class ClusterClient {
   // Validates, compiles and queues the job; its JobInfo (PENDING, with its id). INVALID_ARGUMENT
   // naming the op for a job the compiler rejects; RESOURCE_EXHAUSTED when it needs more devices
   // or memory than the cluster has.
-  // `trace`: every node records every act, for GetTrace once the job ended (short jobs).
-  absl::StatusOr<v1::JobInfo> SubmitJob(const job::Job& job, bool trace = false);
+  absl::StatusOr<v1::JobInfo> SubmitJob(const job::Job& job, const SubmitJobOptions& options = {});
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
   // Oldest first; only jobs in `states` unless it is empty. Asks for pages of

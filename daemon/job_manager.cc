@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/step_losses.h"
 #include "daemon/grpc_status.h"
+#include "daemon/job_checkpoint.h"
 #include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
@@ -146,7 +147,7 @@ void JobManager::Shutdown(absl::Duration grace) {
   if (worker.joinable()) worker.join();
 }
 
-absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
+absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions& options) {
   if (!accepting()) {
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
@@ -157,6 +158,10 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
       if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {
         return ready;
+      }
+      if (!options.checkpoint_path.empty()) {
+        absl::Status path = CheckCheckpointPath(options.checkpoint_path, (*compiled)->result.plan);
+        if (!path.ok()) return path;
       }
       return std::move(*compiled);
     }();
@@ -170,7 +175,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!accepting_) return absl::UnavailableError("loomd is shutting down and takes no new jobs");
-    submitted = QueueJob(*std::move(compiled), trace);
+    submitted = QueueJob(*std::move(compiled), options);
     written = last_write_;
   }
   // The job is on disk before its id reaches the client.
@@ -178,15 +183,17 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, bool trace) {
   return submitted;
 }
 
-v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, bool trace) {
+v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
+                                 const SubmitOptions& options) {
   auto record = std::make_shared<JobRecord>();
   record->number = ++last_number_;
   record->id = absl::StrCat("job-", record->number);
   record->compiled = std::move(compiled);
-  record->trace = trace;
+  record->trace = options.trace;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
-  info.set_traced(trace);
+  info.set_traced(options.trace);
+  info.set_checkpoint_path(options.checkpoint_path);
   info.set_job_id(record->id);
   info.set_name(admitted.name());
   info.set_num_steps(std::max<int64_t>(admitted.num_steps(), 1));
@@ -504,6 +511,10 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           for (const std::string& sink : forwarded_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
           launch->set_record_events(record->trace);
+          if (!record->info.checkpoint_path().empty()) {
+            launch->set_checkpoint_part_path(
+                CheckpointPartPath(record->info.checkpoint_path(), node));
+          }
         }));
   }
   bool ok = wait_for([](const JobRecord::NodeProgress& node) { return node.launched; },
@@ -546,6 +557,22 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error = record->first_error;
+  }
+  // The info's checkpoint path is set once, when the job is queued: read without the lock.
+  if (const std::string& path = record->info.checkpoint_path(); !path.empty()) {
+    if (error.ok()) {
+      LOG(INFO) << "job " << record->id << ": assembling its checkpoint " << path;
+      error = AssembleCheckpointParts(
+          plan, participants, path,
+          JobCheckpointProgress(compiled.job, plan.job_name(),
+                                compiled.job.initial_state().first_step() + num_steps));
+      if (!error.ok()) {
+        error = absl::Status(error.code(),
+                             absl::StrCat("saving the checkpoint '", path, "': ", error.message()));
+      }
+    } else {
+      RemoveCheckpointParts(path, participants);
+    }
   }
   if (!error.ok()) {
     // Abort the job on every node still in it, and give them a moment to end.

@@ -28,6 +28,14 @@
 
 namespace loom::daemon {
 
+// SubmitJobRequest's fields besides the job.
+struct SubmitOptions {
+  // Every node records every act, for GetTrace.
+  bool trace = false;
+  // When the job succeeds its variables are saved here (job_checkpoint.h); empty: nowhere.
+  std::string checkpoint_path;
+};
+
 // The job lifecycle on the coordinator (DESIGN.md §1): admits and compiles submitted jobs for the
 // cluster's devices, queues them first in, first out, and runs one at a time (a worker thread of
 // its own) on the nodes it needs: launch (each node builds its actors and opens its network),
@@ -69,9 +77,9 @@ class JobManager {
   // for `grace`, then cancels it, and joins the worker. Returns when no job runs.
   void Shutdown(absl::Duration grace);
 
-  // Admits (AdmitJob's errors), then queues the job. UNAVAILABLE while shutting down. `trace`:
-  // its nodes record every act, for GetTrace.
-  absl::StatusOr<v1::JobInfo> Submit(job::Job job, bool trace = false);
+  // Admits (AdmitJob's errors; CheckCheckpointPath's for a checkpoint path), then queues the job.
+  // UNAVAILABLE while shutting down.
+  absl::StatusOr<v1::JobInfo> Submit(job::Job job, const SubmitOptions& options = {});
   // NOT_FOUND for an unknown (or forgotten) id.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
   // Jobs in `states` (empty: every job), oldest first, from the first one submitted after the job
@@ -127,7 +135,8 @@ class JobManager {
   void ForgetOldFinishedJobs();
   void Restore();
   // Queues the admitted job: a record, pending, written to the store.
-  v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, bool trace);
+  v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
+                       const SubmitOptions& options);
   // Queues a write to the store (there is one) and keeps its ticket in last_write_.
   void Write(std::string what, JobStoreWriter::Write write);
   // Queues the record's write to the store (when there is one); a failure is logged, not fatal.

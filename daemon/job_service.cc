@@ -56,7 +56,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the request has no job: set SubmitJobRequest.job");
   }
-  absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job(), request->trace());
+  SubmitOptions options;
+  options.trace = request->trace();
+  options.checkpoint_path = request->checkpoint_path();
+  absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job(), options);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response->mutable_job() = std::move(*info);
   return grpc::Status::OK;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
+#include "daemon/job_checkpoint.h"
 #include "glog/logging.h"
 #include "runtime/chrome_trace.h"
 #include "runtime/device_backends.h"
@@ -174,26 +175,35 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       ReportEnded(job_id, status);
       return;
     }
-    waiter_ = std::thread([this, job, job_id, traced = record_events_] {
-      absl::Status status = job->Wait();
-      if (traced) {
-        v1::NodeJobUpdate trace;
-        trace.set_job_id(job_id);
-        std::string events = ChromeTraceEvents(job->runtime());
-        const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
-        trace.mutable_trace()->set_acts(acts);
-        if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
-          trace.mutable_trace()->set_error(absl::StrCat(
-              "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
-              " bytes, over the ", max_trace_bytes_,
-              " a message may carry (half of --max-message-size): trace a shorter job"));
-        } else {
-          trace.mutable_trace()->set_events(std::move(events));
-        }
-        Report(trace);
-      }
-      ReportEnded(job_id, status);
-    });
+    waiter_ = std::thread(
+        [this, job, job_id, traced = record_events_, part_path = checkpoint_part_path_] {
+          absl::Status status = job->Wait();
+          if (status.ok() && !part_path.empty()) {
+            status = WriteCheckpointPart(job->runtime().plan(), job->runtime(), part_path);
+            if (!status.ok()) {
+              status = absl::Status(
+                  status.code(), absl::StrCat("node ", job->node(),
+                                              " writing its checkpoint part: ", status.message()));
+            }
+          }
+          if (traced) {
+            v1::NodeJobUpdate trace;
+            trace.set_job_id(job_id);
+            std::string events = ChromeTraceEvents(job->runtime());
+            const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
+            trace.mutable_trace()->set_acts(acts);
+            if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
+              trace.mutable_trace()->set_error(absl::StrCat(
+                  "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
+                  " bytes, over the ", max_trace_bytes_,
+                  " a message may carry (half of --max-message-size): trace a shorter job"));
+            } else {
+              trace.mutable_trace()->set_events(std::move(events));
+            }
+            Report(trace);
+          }
+          ReportEnded(job_id, status);
+        });
   } else if (command.has_abort()) {
     // Handle aborted the runtime already; a job that never started ends here.
     if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
@@ -213,6 +223,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     ended_reported_ = false;
   }
   record_events_ = launch.record_events();
+  checkpoint_part_path_ = launch.checkpoint_part_path();
   JobOptions options;
   // Off unless the job asked for a trace: a daemon's jobs may run for days.
   options.record_events = launch.record_events();

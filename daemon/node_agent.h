@@ -59,6 +59,8 @@ class NodeAgent {
   const KernelRegistry* const kernels_;
   // The current job records its acts and sends them before its end (agent thread only).
   bool record_events_ = false;
+  // Where the current job writes its checkpoint part when it succeeds; empty: nowhere.
+  std::string checkpoint_part_path_;
   RuntimeMetrics* const metrics_;
   const int64_t max_trace_bytes_;
   const Reporter report_;

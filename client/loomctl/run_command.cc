@@ -368,15 +368,8 @@ absl::StatusOr<std::string> SaveSegmentCheckpoint(const job::Job& job, const pla
                                                   const JobRuntime& runtime, int64_t steps_taken,
                                                   const std::string& directory, bool json,
                                                   std::ostream& out) {
-  CheckpointProgress progress;
-  progress.steps_taken = steps_taken;
-  progress.optimizer = job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET;
-  progress.metadata["job"] = plan.job_name();
-  if (progress.optimizer) {
-    progress.metadata["optimizer"] =
-        job.optimizer().kind_case() == job::Optimizer::kAdamw ? "adamw" : "sgd";
-  }
-  absl::StatusOr<std::string> path = SaveCheckpoint(plan, runtime, progress, directory);
+  absl::StatusOr<std::string> path = SaveCheckpoint(
+      plan, runtime, JobCheckpointProgress(job, plan.job_name(), steps_taken), directory);
   if (!path.ok()) return path.status();
   LOG(INFO) << "wrote the checkpoint of step " << steps_taken << " to " << *path;
   if (json) {

@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,11 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     return kExitUsage;
   }
 
+  if (parsed->Has("checkpoint") && parsed->Value("checkpoint").empty()) {
+    error << UsageError(kCommand, "--checkpoint needs a file path").message() << "\n";
+    return kExitUsage;
+  }
+
   const std::string& path = parsed->positionals().at(0);
   absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
   if (!job.ok()) {
@@ -56,7 +63,15 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
 
   std::unique_ptr<ClusterClient> client = ConnectOrReport(kCommand, *options, error);
   if (client == nullptr) return kExitUnreachable;
-  absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job, !trace_path.empty());
+  SubmitJobOptions submit_options;
+  submit_options.trace = !trace_path.empty();
+  if (parsed->Has("checkpoint")) {
+    // The daemons resolve the path: a relative one means this directory (a cluster on this host).
+    std::error_code ignored;
+    submit_options.checkpoint_path =
+        std::filesystem::absolute(parsed->Value("checkpoint"), ignored).string();
+  }
+  absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job, submit_options);
   if (!submitted.ok()) {
     return ReportRpcError(
         kCommand,
@@ -73,6 +88,9 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   if (!parsed->Switch("watch")) return kExitSuccess;
   const int watched =
       WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output, out, error);
+  if (watched == kExitSuccess && !submit_options.checkpoint_path.empty()) {
+    error << "checkpoint: " << submit_options.checkpoint_path << "\n";
+  }
   if (trace_path.empty() || watched == kExitUnreachable) return watched;
   // The acts of a failed or cancelled job are worth a look too.
   absl::StatusOr<v1::GetTraceResponse> trace = client->GetTrace(submitted->job_id());
@@ -119,7 +137,13 @@ ArgumentSpec SubmitArgumentSpec() {
       .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)")
       .AddFlag("trace", "PATH", "",
                "with --watch: every node records every act, and once the job ended its Chrome "
-               "trace is written to PATH (for short jobs: a few bytes per act)");
+               "trace is written to PATH (for short jobs: a few bytes per act)")
+      .AddFlag("checkpoint", "PATH", "",
+               "when the job succeeds, its variables (and optimizer state) are saved to PATH, a "
+               "safetensors file as 'loomctl run --save-dir' writes ('loomctl run --init PATH' "
+               "resumes from it). The daemons write it: PATH's directory must exist for the "
+               "coordinator and every node of the job (shared storage; any directory on a "
+               "one-host cluster). A relative PATH is taken from this directory");
   AddClusterFlags(spec);
   return spec;
 }

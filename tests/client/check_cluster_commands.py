@@ -4,7 +4,7 @@
 check_cluster_commands.py LOOMCTL LOOMD
 
 Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
-then runs submit --watch (text and JSON), a failing job, a rejected job, status, jobs, cancel,
+then runs submit --watch (text and JSON), a failing job, a checkpoint, a rejected job, status, jobs, cancel,
 nodes, plan and the unreachable-daemon case, checking exit codes, stderr and that every --output
 json line parses. Run from the repository root (the job files are relative to it).
 """
@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 
 LOOMCTL, LOOMD = sys.argv[1], sys.argv[2]
 TIMEOUT = 120
@@ -90,6 +91,31 @@ try:
     check("failed: RESOURCE_EXHAUSTED" in result.stderr, "the job's error on stderr")
     check("cpu:0" in result.stderr, "the error names the device")
 
+    # --checkpoint: the trained variables, byte for byte what `loomctl run --save-dir` writes.
+    with tempfile.TemporaryDirectory() as scratch:
+        saved = os.path.join(scratch, "trained.safetensors")
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "4",
+                         "--checkpoint", saved, *coordinator)
+        check(result.returncode == 0, f"submit --checkpoint exited {result.returncode}")
+        check(f"checkpoint: {saved}" in result.stderr, "submit says where the checkpoint is")
+        local = os.path.join(scratch, "local")
+        result = loomctl("run", "examples/jobs/mlp_regression.pbtxt", "--devices", "cpu:2",
+                         "--steps", "4", "--save-dir", local)
+        check(result.returncode == 0, f"run --save-dir exited {result.returncode}")
+        with open(saved, "rb") as cluster_file, \
+                open(os.path.join(local, "step-4.safetensors"), "rb") as local_file:
+            check(cluster_file.read() == local_file.read(),
+                  "the cluster's checkpoint equals loomctl run's")
+        check(sorted(os.listdir(scratch)) == ["local", "trained.safetensors"],
+              f"no checkpoint parts left: {os.listdir(scratch)}")
+        missing = os.path.join(scratch, "missing", "x.safetensors")
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--checkpoint", missing,
+                         *coordinator)
+        check(result.returncode == 4 and "INVALID_ARGUMENT" in result.stderr
+              and missing in result.stderr,
+              f"a checkpoint directory that does not exist: exit 4 naming it, not "
+              f"{result.returncode}")
+
     # A job the compiler rejects: exit 4, INVALID_ARGUMENT naming the op.
     result = loomctl("submit", "tests/client/jobs/shape_mismatch.pbtxt", *coordinator)
     check(result.returncode == 4, f"a rejected job exits 4, not {result.returncode}")
@@ -117,7 +143,7 @@ try:
     result = loomctl("jobs", "--output", "json", "--state", "succeeded", *coordinator)
     listed = json_lines(result.stdout, "jobs --output json")
     ids = [job["job_id"] for job in listed[0]["jobs"]] if listed else []
-    check(len(ids) == 2 and job_id in ids, f"two jobs succeeded: {ids}")
+    check(len(ids) == 3 and job_id in ids, f"three jobs succeeded (text, JSON, checkpoint): {ids}")
     result = loomctl("jobs", "--state", "finished", *coordinator)
     check(result.returncode == 2 and "succeeded" in result.stderr, "a bad --state lists states")
 

@@ -35,9 +35,11 @@ bool LoomdClient::WaitForReadyNodes(int count, absl::Duration deadline) {
   return false;
 }
 
-absl::StatusOr<std::string> LoomdClient::Submit(const job::Job& job) {
+absl::StatusOr<std::string> LoomdClient::Submit(const job::Job& job,
+                                                const std::string& checkpoint_path) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
+  request.set_checkpoint_path(checkpoint_path);
   v1::SubmitJobResponse response;
   grpc::Status status = jobs_->SubmitJob(Context().get(), request, &response);
   if (!status.ok()) {
@@ -88,8 +90,8 @@ JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout) {
   return outcome;
 }
 
-JobOutcome LoomdClient::Run(const job::Job& job) {
-  absl::StatusOr<std::string> id = Submit(job);
+JobOutcome LoomdClient::Run(const job::Job& job, const std::string& checkpoint_path) {
+  absl::StatusOr<std::string> id = Submit(job, checkpoint_path);
   if (!id.ok()) {
     JobOutcome outcome;
     outcome.error = id.status().ToString();

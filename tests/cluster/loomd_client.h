@@ -36,14 +36,15 @@ class LoomdClient {
   std::vector<v1::NodeInfo> Nodes();
   // Whether `count` nodes are READY within `deadline`.
   bool WaitForReadyNodes(int count, absl::Duration deadline);
-  absl::StatusOr<std::string> Submit(const job::Job& job);
+  // `checkpoint_path`: SubmitJobRequest.checkpoint_path.
+  absl::StatusOr<std::string> Submit(const job::Job& job, const std::string& checkpoint_path = "");
   v1::JobInfo Get(const std::string& id);
   std::vector<v1::JobInfo> List();
   grpc::Status Cancel(const std::string& id);
   // Watches the job until it ends (at most `timeout`).
   JobOutcome Watch(const std::string& id, absl::Duration timeout = absl::Minutes(5));
   // Submit and Watch.
-  JobOutcome Run(const job::Job& job);
+  JobOutcome Run(const job::Job& job, const std::string& checkpoint_path = "");
   // grpc.health.v1.Health/Check for the whole server: SERVING.
   bool Serving();
 

@@ -2,9 +2,11 @@
 // devices) run GPT jobs whose devices span the nodes (pipeline, data, tensor parallel and mixed),
 // and the step losses equal those of the same job on a one-node loomd bit for bit. A worker killed
 // with SIGKILL mid-job fails the job within 10 s with an error naming the node; the survivors run
-// the next job that fits.
+// the next job that fits. A job's checkpoint assembled from the nodes' parts equals the one-node
+// run's.
 #include <signal.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
 
@@ -61,7 +64,8 @@ class LoomdClusterTest : public ::testing::Test {
   JobOutcome Run(const job::Job& job) { return client_->Run(job); }
 
   // The job's outcome on a one-node loomd with `devices` CPU devices.
-  JobOutcome RunOnOneNode(const job::Job& job, int devices) {
+  JobOutcome RunOnOneNode(const job::Job& job, int devices,
+                          const std::string& checkpoint_path = "") {
     auto daemon = LoomdProcess::Start(
         LOOMD_BINARY, {"--devices", absl::StrCat("cpu:", devices), "--node-name", "single"},
         absl::StrCat(::testing::TempDir(), "/loomd-single.log"));
@@ -71,7 +75,7 @@ class LoomdClusterTest : public ::testing::Test {
       return failed;
     }
     LoomdClient client((*daemon)->address());
-    JobOutcome outcome = client.Run(job);
+    JobOutcome outcome = client.Run(job, checkpoint_path);
     (*daemon)->Signal(SIGTERM);
     return outcome;
   }
@@ -139,6 +143,47 @@ TEST_F(LoomdClusterTest, DataParallelAcrossNodesTimesTensorParallelWithinEqualsT
   config.data_parallel = 2;
   config.tensor_parallel = 2;
   ExpectEqualsOneNodeRun(config, 2);
+}
+
+TEST_F(LoomdClusterTest, ACheckpointOfAJobAcrossNodesEqualsTheOneNodeRuns) {
+  // Data parallel across the two workers, tensor parallel within each: every variable's pieces
+  // are split over devices and nodes.
+  gpt::GptConfig config = SmallGpt(3);
+  config.data_parallel = 2;
+  config.tensor_parallel = 2;
+  absl::StatusOr<job::Job> single = gpt::BuildGptJob(config);
+  ASSERT_TRUE(single.ok()) << single.status();
+  const std::string directory = ::testing::TempDir();
+  const std::string expected_path = absl::StrCat(directory, "/one_node.safetensors");
+  JobOutcome expected = RunOnOneNode(*single, 4, expected_path);
+  ASSERT_EQ(expected.state, v1::JOB_STATE_SUCCEEDED) << expected.error;
+
+  config.devices_per_node = 2;
+  absl::StatusOr<job::Job> spread = gpt::BuildGptJob(config);
+  ASSERT_TRUE(spread.ok()) << spread.status();
+  const std::string actual_path = absl::StrCat(directory, "/across_nodes.safetensors");
+  JobOutcome actual = client_->Run(*spread, actual_path);
+  ASSERT_EQ(actual.state, v1::JOB_STATE_SUCCEEDED) << actual.error;
+
+  absl::StatusOr<checkpoint::Checkpoint> one_node = checkpoint::ReadSafetensors(expected_path);
+  ASSERT_TRUE(one_node.ok()) << one_node.status();
+  absl::StatusOr<checkpoint::Checkpoint> across = checkpoint::ReadSafetensors(actual_path);
+  ASSERT_TRUE(across.ok()) << across.status();
+  EXPECT_TRUE(one_node->tensors.contains("h.0.attn.q.weight"));
+  EXPECT_TRUE(one_node->tensors.contains("optimizer.exp_avg.h.0.attn.q.weight"));
+  ASSERT_EQ(across->tensors.size(), one_node->tensors.size());
+  for (const auto& [name, tensor] : one_node->tensors) {
+    auto found = across->tensors.find(name);
+    ASSERT_NE(found, across->tensors.end()) << name;
+    EXPECT_EQ(found->second.shape, tensor.shape) << name;
+    EXPECT_TRUE(found->second.bytes == tensor.bytes) << name << " differs";
+  }
+  EXPECT_EQ(across->metadata, one_node->metadata);
+  EXPECT_EQ(across->metadata.at("step"), "3");
+  // The nodes' parts are gone.
+  for (int node = 0; node < 3; ++node) {
+    EXPECT_FALSE(std::filesystem::exists(absl::StrCat(actual_path, ".node-", node))) << node;
+  }
 }
 
 TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {

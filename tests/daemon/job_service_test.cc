@@ -1,5 +1,6 @@
 // loom.v1.JobService and ClusterService through a real gRPC client: submit, watch, get, list,
 // plans, and the status codes of bad requests.
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,58 @@ TEST_F(JobServiceTest, EachNodesDevicesHaveTheirOwnMemoryBudget) {
   EXPECT_THAT(status.error_message(), HasSubstr("node1/cpu:"));
   EXPECT_THAT(status.error_message(), HasSubstr("its budget is 256 B"));
   (*worker)->Shutdown(absl::ZeroDuration());
+}
+
+TEST_F(JobServiceTest, ACheckpointPathIsCheckedAtSubmit) {
+  const std::string directory = ::testing::TempDir();
+  auto submit = [&](const job::Job& job, const std::string& path) {
+    v1::SubmitJobRequest request;
+    *request.mutable_job() = job;
+    request.set_checkpoint_path(path);
+    v1::SubmitJobResponse response;
+    return jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+  };
+  grpc::Status status = submit(TrainingJob(1), "relative.safetensors");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("'relative.safetensors' is not absolute"));
+
+  status = submit(TrainingJob(1), absl::StrCat(directory, "/no/such/dir/x.safetensors"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("does not exist on the coordinator"));
+
+  // A job without variables has nothing to save.
+  job::Job no_variables = ParseJob(R"pb(name: "stateless"
+                                        placement { devices: "cpu:0" }
+                                        inputs {
+                                          name: "x"
+                                          shape: [ 4 ]
+                                          random_normal { std: 1 }
+                                        }
+                                        ops { name: "r" type: "relu" inputs: "x" outputs: "y" }
+                                        fetch: "y")pb");
+  status = submit(no_variables, absl::StrCat(directory, "/stateless.safetensors"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("job 'stateless' has no variables"));
+}
+
+TEST_F(JobServiceTest, AJobWhoseCheckpointCannotBeWrittenFailsSayingWhy) {
+  // The path is a directory: the nodes write their parts next to it, the assembled checkpoint
+  // cannot replace it.
+  const std::string path = absl::StrCat(::testing::TempDir(), "/checkpoint_is_a_directory");
+  std::filesystem::create_directories(path);
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = TrainingJob(2);
+  request.set_checkpoint_path(path);
+  v1::SubmitJobResponse response;
+  grpc::Status status = jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.job().checkpoint_path(), path);
+  std::vector<v1::JobEvent> events = WatchToEnd(response.job().job_id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(events.back().state_change().error().message(),
+              HasSubstr(absl::StrCat("saving the checkpoint '", path, "'")));
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(path, ".node-0")));  // the part is gone
 }
 
 TEST_F(JobServiceTest, UnknownIdsAreNotFound) {

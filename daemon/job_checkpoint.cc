@@ -1,0 +1,130 @@
+#include "daemon/job_checkpoint.h"
+
+#include <filesystem>
+#include <map>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "actors/variable_actor.h"
+#include "glog/logging.h"
+#include "runtime/checkpoint/safetensors.h"
+
+namespace loom::daemon {
+namespace {
+
+std::string ValueName(absl::string_view task) { return absl::StrCat("value:", task); }
+
+std::string StateName(int state, absl::string_view task) {
+  return absl::StrCat("state", state, ":", task);
+}
+
+}  // namespace
+
+absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan) {
+  const std::filesystem::path checkpoint(path);
+  if (!checkpoint.is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint_path '", path, "' is not absolute: the daemons resolve it, not the client"));
+  }
+  std::error_code error;
+  if (!std::filesystem::is_directory(checkpoint.parent_path(), error)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_path '", path, "': its directory '",
+                                                   checkpoint.parent_path().string(),
+                                                   "' does not exist on the coordinator"));
+  }
+  if (plan.variables_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", plan.job_name(), "' has no variables to save at checkpoint_path"));
+  }
+  return absl::OkStatus();
+}
+
+std::string CheckpointPartPath(absl::string_view path, int node) {
+  return absl::StrCat(path, ".node-", node);
+}
+
+absl::Status WriteCheckpointPart(const plan::Plan& node_plan, const JobRuntime& runtime,
+                                 const std::string& path) {
+  checkpoint::Checkpoint part;
+  for (const plan::Task& task : node_plan.tasks()) {
+    if (task.kind() != plan::VARIABLE) continue;
+    const auto* actor = dynamic_cast<const VariableActor*>(runtime.FindActor(task.name()));
+    if (actor == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("the job has no variable actor for task '", task.name(), "'"));
+    }
+    absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
+    if (!value.ok()) return value.status();
+    part.tensors[ValueName(task.name())] = *std::move(value);
+    for (size_t state = 0; state < actor->states().size(); ++state) {
+      absl::StatusOr<HostTensor> piece = actor->CopyToHost(actor->states()[state]);
+      if (!piece.ok()) return piece.status();
+      part.tensors[StateName(static_cast<int>(state), task.name())] = *std::move(piece);
+    }
+  }
+  return checkpoint::WriteSafetensors(path, part);
+}
+
+absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
+                                     const std::string& path, const CheckpointProgress& progress) {
+  // Every part's tensors by name (value:TASK, state<i>:TASK: task names are unique in a plan).
+  std::map<std::string, HostTensor> pieces;
+  absl::Status status;
+  for (int node : nodes) {
+    if (!status.ok()) break;
+    const std::string part_path = CheckpointPartPath(path, node);
+    absl::StatusOr<checkpoint::Checkpoint> part = checkpoint::ReadSafetensors(part_path);
+    if (!part.ok()) {
+      status = absl::Status(
+          part.status().code(),
+          absl::StrCat("node ", node, "'s checkpoint part: ", part.status().message()));
+      break;
+    }
+    pieces.merge(part->tensors);
+  }
+  checkpoint::Checkpoint assembled;
+  for (const plan::VariableLayout& layout : plan.variables()) {
+    if (!status.ok()) break;
+    std::vector<const HostTensor*> values;
+    std::vector<std::vector<const HostTensor*>> states(layout.state_names_size());
+    for (const std::string& task : layout.tasks()) {
+      auto value = pieces.find(ValueName(task));
+      if (value == pieces.end()) {
+        status = absl::NotFoundError(
+            absl::StrCat("variable '", layout.name(), "': no part has task '", task, "'"));
+        break;
+      }
+      values.push_back(&value->second);
+      for (int state = 0; state < layout.state_names_size(); ++state) {
+        auto piece = pieces.find(StateName(state, task));
+        if (piece == pieces.end()) {
+          status =
+              absl::NotFoundError(absl::StrCat("variable '", layout.name(), "': no part has ",
+                                               layout.state_names(state), " of task '", task, "'"));
+          break;
+        }
+        states[state].push_back(&piece->second);
+      }
+      if (!status.ok()) break;
+    }
+    if (status.ok()) status = AddVariableToCheckpoint(layout, values, states, &assembled);
+  }
+  if (status.ok()) {
+    AddCheckpointProgress(progress, &assembled);
+    status = checkpoint::WriteSafetensors(path, assembled);
+  }
+  RemoveCheckpointParts(path, nodes);
+  return status;
+}
+
+void RemoveCheckpointParts(absl::string_view path, const std::vector<int>& nodes) {
+  for (int node : nodes) {
+    const std::string part = CheckpointPartPath(path, node);
+    std::error_code error;
+    std::filesystem::remove(part, error);
+    if (error) LOG(WARNING) << "removing the checkpoint part " << part << ": " << error.message();
+  }
+}
+
+}  // namespace loom::daemon
