@@ -27,6 +27,12 @@ absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint_path '", path, "' is not absolute: the daemons resolve it, not the client"));
   }
+  // A client may name any path: loomd writes only files it could have written itself, not a
+  // configuration file or a key that happens to be writable by its user.
+  if (checkpoint.extension() != ".safetensors") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint_path '", path, "' must end in .safetensors (loomd writes no other files)"));
+  }
   std::error_code error;
   if (!std::filesystem::is_directory(checkpoint.parent_path(), error)) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint_path '", path, "': its directory '",

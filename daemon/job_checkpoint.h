@@ -18,8 +18,9 @@ namespace loom::daemon {
 // tensors, as `loomctl run --save-dir` writes it. The parts cross between the nodes through the
 // file system: the path's directory must be shared by them (any directory on one host).
 
-// INVALID_ARGUMENT unless `path` is absolute, its directory exists here (on the coordinator) and
-// `plan` has variables to save; the message names the path or the job.
+// INVALID_ARGUMENT unless `path` is absolute, ends in ".safetensors" (a client cannot have loomd
+// overwrite another kind of file its user may write), its directory exists here (on the
+// coordinator) and `plan` has variables to save; the message names the path or the job.
 absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan);
 
 // "PATH.node-N": node N's part of the checkpoint at `path`.

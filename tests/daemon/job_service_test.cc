@@ -241,6 +241,10 @@ TEST_F(JobServiceTest, ACheckpointPathIsCheckedAtSubmit) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("'relative.safetensors' is not absolute"));
 
+  status = submit(TrainingJob(1), absl::StrCat(directory, "/authorized_keys"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("must end in .safetensors"));
+
   status = submit(TrainingJob(1), absl::StrCat(directory, "/no/such/dir/x.safetensors"));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("does not exist on the coordinator"));
@@ -263,7 +267,7 @@ TEST_F(JobServiceTest, ACheckpointPathIsCheckedAtSubmit) {
 TEST_F(JobServiceTest, AJobWhoseCheckpointCannotBeWrittenFailsSayingWhy) {
   // The path is a directory: the nodes write their parts next to it, the assembled checkpoint
   // cannot replace it.
-  const std::string path = absl::StrCat(::testing::TempDir(), "/checkpoint_is_a_directory");
+  const std::string path = absl::StrCat(::testing::TempDir(), "/a_directory.safetensors");
   std::filesystem::create_directories(path);
   v1::SubmitJobRequest request;
   *request.mutable_job() = TrainingJob(2);
