@@ -19,6 +19,56 @@ std::string StateName(int state, absl::string_view task) {
   return absl::StrCat("state", state, ":", task);
 }
 
+// The logical variables of `plan` from the parts of `nodes`.
+absl::StatusOr<checkpoint::Checkpoint> ReadAndAssembleParts(const plan::Plan& plan,
+                                                            const std::vector<int>& nodes,
+                                                            absl::string_view path) {
+  // Every part's tensors by name (value:TASK, state<i>:TASK: task names are unique in a plan).
+  std::map<std::string, HostTensor> pieces;
+  for (int node : nodes) {
+    absl::StatusOr<checkpoint::Checkpoint> part =
+        checkpoint::ReadSafetensors(CheckpointPartPath(path, node));
+    if (!part.ok()) {
+      return absl::Status(
+          part.status().code(),
+          absl::StrCat("node ", node, "'s checkpoint part: ", part.status().message()));
+    }
+    pieces.merge(part->tensors);
+  }
+  auto find = [&](const plan::VariableLayout& layout, const std::string& name,
+                  absl::string_view what) -> absl::StatusOr<const HostTensor*> {
+    auto found = pieces.find(name);
+    if (found == pieces.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("variable '", layout.name(), "': no checkpoint part has ", what));
+    }
+    return &found->second;
+  };
+  checkpoint::Checkpoint assembled;
+  for (const plan::VariableLayout& layout : plan.variables()) {
+    std::vector<const HostTensor*> values;
+    std::vector<std::vector<const HostTensor*>> states(layout.state_names_size());
+    for (const std::string& task : layout.tasks()) {
+      absl::StatusOr<const HostTensor*> value =
+          find(layout, ValueName(task), absl::StrCat("task '", task, "'"));
+      if (!value.ok()) return value.status();
+      values.push_back(*value);
+      for (int state = 0; state < layout.state_names_size(); ++state) {
+        absl::StatusOr<const HostTensor*> piece =
+            find(layout, StateName(state, task),
+                 absl::StrCat(layout.state_names(state), " of task '", task, "'"));
+        if (!piece.ok()) return piece.status();
+        states[state].push_back(*piece);
+      }
+    }
+    if (absl::Status status = AddVariableToCheckpoint(layout, values, states, &assembled);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return assembled;
+}
+
 }  // namespace
 
 absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan) {
@@ -74,51 +124,11 @@ absl::Status WriteCheckpointPart(const plan::Plan& node_plan, const JobRuntime& 
 
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
                                      const std::string& path, const CheckpointProgress& progress) {
-  // Every part's tensors by name (value:TASK, state<i>:TASK: task names are unique in a plan).
-  std::map<std::string, HostTensor> pieces;
-  absl::Status status;
-  for (int node : nodes) {
-    if (!status.ok()) break;
-    const std::string part_path = CheckpointPartPath(path, node);
-    absl::StatusOr<checkpoint::Checkpoint> part = checkpoint::ReadSafetensors(part_path);
-    if (!part.ok()) {
-      status = absl::Status(
-          part.status().code(),
-          absl::StrCat("node ", node, "'s checkpoint part: ", part.status().message()));
-      break;
-    }
-    pieces.merge(part->tensors);
-  }
-  checkpoint::Checkpoint assembled;
-  for (const plan::VariableLayout& layout : plan.variables()) {
-    if (!status.ok()) break;
-    std::vector<const HostTensor*> values;
-    std::vector<std::vector<const HostTensor*>> states(layout.state_names_size());
-    for (const std::string& task : layout.tasks()) {
-      auto value = pieces.find(ValueName(task));
-      if (value == pieces.end()) {
-        status = absl::NotFoundError(
-            absl::StrCat("variable '", layout.name(), "': no part has task '", task, "'"));
-        break;
-      }
-      values.push_back(&value->second);
-      for (int state = 0; state < layout.state_names_size(); ++state) {
-        auto piece = pieces.find(StateName(state, task));
-        if (piece == pieces.end()) {
-          status =
-              absl::NotFoundError(absl::StrCat("variable '", layout.name(), "': no part has ",
-                                               layout.state_names(state), " of task '", task, "'"));
-          break;
-        }
-        states[state].push_back(&piece->second);
-      }
-      if (!status.ok()) break;
-    }
-    if (status.ok()) status = AddVariableToCheckpoint(layout, values, states, &assembled);
-  }
+  absl::StatusOr<checkpoint::Checkpoint> assembled = ReadAndAssembleParts(plan, nodes, path);
+  absl::Status status = assembled.status();
   if (status.ok()) {
-    AddCheckpointProgress(progress, &assembled);
-    status = checkpoint::WriteSafetensors(path, assembled);
+    AddCheckpointProgress(progress, &*assembled);
+    status = checkpoint::WriteSafetensors(path, *assembled);
   }
   RemoveCheckpointParts(path, nodes);
   return status;

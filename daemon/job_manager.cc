@@ -559,19 +559,16 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     error = record->first_error;
   }
   // The info's checkpoint path is set once, when the job is queued: read without the lock.
-  if (const std::string& path = record->info.checkpoint_path(); !path.empty()) {
-    if (error.ok()) {
-      LOG(INFO) << "job " << record->id << ": assembling its checkpoint " << path;
-      error = AssembleCheckpointParts(
-          plan, participants, path,
-          JobCheckpointProgress(compiled.job, plan.job_name(),
-                                compiled.job.initial_state().first_step() + num_steps));
-      if (!error.ok()) {
-        error = absl::Status(error.code(),
-                             absl::StrCat("saving the checkpoint '", path, "': ", error.message()));
-      }
-    } else {
-      RemoveCheckpointParts(path, participants);
+  const std::string& checkpoint_path = record->info.checkpoint_path();
+  if (error.ok() && !checkpoint_path.empty()) {
+    LOG(INFO) << "job " << record->id << ": assembling its checkpoint " << checkpoint_path;
+    error = AssembleCheckpointParts(
+        plan, participants, checkpoint_path,
+        JobCheckpointProgress(compiled.job, plan.job_name(),
+                              compiled.job.initial_state().first_step() + num_steps));
+    if (!error.ok()) {
+      error = absl::Status(error.code(), absl::StrCat("saving the checkpoint '", checkpoint_path,
+                                                      "': ", error.message()));
     }
   }
   if (!error.ok()) {
@@ -596,6 +593,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       return true;
     });
   }
+  // A failed job's nodes have ended (or had their moment): remove the parts some of them wrote.
+  if (!error.ok() && !checkpoint_path.empty()) RemoveCheckpointParts(checkpoint_path, participants);
   // The end barrier passed (or the job failed): every node frees the job's memory.
   for (int node : participants) {
     cluster_->Send(node, command([](v1::NodeCommand& message) { message.mutable_release(); }));

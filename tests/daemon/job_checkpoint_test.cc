@@ -1,0 +1,112 @@
+// Assembling a job's checkpoint from its nodes' parts (daemon/job_checkpoint.h), on hand-made
+// parts: the logical tensors, and errors naming what is missing.
+#include "daemon/job_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/safetensors.h"
+
+namespace loom::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+HostTensor Floats(std::vector<float> values) {
+  HostTensor tensor;
+  tensor.data_type = plan::FLOAT32;
+  tensor.shape = Shape({static_cast<int64_t>(values.size())});
+  tensor.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  return tensor;
+}
+
+// Variable "w" [4] split over two ranks (tasks w@0, w@1), with one optimizer state.
+plan::Plan SplitVariable() {
+  plan::Plan plan;
+  plan.set_job_name("split");
+  plan::VariableLayout* layout = plan.add_variables();
+  layout->set_name("w");
+  layout->mutable_logical()->add_shape(4);
+  layout->mutable_logical()->set_data_type(plan::FLOAT32);
+  layout->add_hierarchy(2);
+  layout->add_sbp("S(0)");
+  layout->add_tasks("w@0");
+  layout->add_tasks("w@1");
+  layout->add_state_names("optimizer.momentum_buffer.w");
+  return plan;
+}
+
+class JobCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::path(::testing::TempDir()) /
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(directory_);
+    std::filesystem::create_directories(directory_);
+    path_ = (directory_ / "model.safetensors").string();
+  }
+
+  void WritePart(int node, std::map<std::string, HostTensor> tensors) {
+    checkpoint::Checkpoint part;
+    part.tensors = std::move(tensors);
+    ASSERT_TRUE(checkpoint::WriteSafetensors(CheckpointPartPath(path_, node), part).ok());
+  }
+
+  std::filesystem::path directory_;
+  std::string path_;
+};
+
+TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
+  EXPECT_EQ(CheckpointPartPath("/a/m.safetensors", 3), "/a/m.safetensors.node-3");
+  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
+  WritePart(1, {{"value:w@1", Floats({3, 4})}, {"state0:w@1", Floats({30, 40})}});
+  CheckpointProgress progress;
+  progress.steps_taken = 7;
+  progress.optimizer = true;
+  ASSERT_TRUE(AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, progress).ok());
+
+  absl::StatusOr<checkpoint::Checkpoint> assembled = checkpoint::ReadSafetensors(path_);
+  ASSERT_TRUE(assembled.ok()) << assembled.status();
+  EXPECT_THAT(assembled->tensors.at("w").Values<float>(), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(assembled->tensors.at("optimizer.momentum_buffer.w").Values<float>(),
+              ElementsAre(10, 20, 30, 40));
+  EXPECT_THAT(assembled->tensors.at("optimizer.step").Values<int64_t>(), ElementsAre(7));
+  EXPECT_EQ(assembled->metadata.at("step"), "7");
+  // Only the checkpoint is left.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(directory_),
+                          std::filesystem::directory_iterator()),
+            1);
+}
+
+TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
+  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
+  absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_THAT(status.message(), HasSubstr("node 1's checkpoint part"));
+  EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(path_, 0)));  // removed all the same
+  EXPECT_FALSE(std::filesystem::exists(path_));
+
+  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
+  WritePart(1, {{"value:w@1", Floats({3, 4})}});
+  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("variable 'w': no checkpoint part has optimizer.momentum_buffer.w of "
+                        "task 'w@1'"));
+
+  WritePart(0, {{"value:w@0", Floats({1, 2, 3})}, {"state0:w@0", Floats({10, 20})}});
+  WritePart(1, {{"value:w@1", Floats({3, 4})}, {"state0:w@1", Floats({30, 40})}});
+  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("variable 'w'"));
+}
+
+}  // namespace
+}  // namespace loom::daemon
