@@ -3,7 +3,7 @@
 // and the step losses equal those of the same job on a one-node loomd bit for bit. A worker killed
 // with SIGKILL mid-job fails the job within 10 s with an error naming the node; the survivors run
 // the next job that fits. A job's checkpoint assembled from the nodes' parts equals the one-node
-// run's.
+// run's, and a job resumed from it goes on as if it had never stopped.
 #include <signal.h>
 
 #include <filesystem>
@@ -184,6 +184,39 @@ TEST_F(LoomdClusterTest, ACheckpointOfAJobAcrossNodesEqualsTheOneNodeRuns) {
   for (int node = 0; node < 3; ++node) {
     EXPECT_FALSE(std::filesystem::exists(absl::StrCat(actual_path, ".node-", node))) << node;
   }
+}
+
+TEST_F(LoomdClusterTest, AJobResumedFromItsCheckpointGoesOnAsIfUninterrupted) {
+  // Pipeline and data parallel across the nodes, AdamW: the checkpoint must hold the optimizer's
+  // state and step for the resumed steps to equal the uninterrupted ones.
+  gpt::GptConfig config = SmallGpt(5);
+  config.data_parallel = 2;
+  config.pipeline_stages = 2;
+  config.micro_batches = 2;
+  config.devices_per_node = 2;
+  absl::StatusOr<job::Job> whole = gpt::BuildGptJob(config);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  JobOutcome uninterrupted = Run(*whole);
+  ASSERT_EQ(uninterrupted.state, v1::JOB_STATE_SUCCEEDED) << uninterrupted.error;
+  ASSERT_EQ(uninterrupted.losses.size(), 5u);
+
+  const std::string path = absl::StrCat(::testing::TempDir(), "/after_3_steps.safetensors");
+  job::Job first = *whole;
+  first.set_num_steps(3);
+  JobOutcome first_part = client_->Run(first, path);
+  ASSERT_EQ(first_part.state, v1::JOB_STATE_SUCCEEDED) << first_part.error;
+
+  job::Job rest = *whole;
+  rest.set_num_steps(2);
+  rest.mutable_initial_state()->set_path(path);
+  rest.mutable_initial_state()->set_optimizer_state(true);
+  rest.mutable_initial_state()->set_first_step(3);
+  JobOutcome resumed = Run(rest);
+  ASSERT_EQ(resumed.state, v1::JOB_STATE_SUCCEEDED) << resumed.error;
+  EXPECT_EQ(first_part.losses,
+            std::vector<double>(uninterrupted.losses.begin(), uninterrupted.losses.begin() + 3));
+  EXPECT_EQ(resumed.losses,
+            std::vector<double>(uninterrupted.losses.begin() + 3, uninterrupted.losses.end()));
 }
 
 TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {
