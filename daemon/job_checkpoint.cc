@@ -77,8 +77,8 @@ absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint_path '", path, "' is not absolute: the daemons resolve it, not the client"));
   }
-  // A client may name any path: loomd writes only files it could have written itself, not a
-  // configuration file or a key that happens to be writable by its user.
+  // A client may name any path, and loomd's user may be able to write files that matter (keys,
+  // configuration): loomd writes checkpoints only, never another kind of file.
   if (checkpoint.extension() != ".safetensors") {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint_path '", path, "' must end in .safetensors (loomd writes no other files)"));
