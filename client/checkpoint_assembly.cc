@@ -77,6 +77,24 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
   return absl::OkStatus();
 }
 
+absl::StatusOr<VariableOnHost> CopyVariableToHost(const JobRuntime& job, const std::string& task) {
+  const auto* actor = dynamic_cast<const VariableActor*>(job.FindActor(task));
+  if (actor == nullptr) {
+    return absl::NotFoundError(absl::StrCat("the job has no variable task named '", task, "'"));
+  }
+  VariableOnHost copy;
+  // Through the actor's stream: a GPU's values are in device memory.
+  absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
+  if (!value.ok()) return value.status();
+  copy.value = *std::move(value);
+  for (const TensorView& state : actor->states()) {
+    absl::StatusOr<HostTensor> piece = actor->CopyToHost(state);
+    if (!piece.ok()) return piece.status();
+    copy.states.push_back(*std::move(piece));
+  }
+  return copy;
+}
+
 absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan,
                                                           const JobRuntime& job,
                                                           const CheckpointProgress& progress) {
@@ -93,34 +111,28 @@ absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan
   checkpoint::Checkpoint result;
   for (const plan::VariableLayout& layout : plan.variables()) {
     // Host copies of every rank's value and states; the pointers below point into them.
-    std::vector<HostTensor> values;
-    std::vector<std::vector<HostTensor>> states(layout.state_names_size());
+    std::vector<VariableOnHost> copies;
+    const size_t states = static_cast<size_t>(layout.state_names_size());
     for (const std::string& task : layout.tasks()) {
-      const auto* actor = dynamic_cast<const VariableActor*>(job.FindActor(task));
-      if (actor == nullptr) {
-        return absl::NotFoundError(absl::StrCat("variable '", layout.name(), "': the job has no ",
-                                                "variable task named '", task, "'"));
+      absl::StatusOr<VariableOnHost> copy = CopyVariableToHost(job, task);
+      if (!copy.ok()) {
+        return absl::Status(copy.status().code(), absl::StrCat("variable '", layout.name(),
+                                                               "': ", copy.status().message()));
       }
-      if (actor->states().size() != states.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "variable '", layout.name(), "': task '", task, "' keeps ", actor->states().size(),
-            " optimizer states but the plan names ", states.size()));
+      if (copy->states.size() != states) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable '", layout.name(), "': task '", task, "' keeps ",
+                         copy->states.size(), " optimizer states but the plan names ", states));
       }
-      // Through the actor's stream: a GPU's values are in device memory.
-      absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
-      if (!value.ok()) return value.status();
-      values.push_back(std::move(*value));
-      for (size_t state = 0; state < states.size(); ++state) {
-        absl::StatusOr<HostTensor> piece = actor->CopyToHost(actor->states()[state]);
-        if (!piece.ok()) return piece.status();
-        states[state].push_back(std::move(*piece));
-      }
+      copies.push_back(*std::move(copy));
     }
     std::vector<const HostTensor*> value_pointers;
-    for (const HostTensor& value : values) value_pointers.push_back(&value);
-    std::vector<std::vector<const HostTensor*>> state_pointers(states.size());
-    for (size_t state = 0; state < states.size(); ++state) {
-      for (const HostTensor& piece : states[state]) state_pointers[state].push_back(&piece);
+    std::vector<std::vector<const HostTensor*>> state_pointers(states);
+    for (const VariableOnHost& copy : copies) {
+      value_pointers.push_back(&copy.value);
+      for (size_t state = 0; state < states; ++state) {
+        state_pointers[state].push_back(&copy.states[state]);
+      }
     }
     if (absl::Status status =
             AddVariableToCheckpoint(layout, value_pointers, state_pointers, &result);

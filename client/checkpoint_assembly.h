@@ -45,6 +45,17 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      const std::vector<std::vector<const HostTensor*>>& states,
                                      checkpoint::Checkpoint* checkpoint);
 
+// A VARIABLE task's value and optimizer states (in the task's state order), on the host.
+struct VariableOnHost {
+  HostTensor value;
+  std::vector<HostTensor> states;
+};
+
+// After a run (no act can run any more): the value and states of the job's VARIABLE task `task`
+// (VariableActor::value() and states(), copied to the host on the actor's stream: a GPU's are in
+// device memory). NOT_FOUND naming the task when the job has no variable task of that name.
+absl::StatusOr<VariableOnHost> CopyVariableToHost(const JobRuntime& job, const std::string& task);
+
 // After a run (no act can run any more): the checkpoint of every variable of plan.variables,
 // read from the job's VARIABLE actors (VariableActor::value() and states(), copied to the host on
 // each actor's stream: a GPU's are in device memory), with the progress.

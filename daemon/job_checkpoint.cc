@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "actors/variable_actor.h"
 #include "glog/logging.h"
 #include "runtime/checkpoint/safetensors.h"
 
@@ -100,26 +99,27 @@ std::string CheckpointPartPath(absl::string_view path, int node) {
   return absl::StrCat(path, ".node-", node);
 }
 
-absl::Status WriteCheckpointPart(const plan::Plan& node_plan, const JobRuntime& runtime,
-                                 const std::string& path) {
+absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path) {
+  auto failed = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("node ", runtime.plan().node(),
+                                     " writing its checkpoint part: ", status.message()));
+  };
   checkpoint::Checkpoint part;
-  for (const plan::Task& task : node_plan.tasks()) {
+  for (const plan::Task& task : runtime.plan().tasks()) {
     if (task.kind() != plan::VARIABLE) continue;
-    const auto* actor = dynamic_cast<const VariableActor*>(runtime.FindActor(task.name()));
-    if (actor == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("the job has no variable actor for task '", task.name(), "'"));
-    }
-    absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
-    if (!value.ok()) return value.status();
-    part.tensors[ValueName(task.name())] = *std::move(value);
-    for (size_t state = 0; state < actor->states().size(); ++state) {
-      absl::StatusOr<HostTensor> piece = actor->CopyToHost(actor->states()[state]);
-      if (!piece.ok()) return piece.status();
-      part.tensors[StateName(static_cast<int>(state), task.name())] = *std::move(piece);
+    absl::StatusOr<VariableOnHost> copy = CopyVariableToHost(runtime, task.name());
+    if (!copy.ok()) return failed(copy.status());
+    part.tensors[ValueName(task.name())] = std::move(copy->value);
+    for (size_t state = 0; state < copy->states.size(); ++state) {
+      part.tensors[StateName(static_cast<int>(state), task.name())] =
+          std::move(copy->states[state]);
     }
   }
-  return checkpoint::WriteSafetensors(path, part);
+  if (absl::Status written = checkpoint::WriteSafetensors(path, part); !written.ok()) {
+    return failed(written);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,

@@ -26,11 +26,11 @@ absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan
 // "PATH.node-N": node N's part of the checkpoint at `path`.
 std::string CheckpointPartPath(absl::string_view path, int node);
 
-// Node N's part, after its job ran (no act can run any more): a safetensors file holding, for
-// every VARIABLE task of `node_plan`, its value as "value:TASK" and its i-th optimizer state as
-// "state<i>:TASK", copied to the host through the task's stream. Errors name the path or task.
-absl::Status WriteCheckpointPart(const plan::Plan& node_plan, const JobRuntime& runtime,
-                                 const std::string& path);
+// A node's part, after its job ran (no act can run any more): a safetensors file holding, for
+// every VARIABLE task of the node's plan (runtime.plan()), its value as "value:TASK" and its i-th
+// optimizer state as "state<i>:TASK", copied to the host through the task's stream. Errors name
+// the node and the path or task.
+absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path);
 
 // Removes the parts of `nodes` that exist (a job that failed after some of its nodes wrote theirs).
 void RemoveCheckpointParts(absl::string_view path, const std::vector<int>& nodes);

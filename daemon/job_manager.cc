@@ -190,6 +190,7 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
   record->id = absl::StrCat("job-", record->number);
   record->compiled = std::move(compiled);
   record->trace = options.trace;
+  record->checkpoint_path = options.checkpoint_path;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
   info.set_traced(options.trace);
@@ -511,9 +512,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           for (const std::string& sink : forwarded_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
           launch->set_record_events(record->trace);
-          if (!record->info.checkpoint_path().empty()) {
-            launch->set_checkpoint_part_path(
-                CheckpointPartPath(record->info.checkpoint_path(), node));
+          if (!record->checkpoint_path.empty()) {
+            launch->set_checkpoint_part_path(CheckpointPartPath(record->checkpoint_path, node));
           }
         }));
   }
@@ -558,8 +558,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     std::lock_guard<std::mutex> lock(mutex_);
     error = record->first_error;
   }
-  // The info's checkpoint path is set once, when the job is queued: read without the lock.
-  const std::string& checkpoint_path = record->info.checkpoint_path();
+  const std::string& checkpoint_path = record->checkpoint_path;
   if (error.ok() && !checkpoint_path.empty()) {
     LOG(INFO) << "job " << record->id << ": assembling its checkpoint " << checkpoint_path;
     error = AssembleCheckpointParts(

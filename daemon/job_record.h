@@ -49,6 +49,9 @@ struct JobRecord {
   // Submitted with `trace` (set once, before the record is shared): the nodes record their acts
   // and send them (Chrome trace events) before they end.
   bool trace = false;
+  // Submitted with a checkpoint path (set once, as `trace`): where its variables are saved when it
+  // succeeds (job_checkpoint.h); empty: nowhere.
+  std::string checkpoint_path;
   std::map<int, std::string> trace_events;  // by node
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).

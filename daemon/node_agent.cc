@@ -179,12 +179,7 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
         [this, job, job_id, traced = record_events_, part_path = checkpoint_part_path_] {
           absl::Status status = job->Wait();
           if (status.ok() && !part_path.empty()) {
-            status = WriteCheckpointPart(job->runtime().plan(), job->runtime(), part_path);
-            if (!status.ok()) {
-              status = absl::Status(
-                  status.code(), absl::StrCat("node ", job->node(),
-                                              " writing its checkpoint part: ", status.message()));
-            }
+            status = WriteCheckpointPart(job->runtime(), part_path);
           }
           if (traced) {
             v1::NodeJobUpdate trace;

@@ -67,9 +67,14 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   submit_options.trace = !trace_path.empty();
   if (parsed->Has("checkpoint")) {
     // The daemons resolve the path: a relative one means this directory (a cluster on this host).
-    std::error_code ignored;
+    std::error_code failed;
     submit_options.checkpoint_path =
-        std::filesystem::absolute(parsed->Value("checkpoint"), ignored).string();
+        std::filesystem::absolute(parsed->Value("checkpoint"), failed).string();
+    if (failed) {
+      error << kCommand << ": --checkpoint '" << parsed->Value("checkpoint")
+            << "': " << failed.message() << "\n";
+      return kExitUsage;
+    }
   }
   absl::StatusOr<v1::JobInfo> submitted = client->SubmitJob(*job, submit_options);
   if (!submitted.ok()) {

@@ -14,6 +14,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
+#include "tests/test_directory.h"
 
 namespace loom::daemon::testing {
 namespace {
@@ -24,9 +25,7 @@ using ::testing::HasSubstr;
 class DataDirectoryTest : public DaemonTest {
  protected:
   void SetUp() override {
-    directory_ = absl::StrCat(::testing::TempDir(), "/loomd-data-", getpid(), "-",
-                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(directory_);
+    directory_ = loom::testing::FreshTestDirectory("loomd-data");
     StartDaemon(Options());
   }
 

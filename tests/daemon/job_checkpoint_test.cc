@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "tests/test_directory.h"
 
 namespace loom::daemon {
 namespace {
@@ -46,9 +47,7 @@ plan::Plan SplitVariable() {
 class JobCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    directory_ = std::filesystem::path(::testing::TempDir()) /
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(directory_);
+    directory_ = loom::testing::FreshTestDirectory("job-checkpoint");
     std::filesystem::create_directories(directory_);
     path_ = (directory_ / "model.safetensors").string();
   }

@@ -2,8 +2,6 @@
 // own, never waited for by whoever queues them, all made before the writer is gone.
 #include "daemon/job_store_writer.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_directory.h"
 
 namespace loom::daemon {
 namespace {
@@ -26,9 +25,7 @@ using ::testing::ElementsAre;
 class JobStoreWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    directory_ = absl::StrCat(::testing::TempDir(), "/job-store-writer-", getpid(), "-",
-                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(directory_);
+    directory_ = loom::testing::FreshTestDirectory("job-store-writer");
     absl::StatusOr<JobStore> store = JobStore::Open(directory_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_.emplace(*std::move(store));

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_directory.h"
 
 namespace loom {
 namespace {
@@ -18,9 +19,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 class FakeRootTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::path(::testing::TempDir()) /
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(root_);
+    root_ = loom::testing::FreshTestDirectory("host-memory");
     Write("proc/meminfo", "MemTotal:       16777216 kB\nMemFree:         1000 kB\n");  // 16 GiB
   }
 
