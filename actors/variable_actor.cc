@@ -98,6 +98,35 @@ absl::StatusOr<HostTensor> VariableActor::CopyToHost(const TensorView& view) con
   return tensor;
 }
 
+absl::StatusOr<VariableOnHost> VariableActor::CopyVariableToHost() const {
+  VariableOnHost copy;
+  absl::StatusOr<HostTensor> value = CopyToHost(this->value());
+  if (!value.ok()) return value.status();
+  copy.value = *std::move(value);
+  for (const TensorView& state : states_) {
+    absl::StatusOr<HostTensor> piece = CopyToHost(state);
+    if (!piece.ok()) return piece.status();
+    copy.states.push_back(*std::move(piece));
+  }
+  return copy;
+}
+
+absl::Status VariableActor::MaybeSnapshot(int64_t step) const {
+  const int64_t every = init().snapshot_every_steps;
+  const VariableSnapshotCallback* callback = init().variable_snapshot_callback;
+  if (every <= 0 || callback == nullptr || !*callback) return absl::OkStatus();
+  // The last step's state is read from the actor after the job.
+  if (step % every != 0 || step >= steps()) return absl::OkStatus();
+  absl::StatusOr<VariableOnHost> copy = CopyVariableToHost();
+  if (!copy.ok()) return copy.status();
+  absl::Status status = (*callback)(VariableSnapshot{name(), step, *std::move(copy)});
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("the snapshot after step ", step, ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
 bool VariableActor::CanAct() const {
   // The value is written in place: every act needs the slot back from its readers.
   if (!OutputFree(0)) return false;
@@ -138,6 +167,10 @@ absl::Status VariableActor::DoAct() {
     KernelContext context{optimizer_inputs_, optimizer_outputs_, act - 1};
     if (absl::Status status = optimizer_->Compute(context); !status.ok()) return status;
     ConsumeInput(0);
+  }
+  // The value is now as it is after `act` steps (an update k = act, or none for a frozen one).
+  if (act > 0) {
+    if (absl::Status status = MaybeSnapshot(act); !status.ok()) return status;
   }
   if (act < steps()) ProduceOutput(0, act);
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/kernel.h"
 #include "runtime/actor.h"
+#include "runtime/variable_snapshot.h"
 
 namespace loom {
 
@@ -17,6 +18,8 @@ namespace loom {
 //               slot, runs the optimizer in place (piece k-1: update number k), and publishes the
 //               value as piece k, except after the last step's gradient, when it only updates;
 //   act k >= 1  (without a gradient input) republishes the value once the slot is back.
+// With snapshots (ActorInit::snapshot_every_steps), act k >= 1 with k a multiple of it and k below
+// the step count also hands a host copy of the value and states, after step k, to the callback.
 // Optimizer states (moments) are buffers of the value's shape owned by the actor: zero at first,
 // or, when the task has state_initializers (one per state; a job resumed from a checkpoint), filled
 // by them in act 0 right after the initializer.
@@ -33,6 +36,8 @@ class VariableActor final : public Actor {
   const std::vector<TensorView>& states() const { return states_; }
   // A host copy of `view` (the value or a state), made on the actor's stream and waited for.
   absl::StatusOr<HostTensor> CopyToHost(const TensorView& view) const;
+  // Host copies of the value and every state, as CopyToHost makes them.
+  absl::StatusOr<VariableOnHost> CopyVariableToHost() const;
 
  protected:
   bool CanAct() const override;
@@ -42,6 +47,8 @@ class VariableActor final : public Actor {
  private:
   bool has_gradient() const { return num_inputs() == 1; }
   int64_t steps() const { return task().num_pieces(); }
+  // After the act that left the value as it is after `step` steps: the snapshot, when one is due.
+  absl::Status MaybeSnapshot(int64_t step) const;
 
   std::unique_ptr<Kernel> initializer_;
   // One per optimizer state, or none (the states stay zero).

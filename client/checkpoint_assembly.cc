@@ -82,17 +82,8 @@ absl::StatusOr<VariableOnHost> CopyVariableToHost(const JobRuntime& job, const s
   if (actor == nullptr) {
     return absl::NotFoundError(absl::StrCat("the job has no variable task named '", task, "'"));
   }
-  VariableOnHost copy;
   // Through the actor's stream: a GPU's values are in device memory.
-  absl::StatusOr<HostTensor> value = actor->CopyToHost(actor->value());
-  if (!value.ok()) return value.status();
-  copy.value = *std::move(value);
-  for (const TensorView& state : actor->states()) {
-    absl::StatusOr<HostTensor> piece = actor->CopyToHost(state);
-    if (!piece.ok()) return piece.status();
-    copy.states.push_back(*std::move(piece));
-  }
-  return copy;
+  return actor->CopyVariableToHost();
 }
 
 absl::StatusOr<checkpoint::Checkpoint> AssembleCheckpoint(const plan::Plan& plan,

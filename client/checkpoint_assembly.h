@@ -12,6 +12,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/job_runtime.h"
 #include "runtime/tensor.h"
+#include "runtime/variable_snapshot.h"
 
 namespace loom {
 
@@ -44,12 +45,6 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      const std::vector<const HostTensor*>& values,
                                      const std::vector<std::vector<const HostTensor*>>& states,
                                      checkpoint::Checkpoint* checkpoint);
-
-// A VARIABLE task's value and optimizer states (in the task's state order), on the host.
-struct VariableOnHost {
-  HostTensor value;
-  std::vector<HostTensor> states;
-};
 
 // After a run (no act can run any more): the value and states of the job's VARIABLE task `task`
 // (VariableActor::value() and states(), copied to the host on the actor's stream: a GPU's are in

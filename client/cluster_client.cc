@@ -160,6 +160,7 @@ absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job,
   *request.mutable_job() = job;
   request.set_trace(options.trace);
   request.set_checkpoint_path(options.checkpoint_path);
+  request.set_checkpoint_every_steps(options.checkpoint_every_steps);
   v1::SubmitJobResponse response;
   grpc::Status status =
       jobs_->SubmitJob(CallContext(options_.call_timeout).get(), request, &response);

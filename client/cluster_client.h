@@ -49,6 +49,8 @@ struct SubmitJobOptions {
   // When the job succeeds, its variables are saved to this safetensors file: an absolute path
   // whose directory the coordinator and every node of the job reach (SubmitJobRequest).
   std::string checkpoint_path;
+  // With checkpoint_path: also save every this many steps while the job runs (0: only at the end).
+  int64_t checkpoint_every_steps = 0;
 };
 
 // Stops a WatchJob from another thread. One per watch; thread-safe.

@@ -150,4 +150,13 @@ absl::Status CheckOptimizerStates(const std::string& path, const checkpoint::Che
                    " missing (save all of it, or none to start with a fresh optimizer)"));
 }
 
+absl::StatusOr<checkpoint::Checkpoint> StartFromCheckpoint(const std::string& path, job::Job* job) {
+  absl::StatusOr<checkpoint::Checkpoint> read = checkpoint::ReadSafetensors(path);
+  if (!read.ok()) return read.status();
+  absl::StatusOr<job::InitialState> state = InitialStateFromCheckpoint(path, *read, *job);
+  if (!state.ok()) return state.status();
+  *job->mutable_initial_state() = *std::move(state);
+  return read;
+}
+
 }  // namespace loom

@@ -37,6 +37,11 @@ inline constexpr char kOptimizerStepTensor[] = "optimizer.step";
 absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
     const std::string& path, const checkpoint::Checkpoint& checkpoint, const job::Job& job);
 
+// Reads the checkpoint at `path` and starts `job` from it: job->initial_state as
+// InitialStateFromCheckpoint makes it. Returns the checkpoint read (for CheckOptimizerStates).
+// Errors: ReadSafetensors' (naming the file) and InitialStateFromCheckpoint's.
+absl::StatusOr<checkpoint::Checkpoint> StartFromCheckpoint(const std::string& path, job::Job* job);
+
 // After compiling with an initial state that has optimizer_state: every optimizer state the plan
 // keeps (Plan.variables' state_names) must be in the checkpoint. A plan without variable layouts
 // is checked against the job instead: every state (OptimizerStateNames) of every non-frozen

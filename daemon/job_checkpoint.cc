@@ -21,12 +21,12 @@ std::string StateName(int state, absl::string_view task) {
 // The logical variables of `plan` from the parts of `nodes`.
 absl::StatusOr<checkpoint::Checkpoint> ReadAndAssembleParts(const plan::Plan& plan,
                                                             const std::vector<int>& nodes,
-                                                            absl::string_view path) {
+                                                            absl::string_view parts) {
   // Every part's tensors by name (value:TASK, state<i>:TASK: task names are unique in a plan).
   std::map<std::string, HostTensor> pieces;
   for (int node : nodes) {
     absl::StatusOr<checkpoint::Checkpoint> part =
-        checkpoint::ReadSafetensors(CheckpointPartPath(path, node));
+        checkpoint::ReadSafetensors(CheckpointPartPath(parts, node));
     if (!part.ok()) {
       return absl::Status(
           part.status().code(),
@@ -70,7 +70,17 @@ absl::StatusOr<checkpoint::Checkpoint> ReadAndAssembleParts(const plan::Plan& pl
 
 }  // namespace
 
-absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan) {
+absl::Status CheckCheckpointPath(const std::string& path, int64_t every_steps,
+                                 const plan::Plan& plan) {
+  if (every_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_every_steps is ", every_steps,
+                                                   ": it must be >= 0 (0: only at the end)"));
+  }
+  if (path.empty()) {
+    if (every_steps == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "checkpoint_every_steps needs a checkpoint_path: where to save the checkpoints");
+  }
   const std::filesystem::path checkpoint(path);
   if (!checkpoint.is_absolute()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -95,48 +105,62 @@ absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan
   return absl::OkStatus();
 }
 
-std::string CheckpointPartPath(absl::string_view path, int node) {
-  return absl::StrCat(path, ".node-", node);
+std::string StepPartsPath(absl::string_view path, int64_t step) {
+  return absl::StrCat(path, ".step-", step);
 }
 
-absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path) {
-  auto failed = [&](const absl::Status& status) {
-    return absl::Status(status.code(),
-                        absl::StrCat("node ", runtime.plan().node(),
-                                     " writing its checkpoint part: ", status.message()));
-  };
+std::string CheckpointPartPath(absl::string_view parts, int node) {
+  return absl::StrCat(parts, ".node-", node);
+}
+
+absl::Status WriteCheckpointPart(int node, std::map<std::string, VariableOnHost> variables,
+                                 const std::string& path) {
   checkpoint::Checkpoint part;
-  for (const plan::Task& task : runtime.plan().tasks()) {
-    if (task.kind() != plan::VARIABLE) continue;
-    absl::StatusOr<VariableOnHost> copy = CopyVariableToHost(runtime, task.name());
-    if (!copy.ok()) return failed(copy.status());
-    part.tensors[ValueName(task.name())] = std::move(copy->value);
-    for (size_t state = 0; state < copy->states.size(); ++state) {
-      part.tensors[StateName(static_cast<int>(state), task.name())] =
-          std::move(copy->states[state]);
+  for (auto& [task, variable] : variables) {
+    part.tensors[ValueName(task)] = std::move(variable.value);
+    for (size_t state = 0; state < variable.states.size(); ++state) {
+      part.tensors[StateName(static_cast<int>(state), task)] = std::move(variable.states[state]);
     }
   }
   if (absl::Status written = checkpoint::WriteSafetensors(path, part); !written.ok()) {
-    return failed(written);
+    return absl::Status(
+        written.code(),
+        absl::StrCat("node ", node, " writing its checkpoint part: ", written.message()));
   }
   return absl::OkStatus();
 }
 
+absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path) {
+  std::map<std::string, VariableOnHost> variables;
+  for (const plan::Task& task : runtime.plan().tasks()) {
+    if (task.kind() != plan::VARIABLE) continue;
+    absl::StatusOr<VariableOnHost> copy = CopyVariableToHost(runtime, task.name());
+    if (!copy.ok()) {
+      return absl::Status(copy.status().code(),
+                          absl::StrCat("node ", runtime.plan().node(),
+                                       " writing its checkpoint part: ", copy.status().message()));
+    }
+    variables[task.name()] = *std::move(copy);
+  }
+  return WriteCheckpointPart(runtime.plan().node(), std::move(variables), path);
+}
+
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
-                                     const std::string& path, const CheckpointProgress& progress) {
-  absl::StatusOr<checkpoint::Checkpoint> assembled = ReadAndAssembleParts(plan, nodes, path);
+                                     absl::string_view parts, const std::string& path,
+                                     const CheckpointProgress& progress) {
+  absl::StatusOr<checkpoint::Checkpoint> assembled = ReadAndAssembleParts(plan, nodes, parts);
   absl::Status status = assembled.status();
   if (status.ok()) {
     AddCheckpointProgress(progress, &*assembled);
     status = checkpoint::WriteSafetensors(path, *assembled);
   }
-  RemoveCheckpointParts(path, nodes);
+  RemoveCheckpointParts(parts, nodes);
   return status;
 }
 
-void RemoveCheckpointParts(absl::string_view path, const std::vector<int>& nodes) {
+void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& nodes) {
   for (int node : nodes) {
-    const std::string part = CheckpointPartPath(path, node);
+    const std::string part = CheckpointPartPath(parts, node);
     std::error_code error;
     std::filesystem::remove(part, error);
     if (error) LOG(WARNING) << "removing the checkpoint part " << part << ": " << error.message();

@@ -1,6 +1,8 @@
 #ifndef LOOM_DAEMON_JOB_CHECKPOINT_H_
 #define LOOM_DAEMON_JOB_CHECKPOINT_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "client/checkpoint_assembly.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_runtime.h"
+#include "runtime/variable_snapshot.h"
 
 namespace loom::daemon {
 
@@ -20,27 +23,37 @@ namespace loom::daemon {
 
 // INVALID_ARGUMENT unless `path` is absolute, ends in ".safetensors" (a client cannot have loomd
 // overwrite another kind of file its user may write), its directory exists here (on the
-// coordinator) and `plan` has variables to save; the message names the path or the job.
-absl::Status CheckCheckpointPath(const std::string& path, const plan::Plan& plan);
+// coordinator) and `plan` has variables to save, and unless `every_steps` (save also every that
+// many steps; 0: only at the end) is >= 0; the message names the path or the job.
+absl::Status CheckCheckpointPath(const std::string& path, int64_t every_steps,
+                                 const plan::Plan& plan);
 
-// "PATH.node-N": node N's part of the checkpoint at `path`.
-std::string CheckpointPartPath(absl::string_view path, int node);
+// Where the parts of a checkpoint lie: "PATH" for the one written when the job ends, and
+// "PATH.step-K" (StepPartsPath) for the one a job saving every few steps writes after its step K.
+// Node N's part is "PARTS.node-N" (CheckpointPartPath).
+std::string StepPartsPath(absl::string_view path, int64_t step);
+std::string CheckpointPartPath(absl::string_view parts, int node);
 
-// A node's part, after its job ran (no act can run any more): a safetensors file holding, for
-// every VARIABLE task of the node's plan (runtime.plan()), its value as "value:TASK" and its i-th
-// optimizer state as "state<i>:TASK", copied to the host through the task's stream. Errors name
-// the node and the path or task.
+// A node's part: a safetensors file holding, for every VARIABLE task (by name), its value as
+// "value:TASK" and its i-th optimizer state as "state<i>:TASK". Errors name `node` and the path.
+absl::Status WriteCheckpointPart(int node, std::map<std::string, VariableOnHost> variables,
+                                 const std::string& path);
+// The same, after the node's job ran (no act can run any more), for every VARIABLE task of the
+// node's plan (runtime.plan()), copied to the host through the task's stream. Errors name the
+// node and the path or task.
 absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path);
 
-// Removes the parts of `nodes` that exist (a job that failed after some of its nodes wrote theirs).
-void RemoveCheckpointParts(absl::string_view path, const std::vector<int>& nodes);
+// Removes the parts of `nodes` (under `parts`) that exist (a job that failed after some of its
+// nodes wrote theirs).
+void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& nodes);
 
-// Reads the parts of `nodes` (CheckpointPartPath), assembles every variable of `plan` (the whole
-// job's plan: its variable layouts name the tasks) with AddVariableToCheckpoint and writes the
-// checkpoint with `progress` to `path` (atomically); then removes the parts, also when it failed.
-// Errors name the part, task or variable.
+// Reads the parts of `nodes` under `parts` (CheckpointPartPath), assembles every variable of
+// `plan` (the whole job's plan: its variable layouts name the tasks) with AddVariableToCheckpoint
+// and writes the checkpoint with `progress` to `path` (atomically); then removes the parts, also
+// when it failed. Errors name the part, task or variable.
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
-                                     const std::string& path, const CheckpointProgress& progress);
+                                     absl::string_view parts, const std::string& path,
+                                     const CheckpointProgress& progress);
 
 }  // namespace loom::daemon
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -159,9 +161,10 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
       if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {
         return ready;
       }
-      if (!options.checkpoint_path.empty()) {
-        absl::Status path = CheckCheckpointPath(options.checkpoint_path, (*compiled)->result.plan);
-        if (!path.ok()) return path;
+      if (absl::Status checkpoint = CheckCheckpointPath(
+              options.checkpoint_path, options.checkpoint_every_steps, (*compiled)->result.plan);
+          !checkpoint.ok()) {
+        return checkpoint;
       }
       return std::move(*compiled);
     }();
@@ -191,10 +194,12 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
   record->compiled = std::move(compiled);
   record->trace = options.trace;
   record->checkpoint_path = options.checkpoint_path;
+  record->checkpoint_every_steps = options.checkpoint_every_steps;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
   info.set_traced(options.trace);
   info.set_checkpoint_path(options.checkpoint_path);
+  info.set_checkpoint_every_steps(options.checkpoint_every_steps);
   info.set_job_id(record->id);
   info.set_name(admitted.name());
   info.set_num_steps(std::max<int64_t>(admitted.num_steps(), 1));
@@ -471,37 +476,6 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           absl::UnavailableError(absl::StrCat(cluster_->Describe(node), " is not connected")));
     }
   };
-  // Waits until `done` holds for every node, a node failed, or the job was cancelled; returns
-  // false in the latter cases or at the deadline (which becomes the job's error).
-  auto wait_for = [&](auto done, absl::Duration deadline, const char* phase) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto settled = [&] {
-      if (!record->first_error.ok() || record->cancel_requested) return true;
-      for (const JobRecord::NodeProgress& node : record->nodes) {
-        if (!done(node)) return false;
-      }
-      return true;
-    };
-    bool finished = true;
-    if (deadline == absl::InfiniteDuration()) {
-      changed_.wait(lock, settled);
-    } else {
-      finished = changed_.wait_for(lock, absl::ToChronoNanoseconds(deadline), settled);
-    }
-    if (record->cancel_requested && record->first_error.ok()) {
-      record->first_error = absl::CancelledError(record->cancel_message);
-    }
-    if (!finished && record->first_error.ok()) {
-      std::string late;
-      for (int node = 0; node < nodes; ++node) {
-        if (!done(record->nodes[node])) absl::StrAppend(&late, late.empty() ? "" : ", ", node);
-      }
-      record->first_error = absl::DeadlineExceededError(
-          absl::StrCat("job '", record->id, "': node(s) ", late, " did not finish ", phase,
-                       " within ", absl::FormatDuration(deadline)));
-    }
-    return record->first_error.ok();
-  };
 
   // Launch: every node builds its actors and opens its network.
   for (int node : participants) {
@@ -512,13 +486,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           for (const std::string& sink : forwarded_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
           launch->set_record_events(record->trace);
-          if (!record->checkpoint_path.empty()) {
-            launch->set_checkpoint_part_path(CheckpointPartPath(record->checkpoint_path, node));
-          }
+          launch->set_checkpoint_path(record->checkpoint_path);
+          launch->set_checkpoint_every_steps(record->checkpoint_every_steps);
         }));
   }
-  bool ok = wait_for([](const JobRecord::NodeProgress& node) { return node.launched; },
-                     options_.launch_timeout, "launching");
+  bool ok = WaitForNodes(
+      record.get(), [](const JobRecord::NodeProgress& node) { return node.launched; },
+      options_.launch_timeout, "launching");
   // Connect: every node gets every node's UCX address and communicator ids, connects and joins
   // (a barrier).
   if (ok) {
@@ -536,8 +510,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           absl::ToInt64Milliseconds(JoinTimeout(options_)));
     });
     for (int node : participants) send(node, connect);
-    ok = wait_for([](const JobRecord::NodeProgress& node) { return node.connected; },
-                  options_.launch_timeout, "connecting");
+    ok = WaitForNodes(
+        record.get(), [](const JobRecord::NodeProgress& node) { return node.connected; },
+        options_.launch_timeout, "connecting");
     if (!ok) NameUnreachableNodes(record.get(), participants);
   }
   if (ok) {
@@ -550,8 +525,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     for (int node : participants) {
       send(node, command([](v1::NodeCommand& message) { message.mutable_start(); }));
     }
-    ok = wait_for([](const JobRecord::NodeProgress& node) { return node.ended; },
-                  absl::InfiniteDuration(), "running");
+    ok = RunAndSaveCheckpoints(record.get(), participants);
   }
   absl::Status error;
   {
@@ -561,14 +535,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   const std::string& checkpoint_path = record->checkpoint_path;
   if (error.ok() && !checkpoint_path.empty()) {
     LOG(INFO) << "job " << record->id << ": assembling its checkpoint " << checkpoint_path;
-    error = AssembleCheckpointParts(
-        plan, participants, checkpoint_path,
-        JobCheckpointProgress(compiled.job, plan.job_name(),
-                              compiled.job.initial_state().first_step() + num_steps));
-    if (!error.ok()) {
-      error = absl::Status(error.code(), absl::StrCat("saving the checkpoint '", checkpoint_path,
-                                                      "': ", error.message()));
-    }
+    error = SaveCheckpoint(record.get(), participants, checkpoint_path, num_steps);
   }
   if (!error.ok()) {
     // Abort the job on every node still in it, and give them a moment to end.
@@ -613,6 +580,136 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   }
   LOG(INFO) << "job " << record->id << " ended " << v1::JobState_Name(record->info.state())
             << (error.ok() ? "" : ": ") << (error.ok() ? "" : error.ToString());
+}
+
+bool JobManager::WaitForNodes(JobRecord* record,
+                              const std::function<bool(const JobRecord::NodeProgress&)>& done,
+                              absl::Duration deadline, const char* phase,
+                              const std::function<bool()>& wake) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto settled = [&] {
+    if (!record->first_error.ok() || record->cancel_requested) return true;
+    if (wake && wake()) return true;
+    for (const JobRecord::NodeProgress& node : record->nodes) {
+      if (!done(node)) return false;
+    }
+    return true;
+  };
+  bool finished = true;
+  if (deadline == absl::InfiniteDuration()) {
+    changed_.wait(lock, settled);
+  } else {
+    finished = changed_.wait_for(lock, absl::ToChronoNanoseconds(deadline), settled);
+  }
+  if (record->cancel_requested && record->first_error.ok()) {
+    record->first_error = absl::CancelledError(record->cancel_message);
+  }
+  if (!finished && record->first_error.ok()) {
+    std::string late;
+    for (size_t node = 0; node < record->nodes.size(); ++node) {
+      if (!done(record->nodes[node])) absl::StrAppend(&late, late.empty() ? "" : ", ", node);
+    }
+    record->first_error = absl::DeadlineExceededError(
+        absl::StrCat("job '", record->id, "': node(s) ", late, " did not finish ", phase,
+                     " within ", absl::FormatDuration(deadline)));
+  }
+  return record->first_error.ok();
+}
+
+bool JobManager::RunAndSaveCheckpoints(JobRecord* record, const std::vector<int>& participants) {
+  auto ended = [](const JobRecord::NodeProgress& node) { return node.ended; };
+  if (record->checkpoint_every_steps == 0) {
+    return WaitForNodes(record, ended, absl::InfiniteDuration(), "running");
+  }
+  // The nodes that write parts of the periodic checkpoints: those with variables.
+  std::vector<int> writers;
+  for (int node : participants) {
+    for (const plan::Task& task : record->compiled->result.node_plans[node].tasks()) {
+      if (task.kind() == plan::VARIABLE) {
+        writers.push_back(node);
+        break;
+      }
+    }
+  }
+  // Takes the parts of the steps up to `step` out of the record (the lock held): whose to remove.
+  auto take_parts_up_to = [&](int64_t step) {
+    std::vector<std::pair<int64_t, std::vector<int>>> taken;
+    auto& parts = record->checkpoint_parts;
+    for (auto it = parts.begin(); it != parts.end() && it->first <= step;) {
+      taken.emplace_back(it->first, std::vector<int>(it->second.begin(), it->second.end()));
+      it = parts.erase(it);
+    }
+    return taken;
+  };
+  auto remove = [&](const std::vector<std::pair<int64_t, std::vector<int>>>& parts) {
+    for (const auto& [step, nodes] : parts) {
+      RemoveCheckpointParts(StepPartsPath(record->checkpoint_path, step), nodes);
+    }
+  };
+  // The newest step every writer has written its part of (the lock held); 0: none.
+  auto complete_step = [&] {
+    const auto& parts = record->checkpoint_parts;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      if (it->second.size() == writers.size()) return it->first;
+    }
+    return int64_t{0};
+  };
+  bool ok = true;
+  while (true) {
+    ok = WaitForNodes(record, ended, absl::InfiniteDuration(), "running",
+                      [&] { return complete_step() > 0; });
+    int64_t step = 0;
+    if (ok) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Once every node ended, the checkpoint at the end replaces any still to be assembled.
+      if (!std::all_of(record->nodes.begin(), record->nodes.end(), ended)) step = complete_step();
+    }
+    if (step == 0) break;
+    absl::Status saved =
+        SaveCheckpoint(record, writers, StepPartsPath(record->checkpoint_path, step), step);
+    std::vector<std::pair<int64_t, std::vector<int>>> done;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done = take_parts_up_to(step);  // the step's own are gone (AssembleCheckpointParts)
+      if (!saved.ok() && record->first_error.ok()) record->first_error = saved;
+    }
+    remove(done);
+    if (!saved.ok()) {
+      ok = false;
+      break;
+    }
+  }
+  std::vector<std::pair<int64_t, std::vector<int>>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left = take_parts_up_to(std::numeric_limits<int64_t>::max());
+  }
+  remove(left);
+  return ok;
+}
+
+absl::Status JobManager::SaveCheckpoint(JobRecord* record, const std::vector<int>& nodes,
+                                        absl::string_view parts, int64_t step) {
+  const loomctl::CompiledJob& compiled = *record->compiled;
+  const int64_t steps_taken = compiled.job.initial_state().first_step() + step;
+  const std::string& path = record->checkpoint_path;
+  absl::Status status = AssembleCheckpointParts(
+      compiled.result.plan, nodes, parts, path,
+      JobCheckpointProgress(compiled.job, compiled.result.plan.job_name(), steps_taken));
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("saving the checkpoint '", path, "' after step ", steps_taken,
+                                     ": ", status.message()));
+  }
+  LOG(INFO) << "job " << record->id << ": saved its checkpoint after step " << steps_taken << " to "
+            << path;
+  std::lock_guard<std::mutex> lock(mutex_);
+  record->info.set_checkpoint_step(steps_taken);
+  v1::CheckpointSaved* saved = AppendEvent(record)->mutable_checkpoint();
+  saved->set_step(steps_taken);
+  saved->set_path(path);
+  Persist(record, /*with_step_events=*/false);
+  return absl::OkStatus();
 }
 
 void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::Status& status) {
@@ -683,6 +780,20 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   }
   if (update.has_ended()) {
     OnNodeEnded(update.job_id(), node, FromJobError(update.ended()));
+    return;
+  }
+  if (update.has_checkpoint_part()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Only from a node of the job still running it, which saves checkpoints while it runs.
+      if (running_ == nullptr || running_->id != update.job_id() ||
+          running_->checkpoint_every_steps == 0 || node < 0 ||
+          node >= static_cast<int>(running_->nodes.size()) || running_->nodes[node].ended) {
+        return;
+      }
+      running_->checkpoint_parts[update.checkpoint_part().step()].insert(node);
+    }
+    changed_.notify_all();
     return;
   }
   if (update.has_piece()) {
@@ -764,10 +875,12 @@ v1::JobInfo JobManager::InfoOf(const JobRecord& record) const {
 }
 
 v1::JobEvent* JobManager::AppendEvent(JobRecord* record) {
-  // Make room by dropping the oldest step event (state changes are kept: they are few).
+  // Make room by dropping the oldest step or checkpoint event (state changes are kept: they are
+  // few).
   if (static_cast<int>(record->events.size()) >= options_.max_events_per_job) {
-    auto oldest_step = std::find_if(record->events.begin(), record->events.end(),
-                                    [](const v1::JobEvent& event) { return event.has_step(); });
+    auto oldest_step = std::find_if(
+        record->events.begin(), record->events.end(),
+        [](const v1::JobEvent& event) { return event.has_step() || event.has_checkpoint(); });
     if (oldest_step != record->events.end()) record->events.erase(oldest_step);
   }
   v1::JobEvent& event = record->events.emplace_back();

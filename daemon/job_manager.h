@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
 #include "daemon/job_admission.h"
@@ -34,6 +36,8 @@ struct SubmitOptions {
   bool trace = false;
   // When the job succeeds its variables are saved here (job_checkpoint.h); empty: nowhere.
   std::string checkpoint_path;
+  // With checkpoint_path: also every this many steps while the job runs; 0: only at the end.
+  int64_t checkpoint_every_steps = 0;
 };
 
 // The job lifecycle on the coordinator (DESIGN.md §1): admits and compiles submitted jobs for the
@@ -123,6 +127,23 @@ class JobManager {
   void WorkerLoop();
   void RunJob(const std::shared_ptr<JobRecord>& record);
   void OnNodeEnded(const std::string& job_id, int node, const absl::Status& status);
+  // Waits until `done` holds for every node of the launched `record`, a node failed, the job was
+  // cancelled, or `wake` (checked with the lock held) holds; returns false when a node failed or
+  // the job was cancelled, or at the deadline (which becomes the job's error, naming `phase`).
+  bool WaitForNodes(JobRecord* record,
+                    const std::function<bool(const JobRecord::NodeProgress&)>& done,
+                    absl::Duration deadline, const char* phase,
+                    const std::function<bool()>& wake = nullptr);
+  // The running phase: waits until every node ended; meanwhile, for a job saving checkpoints
+  // every few steps, assembles the newest step whose parts every node with variables has written
+  // and removes the older parts. False when the job failed (a checkpoint that could not be saved
+  // is the job's error).
+  bool RunAndSaveCheckpoints(JobRecord* record, const std::vector<int>& participants);
+  // Assembles the checkpoint from the parts of `nodes` under `parts` (job_checkpoint.h) after
+  // the job's `step`, writes it to the job's checkpoint path and records it (JobInfo.
+  // checkpoint_step, a CheckpointSaved event). The error names the path and the step.
+  absl::Status SaveCheckpoint(JobRecord* record, const std::vector<int>& nodes,
+                              absl::string_view parts, int64_t step);
   // After a failed connect phase in which nodes reported unreachable peers: waits for every
   // node's report and makes the job's error name the node(s) the others cannot reach.
   void NameUnreachableNodes(JobRecord* record, const std::vector<int>& participants);

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,12 @@ struct JobRecord {
   // Submitted with a checkpoint path (set once, as `trace`): where its variables are saved when it
   // succeeds (job_checkpoint.h); empty: nowhere.
   std::string checkpoint_path;
+  // And every so many steps while it runs (set once, as `trace`); 0: only at the end.
+  int64_t checkpoint_every_steps = 0;
+  // While it runs: the nodes that reported their part of the periodic checkpoint after a step,
+  // by step, and the newest step whose parts every node with variables reported (0: none).
+  std::map<int64_t, std::set<int>> checkpoint_parts;
+  int64_t checkpoint_ready_step = 0;
   std::map<int, std::string> trace_events;  // by node
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).

@@ -175,30 +175,32 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       ReportEnded(job_id, status);
       return;
     }
-    waiter_ = std::thread(
-        [this, job, job_id, traced = record_events_, part_path = checkpoint_part_path_] {
-          absl::Status status = job->Wait();
-          if (status.ok() && !part_path.empty()) {
-            status = WriteCheckpointPart(job->runtime(), part_path);
-          }
-          if (traced) {
-            v1::NodeJobUpdate trace;
-            trace.set_job_id(job_id);
-            std::string events = ChromeTraceEvents(job->runtime());
-            const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
-            trace.mutable_trace()->set_acts(acts);
-            if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
-              trace.mutable_trace()->set_error(absl::StrCat(
-                  "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
-                  " bytes, over the ", max_trace_bytes_,
-                  " a message may carry (half of --max-message-size): trace a shorter job"));
-            } else {
-              trace.mutable_trace()->set_events(std::move(events));
-            }
-            Report(trace);
-          }
-          ReportEnded(job_id, status);
-        });
+    waiter_ = std::thread([this, job, job_id, traced = record_events_, path = checkpoint_path_,
+                           snapshots = snapshots_] {
+      absl::Status status = job->Wait();
+      // The periodic parts first: the coordinator hears of them before the node's end.
+      if (status.ok() && snapshots != nullptr) status = snapshots->Finish();
+      if (status.ok() && !path.empty()) {
+        status = WriteCheckpointPart(job->runtime(), CheckpointPartPath(path, job->node()));
+      }
+      if (traced) {
+        v1::NodeJobUpdate trace;
+        trace.set_job_id(job_id);
+        std::string events = ChromeTraceEvents(job->runtime());
+        const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
+        trace.mutable_trace()->set_acts(acts);
+        if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
+          trace.mutable_trace()->set_error(absl::StrCat(
+              "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
+              " bytes, over the ", max_trace_bytes_,
+              " a message may carry (half of --max-message-size): trace a shorter job"));
+        } else {
+          trace.mutable_trace()->set_events(std::move(events));
+        }
+        Report(trace);
+      }
+      ReportEnded(job_id, status);
+    });
   } else if (command.has_abort()) {
     // Handle aborted the runtime already; a job that never started ends here.
     if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
@@ -218,8 +220,21 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     ended_reported_ = false;
   }
   record_events_ = launch.record_events();
-  checkpoint_part_path_ = launch.checkpoint_part_path();
+  checkpoint_path_ = launch.checkpoint_path();
   JobOptions options;
+  if (!checkpoint_path_.empty() && launch.checkpoint_every_steps() > 0) {
+    snapshots_ = std::make_shared<CheckpointSnapshots>(
+        launch.plan(), checkpoint_path_, [this, job_id](int64_t step) {
+          v1::NodeJobUpdate update;
+          update.set_job_id(job_id);
+          update.mutable_checkpoint_part()->set_step(step);
+          Report(update);
+        });
+    options.snapshot_every_steps = launch.checkpoint_every_steps();
+    options.variable_snapshot_callback = [snapshots = snapshots_](VariableSnapshot snapshot) {
+      return snapshots->Add(std::move(snapshot));
+    };
+  }
   // Off unless the job asked for a trace: a daemon's jobs may run for days.
   options.record_events = launch.record_events();
   options.metrics = metrics_;
@@ -285,7 +300,8 @@ void NodeAgent::Release() {
     job_.reset();
     job_id_.clear();
   }
-  job.reset();  // the last reference: stops the network, frees the node's memory
+  job.reset();         // the last reference: stops the network, frees the node's memory
+  snapshots_.reset();  // after the runtime, which calls it: removes the periodic parts
   if (!job_id.empty()) VLOG(1) << "released job " << job_id;
 }
 

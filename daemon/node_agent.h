@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/checkpoint_snapshots.h"
 #include "daemon/node_job.h"
 #include "kernels/kernel_registry.h"
 #include "proto/loom/v1/node_service.pb.h"
@@ -59,8 +60,10 @@ class NodeAgent {
   const KernelRegistry* const kernels_;
   // The current job records its acts and sends them before its end (agent thread only).
   bool record_events_ = false;
-  // Where the current job writes its checkpoint part when it succeeds; empty: nowhere.
-  std::string checkpoint_part_path_;
+  // The current job's checkpoint path (its part is written there when it succeeds); empty: none.
+  std::string checkpoint_path_;
+  // The current job's periodic checkpoint parts (agent thread only; null: none).
+  std::shared_ptr<CheckpointSnapshots> snapshots_;
   RuntimeMetrics* const metrics_;
   const int64_t max_trace_bytes_;
   const Reporter report_;

@@ -54,6 +54,10 @@ struct ActorInit {
   CollectiveTurn* collective_turn = nullptr;
   // SINK tasks: JobOptions::sink_piece_callback (null or empty: none).
   const SinkPieceCallback* sink_piece_callback = nullptr;
+  // VARIABLE tasks: JobOptions::snapshot_every_steps and variable_snapshot_callback (0 or null:
+  // no snapshots).
+  int64_t snapshot_every_steps = 0;
+  const VariableSnapshotCallback* variable_snapshot_callback = nullptr;
   // SEND and RECEIVE tasks: the job's network (JobOptions::network), and a way to hand a message
   // to an actor of this node from any thread (network completions).
   Network* network = nullptr;

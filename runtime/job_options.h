@@ -16,6 +16,7 @@
 #include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
+#include "runtime/variable_snapshot.h"
 
 namespace loom {
 
@@ -68,6 +69,12 @@ struct JobOptions {
   // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
   // SinkPieceCallback); the runtime hands it to the sinks in their ActorInit.
   SinkPieceCallback sink_piece_callback;
+  // Periodic snapshots of the variables, for checkpoints while a job runs: with both set, every
+  // VARIABLE task hands the callback a host copy of its value and optimizer states after each step
+  // k that is a multiple of snapshot_every_steps, except the job's last (read that one from the
+  // actors once the job ended). 0: none. Negative: the job is refused.
+  int64_t snapshot_every_steps = 0;
+  VariableSnapshotCallback variable_snapshot_callback;
   // The network between the nodes of a multi-node job (not owned; it must outlive the runtime and
   // be stopped before the runtime is destroyed, so that no transfer completes into freed memory).
   // Unset: a plan whose tasks talk to other nodes is rejected.

@@ -59,6 +59,10 @@ absl::StatusOr<std::unique_ptr<JobRuntime>> JobRuntime::Create(const plan::Plan&
                                                                ActorFactory actor_factory,
                                                                JobOptions options) {
   if (absl::Status status = ValidatePlan(plan); !status.ok()) return status;
+  if (options.snapshot_every_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot_every_steps is ", options.snapshot_every_steps, ": it must not be negative"));
+  }
   std::unique_ptr<JobRuntime> job(new JobRuntime(plan, std::move(options)));
   if (absl::Status status = job->Build(kernels, actor_factory); !status.ok()) return status;
   return job;
@@ -188,6 +192,10 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.task_names = &task_names_;
     init.metrics = options_.metrics;
     if (task.kind() == plan::SINK) init.sink_piece_callback = &options_.sink_piece_callback;
+    if (task.kind() == plan::VARIABLE && options_.variable_snapshot_callback) {
+      init.snapshot_every_steps = options_.snapshot_every_steps;
+      init.variable_snapshot_callback = &options_.variable_snapshot_callback;
+    }
     if (task.kind() == plan::SEND || task.kind() == plan::RECEIVE) {
       if (options_.network == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(

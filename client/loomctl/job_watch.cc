@@ -43,6 +43,10 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
     line.step_time_ms = step.step_time_seconds() * 1000.0;
     if (step.has_tokens_per_second()) line.tokens_per_second = step.tokens_per_second();
     printer_.Print(line);
+  } else if (event.has_checkpoint()) {
+    printer_.PrintOther(absl::StrCat(event.job_id(), ": checkpoint after step ",
+                                     event.checkpoint().step(), " saved to ",
+                                     event.checkpoint().path()));
   } else if (event.has_state_change()) {
     std::string text = absl::StrCat(event.job_id(), ": ", JobStateName(last_state_));
     if (last_state_ == v1::JOB_STATE_SUCCEEDED && last_step_.has_value()) {

@@ -475,19 +475,12 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   // --init: check the file against the job before compiling anything.
   checkpoint::Checkpoint initial;
   if (!options.init_path.empty()) {
-    absl::StatusOr<checkpoint::Checkpoint> read = checkpoint::ReadSafetensors(options.init_path);
+    absl::StatusOr<checkpoint::Checkpoint> read = StartFromCheckpoint(options.init_path, &*job);
     if (!read.ok()) {
       error << kCommand << ": --init: " << read.status().message() << "\n";
       return kExitUsage;
     }
-    initial = std::move(*read);
-    absl::StatusOr<job::InitialState> state =
-        InitialStateFromCheckpoint(options.init_path, initial, *job);
-    if (!state.ok()) {
-      error << kCommand << ": --init: " << state.status().message() << "\n";
-      return kExitUsage;
-    }
-    *job->mutable_initial_state() = std::move(*state);
+    initial = *std::move(read);
   }
   const int64_t first_step = job->initial_state().first_step();
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/initial_state.h"
 #include "client/loomctl/cluster_connection.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/job_watch.h"
@@ -52,6 +53,18 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     error << UsageError(kCommand, "--checkpoint needs a file path").message() << "\n";
     return kExitUsage;
   }
+  int64_t checkpoint_every = 0;
+  if (parsed->Has("checkpoint-every")) {
+    if (!absl::SimpleAtoi(parsed->Value("checkpoint-every"), &checkpoint_every) ||
+        checkpoint_every < 1 || !parsed->Has("checkpoint")) {
+      error << UsageError(kCommand, absl::StrCat("--checkpoint-every must be a whole number >= 1, "
+                                                 "with --checkpoint (where to save), not '",
+                                                 parsed->Value("checkpoint-every"), "'"))
+                   .message()
+            << "\n";
+      return kExitUsage;
+    }
+  }
 
   const std::string& path = parsed->positionals().at(0);
   absl::StatusOr<job::Job> job = compiler::ReadJobFile(path);
@@ -60,11 +73,24 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     return kExitUsage;
   }
   if (steps > 0) job->set_num_steps(steps);
+  if (parsed->Has("init")) {
+    // The daemons read the file: a relative path means this directory (a cluster on this host).
+    std::error_code failed;
+    const std::string init = std::filesystem::absolute(parsed->Value("init"), failed).string();
+    absl::StatusOr<checkpoint::Checkpoint> read =
+        failed ? absl::InvalidArgumentError(failed.message()) : StartFromCheckpoint(init, &*job);
+    if (parsed->Value("init").empty() || !read.ok()) {
+      error << kCommand << ": --init '" << parsed->Value("init")
+            << "': " << (read.ok() ? "needs a checkpoint path" : read.status().message()) << "\n";
+      return kExitUsage;
+    }
+  }
 
   std::unique_ptr<ClusterClient> client = ConnectOrReport(kCommand, *options, error);
   if (client == nullptr) return kExitUnreachable;
   SubmitJobOptions submit_options;
   submit_options.trace = !trace_path.empty();
+  submit_options.checkpoint_every_steps = checkpoint_every;
   if (parsed->Has("checkpoint")) {
     // The daemons resolve the path: a relative one means this directory (a cluster on this host).
     std::error_code failed;
@@ -148,7 +174,18 @@ ArgumentSpec SubmitArgumentSpec() {
                "safetensors file as 'loomctl run --save-dir' writes ('loomctl run --init PATH' "
                "resumes from it). The daemons write it: PATH's directory must exist for the "
                "coordinator and every node of the job (shared storage; any directory on a "
-               "one-host cluster). A relative PATH is taken from this directory");
+               "one-host cluster). A relative PATH is taken from this directory")
+      .AddFlag("init", "PATH", "",
+               "start from the safetensors checkpoint PATH (as 'loomctl run --init'): every "
+               "variable by name, and the optimizer state and step when it holds them, so the "
+               "job goes on where the checkpoint's job stopped and runs its num_steps (or "
+               "--steps) more. Read here to check it against the job, and by the daemons: it "
+               "must be where they reach it too")
+      .AddFlag("checkpoint-every", "K", "",
+               "with --checkpoint: also save every K steps while the job runs, replacing PATH "
+               "each time (the job goes on while the nodes write; with --watch a line per "
+               "checkpoint). A job that fails or is cancelled leaves the last one, which --init "
+               "resumes from");
   AddClusterFlags(spec);
   return spec;
 }

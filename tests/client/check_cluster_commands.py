@@ -4,9 +4,10 @@
 check_cluster_commands.py LOOMCTL LOOMD
 
 Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
-then runs submit --watch (text and JSON), a failing job, a checkpoint, a rejected job, status, jobs, cancel,
-nodes, plan and the unreachable-daemon case, checking exit codes, stderr and that every --output
-json line parses. Run from the repository root (the job files are relative to it).
+then runs submit --watch (text and JSON), a failing job, a checkpoint and a job resumed from it,
+a rejected job, status, jobs, cancel, nodes, plan and the unreachable-daemon case, checking exit
+codes, stderr and that every --output json line parses. Run from the repository root (the job
+files are relative to it).
 """
 import json
 import os
@@ -94,10 +95,13 @@ try:
     # --checkpoint: the trained variables, byte for byte what `loomctl run --save-dir` writes.
     with tempfile.TemporaryDirectory() as scratch:
         saved = os.path.join(scratch, "trained.safetensors")
+        # Also every 2 steps: the one at the end replaces them.
         result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "4",
-                         "--checkpoint", saved, *coordinator)
+                         "--checkpoint", saved, "--checkpoint-every", "2", *coordinator)
         check(result.returncode == 0, f"submit --checkpoint exited {result.returncode}")
         check(f"checkpoint: {saved}" in result.stderr, "submit says where the checkpoint is")
+        check(f"checkpoint after step 4 saved to {saved}" in result.stdout,
+              f"--watch reports the checkpoint at the end: {result.stdout}")
         local = os.path.join(scratch, "local")
         result = loomctl("run", "examples/jobs/mlp_regression.pbtxt", "--devices", "cpu:2",
                          "--steps", "4", "--save-dir", local)
@@ -108,6 +112,29 @@ try:
                   "the cluster's checkpoint equals loomctl run's")
         check(sorted(os.listdir(scratch)) == ["local", "trained.safetensors"],
               f"no checkpoint parts left: {os.listdir(scratch)}")
+        # --init resumes from it: its two steps are steps 5 and 6 of a 6-step run.
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "2",
+                         "--init", saved, "--output", "json", *coordinator)
+        check(result.returncode == 0, f"submit --init exited {result.returncode}: {result.stderr}")
+        resumed = [float(o["step"]["loss"])
+                   for o in json_lines(result.stdout, "submit --init --output json")[1:]
+                   if "step" in o]
+        result = loomctl("run", "examples/jobs/mlp_regression.pbtxt", "--devices", "cpu:2",
+                         "--steps", "6", "--output", "json")
+        straight = [o["loss"] for o in json_lines(result.stdout, "run --output json")
+                    if "step" in o and "loss" in o]
+        check(len(resumed) == 2 and len(straight) == 6
+              and all(abs(a - b) <= 1e-6 * max(1.0, abs(b))
+                      for a, b in zip(resumed, straight[4:])),
+              f"the resumed steps are steps 5 and 6 of the whole run: {resumed} {straight}")
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--init",
+                         os.path.join(scratch, "none.safetensors"), *coordinator)
+        check(result.returncode == 2 and "none.safetensors" in result.stderr,
+              f"--init of a missing file: exit 2 naming it, not {result.returncode}")
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--checkpoint-every", "2",
+                         *coordinator)
+        check(result.returncode == 2 and "--checkpoint-every" in result.stderr,
+              f"--checkpoint-every without --checkpoint: exit 2, not {result.returncode}")
         missing = os.path.join(scratch, "missing", "x.safetensors")
         result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--checkpoint", missing,
                          *coordinator)
@@ -143,7 +170,8 @@ try:
     result = loomctl("jobs", "--output", "json", "--state", "succeeded", *coordinator)
     listed = json_lines(result.stdout, "jobs --output json")
     ids = [job["job_id"] for job in listed[0]["jobs"]] if listed else []
-    check(len(ids) == 3 and job_id in ids, f"three jobs succeeded (text, JSON, checkpoint): {ids}")
+    check(len(ids) == 4 and job_id in ids,
+          f"four jobs succeeded (text, JSON, checkpoint, resumed): {ids}")
     result = loomctl("jobs", "--state", "finished", *coordinator)
     check(result.returncode == 2 and "succeeded" in result.stderr, "a bad --state lists states")
 

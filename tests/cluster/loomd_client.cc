@@ -36,10 +36,12 @@ bool LoomdClient::WaitForReadyNodes(int count, absl::Duration deadline) {
 }
 
 absl::StatusOr<std::string> LoomdClient::Submit(const job::Job& job,
-                                                const std::string& checkpoint_path) {
+                                                const std::string& checkpoint_path,
+                                                int64_t checkpoint_every_steps) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
   request.set_checkpoint_path(checkpoint_path);
+  request.set_checkpoint_every_steps(checkpoint_every_steps);
   v1::SubmitJobResponse response;
   grpc::Status status = jobs_->SubmitJob(Context().get(), request, &response);
   if (!status.ok()) {
@@ -70,7 +72,8 @@ grpc::Status LoomdClient::Cancel(const std::string& id) {
   return jobs_->CancelJob(Context().get(), request, &response);
 }
 
-JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout) {
+JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout,
+                              const std::function<void(const v1::JobEvent&)>& on_event) {
   v1::WatchJobRequest request;
   request.set_job_id(id);
   auto context = Context(timeout);
@@ -78,7 +81,9 @@ JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout) {
   JobOutcome outcome;
   v1::JobEvent event;
   while (reader->Read(&event)) {
+    if (on_event) on_event(event);
     if (event.has_step()) outcome.losses.push_back(event.step().loss());
+    if (event.has_checkpoint()) outcome.checkpoints.push_back(event.checkpoint().step());
     if (event.has_state_change()) {
       outcome.state = event.state_change().state();
       outcome.states.push_back(outcome.state);

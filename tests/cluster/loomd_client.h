@@ -1,6 +1,8 @@
 #ifndef LOOM_TESTS_CLUSTER_LOOMD_CLIENT_H_
 #define LOOM_TESTS_CLUSTER_LOOMD_CLIENT_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,8 @@ struct JobOutcome {
   // Every state the job went through, in order.
   std::vector<v1::JobState> states;
   std::vector<double> losses;
+  // The steps of the checkpoints saved (JobEvent.checkpoint), in order.
+  std::vector<int64_t> checkpoints;
   std::string error;
 };
 
@@ -36,13 +40,15 @@ class LoomdClient {
   std::vector<v1::NodeInfo> Nodes();
   // Whether `count` nodes are READY within `deadline`.
   bool WaitForReadyNodes(int count, absl::Duration deadline);
-  // `checkpoint_path`: SubmitJobRequest.checkpoint_path.
-  absl::StatusOr<std::string> Submit(const job::Job& job, const std::string& checkpoint_path = "");
+  // `checkpoint_path`, `checkpoint_every_steps`: SubmitJobRequest's.
+  absl::StatusOr<std::string> Submit(const job::Job& job, const std::string& checkpoint_path = "",
+                                     int64_t checkpoint_every_steps = 0);
   v1::JobInfo Get(const std::string& id);
   std::vector<v1::JobInfo> List();
   grpc::Status Cancel(const std::string& id);
-  // Watches the job until it ends (at most `timeout`).
-  JobOutcome Watch(const std::string& id, absl::Duration timeout = absl::Minutes(5));
+  // Watches the job until it ends (at most `timeout`), handing every event to `on_event` too.
+  JobOutcome Watch(const std::string& id, absl::Duration timeout = absl::Minutes(5),
+                   const std::function<void(const v1::JobEvent&)>& on_event = nullptr);
   // Submit and Watch.
   JobOutcome Run(const job::Job& job, const std::string& checkpoint_path = "");
   // grpc.health.v1.Health/Check for the whole server: SERVING.

@@ -95,6 +95,17 @@ class LoomdClusterTest : public ::testing::Test {
     EXPECT_EQ(actual.losses, expected.losses);
   }
 
+  // The small GPT with DP = 2 x PP = 2 (2 micro-batches), 2 devices per node, AdamW: spread over
+  // the nodes, with optimizer state, as resuming must restore it.
+  static absl::StatusOr<job::Job> DataAndPipelineParallelGpt(int64_t steps) {
+    gpt::GptConfig config = SmallGpt(steps);
+    config.data_parallel = 2;
+    config.pipeline_stages = 2;
+    config.micro_batches = 2;
+    config.devices_per_node = 2;
+    return gpt::BuildGptJob(config);
+  }
+
   std::vector<std::unique_ptr<LoomdProcess>> daemons_;
   std::unique_ptr<LoomdClient> client_;
 };
@@ -189,12 +200,7 @@ TEST_F(LoomdClusterTest, ACheckpointOfAJobAcrossNodesEqualsTheOneNodeRuns) {
 TEST_F(LoomdClusterTest, AJobResumedFromItsCheckpointGoesOnAsIfUninterrupted) {
   // Pipeline and data parallel across the nodes, AdamW: the checkpoint must hold the optimizer's
   // state and step for the resumed steps to equal the uninterrupted ones.
-  gpt::GptConfig config = SmallGpt(5);
-  config.data_parallel = 2;
-  config.pipeline_stages = 2;
-  config.micro_batches = 2;
-  config.devices_per_node = 2;
-  absl::StatusOr<job::Job> whole = gpt::BuildGptJob(config);
+  absl::StatusOr<job::Job> whole = DataAndPipelineParallelGpt(5);
   ASSERT_TRUE(whole.ok()) << whole.status();
   JobOutcome uninterrupted = Run(*whole);
   ASSERT_EQ(uninterrupted.state, v1::JOB_STATE_SUCCEEDED) << uninterrupted.error;
@@ -217,6 +223,68 @@ TEST_F(LoomdClusterTest, AJobResumedFromItsCheckpointGoesOnAsIfUninterrupted) {
             std::vector<double>(uninterrupted.losses.begin(), uninterrupted.losses.begin() + 3));
   EXPECT_EQ(resumed.losses,
             std::vector<double>(uninterrupted.losses.begin() + 3, uninterrupted.losses.end()));
+}
+
+TEST_F(LoomdClusterTest, AJobStoppedMidwayResumesFromItsLastPeriodicCheckpoint) {
+  // Checkpoints every 2 steps while a DP x PP job with AdamW runs across the nodes; the job is
+  // cancelled once the first is saved. Resumed from the last one, the job goes on exactly as the
+  // uninterrupted run: every variable's snapshot, on every node, was taken after the same step.
+  absl::StatusOr<job::Job> long_job = DataAndPipelineParallelGpt(60);
+  ASSERT_TRUE(long_job.ok()) << long_job.status();
+  const std::string directory = absl::StrCat(::testing::TempDir(), "/periodic_",
+                                             ::testing::UnitTest::GetInstance()->random_seed());
+  std::filesystem::remove_all(directory);
+  std::filesystem::create_directories(directory);
+  const std::string path = absl::StrCat(directory, "/model.safetensors");
+  absl::StatusOr<std::string> id = client_->Submit(*long_job, path, 2);
+  ASSERT_TRUE(id.ok()) << id.status();
+  bool cancelled = false;
+  JobOutcome stopped = client_->Watch(*id, absl::Minutes(5), [&](const v1::JobEvent& event) {
+    if (event.has_checkpoint() && !cancelled) {
+      EXPECT_EQ(event.checkpoint().path(), path);
+      cancelled = client_->Cancel(*id).ok();
+    }
+  });
+  ASSERT_TRUE(cancelled) << stopped.error;
+  ASSERT_EQ(stopped.state, v1::JOB_STATE_CANCELLED) << stopped.error;
+  ASSERT_FALSE(stopped.checkpoints.empty());
+  const int64_t saved = stopped.checkpoints.back();
+  EXPECT_EQ(saved % 2, 0);
+  EXPECT_LT(saved, 60);
+  EXPECT_EQ(client_->Get(*id).checkpoint_step(), saved);
+  absl::StatusOr<checkpoint::Checkpoint> file = checkpoint::ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata.at("step"), absl::StrCat(saved));
+  // Every part is removed (the nodes remove theirs once the coordinator released the job).
+  std::vector<std::string> left;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    left.clear();
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+      if (entry.path() != path) left.push_back(entry.path().filename().string());
+    }
+    if (left.empty()) break;
+  }
+  EXPECT_THAT(left, ::testing::IsEmpty());
+
+  job::Job whole = *long_job;
+  whole.set_num_steps(saved + 3);
+  JobOutcome uninterrupted = Run(whole);
+  ASSERT_EQ(uninterrupted.state, v1::JOB_STATE_SUCCEEDED) << uninterrupted.error;
+  job::Job rest = *long_job;
+  rest.set_num_steps(3);
+  rest.mutable_initial_state()->set_path(path);
+  rest.mutable_initial_state()->set_optimizer_state(true);
+  rest.mutable_initial_state()->set_first_step(saved);
+  JobOutcome resumed = Run(rest);
+  ASSERT_EQ(resumed.state, v1::JOB_STATE_SUCCEEDED) << resumed.error;
+  EXPECT_EQ(resumed.losses,
+            std::vector<double>(uninterrupted.losses.begin() + saved, uninterrupted.losses.end()));
+  // The losses the stopped job reported before its checkpoint are the uninterrupted run's too.
+  ASSERT_GE(stopped.losses.size(), static_cast<size_t>(saved));
+  EXPECT_EQ(
+      std::vector<double>(stopped.losses.begin(), stopped.losses.begin() + saved),
+      std::vector<double>(uninterrupted.losses.begin(), uninterrupted.losses.begin() + saved));
 }
 
 TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {

@@ -101,9 +101,13 @@ void DaemonTest::StartDaemon(const DaemonOptions& options) {
   cluster_ = v1::ClusterService::NewStub(channel_);
 }
 
-grpc::Status DaemonTest::Submit(const job::Job& job, v1::SubmitJobResponse* response) {
+grpc::Status DaemonTest::Submit(const job::Job& job, v1::SubmitJobResponse* response,
+                                const std::string& checkpoint_path,
+                                int64_t checkpoint_every_steps) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
+  request.set_checkpoint_path(checkpoint_path);
+  request.set_checkpoint_every_steps(checkpoint_every_steps);
   return jobs_->SubmitJob(ContextWithDeadline().get(), request, response);
 }
 

@@ -40,8 +40,10 @@ class DaemonTest : public ::testing::Test {
   // Stops the daemon SetUp started (if any) and starts one with `options`.
   void StartDaemon(const DaemonOptions& options);
 
-  // SubmitJob; the status is returned, the response written to `response`.
-  grpc::Status Submit(const job::Job& job, v1::SubmitJobResponse* response);
+  // SubmitJob (with SubmitJobRequest's checkpoint_path and checkpoint_every_steps); the status is
+  // returned, the response written to `response`.
+  grpc::Status Submit(const job::Job& job, v1::SubmitJobResponse* response,
+                      const std::string& checkpoint_path = "", int64_t checkpoint_every_steps = 0);
   // SubmitJob that must succeed: the job's id.
   std::string SubmitOrDie(const job::Job& job);
   grpc::Status GetJob(const std::string& job_id, v1::JobInfo* info);

@@ -69,7 +69,7 @@ TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
   CheckpointProgress progress;
   progress.steps_taken = 7;
   progress.optimizer = true;
-  ASSERT_TRUE(AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, progress).ok());
+  ASSERT_TRUE(AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, progress).ok());
 
   absl::StatusOr<checkpoint::Checkpoint> assembled = checkpoint::ReadSafetensors(path_);
   ASSERT_TRUE(assembled.ok()) << assembled.status();
@@ -86,7 +86,7 @@ TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
 
 TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
   WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
-  absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(), HasSubstr("node 1's checkpoint part"));
   EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(path_, 0)));  // removed all the same
@@ -94,7 +94,7 @@ TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
 
   WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
   WritePart(1, {{"value:w@1", Floats({3, 4})}});
-  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(),
               HasSubstr("variable 'w': no checkpoint part has optimizer.momentum_buffer.w of "
@@ -102,7 +102,7 @@ TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
 
   WritePart(0, {{"value:w@0", Floats({1, 2, 3})}, {"state0:w@0", Floats({10, 20})}});
   WritePart(1, {{"value:w@1", Floats({3, 4})}, {"state0:w@1", Floats({30, 40})}});
-  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, {});
+  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("variable 'w'"));
 }

@@ -8,6 +8,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
+#include "tests/test_directory.h"
 
 namespace loom::daemon::testing {
 namespace {
@@ -231,11 +232,8 @@ TEST_F(JobServiceTest, EachNodesDevicesHaveTheirOwnMemoryBudget) {
 TEST_F(JobServiceTest, ACheckpointPathIsCheckedAtSubmit) {
   const std::string directory = ::testing::TempDir();
   auto submit = [&](const job::Job& job, const std::string& path) {
-    v1::SubmitJobRequest request;
-    *request.mutable_job() = job;
-    request.set_checkpoint_path(path);
     v1::SubmitJobResponse response;
-    return jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+    return Submit(job, &response, path);
   };
   grpc::Status status = submit(TrainingJob(1), "relative.safetensors");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -264,16 +262,81 @@ TEST_F(JobServiceTest, ACheckpointPathIsCheckedAtSubmit) {
   EXPECT_THAT(status.error_message(), HasSubstr("job 'stateless' has no variables"));
 }
 
+TEST_F(JobServiceTest, ACheckpointIntervalIsCheckedAtSubmit) {
+  auto submit = [&](const std::string& path, int64_t every) {
+    v1::SubmitJobResponse response;
+    return Submit(TrainingJob(1), &response, path, every);
+  };
+  grpc::Status status = submit("", 2);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("checkpoint_every_steps needs a checkpoint_path"));
+  status = submit(absl::StrCat(::testing::TempDir(), "/every.safetensors"), -1);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("checkpoint_every_steps is -1"));
+}
+
+TEST_F(JobServiceTest, AJobSavingEveryFewStepsReportsEachCheckpointAndLeavesNoParts) {
+  const std::filesystem::path directory = loom::testing::FreshTestDirectory("periodic");
+  std::filesystem::create_directories(directory);
+  const std::string path = (directory / "model.safetensors").string();
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(TrainingJob(5), &response, path, 2);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.job().checkpoint_every_steps(), 2);
+  std::vector<v1::JobEvent> events = WatchToEnd(response.job().job_id());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
+  // The one at the end comes right before SUCCEEDED; those while it ran (after step 2 and 4,
+  // unless a newer one or the end overtook them) before it, in order.
+  const v1::JobEvent& last = events[events.size() - 2];
+  ASSERT_TRUE(last.has_checkpoint());
+  EXPECT_EQ(last.checkpoint().step(), 5);
+  EXPECT_EQ(last.checkpoint().path(), path);
+  std::vector<int64_t> steps;
+  for (const v1::JobEvent& event : events) {
+    if (event.has_checkpoint()) steps.push_back(event.checkpoint().step());
+  }
+  EXPECT_THAT(steps, ::testing::AnyOf(::testing::ElementsAre(2, 4, 5), ::testing::ElementsAre(2, 5),
+                                      ::testing::ElementsAre(4, 5), ::testing::ElementsAre(5)));
+  v1::JobInfo info;
+  ASSERT_TRUE(GetJob(response.job().job_id(), &info).ok());
+  EXPECT_EQ(info.checkpoint_step(), 5);
+  // Only the checkpoint is left (the node removes its parts once the job is released).
+  std::vector<std::string> files;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    files.clear();
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+      files.push_back(entry.path().filename().string());
+    }
+    if (files.size() == 1) break;
+  }
+  EXPECT_THAT(files, ElementsAre("model.safetensors"));
+}
+
+TEST_F(JobServiceTest, APeriodicCheckpointThatCannotBeWrittenFailsTheJobNamingTheStep) {
+  const std::filesystem::path directory = loom::testing::FreshTestDirectory("periodic-fails");
+  const std::string path = (directory / "model.safetensors").string();
+  // Node 0's part after step 2 cannot be written: a directory is in its way.
+  std::filesystem::create_directories(absl::StrCat(path, ".step-2.node-0"));
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(TrainingJob(3), &response, path, 2);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<v1::JobEvent> events = WatchToEnd(response.job().job_id());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(events.back().state_change().error().message(),
+              HasSubstr("the checkpoint after step 2: node 0 writing its checkpoint part"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST_F(JobServiceTest, AJobWhoseCheckpointCannotBeWrittenFailsSayingWhy) {
   // The path is a directory: the nodes write their parts next to it, the assembled checkpoint
   // cannot replace it.
   const std::string path = absl::StrCat(::testing::TempDir(), "/a_directory.safetensors");
   std::filesystem::create_directories(path);
-  v1::SubmitJobRequest request;
-  *request.mutable_job() = TrainingJob(2);
-  request.set_checkpoint_path(path);
   v1::SubmitJobResponse response;
-  grpc::Status status = jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+  grpc::Status status = Submit(TrainingJob(2), &response, path);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.job().checkpoint_path(), path);
   std::vector<v1::JobEvent> events = WatchToEnd(response.job().job_id());

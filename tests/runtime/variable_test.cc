@@ -1,5 +1,9 @@
 // Variables: a value that persists across steps, updated in place by an optimizer when its
 // (loop-carried) gradient arrives.
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "actors/variable_actor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,6 +56,98 @@ TEST(VariableTest, OptimizerUpdatesTheValueBetweenSteps) {
   EXPECT_EQ(variable->summary().acts, steps + 1);
 }
 
+// Snapshots taken while the job runs, as a periodic checkpoint asks for them.
+struct Snapshot {
+  std::string task;
+  int64_t step;
+  std::vector<float> value;
+  std::vector<std::vector<float>> states;
+};
+
+std::vector<float> Floats(const HostTensor& tensor) {
+  absl::Span<const float> values = tensor.Values<float>();
+  return std::vector<float>(values.begin(), values.end());
+}
+
+TEST(VariableTest, SnapshotsHoldTheStateAfterEveryKthStepButTheLast) {
+  const int steps = 6;
+  PlanBuilder builder = TrainingLoop(steps);
+  // A frozen variable is saved too (a checkpoint holds every variable).
+  builder.AddRegister("frozen", {2}, plan::FLOAT32, 1);
+  plan::Task& frozen = builder.AddTask("frozen", plan::VARIABLE, 0, {}, {"frozen"});
+  frozen.set_num_pieces(steps);
+  frozen.mutable_initializer()->set_op_type("fill");
+  (*frozen.mutable_initializer()->mutable_attributes())["value"].set_float_value(2.5);
+  builder.AddTask("observe_frozen", plan::SINK, 1, {"frozen"}, {});
+
+  std::mutex mutex;
+  std::vector<Snapshot> snapshots;
+  JobOptions options;
+  options.snapshot_every_steps = 2;
+  options.variable_snapshot_callback = [&](VariableSnapshot snapshot) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Snapshot kept{snapshot.task, snapshot.step, Floats(snapshot.variable.value), {}};
+    for (const HostTensor& state : snapshot.variable.states) kept.states.push_back(Floats(state));
+    snapshots.push_back(std::move(kept));
+    return absl::OkStatus();
+  };
+  auto job = MakeJob(builder.plan(), std::move(options));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+
+  // The value and state after every step, simulated as in OptimizerUpdatesTheValueBetweenSteps.
+  std::vector<float> w_after = {1.0f};
+  std::vector<float> state_after = {0.0f};
+  for (int step = 0; step < steps; ++step) {
+    float gradient = w_after.back() + static_cast<float>(step) + 1.0f;
+    state_after.push_back(state_after.back() + gradient);
+    w_after.push_back(w_after.back() - (0.5f * gradient + 0.001f * static_cast<float>(step + 1)));
+  }
+  std::vector<int64_t> w_steps;
+  std::vector<int64_t> frozen_steps;
+  for (const Snapshot& snapshot : snapshots) {
+    if (snapshot.task == "w") {
+      w_steps.push_back(snapshot.step);
+      ASSERT_EQ(snapshot.value.size(), 3u);
+      EXPECT_FLOAT_EQ(snapshot.value[0], w_after[snapshot.step]) << "step " << snapshot.step;
+      ASSERT_EQ(snapshot.states.size(), 1u);
+      EXPECT_FLOAT_EQ(snapshot.states[0][1], state_after[snapshot.step])
+          << "step " << snapshot.step;
+    } else {
+      ASSERT_EQ(snapshot.task, "frozen");
+      frozen_steps.push_back(snapshot.step);
+      EXPECT_THAT(snapshot.value, ::testing::ElementsAre(2.5f, 2.5f));
+      EXPECT_TRUE(snapshot.states.empty());
+    }
+  }
+  // Not after the last step: the job's end state is read from the actors.
+  EXPECT_THAT(w_steps, ::testing::ElementsAre(2, 4));
+  EXPECT_THAT(frozen_steps, ::testing::ElementsAre(2, 4));
+}
+
+TEST(VariableTest, ASnapshotThatCannotBeKeptFailsTheJobNamingTheVariable) {
+  JobOptions options;
+  options.snapshot_every_steps = 1;
+  options.variable_snapshot_callback = [](VariableSnapshot snapshot) {
+    return absl::ResourceExhaustedError("no room for it");
+  };
+  auto job = MakeJob(TrainingLoop(4).plan(), std::move(options));
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::Status status = (*job)->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("'w'"));
+  EXPECT_THAT(status.message(), HasSubstr("the snapshot after step 1: no room for it"));
+}
+
+TEST(VariableTest, ANegativeSnapshotIntervalIsRefused) {
+  JobOptions options;
+  options.snapshot_every_steps = -1;
+  options.variable_snapshot_callback = [](VariableSnapshot) { return absl::OkStatus(); };
+  auto job = MakeJob(TrainingLoop(2).plan(), std::move(options));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("snapshot_every_steps"));
+}
+
 TEST(VariableTest, WithoutAGradientItPublishesTheSameValueEveryStep) {
   PlanBuilder builder("constant");
   builder.AddCpuDevices(1);
@@ -79,7 +175,8 @@ TEST(VariableTest, ValueRegisterMustHaveOneSlot) {
   builder.mutable_plan().mutable_registers(0)->set_num_slots(2);
   auto job = MakeJob(builder.plan());
   ASSERT_FALSE(job.ok());
-  EXPECT_THAT(job.status().message(), HasSubstr("task 'w': its value register 'w' must have exactly 1 slot"));
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("task 'w': its value register 'w' must have exactly 1 slot"));
 }
 
 TEST(VariableTest, GradientInputNeedsAnOptimizer) {
