@@ -693,6 +693,7 @@ absl::Status JobManager::SaveCheckpoint(JobRecord* record, const std::vector<int
   const loomctl::CompiledJob& compiled = *record->compiled;
   const int64_t steps_taken = compiled.job.initial_state().first_step() + step;
   const std::string& path = record->checkpoint_path;
+  const absl::Time start = absl::Now();
   absl::Status status = AssembleCheckpointParts(
       compiled.result.plan, nodes, parts, path,
       JobCheckpointProgress(compiled.job, compiled.result.plan.job_name(), steps_taken));
@@ -701,8 +702,10 @@ absl::Status JobManager::SaveCheckpoint(JobRecord* record, const std::vector<int
                         absl::StrCat("saving the checkpoint '", path, "' after step ", steps_taken,
                                      ": ", status.message()));
   }
+  const absl::Duration took = absl::Now() - start;
   LOG(INFO) << "job " << record->id << ": saved its checkpoint after step " << steps_taken << " to "
-            << path;
+            << path << " in " << absl::FormatDuration(took);
+  if (options_.metrics != nullptr) options_.metrics->CheckpointSaved(absl::ToDoubleSeconds(took));
   std::lock_guard<std::mutex> lock(mutex_);
   record->info.set_checkpoint_step(steps_taken);
   v1::CheckpointSaved* saved = AppendEvent(record)->mutable_checkpoint();

@@ -115,6 +115,13 @@ DaemonMetrics::DaemonMetrics()
                            "step to the end of this one (coordinator only).")
                        .Register(*registry_)
                        .Add({}, StepBuckets());
+  checkpoint_seconds_ = &prometheus::BuildHistogram()
+                             .Name("loom_checkpoint_save_duration_seconds")
+                             .Help(
+                                 "Checkpoints of the running jobs, from the nodes' parts to the "
+                                 "file written (coordinator only).")
+                             .Register(*registry_)
+                             .Add({}, StepBuckets());
   steps_ = &prometheus::BuildCounter()
                 .Name("loom_steps_total")
                 .Help("Training steps finished (coordinator only).")
@@ -188,6 +195,8 @@ void DaemonMetrics::StepFinished(const v1::StepEvent& step) {
     tokens_->Increment(std::round(step.tokens_per_second() * step.step_time_seconds()));
   }
 }
+
+void DaemonMetrics::CheckpointSaved(double seconds) { checkpoint_seconds_->Observe(seconds); }
 
 void DaemonMetrics::AddDroppedAssignments(double assignments) {
   dropped_assignments_->Increment(assignments);

@@ -45,6 +45,8 @@ class DaemonMetrics final : public RuntimeMetrics {
   void JobFinished(v1::JobState state);
   // A training step of the running job ended.
   void StepFinished(const v1::StepEvent& step);
+  // A checkpoint of the running job was saved (assembled from its parts and written) in `seconds`.
+  void CheckpointSaved(double seconds);
   // A micro-batch of a mixture-of-experts job: its assignments over capacity, and the assignments
   // each expert got (before dropping), summed over the MoE layers.
   void AddDroppedAssignments(double assignments);
@@ -68,6 +70,7 @@ class DaemonMetrics final : public RuntimeMetrics {
   prometheus::Family<prometheus::Counter>* jobs_finished_ = nullptr;
   prometheus::Histogram* step_seconds_ = nullptr;
   prometheus::Counter* steps_ = nullptr;
+  prometheus::Histogram* checkpoint_seconds_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
   prometheus::Counter* dropped_assignments_ = nullptr;
   prometheus::Family<prometheus::Counter>* expert_assignments_ = nullptr;

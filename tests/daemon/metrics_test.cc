@@ -91,6 +91,7 @@ TEST(DaemonMetricsTest, RendersWhatTheRuntimeReports) {
   step.set_step_time_seconds(0.2);
   step.set_tokens_per_second(5000);
   metrics->StepFinished(step);
+  metrics->CheckpointSaved(0.3);
   auto gauges = std::make_shared<ScrapeGauges>();
   gauges->Add("loom_test_nodes", "A gauge read at scrape time.", [] {
     return std::vector<ScrapeGauges::Sample>{{{{"state", "ready"}}, 2.0}};
@@ -119,6 +120,8 @@ TEST(DaemonMetricsTest, RendersWhatTheRuntimeReports) {
   EXPECT_EQ(samples["loom_tokens_total"], 1000);
   EXPECT_EQ(samples["loom_step_duration_seconds_bucket{le=\"0.25\"}"], 1);
   EXPECT_EQ(samples["loom_step_duration_seconds_bucket{le=\"0.1\"}"], 0);
+  EXPECT_EQ(samples["loom_checkpoint_save_duration_seconds_bucket{le=\"0.5\"}"], 1);
+  EXPECT_EQ(samples["loom_checkpoint_save_duration_seconds_bucket{le=\"0.25\"}"], 0);
   EXPECT_EQ(samples["loom_test_nodes{state=\"ready\"}"], 2);
   ExpectPromtoolAccepts(text);
 }
