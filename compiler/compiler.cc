@@ -1,8 +1,5 @@
 #include "compiler/compiler.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,6 +16,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "runtime/device_name.h"
+#include "runtime/file_contents.h"
 #include "runtime/format_bytes.h"
 
 namespace loom::compiler {
@@ -170,20 +168,18 @@ class CollectingErrors final : public google::protobuf::io::ErrorCollector {
 }  // namespace
 
 absl::StatusOr<job::Job> ReadJobFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open job file '", path, "'"));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
+  absl::StatusOr<std::string> contents = ReadFileContents(path);
+  if (!contents.ok()) return contents.status();
   job::Job job;
   if (absl::EndsWith(path, ".pb")) {
-    if (!job.ParseFromString(buffer.str())) {
+    if (!job.ParseFromString(*contents)) {
       return absl::InvalidArgumentError(absl::StrCat(path, " is not a binary job"));
     }
     return job;
   }
   if (absl::EndsWith(path, ".json")) {
     // The proto3 JSON mapping (what grpcurl and protobuf's JSON printers write).
-    auto status = google::protobuf::util::JsonStringToMessage(buffer.str(), &job);
+    auto status = google::protobuf::util::JsonStringToMessage(*contents, &job);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, " is not a valid JSON job: ", status.ToString()));
@@ -193,7 +189,7 @@ absl::StatusOr<job::Job> ReadJobFile(const std::string& path) {
   google::protobuf::TextFormat::Parser parser;
   CollectingErrors errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(buffer.str(), &job)) {
+  if (!parser.ParseFromString(*contents, &job)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a valid job: ", errors.errors));
   }
   return job;

@@ -7,13 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "runtime/file_contents.h"
 
 namespace loom::daemon {
 namespace {
@@ -56,15 +55,6 @@ absl::Status WriteAtomically(const std::string& path, const std::string& bytes) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  return contents.str();
-}
-
 // The number of a record file's name ("job-12.binpb" -> 12); 0 for any other name.
 int64_t RecordNumber(absl::string_view name) {
   if (!absl::ConsumePrefix(&name, "job-") || !absl::ConsumeSuffix(&name, kRecordSuffix)) return 0;
@@ -97,7 +87,7 @@ JobStore::Contents JobStore::Load() const {
     const std::string name = entry.path().filename().string();
     const int64_t number = RecordNumber(name);
     if (number == 0) continue;  // plans, traces, temporary files, anything else
-    absl::StatusOr<std::string> bytes = ReadWhole(entry.path().string());
+    absl::StatusOr<std::string> bytes = ReadFileContents(entry.path().string());
     StoredJob job;
     if (!bytes.ok()) {
       contents.problems.push_back(std::string(bytes.status().message()));
@@ -117,7 +107,7 @@ JobStore::Contents JobStore::Load() const {
   std::sort(contents.jobs.begin(), contents.jobs.end(),
             [](const StoredJob& a, const StoredJob& b) { return a.number() < b.number(); });
   const std::string last_path = (std::filesystem::path(jobs_directory_) / kLastNumberFile).string();
-  if (absl::StatusOr<std::string> text = ReadWhole(last_path); text.ok()) {
+  if (absl::StatusOr<std::string> text = ReadFileContents(last_path); text.ok()) {
     int64_t last = 0;
     if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &last) && last >= 0) {
       contents.last_number = std::max(contents.last_number, last);
@@ -143,7 +133,7 @@ absl::Status JobStore::SavePlan(int64_t number, const v1::GetPlanResponse& plan)
 
 absl::StatusOr<v1::GetPlanResponse> JobStore::LoadPlan(int64_t number) const {
   const std::string path = PathOf(number, kPlanSuffix);
-  absl::StatusOr<std::string> bytes = ReadWhole(path);
+  absl::StatusOr<std::string> bytes = ReadFileContents(path);
   if (!bytes.ok()) return bytes.status();
   v1::GetPlanResponse plan;
   if (!plan.ParseFromString(*bytes)) {
@@ -157,7 +147,7 @@ absl::Status JobStore::SaveTrace(int64_t number, const std::string& chrome_trace
 }
 
 absl::StatusOr<std::string> JobStore::LoadTrace(int64_t number) const {
-  return ReadWhole(PathOf(number, kTraceSuffix));
+  return ReadFileContents(PathOf(number, kTraceSuffix));
 }
 
 void JobStore::Remove(int64_t number) const {

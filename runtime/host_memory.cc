@@ -1,9 +1,7 @@
 #include "runtime/host_memory.h"
 
 #include <algorithm>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,16 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "runtime/file_contents.h"
 
 namespace loom {
 namespace {
 
 std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return std::nullopt;
-  std::stringstream contents;
-  contents << file.rdbuf();
-  return contents.str();
+  absl::StatusOr<std::string> contents = ReadFileContents(path);
+  if (!contents.ok()) return std::nullopt;
+  return *std::move(contents);
 }
 
 // "MemTotal:       24731708 kB" -> bytes.

@@ -1,13 +1,13 @@
 #include "runtime/plan_text.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "runtime/file_contents.h"
 
 namespace loom {
 namespace {
@@ -37,18 +37,16 @@ absl::StatusOr<plan::Plan> ParsePlanText(const std::string& text, const std::str
 }
 
 absl::StatusOr<plan::Plan> ReadPlanFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open plan file '", path, "'"));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
+  absl::StatusOr<std::string> contents = ReadFileContents(path);
+  if (!contents.ok()) return contents.status();
   if (absl::EndsWith(path, ".pb")) {
     plan::Plan plan;
-    if (!plan.ParseFromString(buffer.str())) {
+    if (!plan.ParseFromString(*contents)) {
       return absl::InvalidArgumentError(absl::StrCat(path, " is not a binary plan"));
     }
     return plan;
   }
-  return ParsePlanText(buffer.str(), path);
+  return ParsePlanText(*contents, path);
 }
 
 absl::Status WritePlanFile(const plan::Plan& plan, const std::string& path) {

@@ -6,12 +6,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/json.h"
 #include "runtime/chrome_trace.h"
+#include "runtime/file_contents.h"
 
 namespace loom::loomctl {
 namespace {
@@ -125,11 +125,9 @@ absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json) {
 
 absl::StatusOr<ClusterState> ReadClusterState(const std::string& state_directory) {
   const std::string path = ClusterStatePath(state_directory);
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("no cluster is recorded in ", path));
-  std::stringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<ClusterState> state = ClusterStateFromJson(text.str());
+  absl::StatusOr<std::string> text = ReadFileContents(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("no cluster is recorded in ", path));
+  absl::StatusOr<ClusterState> state = ClusterStateFromJson(*text);
   if (!state.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", state.status().message()));
   }

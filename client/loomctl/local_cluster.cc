@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "client/cluster_client.h"
 #include "client/loomctl/local_process.h"
 #include "glog/logging.h"
+#include "runtime/file_contents.h"
 #include "runtime/host_memory.h"
 
 namespace loom::loomctl {
@@ -85,15 +85,13 @@ absl::StatusOr<std::string> LoomdHelp(const std::string& loomd, const std::strin
     WaitForProcessExit(*help, absl::Now() + kKillWait);
     return absl::DeadlineExceededError(absl::StrCat("'", loomd, " --help' did not end in 10 s"));
   }
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
+  const std::string text = ReadFileContents(path).value_or("");
   std::filesystem::remove(path);
-  if (!absl::StrContains(text.str(), "--listen")) {
+  if (!absl::StrContains(text, "--listen")) {
     return absl::FailedPreconditionError(absl::StrCat(loomd, " does not look like loomd: '--help' ",
-                                                      ending, " and printed: ", text.str()));
+                                                      ending, " and printed: ", text));
   }
-  return text.str();
+  return text;
 }
 
 // SIGTERM to every process, wait until `deadline`, SIGKILL to the rest. One line per node on
