@@ -52,6 +52,18 @@ void AddCheckpointProgress(const CheckpointProgress& progress, checkpoint::Check
   checkpoint->metadata["next_step"] = absl::StrCat(progress.steps_taken);
 }
 
+absl::StatusOr<HostTensor> AssembleVariableTensor(const plan::VariableLayout& layout, int state,
+                                                  const std::vector<const HostTensor*>& pieces) {
+  const std::string what = state < 0 ? absl::StrCat("variable '", layout.name(), "'")
+                                     : absl::StrCat("optimizer state '", layout.state_names(state),
+                                                    "' of variable '", layout.name(), "'");
+  return AssembleLogicalTensor(LayoutOf(layout, what), pieces);
+}
+
+absl::StatusOr<std::vector<bool>> VariableRanksRead(const plan::VariableLayout& layout) {
+  return RanksRead(LayoutOf(layout, absl::StrCat("variable '", layout.name(), "'")));
+}
+
 absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      const std::vector<const HostTensor*>& values,
                                      const std::vector<std::vector<const HostTensor*>>& states,
@@ -61,18 +73,14 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                                    "': ", states.size(), " optimizer states for ",
                                                    layout.state_names_size(), " state names"));
   }
-  absl::StatusOr<HostTensor> value = AssembleLogicalTensor(
-      LayoutOf(layout, absl::StrCat("variable '", layout.name(), "'")), values);
+  absl::StatusOr<HostTensor> value = AssembleVariableTensor(layout, -1, values);
   if (!value.ok()) return value.status();
   checkpoint->tensors[layout.name()] = std::move(*value);
   for (size_t state = 0; state < states.size(); ++state) {
-    const std::string& name = layout.state_names(static_cast<int>(state));
-    absl::StatusOr<HostTensor> tensor = AssembleLogicalTensor(
-        LayoutOf(layout,
-                 absl::StrCat("optimizer state '", name, "' of variable '", layout.name(), "'")),
-        states[state]);
+    absl::StatusOr<HostTensor> tensor =
+        AssembleVariableTensor(layout, static_cast<int>(state), states[state]);
     if (!tensor.ok()) return tensor.status();
-    checkpoint->tensors[name] = std::move(*tensor);
+    checkpoint->tensors[layout.state_names(static_cast<int>(state))] = std::move(*tensor);
   }
   return absl::OkStatus();
 }

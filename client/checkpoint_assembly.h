@@ -46,6 +46,16 @@ absl::Status AddVariableToCheckpoint(const plan::VariableLayout& layout,
                                      const std::vector<std::vector<const HostTensor*>>& states,
                                      checkpoint::Checkpoint* checkpoint);
 
+// One tensor of a variable's checkpoint from its ranks' pieces (pieces[rank], in the layout's
+// rank order): the value (`state` -1) or the optimizer state `state` (state_names order), as
+// AddVariableToCheckpoint assembles them. Only the ranks VariableRanksRead marks are read (the
+// others may be null). INVALID_ARGUMENT naming the variable when a piece's shape is wrong.
+absl::StatusOr<HostTensor> AssembleVariableTensor(const plan::VariableLayout& layout, int state,
+                                                  const std::vector<const HostTensor*>& pieces);
+// Which ranks' pieces (by rank) AssembleVariableTensor reads: a broadcast axis is read from its
+// first member only.
+absl::StatusOr<std::vector<bool>> VariableRanksRead(const plan::VariableLayout& layout);
+
 // After a run (no act can run any more): the value and states of the job's VARIABLE task `task`
 // (VariableActor::value() and states(), copied to the host on the actor's stream: a GPU's are in
 // device memory). NOT_FOUND naming the task when the job has no variable task of that name.

@@ -53,6 +53,22 @@ absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
   return AssembleLogicalTensor(layout, pieces);
 }
 
+absl::StatusOr<std::vector<bool>> RanksRead(const DistributedLayout& layout) {
+  absl::StatusOr<compiler::NdSbp> sbp = compiler::ParseNdSbp(layout.sbp);
+  if (!sbp.ok()) return sbp.status();
+  int64_t ranks = 1;
+  for (int64_t extent : layout.hierarchy) ranks *= extent;
+  compiler::Placement placement(std::vector<plan::Device>(ranks), layout.hierarchy);
+  std::vector<bool> read(ranks, true);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<int64_t> coordinates = placement.Coordinates(rank);
+    for (size_t h = 0; h < sbp->size(); ++h) {
+      if ((*sbp)[h].is_broadcast() && coordinates[h] != 0) read[rank] = false;
+    }
+  }
+  return read;
+}
+
 absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout,
                                                  const std::vector<const HostTensor*>& pieces) {
   const std::vector<int64_t>& hierarchy = layout.hierarchy;
@@ -77,14 +93,11 @@ absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout
   result.data_type = data_type;
   result.shape = Shape(layout.logical.shape());
   result.bytes.assign(result.shape.NumElements() * element_size, std::byte{0});
+  absl::StatusOr<std::vector<bool>> read = RanksRead(layout);
+  if (!read.ok()) return read.status();
   compiler::Placement placement(std::vector<plan::Device>(ranks), hierarchy);
   for (int rank = 0; rank < ranks; ++rank) {
-    std::vector<int64_t> coordinates = placement.Coordinates(rank);
-    bool first_of_broadcast = true;
-    for (size_t h = 0; h < sbp->size(); ++h) {
-      if ((*sbp)[h].is_broadcast() && coordinates[h] != 0) first_of_broadcast = false;
-    }
-    if (!first_of_broadcast) continue;
+    if (!(*read)[rank]) continue;
     compiler::LocalWindow window = compiler::LocalWindowOf(result.shape, placement, *sbp, rank);
     if (pieces[rank] == nullptr) {
       return absl::InvalidArgumentError(

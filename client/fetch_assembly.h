@@ -28,6 +28,10 @@ struct DistributedLayout {
   std::vector<std::string> sbp;
 };
 
+// Which ranks' pieces AssembleLogicalTensor reads (by rank): those whose coordinate is 0 on every
+// broadcast axis. INVALID_ARGUMENT for an SBP that does not parse.
+absl::StatusOr<std::vector<bool>> RanksRead(const DistributedLayout& layout);
+
 // AssembleFetch on any layout: pieces[rank] in rank order; a rank whose coordinate is not 0 on
 // some broadcast axis is not read (its piece may be null).
 absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout,

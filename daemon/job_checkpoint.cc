@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -18,54 +19,73 @@ std::string StateName(int state, absl::string_view task) {
   return absl::StrCat("state", state, ":", task);
 }
 
-// The logical variables of `plan` from the parts of `nodes`.
-absl::StatusOr<checkpoint::Checkpoint> ReadAndAssembleParts(const plan::Plan& plan,
-                                                            const std::vector<int>& nodes,
-                                                            absl::string_view parts) {
-  // Every part's tensors by name (value:TASK, state<i>:TASK: task names are unique in a plan).
-  std::map<std::string, HostTensor> pieces;
+// Writes the checkpoint of `plan`'s variables to `path`, assembled from the parts of `nodes`
+// under `parts` one logical tensor at a time: only the parts' headers and one variable's pieces
+// are in memory at once.
+absl::Status WriteAssembledCheckpoint(const plan::Plan& plan, const std::vector<int>& nodes,
+                                      absl::string_view parts, const std::string& path,
+                                      const CheckpointProgress& progress) {
+  // Every part's pieces by name (value:TASK, state<i>:TASK: task names are unique in a plan).
+  std::vector<std::unique_ptr<checkpoint::SafetensorsReader>> readers;
+  std::map<std::string, checkpoint::SafetensorsReader*> reader_of;
   for (int node : nodes) {
-    absl::StatusOr<checkpoint::Checkpoint> part =
-        checkpoint::ReadSafetensors(CheckpointPartPath(parts, node));
+    absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> part =
+        checkpoint::SafetensorsReader::Open(CheckpointPartPath(parts, node));
     if (!part.ok()) {
       return absl::Status(
           part.status().code(),
           absl::StrCat("node ", node, "'s checkpoint part: ", part.status().message()));
     }
-    pieces.merge(part->tensors);
+    for (const auto& [name, info] : (*part)->tensors()) reader_of[name] = part->get();
+    readers.push_back(*std::move(part));
   }
-  auto find = [&](const plan::VariableLayout& layout, const std::string& name,
-                  absl::string_view what) -> absl::StatusOr<const HostTensor*> {
-    auto found = pieces.find(name);
-    if (found == pieces.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("variable '", layout.name(), "': no checkpoint part has ", what));
-    }
-    return &found->second;
-  };
-  checkpoint::Checkpoint assembled;
+  // What the checkpoint holds: every variable and its optimizer states at their logical shapes
+  // (layout, state; -1: the value), and the progress (metadata, the optimizer's step).
+  checkpoint::Checkpoint progress_tensors;
+  AddCheckpointProgress(progress, &progress_tensors);
+  std::map<std::string, checkpoint::SafetensorsTensorInfo> tensors;
+  std::map<std::string, std::pair<const plan::VariableLayout*, int>> variable_tensors;
+  for (const auto& [name, tensor] : progress_tensors.tensors) {
+    tensors[name] = {tensor.data_type, tensor.shape};
+  }
   for (const plan::VariableLayout& layout : plan.variables()) {
-    std::vector<const HostTensor*> values;
-    std::vector<std::vector<const HostTensor*>> states(layout.state_names_size());
-    for (const std::string& task : layout.tasks()) {
-      absl::StatusOr<const HostTensor*> value =
-          find(layout, ValueName(task), absl::StrCat("task '", task, "'"));
-      if (!value.ok()) return value.status();
-      values.push_back(*value);
-      for (int state = 0; state < layout.state_names_size(); ++state) {
-        absl::StatusOr<const HostTensor*> piece =
-            find(layout, StateName(state, task),
-                 absl::StrCat(layout.state_names(state), " of task '", task, "'"));
-        if (!piece.ok()) return piece.status();
-        states[state].push_back(*piece);
-      }
-    }
-    if (absl::Status status = AddVariableToCheckpoint(layout, values, states, &assembled);
-        !status.ok()) {
-      return status;
+    const checkpoint::SafetensorsTensorInfo info{layout.logical().data_type(),
+                                                 Shape(layout.logical().shape())};
+    tensors[layout.name()] = info;
+    variable_tensors[layout.name()] = {&layout, -1};
+    for (int state = 0; state < layout.state_names_size(); ++state) {
+      tensors[layout.state_names(state)] = info;
+      variable_tensors[layout.state_names(state)] = {&layout, state};
     }
   }
-  return assembled;
+  auto assemble = [&](const std::string& name) -> absl::StatusOr<HostTensor> {
+    if (auto found = progress_tensors.tensors.find(name); found != progress_tensors.tensors.end()) {
+      return found->second;
+    }
+    const auto [layout, state] = variable_tensors.at(name);
+    absl::StatusOr<std::vector<bool>> read = VariableRanksRead(*layout);
+    if (!read.ok()) return read.status();
+    std::vector<HostTensor> pieces(layout->tasks_size());
+    std::vector<const HostTensor*> pointers(layout->tasks_size(), nullptr);
+    for (int rank = 0; rank < layout->tasks_size(); ++rank) {
+      if (rank >= static_cast<int>(read->size()) || !(*read)[rank]) continue;
+      const std::string& task = layout->tasks(rank);
+      const std::string piece = state < 0 ? ValueName(task) : StateName(state, task);
+      auto reader = reader_of.find(piece);
+      if (reader == reader_of.end()) {
+        return absl::NotFoundError(
+            absl::StrCat("variable '", layout->name(), "': no checkpoint part has ",
+                         state < 0 ? "" : absl::StrCat(layout->state_names(state), " of "),
+                         "task '", task, "'"));
+      }
+      absl::StatusOr<HostTensor> tensor = reader->second->ReadTensor(piece);
+      if (!tensor.ok()) return tensor.status();
+      pieces[rank] = *std::move(tensor);
+      pointers[rank] = &pieces[rank];
+    }
+    return AssembleVariableTensor(*layout, state, pointers);
+  };
+  return checkpoint::WriteSafetensorsStreamed(path, tensors, progress_tensors.metadata, assemble);
 }
 
 }  // namespace
@@ -148,12 +168,7 @@ absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& p
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
                                      absl::string_view parts, const std::string& path,
                                      const CheckpointProgress& progress) {
-  absl::StatusOr<checkpoint::Checkpoint> assembled = ReadAndAssembleParts(plan, nodes, parts);
-  absl::Status status = assembled.status();
-  if (status.ok()) {
-    AddCheckpointProgress(progress, &*assembled);
-    status = checkpoint::WriteSafetensors(path, *assembled);
-  }
+  absl::Status status = WriteAssembledCheckpoint(plan, nodes, parts, path, progress);
   RemoveCheckpointParts(parts, nodes);
   return status;
 }

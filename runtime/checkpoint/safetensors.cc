@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -403,18 +404,17 @@ absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Writing.
 
-using TensorItem = std::pair<const std::string, HostTensor>;
-
-// The length and padded header, and the tensors in data order.
+// The length and padded header, and the tensors' names in data order with their byte sizes.
 struct Layout {
   std::string prefix;
-  std::vector<const TensorItem*> order;
+  std::vector<std::pair<std::string, uint64_t>> order;
 };
 
-absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
+// The layout of a file holding `tensors` (their data types and shapes) and `metadata`.
+absl::StatusOr<Layout> PlanLayout(const std::map<std::string, SafetensorsTensorInfo>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
   Layout layout;
-  for (const TensorItem& item : checkpoint.tensors) {
-    const auto& [name, tensor] = item;
+  for (const auto& [name, tensor] : tensors) {
     std::string what = absl::StrCat("tensor ", Quote(name));
     if (name == kMetadataKey) {
       return absl::InvalidArgumentError(
@@ -435,30 +435,25 @@ absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
             absl::StrCat(what, " has a negative dimension: shape ", tensor.shape.ToString()));
       }
     }
-    std::optional<uint64_t> expected_bytes =
+    std::optional<uint64_t> bytes =
         TensorByteSize(tensor.shape.dimensions(), DataTypeSize(tensor.data_type));
-    if (!expected_bytes.has_value()) {
+    if (!bytes.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " has shape ", tensor.shape.ToString(), ", too large to store"));
     }
-    if (tensor.bytes.size() != *expected_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " is ", DataTypeName(tensor.data_type), tensor.shape.ToString(), ", ",
-                       *expected_bytes, " bytes, but holds ", tensor.bytes.size(), " bytes"));
-    }
-    layout.order.push_back(&item);
+    layout.order.emplace_back(name, *bytes);
   }
-  std::stable_sort(layout.order.begin(), layout.order.end(),
-                   [](const TensorItem* a, const TensorItem* b) {
-                     // Names are already sorted within a rank: the map is ordered bytewise.
-                     return AlignmentRank(a->second.data_type) > AlignmentRank(b->second.data_type);
-                   });
+  // Names are already sorted within a rank: the map is ordered bytewise.
+  std::stable_sort(layout.order.begin(), layout.order.end(), [&](const auto& a, const auto& b) {
+    return AlignmentRank(tensors.at(a.first).data_type) >
+           AlignmentRank(tensors.at(b.first).data_type);
+  });
 
   std::string header = "{";
-  if (!checkpoint.metadata.empty()) {
+  if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
-    for (const auto& [key, value] : checkpoint.metadata) {
+    for (const auto& [key, value] : metadata) {
       if (!first) header += ',';
       first = false;
       absl::Status status = AppendJsonString(key, &header);
@@ -474,12 +469,12 @@ absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
     header += "}";
   }
   uint64_t offset = 0;
-  for (const TensorItem* item : layout.order) {
-    const auto& [name, tensor] = *item;
+  for (const auto& [name, bytes] : layout.order) {
+    const SafetensorsTensorInfo& tensor = tensors.at(name);
     if (header.size() > 1) header += ',';
     absl::Status status = AppendJsonString(name, &header);
     if (!status.ok()) return status;  // IsValidUtf8 was checked above
-    uint64_t end = offset + tensor.bytes.size();
+    uint64_t end = offset + bytes;
     absl::StrAppend(&header, ":{\"dtype\":\"", *SafetensorsDtype(tensor.data_type),
                     "\",\"shape\":[", absl::StrJoin(tensor.shape.dimensions(), ","),
                     "],\"data_offsets\":[", offset, ",", end, "]}");
@@ -498,6 +493,36 @@ absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
   return layout;
 }
 
+// The layout of `checkpoint`, whose tensors must hold the bytes their shapes and types say.
+absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
+  std::map<std::string, SafetensorsTensorInfo> tensors;
+  for (const auto& [name, tensor] : checkpoint.tensors) {
+    std::optional<uint64_t> expected_bytes =
+        TensorByteSize(tensor.shape.dimensions(), DataTypeSize(tensor.data_type));
+    // (The other checks are PlanLayout's, on the type and shape alone.)
+    const bool valid_shape =
+        std::all_of(tensor.shape.dimensions().begin(), tensor.shape.dimensions().end(),
+                    [](int64_t dimension) { return dimension >= 0; });
+    if (AlignmentRank(tensor.data_type) >= 0 && valid_shape && expected_bytes.has_value() &&
+        tensor.bytes.size() != *expected_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", Quote(name), " is ", DataTypeName(tensor.data_type), tensor.shape.ToString(),
+          ", ", *expected_bytes, " bytes, but holds ", tensor.bytes.size(), " bytes"));
+    }
+    tensors[name] = SafetensorsTensorInfo{tensor.data_type, tensor.shape};
+  }
+  return PlanLayout(tensors, checkpoint.metadata);
+}
+
+// The bytes of tensor `name` (valid until the next call).
+using TensorBytes = std::function<absl::StatusOr<absl::Span<const std::byte>>(const std::string&)>;
+
+TensorBytes BytesOf(const Checkpoint& checkpoint) {
+  return [&checkpoint](const std::string& name) -> absl::StatusOr<absl::Span<const std::byte>> {
+    return absl::MakeConstSpan(checkpoint.tensors.at(name).bytes);
+  };
+}
+
 // Writes all of `data` to `fd`, retrying short writes.
 absl::Status WriteAll(int fd, const char* data, size_t length, absl::string_view path) {
   while (length > 0) {
@@ -512,25 +537,32 @@ absl::Status WriteAll(int fd, const char* data, size_t length, absl::string_view
   return absl::OkStatus();
 }
 
-absl::Status WriteLayout(int fd, const Layout& layout, absl::string_view path) {
+absl::Status WriteLayout(int fd, const Layout& layout, const TensorBytes& bytes_of,
+                         absl::string_view path) {
   std::string buffer = layout.prefix;
-  for (const TensorItem* item : layout.order) {
-    const std::vector<std::byte>& bytes = item->second.bytes;
-    const char* data = reinterpret_cast<const char*>(bytes.data());
-    if (buffer.size() + bytes.size() <= kWriteBufferSize) {
-      buffer.append(data, bytes.size());
+  for (const auto& [name, size] : layout.order) {
+    absl::StatusOr<absl::Span<const std::byte>> bytes = bytes_of(name);
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->size() != size) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(name), " has ", bytes->size(),
+                                                     " bytes, not the ", size,
+                                                     " its data type and shape take"));
+    }
+    const char* data = reinterpret_cast<const char*>(bytes->data());
+    if (buffer.size() + bytes->size() <= kWriteBufferSize) {
+      buffer.append(data, bytes->size());
       continue;
     }
     if (absl::Status status = WriteAll(fd, buffer.data(), buffer.size(), path); !status.ok()) {
       return status;
     }
     buffer.clear();
-    if (bytes.size() >= kWriteBufferSize) {
-      if (absl::Status status = WriteAll(fd, data, bytes.size(), path); !status.ok()) {
+    if (bytes->size() >= kWriteBufferSize) {
+      if (absl::Status status = WriteAll(fd, data, bytes->size(), path); !status.ok()) {
         return status;
       }
     } else {
-      buffer.append(data, bytes.size());
+      buffer.append(data, bytes->size());
     }
   }
   return WriteAll(fd, buffer.data(), buffer.size(), path);
@@ -624,13 +656,13 @@ absl::StatusOr<std::string> SerializeSafetensors(const Checkpoint& checkpoint) {
   absl::StatusOr<Layout> layout = PlanLayout(checkpoint);
   if (!layout.ok()) return layout.status();
   size_t size = layout->prefix.size();
-  for (const TensorItem* item : layout->order) size += item->second.bytes.size();
+  for (const auto& [name, bytes] : layout->order) size += bytes;
   std::string contents;
   contents.reserve(size);
   contents += layout->prefix;
-  for (const TensorItem* item : layout->order) {
-    const std::vector<std::byte>& bytes = item->second.bytes;
-    contents.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  for (const auto& [name, bytes] : layout->order) {
+    const std::vector<std::byte>& data = checkpoint.tensors.at(name).bytes;
+    contents.append(reinterpret_cast<const char*>(data.data()), data.size());
   }
   return contents;
 }
@@ -640,8 +672,12 @@ absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents, absl::st
   return ReadFrom(file, source);
 }
 
-absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint) {
-  absl::StatusOr<Layout> layout = PlanLayout(checkpoint);
+namespace {
+
+// Writes the file `layout` describes to `path` atomically (a new temporary file next to it,
+// flushed, renamed over it, the directory flushed), its tensors' bytes from `bytes_of`.
+absl::Status WriteAtomically(const std::string& path, const absl::StatusOr<Layout>& layout,
+                             const TensorBytes& bytes_of) {
   if (!layout.ok()) {
     return absl::Status(layout.status().code(), absl::StrCat("cannot write ", Quote(path), ": ",
                                                              layout.status().message()));
@@ -658,7 +694,7 @@ absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpo
     }
   }
 
-  absl::Status status = WriteLayout(fd, *layout, temporary);
+  absl::Status status = WriteLayout(fd, *layout, bytes_of, temporary);
   if (status.ok() && ::fsync(fd) != 0) {
     status = absl::ErrnoToStatus(errno, absl::StrCat("cannot sync ", Quote(temporary)));
   }
@@ -674,6 +710,34 @@ absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpo
     return status;
   }
   return SyncParentDirectory(path);
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint) {
+  return WriteAtomically(path, PlanLayout(checkpoint), BytesOf(checkpoint));
+}
+
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      const std::map<std::string, SafetensorsTensorInfo>& tensors,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const TensorSource& source) {
+  HostTensor current;  // one tensor at a time
+  TensorBytes bytes_of =
+      [&](const std::string& name) -> absl::StatusOr<absl::Span<const std::byte>> {
+    absl::StatusOr<HostTensor> tensor = source(name);
+    if (!tensor.ok()) return tensor.status();
+    const SafetensorsTensorInfo& expected = tensors.at(name);
+    if (tensor->data_type != expected.data_type || tensor->shape != expected.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", Quote(name), " is ", DataTypeName(tensor->data_type),
+                       tensor->shape.ToString(), ", not the ", DataTypeName(expected.data_type),
+                       expected.shape.ToString(), " the file's header says"));
+    }
+    current = *std::move(tensor);
+    return absl::MakeConstSpan(current.bytes);
+  };
+  return WriteAtomically(path, PlanLayout(tensors, metadata), bytes_of);
 }
 
 absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path) {

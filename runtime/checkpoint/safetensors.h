@@ -2,6 +2,7 @@
 #define LOOM_RUNTIME_CHECKPOINT_SAFETENSORS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,26 @@ absl::StatusOr<plan::DataType> DataTypeFromSafetensors(absl::string_view dtype);
 // their errno's code and name the path.
 absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint);
 
+// One tensor of a safetensors file as its header describes it.
+struct SafetensorsTensorInfo {
+  plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;
+  Shape shape;
+};
+
+// Gives the contents of tensor `name` (WriteSafetensorsStreamed asks for each once).
+using TensorSource = std::function<absl::StatusOr<HostTensor>(const std::string& name)>;
+
+// WriteSafetensors of a checkpoint too large to hold in memory: the file holds `tensors` (their
+// types and shapes) and `metadata`, and `source` is asked for each tensor's contents in the file's
+// data order, one at a time, so that only one is in memory at once. The file is byte for byte
+// what WriteSafetensors writes for the same checkpoint, as atomically. An error of `source`, or a
+// tensor it gives with another type or shape than `tensors` says (INVALID_ARGUMENT naming it),
+// ends the write and leaves `path` as it was.
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      const std::map<std::string, SafetensorsTensorInfo>& tensors,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const TensorSource& source);
+
 // Reads a whole safetensors file. Every malformed file (it is user input) is an error naming the
 // file and, where there is one, the tensor: INVALID_ARGUMENT for a truncated file, a header length
 // past the end of the file or the limit, a header that is not strict JSON (duplicate keys
@@ -74,12 +95,6 @@ absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path);
 absl::StatusOr<std::string> SerializeSafetensors(const Checkpoint& checkpoint);
 absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents,
                                             absl::string_view source = "<memory>");
-
-// One tensor of a safetensors file as its header describes it.
-struct SafetensorsTensorInfo {
-  plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;
-  Shape shape;
-};
 
 // A safetensors file opened to read single tensors, or windows of them, without loading the rest:
 // what a rank needs of a sharded checkpoint. Open reads and validates the whole header exactly as

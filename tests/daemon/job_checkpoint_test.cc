@@ -84,6 +84,36 @@ TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
             1);
 }
 
+TEST_F(JobCheckpointTest, APeriodicCheckpointsPartsLieUnderItsStepAndReplicasAreNotRead) {
+  EXPECT_EQ(StepPartsPath("/a/m.safetensors", 40), "/a/m.safetensors.step-40");
+  // "b" [2] broadcast over two ranks: the checkpoint takes rank 0's copy, rank 1's is not read
+  // (its part lacks it here).
+  plan::Plan plan;
+  plan::VariableLayout* layout = plan.add_variables();
+  layout->set_name("b");
+  layout->mutable_logical()->add_shape(2);
+  layout->mutable_logical()->set_data_type(plan::FLOAT32);
+  layout->add_hierarchy(2);
+  layout->add_sbp("B");
+  layout->add_tasks("b@0");
+  layout->add_tasks("b@1");
+  const std::string parts = StepPartsPath(path_, 40);
+  for (int node : {0, 1}) {
+    checkpoint::Checkpoint part;
+    if (node == 0) part.tensors["value:b@0"] = Floats({5, 6});
+    ASSERT_TRUE(checkpoint::WriteSafetensors(CheckpointPartPath(parts, node), part).ok());
+  }
+  CheckpointProgress progress;
+  progress.steps_taken = 40;
+  absl::Status status = AssembleCheckpointParts(plan, {0, 1}, parts, path_, progress);
+  ASSERT_TRUE(status.ok()) << status;
+  absl::StatusOr<checkpoint::Checkpoint> assembled = checkpoint::ReadSafetensors(path_);
+  ASSERT_TRUE(assembled.ok()) << assembled.status();
+  EXPECT_THAT(assembled->tensors.at("b").Values<float>(), ElementsAre(5, 6));
+  EXPECT_EQ(assembled->metadata.at("step"), "40");
+  EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(parts, 1)));  // the parts are removed
+}
+
 TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
   WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
   absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});

@@ -518,6 +518,44 @@ TEST_F(SafetensorsTest, WritesAtomicallyAndLeavesNoTemporaryFiles) {
   ExpectSameCheckpoint(*ReadSafetensors(Path("relative.safetensors")), first);
 }
 
+TEST_F(SafetensorsTest, StreamedWritesAreTheSameFileOneTensorAtATime) {
+  const Checkpoint mixed = MixedCheckpoint();
+  std::map<std::string, SafetensorsTensorInfo> tensors;
+  for (const auto& [name, tensor] : mixed.tensors) {
+    tensors[name] = SafetensorsTensorInfo{tensor.data_type, tensor.shape};
+  }
+  std::vector<std::string> asked;
+  const std::string path = Path("streamed.safetensors");
+  absl::Status status = WriteSafetensorsStreamed(
+      path, tensors, mixed.metadata, [&](const std::string& name) -> absl::StatusOr<HostTensor> {
+        asked.push_back(name);
+        return mixed.tensors.at(name);
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(ReadFile(path), *SerializeSafetensors(mixed));
+  // Each tensor once, in the file's data order (descending alignment, then name).
+  EXPECT_EQ(asked.size(), mixed.tensors.size());
+  EXPECT_EQ(asked.front(), "empty_i64");
+  EXPECT_EQ(asked.back(), "one_byte");
+
+  // A source error, or a tensor other than announced, leaves the old file and no temporary one.
+  status = WriteSafetensorsStreamed(path, tensors, mixed.metadata,
+                                    [](const std::string& name) -> absl::StatusOr<HostTensor> {
+                                      return absl::NotFoundError("no piece of " + name);
+                                    });
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("no piece of empty_i64"));
+  status = WriteSafetensorsStreamed(
+      path, tensors, mixed.metadata, [&](const std::string& name) -> absl::StatusOr<HostTensor> {
+        if (name == "weights") return MakeTensor<float>(plan::FLOAT32, {3, 2}, {0, 1, 2, 3, 4, 5});
+        return mixed.tensors.at(name);
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 'weights' is float32[3, 2], not the float32[2, 3]"));
+  EXPECT_EQ(ListDirectory(directory_), std::vector<std::string>{"streamed.safetensors"});
+  EXPECT_EQ(ReadFile(path), *SerializeSafetensors(mixed));
+}
+
 TEST_F(SafetensorsTest, ReportsIoErrors) {
   absl::Status status = WriteSafetensors(Path("missing/dir/model.safetensors"), MixedCheckpoint());
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
