@@ -75,13 +75,14 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   if (steps > 0) job->set_num_steps(steps);
   if (parsed->Has("init")) {
     // The daemons read the file: a relative path means this directory (a cluster on this host).
+    const std::string& init = parsed->Value("init");
     std::error_code failed;
-    const std::string init = std::filesystem::absolute(parsed->Value("init"), failed).string();
-    absl::StatusOr<checkpoint::Checkpoint> read =
-        failed ? absl::InvalidArgumentError(failed.message()) : StartFromCheckpoint(init, &*job);
-    if (parsed->Value("init").empty() || !read.ok()) {
-      error << kCommand << ": --init '" << parsed->Value("init")
-            << "': " << (read.ok() ? "needs a checkpoint path" : read.status().message()) << "\n";
+    const std::string absolute = init.empty() ? "" : std::filesystem::absolute(init, failed);
+    const absl::Status status = init.empty() ? absl::InvalidArgumentError("needs a checkpoint path")
+                                : failed     ? absl::InvalidArgumentError(failed.message())
+                                             : StartFromCheckpoint(absolute, &*job).status();
+    if (!status.ok()) {
+      error << kCommand << ": --init '" << init << "': " << status.message() << "\n";
       return kExitUsage;
     }
   }
@@ -171,8 +172,9 @@ ArgumentSpec SubmitArgumentSpec() {
                "trace is written to PATH (for short jobs: a few bytes per act)")
       .AddFlag("checkpoint", "PATH", "",
                "when the job succeeds, its variables (and optimizer state) are saved to PATH, a "
-               "safetensors file as 'loomctl run --save-dir' writes ('loomctl run --init PATH' "
-               "resumes from it). The daemons write it: PATH's directory must exist for the "
+               "safetensors file as 'loomctl run --save-dir' writes (--init PATH resumes from "
+               "it, here and in 'loomctl run'). The daemons write it: PATH's directory must exist "
+               "for the "
                "coordinator and every node of the job (shared storage; any directory on a "
                "one-host cluster). A relative PATH is taken from this directory")
       .AddFlag("init", "PATH", "",
