@@ -86,14 +86,15 @@ void CheckpointSnapshots::WriterLoop() {
     const std::string part = CheckpointPartPath(StepPartsPath(path_, step), node_);
     lock.unlock();
     absl::Status status = WriteCheckpointPart(node_, std::move(variables), part);
-    if (status.ok()) written_(step);
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(), absl::StrCat("the checkpoint after step ", step, ": ", status.message()));
+    }
+    written_(step, status);
     lock.lock();
     if (status.ok()) written_parts_.push_back(part);
     writing_ = false;
-    if (!status.ok() && error_.ok()) {
-      error_ = absl::Status(
-          status.code(), absl::StrCat("the checkpoint after step ", step, ": ", status.message()));
-    }
+    if (!status.ok() && error_.ok()) error_ = status;
     changed_.notify_all();
   }
 }

@@ -22,8 +22,9 @@ namespace loom::daemon {
 // checkpoint_every_steps). The node's VARIABLE tasks hand it their snapshots
 // (JobOptions::variable_snapshot_callback); once it holds every task's snapshot of a step, its
 // writer thread writes the node's part of that step's checkpoint
-// (CheckpointPartPath(StepPartsPath(path, step), node)) and calls `written(step)`, which reports
-// it to the coordinator. The job goes on meanwhile.
+// (CheckpointPartPath(StepPartsPath(path, step), node)) and calls `written(step, OK)`, which
+// reports it to the coordinator; or, when the part cannot be written, `written(step, error)` (the
+// error names the step), which fails the job at once. The job goes on meanwhile.
 //
 // Memory: a step's snapshots are held until its part is written. A step that completes while an
 // older one still waits for the writer replaces it (the coordinator saves the newest checkpoint
@@ -34,7 +35,7 @@ namespace loom::daemon {
 // ones it needed (it releases a node's job only after that), and a failed job's are of no use.
 class CheckpointSnapshots {
  public:
-  using WrittenCallback = std::function<void(int64_t step)>;
+  using WrittenCallback = std::function<void(int64_t step, const absl::Status& status)>;
 
   // `plan`: the node's plan (its VARIABLE tasks are the ones to collect); `path`: the job's
   // checkpoint path.
@@ -46,7 +47,7 @@ class CheckpointSnapshots {
   CheckpointSnapshots& operator=(const CheckpointSnapshots&) = delete;
 
   // For JobOptions::variable_snapshot_callback (thread-safe). Fails (which fails the job) when an
-  // earlier part could not be written, naming the part, or for a task that is no VARIABLE of the
+  // earlier part could not be written, with that error, or for a task that is no VARIABLE of the
   // node or a step it already gave.
   absl::Status Add(VariableSnapshot snapshot);
 

@@ -1,5 +1,6 @@
 #include "daemon/node_agent.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -222,9 +223,18 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
   record_events_ = launch.record_events();
   checkpoint_path_ = launch.checkpoint_path();
   JobOptions options;
-  if (!checkpoint_path_.empty() && launch.checkpoint_every_steps() > 0) {
+  const bool has_variables =
+      std::any_of(launch.plan().tasks().begin(), launch.plan().tasks().end(),
+                  [](const plan::Task& task) { return task.kind() == plan::VARIABLE; });
+  if (!checkpoint_path_.empty() && launch.checkpoint_every_steps() > 0 && has_variables) {
     snapshots_ = std::make_shared<CheckpointSnapshots>(
-        launch.plan(), checkpoint_path_, [this, job_id](int64_t step) {
+        launch.plan(), checkpoint_path_, [this, job_id](int64_t step, const absl::Status& written) {
+          if (!written.ok()) {
+            // Fail the job now, not at its next snapshot or its end (K steps later).
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (job_ != nullptr && job_id_ == job_id) job_->Abort(written);
+            return;
+          }
           v1::NodeJobUpdate update;
           update.set_job_id(job_id);
           update.mutable_checkpoint_part()->set_step(step);
