@@ -3,7 +3,6 @@
 // reported as an error and refusing what comes after; the parts removed with the collector.
 #include "daemon/checkpoint_snapshots.h"
 
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -14,22 +13,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "tests/float_tensor.h"
 #include "tests/test_directory.h"
 
 namespace loom::daemon {
 namespace {
 
+using loom::testing::FloatTensor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-HostTensor Floats(std::vector<float> values) {
-  HostTensor tensor;
-  tensor.data_type = plan::FLOAT32;
-  tensor.shape = Shape({static_cast<int64_t>(values.size())});
-  tensor.bytes.resize(values.size() * sizeof(float));
-  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
-  return tensor;
-}
 
 // Node 1's plan: two VARIABLE tasks and another task.
 plan::Plan NodePlan() {
@@ -46,8 +38,8 @@ plan::Plan NodePlan() {
 
 VariableSnapshot Snapshot(const std::string& task, int64_t step, float value) {
   VariableOnHost variable;
-  variable.value = Floats({value, value});
-  variable.states.push_back(Floats({-value, -value}));
+  variable.value = FloatTensor({value, value});
+  variable.states.push_back(FloatTensor({-value, -value}));
   return VariableSnapshot{task, step, std::move(variable)};
 }
 

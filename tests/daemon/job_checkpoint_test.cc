@@ -2,7 +2,6 @@
 // parts: the logical tensors, and errors naming what is missing.
 #include "daemon/job_checkpoint.h"
 
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,22 +10,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "tests/float_tensor.h"
 #include "tests/test_directory.h"
 
 namespace loom::daemon {
 namespace {
 
+using loom::testing::FloatTensor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-HostTensor Floats(std::vector<float> values) {
-  HostTensor tensor;
-  tensor.data_type = plan::FLOAT32;
-  tensor.shape = Shape({static_cast<int64_t>(values.size())});
-  tensor.bytes.resize(values.size() * sizeof(float));
-  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
-  return tensor;
-}
 
 // Variable "w" [4] split over two ranks (tasks w@0, w@1), with one optimizer state.
 plan::Plan SplitVariable() {
@@ -64,8 +56,8 @@ class JobCheckpointTest : public ::testing::Test {
 
 TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
   EXPECT_EQ(CheckpointPartPath("/a/m.safetensors", 3), "/a/m.safetensors.node-3");
-  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
-  WritePart(1, {{"value:w@1", Floats({3, 4})}, {"state0:w@1", Floats({30, 40})}});
+  WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
+  WritePart(1, {{"value:w@1", FloatTensor({3, 4})}, {"state0:w@1", FloatTensor({30, 40})}});
   CheckpointProgress progress;
   progress.steps_taken = 7;
   progress.optimizer = true;
@@ -100,7 +92,7 @@ TEST_F(JobCheckpointTest, APeriodicCheckpointsPartsLieUnderItsStepAndReplicasAre
   const std::string parts = StepPartsPath(path_, 40);
   for (int node : {0, 1}) {
     checkpoint::Checkpoint part;
-    if (node == 0) part.tensors["value:b@0"] = Floats({5, 6});
+    if (node == 0) part.tensors["value:b@0"] = FloatTensor({5, 6});
     ASSERT_TRUE(checkpoint::WriteSafetensors(CheckpointPartPath(parts, node), part).ok());
   }
   CheckpointProgress progress;
@@ -115,23 +107,23 @@ TEST_F(JobCheckpointTest, APeriodicCheckpointsPartsLieUnderItsStepAndReplicasAre
 }
 
 TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
-  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
+  WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
   absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(), HasSubstr("node 1's checkpoint part"));
   EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(path_, 0)));  // removed all the same
   EXPECT_FALSE(std::filesystem::exists(path_));
 
-  WritePart(0, {{"value:w@0", Floats({1, 2})}, {"state0:w@0", Floats({10, 20})}});
-  WritePart(1, {{"value:w@1", Floats({3, 4})}});
+  WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
+  WritePart(1, {{"value:w@1", FloatTensor({3, 4})}});
   status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(),
               HasSubstr("variable 'w': no checkpoint part has optimizer.momentum_buffer.w of "
                         "task 'w@1'"));
 
-  WritePart(0, {{"value:w@0", Floats({1, 2, 3})}, {"state0:w@0", Floats({10, 20})}});
-  WritePart(1, {{"value:w@1", Floats({3, 4})}, {"state0:w@1", Floats({30, 40})}});
+  WritePart(0, {{"value:w@0", FloatTensor({1, 2, 3})}, {"state0:w@0", FloatTensor({10, 20})}});
+  WritePart(1, {{"value:w@1", FloatTensor({3, 4})}, {"state0:w@1", FloatTensor({30, 40})}});
   status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("variable 'w'"));
