@@ -47,10 +47,12 @@ absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& p
 // nodes wrote theirs).
 void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& nodes);
 
-// Reads the parts of `nodes` under `parts` (CheckpointPartPath), assembles every variable of
-// `plan` (the whole job's plan: its variable layouts name the tasks) with AddVariableToCheckpoint
-// and writes the checkpoint with `progress` to `path` (atomically); then removes the parts, also
-// when it failed. Errors name the part, task or variable.
+// Assembles every variable of `plan` (the whole job's plan: its variable layouts name the tasks)
+// from the parts of `nodes` under `parts` (CheckpointPartPath) and writes the checkpoint with
+// `progress` to `path` (atomically, as `loomctl run --save-dir` writes it), one logical tensor at
+// a time (AssembleVariableTensor, WriteSafetensorsStreamed): only the parts' headers and one
+// tensor's pieces are in memory at once. Then removes the parts, also when it failed. Errors name
+// the part, task or variable.
 absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
                                      absl::string_view parts, const std::string& path,
                                      const CheckpointProgress& progress);

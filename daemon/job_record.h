@@ -55,10 +55,9 @@ struct JobRecord {
   std::string checkpoint_path;
   // And every so many steps while it runs (set once, as `trace`); 0: only at the end.
   int64_t checkpoint_every_steps = 0;
-  // While it runs: the nodes that reported their part of the periodic checkpoint after a step,
-  // by step, and the newest step whose parts every node with variables reported (0: none).
+  // While it runs: the nodes that reported their part of the periodic checkpoint after a step, by
+  // step (JobManager::RunAndSaveCheckpoints assembles a step once every node with variables did).
   std::map<int64_t, std::set<int>> checkpoint_parts;
-  int64_t checkpoint_ready_step = 0;
   std::map<int, std::string> trace_events;  // by node
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).

@@ -497,21 +497,19 @@ absl::StatusOr<Layout> PlanLayout(const std::map<std::string, SafetensorsTensorI
 absl::StatusOr<Layout> PlanLayout(const Checkpoint& checkpoint) {
   std::map<std::string, SafetensorsTensorInfo> tensors;
   for (const auto& [name, tensor] : checkpoint.tensors) {
-    std::optional<uint64_t> expected_bytes =
-        TensorByteSize(tensor.shape.dimensions(), DataTypeSize(tensor.data_type));
-    // (The other checks are PlanLayout's, on the type and shape alone.)
-    const bool valid_shape =
-        std::all_of(tensor.shape.dimensions().begin(), tensor.shape.dimensions().end(),
-                    [](int64_t dimension) { return dimension >= 0; });
-    if (AlignmentRank(tensor.data_type) >= 0 && valid_shape && expected_bytes.has_value() &&
-        tensor.bytes.size() != *expected_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", Quote(name), " is ", DataTypeName(tensor.data_type), tensor.shape.ToString(),
-          ", ", *expected_bytes, " bytes, but holds ", tensor.bytes.size(), " bytes"));
-    }
     tensors[name] = SafetensorsTensorInfo{tensor.data_type, tensor.shape};
   }
-  return PlanLayout(tensors, checkpoint.metadata);
+  absl::StatusOr<Layout> layout = PlanLayout(tensors, checkpoint.metadata);
+  if (!layout.ok()) return layout;
+  for (const auto& [name, bytes] : layout->order) {
+    const HostTensor& tensor = checkpoint.tensors.at(name);
+    if (tensor.bytes.size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", Quote(name), " is ", DataTypeName(tensor.data_type), tensor.shape.ToString(),
+          ", ", bytes, " bytes, but holds ", tensor.bytes.size(), " bytes"));
+    }
+  }
+  return layout;
 }
 
 // The bytes of tensor `name` (valid until the next call).
