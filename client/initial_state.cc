@@ -1,6 +1,7 @@
 #include "client/initial_state.h"
 
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,11 +23,11 @@ std::string Describe(plan::DataType data_type, const Shape& shape) {
 }
 
 // "" when `name` is in the checkpoint with this type and shape; else what is wrong.
-std::string Mismatch(const checkpoint::Checkpoint& checkpoint, const std::string& name,
+std::string Mismatch(const CheckpointTensors& checkpoint, const std::string& name,
                      plan::DataType data_type, const Shape& shape, const std::string& what) {
-  auto found = checkpoint.tensors.find(name);
-  if (found == checkpoint.tensors.end()) return absl::StrCat(what, " '", name, "' is missing");
-  const HostTensor& tensor = found->second;
+  auto found = checkpoint.find(name);
+  if (found == checkpoint.end()) return absl::StrCat(what, " '", name, "' is missing");
+  const checkpoint::SafetensorsTensorInfo& tensor = found->second;
   if (tensor.data_type == data_type && tensor.shape == shape) return "";
   return absl::StrCat(what, " '", name, "' is ", Describe(tensor.data_type, tensor.shape),
                       " but the job's is ", Describe(data_type, shape));
@@ -38,24 +39,27 @@ absl::Status Problems(const std::string& path, const std::vector<std::string>& p
       "checkpoint '", path, "' does not fit the job: ", absl::StrJoin(problems, "; "), advice));
 }
 
-// The value of a scalar integer tensor.
+// The value of the scalar integer tensor `name` of `checkpoint` (which has one of that name); read
+// only once its header entry says it is one integer.
 absl::StatusOr<int64_t> ScalarInteger(const std::string& path, const std::string& name,
-                                      const HostTensor& tensor) {
-  if (tensor.shape.NumElements() == 1 && tensor.data_type == plan::INT64 &&
-      tensor.bytes.size() == sizeof(int64_t)) {
+                                      checkpoint::SafetensorsReader& checkpoint) {
+  const checkpoint::SafetensorsTensorInfo& info = *checkpoint.Find(name);
+  const bool integer = info.data_type == plan::INT64 || info.data_type == plan::INT32;
+  if (!integer || info.shape.NumElements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "': '", name,
+                                                   "' must be one integer (I64, shape []), not ",
+                                                   Describe(info.data_type, info.shape)));
+  }
+  absl::StatusOr<HostTensor> tensor = checkpoint.ReadTensor(name);
+  if (!tensor.ok()) return tensor.status();
+  if (info.data_type == plan::INT64) {
     int64_t value;
-    std::memcpy(&value, tensor.bytes.data(), sizeof(value));
+    std::memcpy(&value, tensor->bytes.data(), sizeof(value));
     return value;
   }
-  if (tensor.shape.NumElements() == 1 && tensor.data_type == plan::INT32 &&
-      tensor.bytes.size() == sizeof(int32_t)) {
-    int32_t value;
-    std::memcpy(&value, tensor.bytes.data(), sizeof(value));
-    return value;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "': '", name,
-                                                 "' must be one integer (I64, shape []), not ",
-                                                 Describe(tensor.data_type, tensor.shape)));
+  int32_t value;
+  std::memcpy(&value, tensor->bytes.data(), sizeof(value));
+  return value;
 }
 
 }  // namespace
@@ -77,10 +81,11 @@ std::vector<std::string> OptimizerStateNames(const job::Optimizer& optimizer,
 }
 
 absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
-    const std::string& path, const checkpoint::Checkpoint& checkpoint, const job::Job& job) {
+    const std::string& path, checkpoint::SafetensorsReader& checkpoint, const job::Job& job) {
+  const CheckpointTensors& tensors = checkpoint.tensors();
   std::vector<std::string> problems;
   for (const job::Variable& variable : job.variables()) {
-    std::string problem = Mismatch(checkpoint, variable.name(), DataTypeOf(variable),
+    std::string problem = Mismatch(tensors, variable.name(), DataTypeOf(variable),
                                    Shape(variable.shape()), "variable");
     if (!problem.empty()) problems.push_back(std::move(problem));
   }
@@ -93,19 +98,18 @@ absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
   state.set_path(path);
   const bool has_optimizer = job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET;
   bool has_optimizer_tensors = false;
-  for (const auto& [name, tensor] : checkpoint.tensors) {
+  for (const auto& [name, tensor] : tensors) {
     if (absl::StartsWith(name, kOptimizerPrefix)) has_optimizer_tensors = true;
   }
   if (!has_optimizer || !has_optimizer_tensors) return state;
 
-  auto step = checkpoint.tensors.find(kOptimizerStepTensor);
-  if (step == checkpoint.tensors.end()) {
+  if (checkpoint.Find(kOptimizerStepTensor) == nullptr) {
     return Problems(path,
                     {absl::StrCat("it holds optimizer state but no '", kOptimizerStepTensor,
                                   "' (the number of optimizer steps taken)")},
                     "");
   }
-  absl::StatusOr<int64_t> steps = ScalarInteger(path, kOptimizerStepTensor, step->second);
+  absl::StatusOr<int64_t> steps = ScalarInteger(path, kOptimizerStepTensor, checkpoint);
   if (!steps.ok()) return steps.status();
   if (*steps < 0) {
     return Problems(path, {absl::StrCat("'", kOptimizerStepTensor, "' is ", *steps)}, "");
@@ -114,9 +118,9 @@ absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
   // plan (CheckOptimizerStates).
   for (const job::Variable& variable : job.variables()) {
     for (const std::string& name : OptimizerStateNames(job.optimizer(), variable.name())) {
-      if (!checkpoint.tensors.contains(name)) continue;
+      if (!tensors.contains(name)) continue;
       std::string problem =
-          Mismatch(checkpoint, name, plan::FLOAT32, Shape(variable.shape()), "optimizer state");
+          Mismatch(tensors, name, plan::FLOAT32, Shape(variable.shape()), "optimizer state");
       if (!problem.empty()) problems.push_back(std::move(problem));
     }
   }
@@ -126,20 +130,20 @@ absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
   return state;
 }
 
-absl::Status CheckOptimizerStates(const std::string& path, const checkpoint::Checkpoint& checkpoint,
+absl::Status CheckOptimizerStates(const std::string& path, const CheckpointTensors& checkpoint,
                                   const job::Job& job, const plan::Plan& plan) {
   std::vector<std::string> missing;
   if (plan.variables_size() > 0) {
     for (const plan::VariableLayout& layout : plan.variables()) {
       for (const std::string& name : layout.state_names()) {
-        if (!checkpoint.tensors.contains(name)) missing.push_back(name);
+        if (!checkpoint.contains(name)) missing.push_back(name);
       }
     }
   } else {
     for (const job::Variable& variable : job.variables()) {
       if (variable.frozen()) continue;
       for (const std::string& name : OptimizerStateNames(job.optimizer(), variable.name())) {
-        if (!checkpoint.tensors.contains(name)) missing.push_back(name);
+        if (!checkpoint.contains(name)) missing.push_back(name);
       }
     }
   }
@@ -150,13 +154,14 @@ absl::Status CheckOptimizerStates(const std::string& path, const checkpoint::Che
                    " missing (save all of it, or none to start with a fresh optimizer)"));
 }
 
-absl::StatusOr<checkpoint::Checkpoint> StartFromCheckpoint(const std::string& path, job::Job* job) {
-  absl::StatusOr<checkpoint::Checkpoint> read = checkpoint::ReadSafetensors(path);
-  if (!read.ok()) return read.status();
-  absl::StatusOr<job::InitialState> state = InitialStateFromCheckpoint(path, *read, *job);
+absl::StatusOr<CheckpointTensors> StartFromCheckpoint(const std::string& path, job::Job* job) {
+  absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> reader =
+      checkpoint::SafetensorsReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<job::InitialState> state = InitialStateFromCheckpoint(path, **reader, *job);
   if (!state.ok()) return state.status();
   *job->mutable_initial_state() = *std::move(state);
-  return read;
+  return (*reader)->tensors();
 }
 
 }  // namespace loom

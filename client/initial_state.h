@@ -1,6 +1,7 @@
 #ifndef LOOM_CLIENT_INITIAL_STATE_H_
 #define LOOM_CLIENT_INITIAL_STATE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,12 @@ std::vector<std::string> OptimizerStateNames(const job::Optimizer& optimizer,
 // The checkpoint's tensor holding the optimizer's step counter (I64, shape []).
 inline constexpr char kOptimizerStepTensor[] = "optimizer.step";
 
-// The initial state of `job` read from the checkpoint at `path` (already read into `checkpoint`):
+// A checkpoint's tensors by name, as its header lists them: all the checks below look at (they
+// read no tensor's contents but the step counter's, so a checkpoint of any size is checked in
+// the memory of its header).
+using CheckpointTensors = std::map<std::string, checkpoint::SafetensorsTensorInfo>;
+
+// The initial state of `job` from the checkpoint `checkpoint` (opened from `path`):
 //  - every variable of the job must be there with its shape and data type (float32 when unset);
 //  - when the job has an optimizer and the file holds any "optimizer.*" tensor, it must hold
 //    "optimizer.step" (a scalar integer), and every optimizer state it holds of a job variable
@@ -35,18 +41,18 @@ inline constexpr char kOptimizerStepTensor[] = "optimizer.step";
 // compiler decides: CheckOptimizerStates checks that on the compiled plan.
 // INVALID_ARGUMENT naming the file and every variable or tensor at fault.
 absl::StatusOr<job::InitialState> InitialStateFromCheckpoint(
-    const std::string& path, const checkpoint::Checkpoint& checkpoint, const job::Job& job);
+    const std::string& path, checkpoint::SafetensorsReader& checkpoint, const job::Job& job);
 
-// Reads the checkpoint at `path` and starts `job` from it: job->initial_state as
-// InitialStateFromCheckpoint makes it. Returns the checkpoint read (for CheckOptimizerStates).
-// Errors: ReadSafetensors' (naming the file) and InitialStateFromCheckpoint's.
-absl::StatusOr<checkpoint::Checkpoint> StartFromCheckpoint(const std::string& path, job::Job* job);
+// Opens the checkpoint at `path` and starts `job` from it: job->initial_state as
+// InitialStateFromCheckpoint makes it. Returns the checkpoint's tensors (for CheckOptimizerStates).
+// Errors: SafetensorsReader::Open's (naming the file) and InitialStateFromCheckpoint's.
+absl::StatusOr<CheckpointTensors> StartFromCheckpoint(const std::string& path, job::Job* job);
 
 // After compiling with an initial state that has optimizer_state: every optimizer state the plan
 // keeps (Plan.variables' state_names) must be in the checkpoint. A plan without variable layouts
 // is checked against the job instead: every state (OptimizerStateNames) of every non-frozen
 // variable. INVALID_ARGUMENT naming the file and every missing state.
-absl::Status CheckOptimizerStates(const std::string& path, const checkpoint::Checkpoint& checkpoint,
+absl::Status CheckOptimizerStates(const std::string& path, const CheckpointTensors& checkpoint,
                                   const job::Job& job, const plan::Plan& plan);
 
 }  // namespace loom

@@ -473,9 +473,9 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   const int64_t steps = std::max<int64_t>(job->num_steps(), 1);
 
   // --init: check the file against the job before compiling anything.
-  checkpoint::Checkpoint initial;
+  CheckpointTensors initial;
   if (!options.init_path.empty()) {
-    absl::StatusOr<checkpoint::Checkpoint> read = StartFromCheckpoint(options.init_path, &*job);
+    absl::StatusOr<CheckpointTensors> read = StartFromCheckpoint(options.init_path, &*job);
     if (!read.ok()) {
       error << kCommand << ": --init: " << read.status().message() << "\n";
       return kExitUsage;

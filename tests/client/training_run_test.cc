@@ -1,8 +1,10 @@
 // `loomctl run` on training jobs: per-step lines, checkpoints (--save-dir, --save-every) and
 // starting from one (--init).
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -283,7 +285,8 @@ TEST(TrainingRunTest, ParametersWithoutOptimizerStateStartAFreshOptimizer) {
 }
 
 // A checkpoint of the training job's variables, with `change` applied.
-std::string WriteBadCheckpoint(const std::string& name, void (*change)(checkpoint::Checkpoint*)) {
+std::string WriteBadCheckpoint(const std::string& name,
+                               const std::function<void(checkpoint::Checkpoint*)>& change) {
   auto zeros = [](Shape shape) {
     HostTensor tensor;
     tensor.data_type = plan::FLOAT32;
@@ -342,6 +345,32 @@ TEST(TrainingRunTest, BadInitFilesNameTheFileAndTheTensor) {
   result = RunTraining({"--init", no_step});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.error, HasSubstr("no 'optimizer.step'"));
+
+  // The step counter is read from the file only when its header entry says it is one integer.
+  auto with_step = [](HostTensor step) {
+    return [step](checkpoint::Checkpoint* c) {
+      c->tensors["optimizer.exp_avg.w1"] = c->tensors["w1"];
+      c->tensors["optimizer.step"] = step;
+    };
+  };
+  HostTensor float_step;
+  float_step.data_type = plan::FLOAT32;
+  float_step.shape = Shape({2});
+  float_step.bytes.assign(2 * sizeof(float), std::byte{0});
+  std::string bad_step = WriteBadCheckpoint("float_step.safetensors", with_step(float_step));
+  result = RunTraining({"--init", bad_step});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr("'optimizer.step' must be one integer (I64, shape []), not "
+                                      "float32[2]"));
+  HostTensor negative_step;
+  negative_step.data_type = plan::INT32;
+  const int32_t minus_three = -3;
+  negative_step.bytes.resize(sizeof(minus_three));
+  std::memcpy(negative_step.bytes.data(), &minus_three, sizeof(minus_three));
+  std::string negative = WriteBadCheckpoint("negative_step.safetensors", with_step(negative_step));
+  result = RunTraining({"--init", negative});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.error, HasSubstr("'optimizer.step' is -3"));
 
   result = RunTraining({"--init", TempPath("no-such-file.safetensors")});
   EXPECT_EQ(result.exit_code, 2);
