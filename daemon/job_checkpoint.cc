@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <regex>
 #include <system_error>
 #include <utility>
 
@@ -180,6 +181,35 @@ void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& node
     std::filesystem::remove(part, error);
     if (error) LOG(WARNING) << "removing the checkpoint part " << part << ": " << error.message();
   }
+}
+
+std::vector<std::string> RemoveLeftoverCheckpointFiles(const std::string& path) {
+  const std::filesystem::path checkpoint(path);
+  const std::string base = checkpoint.filename().string();
+  // What may follow PATH's name: a part's suffix, a temporary's, or both (never nothing).
+  const std::regex leftover(R"(((\.step-[0-9]+)?\.node-[0-9]+)?(\.tmp\.[0-9]+\.[0-9]+)?)");
+  std::vector<std::string> removed;
+  std::error_code error;
+  std::filesystem::directory_iterator entries(checkpoint.parent_path(), error);
+  if (error) {
+    LOG(WARNING) << "looking for the parts of checkpoint " << path << ": " << error.message();
+    return removed;
+  }
+  for (const std::filesystem::directory_entry& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= base.size() || name.compare(0, base.size(), base) != 0) continue;
+    if (!std::regex_match(name.begin() + static_cast<std::ptrdiff_t>(base.size()), name.end(),
+                          leftover) ||
+        !entry.is_regular_file(error)) {
+      continue;
+    }
+    if (std::filesystem::remove(entry.path(), error)) {
+      removed.push_back(entry.path().string());
+    } else if (error) {
+      LOG(WARNING) << "removing " << entry.path().string() << ": " << error.message();
+    }
+  }
+  return removed;
 }
 
 }  // namespace loom::daemon

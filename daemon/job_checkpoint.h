@@ -47,6 +47,12 @@ absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& p
 // nodes wrote theirs).
 void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& nodes);
 
+// Removes what an interrupted save of the checkpoint `path` can leave next to it: node parts
+// ("PATH.node-N", "PATH.step-K.node-N") and unfinished atomic writes of those or of PATH (their
+// names followed by ".tmp.PID.COUNT"). Any other file, PATH itself included, is left alone.
+// Returns the paths removed; a file that cannot be removed is logged and skipped.
+std::vector<std::string> RemoveLeftoverCheckpointFiles(const std::string& path);
+
 // Assembles every variable of `plan` (the whole job's plan: its variable layouts name the tasks)
 // from the parts of `nodes` under `parts` (CheckpointPartPath) and writes the checkpoint with
 // `progress` to `path` (atomically, as `loomctl run --save-dir` writes it), one logical tensor at

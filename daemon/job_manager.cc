@@ -984,7 +984,15 @@ void JobManager::Restore() {
     if (IsTerminal(record->info.state())) {
       finished_.push_back(record->number);
     } else {
-      // It was pending or running when the coordinator stopped: nothing runs it any more.
+      // It was pending or running when the coordinator stopped: nothing runs it any more, and
+      // the parts of a checkpoint it was saving will not be assembled.
+      if (!record->info.checkpoint_path().empty()) {
+        for (const std::string& removed :
+             RemoveLeftoverCheckpointFiles(record->info.checkpoint_path())) {
+          LOG(INFO) << "job " << record->id << ": removed " << removed
+                    << ", left by its interrupted checkpoint";
+        }
+      }
       Finish(record.get(), v1::JOB_STATE_FAILED,
              absl::AbortedError(absl::StrCat(
                  "job '", record->id, "' was ", JobStateLabel(record->info.state()),

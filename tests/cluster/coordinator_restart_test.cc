@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -128,8 +130,8 @@ class CoordinatorRestartTest : public ::testing::Test {
 
   // Submits a long pipeline job and waits (up to 60 s) for its first step; its id, or empty
   // with the test failed.
-  std::string SubmitALongJobAndAwaitAStep() {
-    absl::StatusOr<std::string> id = client_->Submit(PipelineJob(100000));
+  std::string SubmitALongJobAndAwaitAStep(const std::string& checkpoint_path = "") {
+    absl::StatusOr<std::string> id = client_->Submit(PipelineJob(100000), checkpoint_path);
     EXPECT_TRUE(id.ok()) << id.status();
     if (!id.ok()) return "";
     const absl::Time submitted = absl::Now();
@@ -194,7 +196,8 @@ TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn)
   StartCoordinator(address, {"--data-dir", data_directory});
   ASSERT_NE(coordinator_, nullptr);
   ASSERT_TRUE(client_->WaitForReadyNodes(3, absl::Seconds(20))) << coordinator_->Log();
-  const std::string killed = SubmitALongJobAndAwaitAStep();
+  const std::string checkpoint = absl::StrCat(log_prefix_, "model.safetensors");
+  const std::string killed = SubmitALongJobAndAwaitAStep(checkpoint);
   ASSERT_FALSE(killed.empty());
   const int64_t steps_done = client_->Get(killed).steps_done();
   // A running job's progress is written at least every second.
@@ -202,6 +205,14 @@ TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn)
 
   coordinator_->Signal(SIGKILL);
   coordinator_.reset();
+  // What a save cut short by the kill can leave next to the checkpoint (the killed daemon removes
+  // nothing), and a file of the user's that only looks alike.
+  const std::vector<std::string> leftovers = {absl::StrCat(checkpoint, ".node-0"),
+                                              absl::StrCat(checkpoint, ".step-40.node-2"),
+                                              absl::StrCat(checkpoint, ".tmp.123.0")};
+  const std::string notes = absl::StrCat(checkpoint, ".notes");
+  for (const std::string& file : leftovers) std::ofstream(file) << "part";
+  std::ofstream(notes) << "mine";
   StartCoordinator(address, {"--data-dir", data_directory});
   ASSERT_NE(coordinator_, nullptr);
   const v1::JobInfo info = client_->Get(killed);
@@ -209,6 +220,10 @@ TEST_F(CoordinatorRestartTest, WithADataDirTheJobKilledMidRunIsFailedAndIdsGoOn)
   EXPECT_THAT(info.error().message(),
               ::testing::HasSubstr("was running when the coordinator stopped, and did not finish"));
   EXPECT_GE(info.steps_done(), steps_done);
+  for (const std::string& file : leftovers) {
+    EXPECT_FALSE(std::filesystem::exists(file)) << file << " is left after the restart";
+  }
+  EXPECT_TRUE(std::filesystem::exists(notes));
   ASSERT_TRUE(client_->WaitForReadyNodes(3, kRejoinBound)) << coordinator_->Log();
   absl::StatusOr<std::string> next = client_->Submit(PipelineJob(2));
   ASSERT_TRUE(next.ok()) << next.status();

@@ -3,6 +3,7 @@
 #include "daemon/job_checkpoint.h"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ namespace {
 using loom::testing::FloatTensor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
 
 // Variable "w" [4] split over two ranks (tasks w@0, w@1), with one optimizer state.
 plan::Plan SplitVariable() {
@@ -127,6 +129,39 @@ TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
   status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("variable 'w'"));
+}
+
+TEST_F(JobCheckpointTest, OnlyTheFilesAnInterruptedSaveLeavesAreRemoved) {
+  const std::vector<std::string> leftovers = {
+      CheckpointPartPath(path_, 0),
+      CheckpointPartPath(path_, 12),
+      CheckpointPartPath(StepPartsPath(path_, 50), 1),
+      absl::StrCat(CheckpointPartPath(StepPartsPath(path_, 100), 3), ".tmp.4242.0"),
+      absl::StrCat(path_, ".tmp.4242.7"),
+  };
+  const std::vector<std::string> kept = {
+      path_,  // the last checkpoint saved
+      absl::StrCat(path_, ".node-"),
+      absl::StrCat(path_, ".node-1.bak"),
+      absl::StrCat(path_, ".step-5"),
+      absl::StrCat(path_, ".tmp.4242"),
+      (directory_ / "other.safetensors.node-0").string(),
+      (directory_ / "model.safetensors2.node-0").string(),
+  };
+  for (const std::vector<std::string>* files : {&leftovers, &kept}) {
+    for (const std::string& file : *files) std::ofstream(file) << "x";
+  }
+  std::filesystem::create_directory(absl::StrCat(path_, ".node-7"));  // not a file: kept
+
+  std::vector<std::string> removed = RemoveLeftoverCheckpointFiles(path_);
+  EXPECT_THAT(removed, UnorderedElementsAreArray(leftovers));
+  for (const std::string& file : leftovers) EXPECT_FALSE(std::filesystem::exists(file)) << file;
+  for (const std::string& file : kept) EXPECT_TRUE(std::filesystem::exists(file)) << file;
+  EXPECT_TRUE(std::filesystem::is_directory(absl::StrCat(path_, ".node-7")));
+
+  EXPECT_TRUE(RemoveLeftoverCheckpointFiles(path_).empty());  // nothing left to remove
+  EXPECT_TRUE(RemoveLeftoverCheckpointFiles((directory_ / "no-such-dir" / "m.safetensors").string())
+                  .empty());
 }
 
 }  // namespace
