@@ -139,6 +139,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   // quiet job receives nothing for minutes: accept any rate (without this line
   // ClusterClientTest.AQuietWatchOutlastsItsKeepalivePings fails).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // gRPC sets SO_REUSEPORT by default, with which a second loomd on this port would start and
+  // silently share it (clients then reach either): binding must fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (coordinator) {
     builder.RegisterService(daemon->job_service_.get());
     builder.RegisterService(daemon->node_service_.get());
@@ -154,14 +157,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   daemon->port_ = port;
   daemon->address_ = WithPort(options.listen_address, port);
-  grpc::HealthCheckServiceInterface* health = daemon->server_->GetHealthCheckService();
-  if (health != nullptr) {
-    health->SetServingStatus(true);
-    if (coordinator) {
-      health->SetServingStatus(v1::JobService::service_full_name(), true);
-      health->SetServingStatus(v1::ClusterService::service_full_name(), true);
-    }
-  }
+  daemon->SetServing(true);
   if (coordinator) {
     daemon->cluster_->SetSelfAddress(daemon->address_);
     daemon->cluster_->Start();
@@ -200,7 +196,47 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->metrics_server_ = std::move(*metrics);
     LOG(INFO) << "metrics on " << daemon->metrics_server_->url();
   }
+  if (!options.health_listen_address.empty()) {
+    if (absl::Status status = daemon->StartHealthServer(options.health_listen_address);
+        !status.ok()) {
+      daemon->Shutdown(absl::ZeroDuration());
+      return status;
+    }
+    daemon->SetServing(true);
+  }
   return daemon;
+}
+
+absl::Status Daemon::StartHealthServer(const std::string& address) {
+  // Made after EnableDefaultHealthCheckService, so it has the default health service (and
+  // reflection), and no other.
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as the main server
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || port == 0) {
+    health_server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on '", address,
+                                               "' (--health-listen): the address is in use or "
+                                               "not local"));
+  }
+  health_address_ = WithPort(address, port);
+  LOG(INFO) << "health checks (grpc.health.v1, plaintext) on " << health_address_;
+  return absl::OkStatus();
+}
+
+void Daemon::SetServing(bool serving) {
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    grpc::HealthCheckServiceInterface* health =
+        server == nullptr ? nullptr : server->GetHealthCheckService();
+    if (health == nullptr) continue;
+    health->SetServingStatus(serving);
+    if (manager_ != nullptr) {
+      health->SetServingStatus(v1::JobService::service_full_name(), serving);
+      health->SetServingStatus(v1::ClusterService::service_full_name(), serving);
+    }
+  }
 }
 
 void Daemon::AddScrapeGauges() {
@@ -251,10 +287,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   LOG(INFO) << "loomd shutting down";
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-      health != nullptr) {
-    health->SetServingStatus(false);
-  }
+  SetServing(false);
   if (manager_ != nullptr) {
     // Every job ends first, so that watchers receive the last events and their streams close.
     cluster_->SetDraining();
@@ -277,6 +310,10 @@ void Daemon::Shutdown(absl::Duration grace) {
   }
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_->Wait();
+  }
   metrics_server_.reset();
   LOG(INFO) << "loomd stopped";
 }

@@ -59,6 +59,9 @@ class Daemon {
   Cluster* cluster() { return cluster_.get(); }
   // Workers: the session with the coordinator (null on the coordinator).
   const WorkerSession* session() const { return session_.get(); }
+  // HOST:PORT of the plaintext health server (--health-listen, with the port picked for port 0);
+  // empty without one.
+  const std::string& health_address() const { return health_address_; }
   // HOST:PORT of /metrics (with the port picked for port 0); empty without --metrics-listen.
   std::string metrics_address() const {
     return metrics_server_ == nullptr ? "" : metrics_server_->address();
@@ -72,6 +75,10 @@ class Daemon {
   Daemon() = default;
   // The gauges read at scrape time: nodes and jobs by state (coordinator), the session (worker).
   void AddScrapeGauges();
+  // Serves grpc.health.v1.Health alone, in plaintext, on options.health_listen_address.
+  absl::Status StartHealthServer(const std::string& address);
+  // The health status of both servers: overall, and the coordinator's services.
+  void SetServing(bool serving);
 
   DaemonOptions options_;
   KernelRegistry kernels_;
@@ -93,6 +100,9 @@ class Daemon {
   std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // --health-listen: the health service alone, without TLS.
+  std::unique_ptr<grpc::Server> health_server_;
+  std::string health_address_;
   std::string address_;
   MemoryBudget memory_budget_;
   bool shut_down_ = false;

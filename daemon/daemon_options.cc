@@ -93,6 +93,11 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddSwitch("metrics-plaintext",
                  "with --tls-*: serve /metrics over plain HTTP all the same (for a scraper "
                  "without a client certificate; bind it to a private address)")
+      .AddFlag("health-listen", "HOST:PORT", "",
+               "also serve grpc.health.v1.Health, and nothing else, in plaintext on this address "
+               "(the status of the main server): for probes that cannot present a certificate "
+               "when --tls-* is on, such as Kubernetes' gRPC probes; port 0 picks a free port "
+               "(printed at start); empty: none")
       .AddFlag("data-dir", "DIR", "",
                "keep state here across restarts (created if missing; one loomd per directory): "
                "the coordinator's jobs, with their events, plans, traces and ids. Jobs that had "
@@ -143,11 +148,14 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
                                             arguments.Value("node-rank"), "'"));
   }
 
-  options.metrics_listen_address = arguments.Value("metrics-listen");
-  if (!options.metrics_listen_address.empty() &&
-      options.metrics_listen_address.find(':') == std::string::npos) {
-    return loomctl::UsageError(kCommand, absl::StrCat("--metrics-listen must be HOST:PORT, not '",
-                                                      options.metrics_listen_address, "'"));
+  for (auto [flag, target] : std::vector<std::pair<const char*, std::string*>>{
+           {"metrics-listen", &options.metrics_listen_address},
+           {"health-listen", &options.health_listen_address}}) {
+    *target = arguments.Value(flag);
+    if (!target->empty() && target->find(':') == std::string::npos) {
+      return loomctl::UsageError(
+          kCommand, absl::StrCat("--", flag, " must be HOST:PORT, not '", *target, "'"));
+    }
   }
 
   options.data_directory = arguments.Value("data-dir");

@@ -31,6 +31,10 @@ struct DaemonOptions {
   std::string metrics_listen_address;
   // With `tls`: serve /metrics over plain HTTP anyway (without: HTTPS, mutual TLS).
   bool metrics_plaintext = false;
+  // HOST:PORT of a second gRPC server, always plaintext, with grpc.health.v1.Health alone (the
+  // main server's status): for probes that cannot present a certificate. Port 0 picks a free
+  // port; empty: none.
+  std::string health_listen_address;
   // Where the coordinator keeps its jobs across restarts (locked against a second loomd); empty:
   // nothing is kept on disk.
   std::string data_directory;

@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
   if (!(*daemon)->metrics_url().empty()) {
     std::cout << "loomd: metrics on " << (*daemon)->metrics_url() << std::endl;
   }
+  if (!(*daemon)->health_address().empty()) {
+    std::cout << "loomd: health checks (plaintext) on " << (*daemon)->health_address() << std::endl;
+  }
   // Under systemd (Type=notify): ready, and watchdog pings while running. No-ops elsewhere.
   loom::daemon::SystemdNotifier systemd;
   if (absl::Status status = systemd.Ready(absl::StrCat("serving on ", (*daemon)->address()));

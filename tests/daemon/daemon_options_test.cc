@@ -30,13 +30,30 @@ TEST(DaemonOptionsTest, Defaults) {
   EXPECT_FALSE(options->node_name.empty());                          // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
   EXPECT_FALSE(options->metrics_plaintext);
+  EXPECT_EQ(options->health_listen_address, "");
 }
 
 TEST(DaemonOptionsTest, ReadsEveryFlag) {
-  absl::StatusOr<DaemonOptions> options =
-      Parse({"--listen", "0.0.0.0:0", "--node-name", "n1", "--devices", "cpu:4",
-             "--memory-budget-per-device", "2GiB", "--stall-timeout", "3s", "--shutdown-grace",
-             "500ms", "--max-message-size", "1MiB", "--verbose", "--metrics-plaintext"});
+  absl::StatusOr<DaemonOptions> options = Parse({"--listen",
+                                                 "0.0.0.0:0",
+                                                 "--node-name",
+                                                 "n1",
+                                                 "--devices",
+                                                 "cpu:4",
+                                                 "--memory-budget-per-device",
+                                                 "2GiB",
+                                                 "--stall-timeout",
+                                                 "3s",
+                                                 "--shutdown-grace",
+                                                 "500ms",
+                                                 "--max-message-size",
+                                                 "1MiB",
+                                                 "--verbose",
+                                                 "--metrics-plaintext",
+                                                 "--metrics-listen",
+                                                 "0.0.0.0:9400",
+                                                 "--health-listen",
+                                                 "0.0.0.0:7071"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->listen_address, "0.0.0.0:0");
   EXPECT_EQ(options->node_name, "n1");
@@ -47,6 +64,8 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->max_message_bytes, 1 << 20);
   EXPECT_TRUE(options->verbose);
   EXPECT_TRUE(options->metrics_plaintext);
+  EXPECT_EQ(options->metrics_listen_address, "0.0.0.0:9400");
+  EXPECT_EQ(options->health_listen_address, "0.0.0.0:7071");
 }
 
 TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
@@ -87,6 +106,10 @@ TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
   EXPECT_THAT(Parse({"--memory-budget-per-device", "lots"}).status().message(),
               HasSubstr("--memory-budget-per-device"));
   EXPECT_THAT(Parse({"--listen", "7070"}).status().message(), HasSubstr("--listen"));
+  EXPECT_THAT(Parse({"--metrics-listen", "9400"}).status().message(),
+              HasSubstr("--metrics-listen must be HOST:PORT, not '9400'"));
+  EXPECT_THAT(Parse({"--health-listen", "7071"}).status().message(),
+              HasSubstr("--health-listen must be HOST:PORT, not '7071'"));
   EXPECT_THAT(Parse({"--stall-timeout", "soon"}).status().message(), HasSubstr("--stall-timeout"));
   EXPECT_THAT(Parse({"--coordinator", "somewhere"}).status().message(), HasSubstr("--coordinator"));
   EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "0"}).status().message(),
@@ -115,9 +138,9 @@ TEST(DaemonOptionsTest, TlsFlagsGoTogetherAndNameWhatTheyCannotRead) {
 
 TEST(DaemonOptionsTest, HelpListsTheFlags) {
   const std::string help = DaemonArgumentSpec().Help();
-  for (const char* flag :
-       {"--listen", "--coordinator", "--node-name", "--devices", "--memory-budget-per-device",
-        "--shutdown-grace", "--tls-ca", "--tls-cert", "--tls-key", "--metrics-plaintext"}) {
+  for (const char* flag : {"--listen", "--coordinator", "--node-name", "--devices",
+                           "--memory-budget-per-device", "--shutdown-grace", "--tls-ca",
+                           "--tls-cert", "--tls-key", "--metrics-plaintext", "--health-listen"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
 }

@@ -1,8 +1,10 @@
 // Malformed requests never crash the daemon; the health service answers; messages over the limit
 // are RESOURCE_EXHAUSTED.
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -164,6 +166,20 @@ TEST_F(RobustnessTest, CallsAfterShutdownFailInsteadOfHanging) {
   // The server is gone: the call fails (UNAVAILABLE) instead of hanging.
   grpc::Status status = RawUnaryCall("/grpc.health.v1.Health/Check", "", &response);
   EXPECT_FALSE(status.ok());
+}
+
+TEST_F(RobustnessTest, ASecondDaemonOnTheSameAddressDoesNotStart) {
+  // Without this, gRPC's SO_REUSEPORT let both serve the port and clients reach either.
+  DaemonOptions options = TestOptions();
+  options.listen_address = daemon_->address();
+  absl::StatusOr<std::unique_ptr<Daemon>> second = Daemon::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("cannot serve on '", daemon_->address(), "'")));
+  std::string response;
+  ASSERT_TRUE(RawUnaryCall("/grpc.health.v1.Health/Check", "", &response).ok());
+  EXPECT_EQ(response, kServing);
 }
 
 }  // namespace

@@ -15,6 +15,9 @@ const YAML = require("yaml");
 
 const kGrpcPort = 7070;
 const kMetricsPort = 9400;
+// --health-listen: the plaintext health service the kubelet's gRPC probes reach (they present no
+// certificate, so they cannot probe the API port once it is mutual TLS).
+const kHealthPort = 7071;
 // loomd's --shutdown-grace default, and the time watchers get after it (daemon/daemon.cc).
 const kDefaultShutdownGraceSeconds = 20;
 const kServerShutdownSeconds = 5;
@@ -105,17 +108,20 @@ function checkLoomRules(objects) {
       continue;
     }
     const containerPorts = (loomd.ports || []).map((port) => `${port.name}:${port.containerPort}`);
-    for (const wanted of [`grpc:${kGrpcPort}`, `metrics:${kMetricsPort}`]) {
+    for (const wanted of [`grpc:${kGrpcPort}`, `metrics:${kMetricsPort}`, `health:${kHealthPort}`]) {
       if (!containerPorts.includes(wanted)) problem(where, `container loomd has no port ${wanted}`);
     }
-    for (const probe of ["readinessProbe", "livenessProbe"]) {
+    for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
       const grpc = (loomd[probe] || {}).grpc;
-      if (!grpc || grpc.port !== kGrpcPort) {
-        problem(where, `container loomd: ${probe} must be a grpc probe on port ${kGrpcPort}`);
+      if (!grpc || grpc.port !== kHealthPort) {
+        problem(where, `container loomd: ${probe} must be a grpc probe on port ${kHealthPort}`);
       }
     }
 
     const script = (loomd.command || []).concat(loomd.args || []).join("\n");
+    if (!new RegExp(`--health-listen\\s+0\\.0\\.0\\.0:${kHealthPort}\\b`).test(script)) {
+      problem(where, `the entrypoint must pass --health-listen 0.0.0.0:${kHealthPort} (the probes' port)`);
+    }
     if (!script.includes("${HOSTNAME##*-}") || !/--node-rank\s+"?\$ordinal"?/.test(script)) {
       problem(where, "the entrypoint must pass --node-rank from the pod ordinal (${HOSTNAME##*-})");
     }
