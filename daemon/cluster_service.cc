@@ -1,13 +1,10 @@
 #include "daemon/cluster_service.h"
 
-#include "daemon/worker_job_service.h"
-
 namespace loom::daemon {
 
 grpc::Status ClusterServiceImpl::ListNodes(grpc::ServerContext* context,
                                            const v1::ListNodesRequest* request,
                                            v1::ListNodesResponse* response) {
-  if (cluster_ == nullptr) return AskTheCoordinator(coordinator_address_);
   for (v1::NodeInfo& node : cluster_->Nodes()) *response->add_nodes() = std::move(node);
   return grpc::Status::OK;
 }

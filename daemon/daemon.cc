@@ -116,12 +116,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->job_service_ = std::make_unique<JobServiceImpl>(daemon->manager_.get());
     daemon->node_service_ =
         std::make_unique<NodeServiceImpl>(daemon->cluster_.get(), daemon->manager_.get());
+    daemon->cluster_service_ = std::make_unique<ClusterServiceImpl>(daemon->cluster_.get());
   } else {
+    std::shared_ptr<grpc::Channel> coordinator =
+        CoordinatorChannel(options.coordinator_address, options.tls, options.max_message_bytes);
     daemon->worker_job_service_ =
-        std::make_unique<WorkerJobServiceImpl>(options.coordinator_address);
+        std::make_unique<WorkerJobServiceImpl>(coordinator, options.coordinator_address);
+    daemon->cluster_service_ =
+        std::make_unique<WorkerClusterServiceImpl>(coordinator, options.coordinator_address);
   }
-  daemon->cluster_service_ =
-      std::make_unique<ClusterServiceImpl>(daemon->cluster_.get(), options.coordinator_address);
 
   // Both are process-wide settings of gRPC that take effect in the builders made after them.
   grpc::EnableDefaultHealthCheckService(true);

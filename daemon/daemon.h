@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
 #include "daemon/cluster_service.h"
+#include "daemon/coordinator_forwarding.h"
 #include "daemon/daemon_options.h"
 #include "daemon/directory_lock.h"
 #include "daemon/job_manager.h"
@@ -19,7 +20,6 @@
 #include "daemon/node_agent.h"
 #include "daemon/node_service.h"
 #include "daemon/scrape_gauges.h"
-#include "daemon/worker_job_service.h"
 #include "daemon/worker_session.h"
 #include "grpcpp/server.h"
 #include "kernels/kernel_registry.h"
@@ -30,7 +30,8 @@ namespace loom::daemon {
 // ClusterService and NodeService for the workers' sessions, grpc.health.v1.Health, server
 // reflection) over the cluster of nodes that joined it and the job manager; its own node is node 0
 // and runs its part of jobs through a NodeAgent like every worker. A worker: the same server
-// without the job API, a session with the coordinator, and the NodeAgent.
+// with JobService and ListNodes forwarded to the coordinator (coordinator_forwarding.h), a session
+// with the coordinator, and the NodeAgent.
 //
 //   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
 //   ... (*daemon)->port() ...
@@ -94,9 +95,10 @@ class Daemon {
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<WorkerSession> session_;
   std::unique_ptr<JobServiceImpl> job_service_;
-  // Workers: JobService answering FAILED_PRECONDITION naming the coordinator.
+  // Workers: JobService forwarding every call to the coordinator.
   std::unique_ptr<WorkerJobServiceImpl> worker_job_service_;
-  std::unique_ptr<ClusterServiceImpl> cluster_service_;
+  // The coordinator's ClusterServiceImpl, or a worker's forwarding WorkerClusterServiceImpl.
+  std::unique_ptr<v1::ClusterService::Service> cluster_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -148,7 +148,16 @@ class CoordinatorRestartTest : public ::testing::Test {
     const std::string address = coordinator_->address();
     coordinator_->Signal(signal);
     coordinator_.reset();
-    // The workers lose their session and retry meanwhile.
+    // The workers lose their session and retry meanwhile. A call to a worker, which it forwards
+    // to the coordinator, says that it is down and where it was.
+    auto worker = v1::ClusterService::NewStub(LoomdClient(workers_[0]->address()).channel());
+    v1::ListNodesResponse listed;
+    grpc::Status status = worker->ListNodes(LoomdClient::Context().get(), {}, &listed);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    EXPECT_THAT(
+        status.error_message(),
+        ::testing::HasSubstr(absl::StrCat(
+            "this loomd is a worker: it forwarded the call to its coordinator at ", address)));
     absl::SleepFor(downtime);
     for (auto& worker : workers_) ASSERT_TRUE(worker->Running()) << worker->Log();
 

@@ -332,34 +332,54 @@ TEST_F(LoomdClusterTest, ATracedJobsTraceHoldsTheActsOfEveryNode) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_F(LoomdClusterTest, AWorkerSendsJobAndNodeCallsToItsCoordinator) {
+TEST_F(LoomdClusterTest, AWorkerForwardsJobAndClusterCallsToItsCoordinator) {
   LoomdClient worker(daemons_[1]->address());
-  const std::string expected =
-      absl::StrCat("this loomd is a worker; ask its coordinator at ", daemons_[0]->address());
+  std::vector<v1::NodeInfo> nodes = worker.Nodes();  // the coordinator's list
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_TRUE(nodes[0].coordinator());
+
+  // A job submitted and watched through a worker runs as one submitted to the coordinator.
+  absl::StatusOr<job::Job> job = DataAndPipelineParallelGpt(2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::string> id = worker.Submit(*job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  JobOutcome outcome = worker.Watch(*id);
+  EXPECT_EQ(outcome.state, v1::JOB_STATE_SUCCEEDED) << outcome.error;
+  EXPECT_EQ(outcome.losses.size(), 2u);
+  EXPECT_EQ(client_->Get(*id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(worker.Get(*id).steps_done(), 2);
   auto jobs = v1::JobService::NewStub(worker.channel());
   v1::ListJobsResponse listed;
-  grpc::Status list = jobs->ListJobs(LoomdClient::Context().get(), {}, &listed);
-  EXPECT_EQ(list.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(list.error_message(), HasSubstr(expected));
-  v1::GetJobRequest get;
-  get.set_job_id("job-1");
+  ASSERT_TRUE(jobs->ListJobs(LoomdClient::Context().get(), {}, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).job_id(), *id);
+  v1::GetPlanRequest plan_request;
+  plan_request.set_job_id(*id);
+  v1::GetPlanResponse plan;
+  ASSERT_TRUE(jobs->GetPlan(LoomdClient::Context().get(), plan_request, &plan).ok());
+  EXPECT_GT(plan.plan().tasks_size(), 0);
+
+  // The coordinator's errors come back as they are.
+  v1::GetJobRequest unknown;
+  unknown.set_job_id("job-404");
   v1::GetJobResponse got;
-  EXPECT_EQ(jobs->GetJob(LoomdClient::Context().get(), get, &got).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
-  v1::WatchJobRequest watch;
-  watch.set_job_id("job-1");
-  auto context = LoomdClient::Context();
-  auto stream = jobs->WatchJob(context.get(), watch);
-  v1::JobEvent event;
-  EXPECT_FALSE(stream->Read(&event));
-  grpc::Status watched = stream->Finish();
-  EXPECT_EQ(watched.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(watched.error_message(), HasSubstr(expected));
-  auto cluster = v1::ClusterService::NewStub(worker.channel());
-  v1::ListNodesResponse nodes;
-  grpc::Status listed_nodes = cluster->ListNodes(LoomdClient::Context().get(), {}, &nodes);
-  EXPECT_EQ(listed_nodes.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(listed_nodes.error_message(), HasSubstr(expected));
+  grpc::Status status = jobs->GetJob(LoomdClient::Context().get(), unknown, &got);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("job-404"));
+
+  // Cancelled through another worker, while a third party watches through the first.
+  absl::StatusOr<job::Job> long_job = DataAndPipelineParallelGpt(100000);
+  ASSERT_TRUE(long_job.ok()) << long_job.status();
+  absl::StatusOr<std::string> long_id = worker.Submit(*long_job);
+  ASSERT_TRUE(long_id.ok()) << long_id.status();
+  LoomdClient other_worker(daemons_[2]->address());
+  bool cancelled = false;
+  JobOutcome stopped = worker.Watch(*long_id, absl::Minutes(2), [&](const v1::JobEvent& event) {
+    if (event.has_step() && !cancelled) cancelled = other_worker.Cancel(*long_id).ok();
+  });
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(stopped.state, v1::JOB_STATE_CANCELLED) << stopped.error;
+  EXPECT_EQ(client_->Get(*long_id).state(), v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(LoomdClusterTest, AJobLargerThanTheClusterIsResourceExhausted) {

@@ -85,11 +85,13 @@ class TlsTest : public ::testing::Test {
     workers_.push_back(*std::move(worker));
   }
 
-  absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(std::optional<TlsCredentials> tls) {
+  // A client of the coordinator, or of `address` when given.
+  absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(std::optional<TlsCredentials> tls,
+                                                         const std::string& address = "") {
     ClusterClientOptions options;
     options.connect_timeout = absl::Seconds(3);
     options.tls = std::move(tls);
-    return ClusterClient::Connect(coordinator_->address(), options);
+    return ClusterClient::Connect(address.empty() ? coordinator_->address() : address, options);
   }
 
   std::string prefix_;
@@ -122,6 +124,18 @@ TEST_F(TlsTest, ACoordinatorAndAWorkerWithCertificatesRunAJobForAClientWithOne) 
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->state(), v1::JOB_STATE_SUCCEEDED) << info->error().message();
   EXPECT_EQ(losses, 3);
+
+  // The worker forwards the client's calls to the coordinator over its own TLS connection.
+  absl::StatusOr<std::unique_ptr<ClusterClient>> through_worker =
+      Connect(ReadCredentials(CertificateFiles(certificates_, certificates_, "operator")),
+              workers_[0]->address());
+  ASSERT_TRUE(through_worker.ok()) << through_worker.status();
+  absl::StatusOr<std::vector<v1::NodeInfo>> nodes = (*through_worker)->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ(nodes->size(), 2u);
+  absl::StatusOr<v1::JobInfo> forwarded = (*through_worker)->GetJob(submitted->job_id());
+  ASSERT_TRUE(forwarded.ok()) << forwarded.status();
+  EXPECT_EQ(forwarded->state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(TlsTest, APlaintextClientGetsNoAnswer) {

@@ -1,0 +1,122 @@
+#include "daemon/coordinator_forwarding.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace loom::daemon {
+namespace {
+
+// The coordinator's answer to a forwarded call, for the worker's client.
+grpc::Status Answer(const grpc::Status& status, const std::string& coordinator_address) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+  return grpc::Status(status.error_code(),
+                      absl::StrCat(status.error_message(),
+                                   " (this loomd is a worker: it forwarded the call to its ",
+                                   "coordinator at ", coordinator_address, ")"));
+}
+
+// Calls `call` with a client context that carries the server call's deadline and cancellation.
+template <typename Call>
+grpc::Status Forward(grpc::ServerContext* context, const std::string& coordinator_address,
+                     Call call) {
+  std::unique_ptr<grpc::ClientContext> forwarded = grpc::ClientContext::FromServerContext(*context);
+  return Answer(call(forwarded.get()), coordinator_address);
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& coordinator_address,
+                                                  const std::optional<TlsCredentials>& tls,
+                                                  int max_message_bytes) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(max_message_bytes);
+  arguments.SetMaxSendMessageSize(max_message_bytes);
+  return grpc::CreateCustomChannel(coordinator_address, MakeChannelCredentials(tls), arguments);
+}
+
+WorkerJobServiceImpl::WorkerJobServiceImpl(std::shared_ptr<grpc::Channel> coordinator,
+                                           std::string coordinator_address)
+    : coordinator_(v1::JobService::NewStub(std::move(coordinator))),
+      coordinator_address_(std::move(coordinator_address)) {}
+
+grpc::Status WorkerJobServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                             const v1::SubmitJobRequest* request,
+                                             v1::SubmitJobResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->SubmitJob(forwarded, *request, response);
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::GetJob(grpc::ServerContext* context,
+                                          const v1::GetJobRequest* request,
+                                          v1::GetJobResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->GetJob(forwarded, *request, response);
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                            const v1::ListJobsRequest* request,
+                                            v1::ListJobsResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->ListJobs(forwarded, *request, response);
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                             const v1::CancelJobRequest* request,
+                                             v1::CancelJobResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->CancelJob(forwarded, *request, response);
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::WatchJob(grpc::ServerContext* context,
+                                            const v1::WatchJobRequest* request,
+                                            grpc::ServerWriter<v1::JobEvent>* writer) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> events =
+        coordinator_->WatchJob(forwarded, *request);
+    v1::JobEvent event;
+    while (events->Read(&event)) {
+      // The client is gone: end the coordinator's stream too (Finish would wait for its end).
+      if (!writer->Write(event)) forwarded->TryCancel();
+    }
+    return events->Finish();
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::GetPlan(grpc::ServerContext* context,
+                                           const v1::GetPlanRequest* request,
+                                           v1::GetPlanResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->GetPlan(forwarded, *request, response);
+  });
+}
+
+grpc::Status WorkerJobServiceImpl::GetTrace(grpc::ServerContext* context,
+                                            const v1::GetTraceRequest* request,
+                                            v1::GetTraceResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->GetTrace(forwarded, *request, response);
+  });
+}
+
+WorkerClusterServiceImpl::WorkerClusterServiceImpl(std::shared_ptr<grpc::Channel> coordinator,
+                                                   std::string coordinator_address)
+    : coordinator_(v1::ClusterService::NewStub(std::move(coordinator))),
+      coordinator_address_(std::move(coordinator_address)) {}
+
+grpc::Status WorkerClusterServiceImpl::ListNodes(grpc::ServerContext* context,
+                                                 const v1::ListNodesRequest* request,
+                                                 v1::ListNodesResponse* response) {
+  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
+    return coordinator_->ListNodes(forwarded, *request, response);
+  });
+}
+
+}  // namespace loom::daemon
