@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/grpc_durations.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -31,10 +32,16 @@ grpc::Status Forward(grpc::ServerContext* context, const std::string& coordinato
 
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& coordinator_address,
                                                   const std::optional<TlsCredentials>& tls,
-                                                  int max_message_bytes) {
+                                                  int max_message_bytes,
+                                                  absl::Duration keepalive_interval,
+                                                  absl::Duration keepalive_timeout) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(max_message_bytes);
   arguments.SetMaxSendMessageSize(max_message_bytes);
+  // As the worker's session (the coordinator's server accepts pings at any rate).
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, GrpcMilliseconds(keepalive_interval));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, GrpcMilliseconds(keepalive_timeout));
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return grpc::CreateCustomChannel(coordinator_address, MakeChannelCredentials(tls), arguments);
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "client/tls.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
@@ -22,10 +23,15 @@ namespace loom::daemon {
 // worker forwarded it and where.
 
 // The channel a worker forwards on: `coordinator_address` with the worker's TLS credentials
-// (nullopt: plaintext) and message limit. Connects lazily (and again after a coordinator restart).
+// (nullopt: plaintext) and message limit, and keepalive pings every `keepalive_interval` (a ping
+// unanswered for `keepalive_timeout` closes the connection, which ends the calls on it: a watch
+// forwarded for a quiet job notices a coordinator that vanished). Connects lazily (and again
+// after a coordinator restart).
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& coordinator_address,
                                                   const std::optional<TlsCredentials>& tls,
-                                                  int max_message_bytes);
+                                                  int max_message_bytes,
+                                                  absl::Duration keepalive_interval,
+                                                  absl::Duration keepalive_timeout);
 
 // loom.v1.JobService on a worker.
 class WorkerJobServiceImpl final : public v1::JobService::Service {

@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     daemon->cluster_service_ = std::make_unique<ClusterServiceImpl>(daemon->cluster_.get());
   } else {
     std::shared_ptr<grpc::Channel> coordinator =
-        CoordinatorChannel(options.coordinator_address, options.tls, options.max_message_bytes);
+        CoordinatorChannel(options.coordinator_address, options.tls, options.max_message_bytes,
+                           options.heartbeat_interval, options.node_timeout);
     daemon->worker_job_service_ =
         std::make_unique<WorkerJobServiceImpl>(coordinator, options.coordinator_address);
     daemon->cluster_service_ =
