@@ -28,6 +28,18 @@ grpc::Status Forward(grpc::ServerContext* context, const std::string& coordinato
   return Answer(call(forwarded.get()), coordinator_address);
 }
 
+// Forwards a unary call: `method` of the coordinator's `stub`, with `request`, into `response`.
+template <typename Stub, typename Request, typename Response>
+grpc::Status ForwardUnary(grpc::ServerContext* context, const std::string& coordinator_address,
+                          Stub& stub,
+                          grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                       Response*),
+                          const Request& request, Response* response) {
+  return Forward(context, coordinator_address, [&](grpc::ClientContext* forwarded) {
+    return (stub.*method)(forwarded, request, response);
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const std::string& coordinator_address,
@@ -53,33 +65,29 @@ WorkerJobServiceImpl::WorkerJobServiceImpl(std::shared_ptr<grpc::Channel> coordi
 grpc::Status WorkerJobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                              const v1::SubmitJobRequest* request,
                                              v1::SubmitJobResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->SubmitJob(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_,
+                      &v1::JobService::Stub::SubmitJob, *request, response);
 }
 
 grpc::Status WorkerJobServiceImpl::GetJob(grpc::ServerContext* context,
                                           const v1::GetJobRequest* request,
                                           v1::GetJobResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->GetJob(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_, &v1::JobService::Stub::GetJob,
+                      *request, response);
 }
 
 grpc::Status WorkerJobServiceImpl::ListJobs(grpc::ServerContext* context,
                                             const v1::ListJobsRequest* request,
                                             v1::ListJobsResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->ListJobs(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_, &v1::JobService::Stub::ListJobs,
+                      *request, response);
 }
 
 grpc::Status WorkerJobServiceImpl::CancelJob(grpc::ServerContext* context,
                                              const v1::CancelJobRequest* request,
                                              v1::CancelJobResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->CancelJob(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_,
+                      &v1::JobService::Stub::CancelJob, *request, response);
 }
 
 grpc::Status WorkerJobServiceImpl::WatchJob(grpc::ServerContext* context,
@@ -100,17 +108,15 @@ grpc::Status WorkerJobServiceImpl::WatchJob(grpc::ServerContext* context,
 grpc::Status WorkerJobServiceImpl::GetPlan(grpc::ServerContext* context,
                                            const v1::GetPlanRequest* request,
                                            v1::GetPlanResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->GetPlan(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_, &v1::JobService::Stub::GetPlan,
+                      *request, response);
 }
 
 grpc::Status WorkerJobServiceImpl::GetTrace(grpc::ServerContext* context,
                                             const v1::GetTraceRequest* request,
                                             v1::GetTraceResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->GetTrace(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_, &v1::JobService::Stub::GetTrace,
+                      *request, response);
 }
 
 WorkerClusterServiceImpl::WorkerClusterServiceImpl(std::shared_ptr<grpc::Channel> coordinator,
@@ -121,9 +127,8 @@ WorkerClusterServiceImpl::WorkerClusterServiceImpl(std::shared_ptr<grpc::Channel
 grpc::Status WorkerClusterServiceImpl::ListNodes(grpc::ServerContext* context,
                                                  const v1::ListNodesRequest* request,
                                                  v1::ListNodesResponse* response) {
-  return Forward(context, coordinator_address_, [&](grpc::ClientContext* forwarded) {
-    return coordinator_->ListNodes(forwarded, *request, response);
-  });
+  return ForwardUnary(context, coordinator_address_, *coordinator_,
+                      &v1::ClusterService::Stub::ListNodes, *request, response);
 }
 
 }  // namespace loom::daemon

@@ -67,6 +67,11 @@ job::Job SlowJob(int steps, int microseconds) {
   return job;
 }
 
+std::string HealthCheckRequest(const std::string& service) {
+  if (service.empty()) return "";
+  return std::string("\x0a") + static_cast<char>(service.size()) + service;
+}
+
 DaemonOptions TestOptions() {
   DaemonOptions options;
   options.listen_address = "127.0.0.1:0";

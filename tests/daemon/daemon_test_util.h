@@ -24,6 +24,11 @@ job::Job TrainingJob(int steps);
 job::Job SlowJob(int steps, int microseconds);
 job::Job ParseJob(const std::string& text);
 
+// grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
+inline constexpr char kHealthServing[] = "\x08\x01";
+// A grpc.health.v1.HealthCheckRequest for `service` ("": the whole server) on the wire.
+std::string HealthCheckRequest(const std::string& service);
+
 // Options of a daemon for tests: 127.0.0.1 port 0, two CPU devices, no shutdown grace.
 DaemonOptions TestOptions();
 

@@ -22,15 +22,8 @@ namespace {
 
 using testing::ContextWithDeadline;
 using ::testing::HasSubstr;
-
-// grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
-constexpr char kServing[] = "\x08\x01";
-
-// A HealthCheckRequest for `service` ("": the whole server) on the wire.
-std::string HealthCheckRequest(const std::string& service) {
-  if (service.empty()) return "";
-  return std::string("\x0a") + static_cast<char>(service.size()) + service;
-}
+using testing::HealthCheckRequest;
+using testing::kHealthServing;
 
 class HealthListenTest : public ::testing::Test {
  protected:
@@ -75,7 +68,7 @@ TEST_F(HealthListenTest, ThePlaintextAddressAnswersHealthChecksAsTheServer) {
     grpc::Status status = PlaintextCall(address, "/grpc.health.v1.Health/Check",
                                         HealthCheckRequest(service), &response);
     ASSERT_TRUE(status.ok()) << "'" << service << "': " << status.error_message();
-    EXPECT_EQ(response, kServing) << "'" << service << "'";
+    EXPECT_EQ(response, kHealthServing) << "'" << service << "'";
   }
 }
 

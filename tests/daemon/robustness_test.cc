@@ -16,23 +16,15 @@ using ::testing::HasSubstr;
 
 using RobustnessTest = DaemonTest;
 
-// grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
-constexpr char kServing[] = "\x08\x01";
-
-std::string HealthCheckRequest(const std::string& service) {
-  if (service.empty()) return "";
-  return std::string("\x0a") + static_cast<char>(service.size()) + service;
-}
-
 TEST_F(RobustnessTest, HealthIsServing) {
   std::string response;
   grpc::Status status = RawUnaryCall("/grpc.health.v1.Health/Check", "", &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response, kServing);
+  EXPECT_EQ(response, kHealthServing);
   status = RawUnaryCall("/grpc.health.v1.Health/Check", HealthCheckRequest("loom.v1.JobService"),
                         &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response, kServing);
+  EXPECT_EQ(response, kHealthServing);
 }
 
 TEST_F(RobustnessTest, GarbageRequestBodiesDoNotCrashTheDaemon) {
@@ -52,7 +44,7 @@ TEST_F(RobustnessTest, GarbageRequestBodiesDoNotCrashTheDaemon) {
   }
   std::string response;
   ASSERT_TRUE(RawUnaryCall("/grpc.health.v1.Health/Check", "", &response).ok());
-  EXPECT_EQ(response, kServing);
+  EXPECT_EQ(response, kHealthServing);
 }
 
 TEST_F(RobustnessTest, MalformedJobsAreRefusedWithoutCrashing) {
@@ -179,7 +171,7 @@ TEST_F(RobustnessTest, ASecondDaemonOnTheSameAddressDoesNotStart) {
               HasSubstr(absl::StrCat("cannot serve on '", daemon_->address(), "'")));
   std::string response;
   ASSERT_TRUE(RawUnaryCall("/grpc.health.v1.Health/Check", "", &response).ok());
-  EXPECT_EQ(response, kServing);
+  EXPECT_EQ(response, kHealthServing);
 }
 
 }  // namespace
