@@ -26,6 +26,10 @@ class MeteredNetwork final : public Network {
   absl::Status SendData(int destination, Tag tag, const void* buffer, size_t size,
                         Completion done) override;
   absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) override;
+  bool DriveUntil(absl::FunctionRef<bool()> done,
+                  std::chrono::steady_clock::time_point deadline) override {
+    return network_->DriveUntil(done, deadline);
+  }
 
  private:
   Completion Counting(TransferDirection direction, size_t size, Completion done) const;

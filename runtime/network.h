@@ -1,10 +1,12 @@
 #ifndef LOOM_RUNTIME_NETWORK_H_
 #define LOOM_RUNTIME_NETWORK_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "runtime/message.h"
@@ -49,6 +51,19 @@ class Network {
   // (any other size fails the transfer). `done` runs once the bytes are in place, or with the
   // error.
   virtual absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) = 0;
+
+  // Lets the calling thread, which is about to wait for transfers it posted, move the network
+  // forward itself until `done()` holds or `deadline` passes, instead of waiting for the network's
+  // thread to hand it every completion (a wake-up each). Completions and incoming messages may run
+  // on the calling thread meanwhile, so it must hold no lock they take; `done` must be cheap, and
+  // a wait ended from another thread may take a few tens of milliseconds to be seen. Returns
+  // whether `done()` held; false also when the calling thread stopped driving before (another
+  // thread asked to drive, the network stopped) or could not drive (the implementation has no
+  // such mode): the caller then waits as usual.
+  // Transfers with kCollectiveTagBit are posted for their poster to drive: a collective backend
+  // calls this before it waits for them (until then they may not have started).
+  virtual bool DriveUntil(absl::FunctionRef<bool()> done,
+                          std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 }  // namespace loom

@@ -366,6 +366,9 @@ absl::Status NetworkCollectives::Await(Collective& collective, int index) {
 
 absl::Status NetworkCollectives::AwaitTransfer(Collective& collective, TransferGroup& group,
                                                int index) {
+  // This rank's thread moves the network forward itself where it can (Network::DriveUntil); the
+  // wait below then returns at once.
+  network_->DriveUntil([&group, index] { return group.Over(index); }, collective.deadline);
   const TransferGroup::Outcome outcome =
       index < 0 ? group.WaitAll(collective.deadline, options_.spin)
                 : group.Wait(index, collective.deadline, options_.spin);

@@ -61,6 +61,12 @@ bool TransferGroup::OverLocked(int index, Outcome* outcome) const {
   return true;
 }
 
+bool TransferGroup::Over(int index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Outcome outcome;
+  return OverLocked(index, &outcome);
+}
+
 TransferGroup::Outcome TransferGroup::WaitFor(int index, Clock::time_point deadline,
                                               absl::Duration spin) {
   Outcome outcome;

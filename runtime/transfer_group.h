@@ -53,6 +53,9 @@ class TransferGroup : public std::enable_shared_from_this<TransferGroup> {
   Outcome Wait(int index, Clock::time_point deadline, absl::Duration spin);
   Outcome WaitAll(Clock::time_point deadline, absl::Duration spin);
 
+  // Whether a wait for transfer `index` (-1: every transfer added so far) would return now.
+  bool Over(int index) const;
+
   // After kFailed: which transfer failed first, and why.
   int failed_transfer() const;
   absl::Status error() const;

@@ -205,7 +205,7 @@ absl::Status Transport::Send(PeerId peer, absl::string_view bytes) {
 }
 
 absl::Status Transport::SendData(PeerId peer, DataTag tag, const void* buffer, size_t size,
-                                 SendCallback callback) {
+                                 SendCallback callback, Queueing queueing) {
   auto operation = std::make_unique<Operation>();
   operation->kind = Operation::Kind::kSendData;
   operation->peer = peer;
@@ -213,21 +213,21 @@ absl::Status Transport::SendData(PeerId peer, DataTag tag, const void* buffer, s
   operation->send_buffer = buffer;
   operation->size = size;
   operation->send_callback = std::move(callback);
-  return Enqueue(std::move(operation));
+  return Enqueue(std::move(operation), queueing);
 }
 
 absl::Status Transport::ReceiveData(DataTag tag, void* buffer, size_t size,
-                                    ReceiveCallback callback) {
+                                    ReceiveCallback callback, Queueing queueing) {
   auto operation = std::make_unique<Operation>();
   operation->kind = Operation::Kind::kReceiveData;
   operation->tag = tag;
   operation->receive_buffer = buffer;
   operation->size = size;
   operation->receive_callback = std::move(callback);
-  return Enqueue(std::move(operation));
+  return Enqueue(std::move(operation), queueing);
 }
 
-absl::Status Transport::Enqueue(Command command) {
+absl::Status Transport::Enqueue(Command command, Queueing queueing) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_requested_) {
@@ -237,7 +237,7 @@ absl::Status Transport::Enqueue(Command command) {
     commands_.push_back(std::move(command));
   }
   has_commands_.store(true);
-  if (sleeping_.load()) Wake();
+  if (queueing == Queueing::kWake && sleeping_.load()) Wake();
   return absl::OkStatus();
 }
 
@@ -252,19 +252,17 @@ void Transport::ProgressLoop() {
   // Named like the stream threads ("node3/cpu:0/com"), so that top -H and perf tell them apart;
   // Linux thread names are at most 15 characters.
   pthread_setname_np(pthread_self(), absl::StrCat("node", self_, "/ucx").substr(0, 15).c_str());
+  std::unique_lock<std::mutex> token(worker_mutex_);
+  sleeping_.store(false);
   absl::Time last_activity = absl::Now();
   while (true) {
-    bool busy = false;
-    if (has_commands_.load()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (stop_requested_) break;
-      }
-      busy = RunCommands();
+    if (drivers_waiting_.load() > 0) {
+      HandOver(token);
+      last_activity = absl::Now();
     }
-    while (worker_->Progress()) busy = true;
-    if (HandleCopyMessages()) busy = true;
-    if (!failed_to_close_.empty()) CloseFailedEndpoints();
+    bool stop = false;
+    const bool busy = Step(stop);
+    if (stop) break;
     absl::Time now = absl::Now();
     if (busy) {
       last_activity = now;
@@ -272,30 +270,99 @@ void Transport::ProgressLoop() {
     }
     if (now - last_activity < options_.progress_spin) continue;
 
-    // Park on the worker's events and the wake-up eventfd. sleeping_ is set before the last look
-    // at has_commands_, and Enqueue sets has_commands_ before looking at sleeping_: one of the two
-    // sees the other (sequentially consistent atomics).
+    // Sleep. sleeping_ is set before the last look at has_commands_, and Enqueue sets
+    // has_commands_ before looking at sleeping_: one of the two sees the other (sequentially
+    // consistent atomics). It stays set until this thread holds the token again, so that commands
+    // queued while a driver holds it wake the driver.
     sleeping_.store(true);
     if (has_commands_.load()) {
       sleeping_.store(false);
       continue;
     }
-    absl::StatusOr<bool> armed = worker_->Arm();
-    if (!armed.ok()) LOG(ERROR) << "node " << self_ << ": " << armed.status();
-    if (armed.ok() && *armed) {
-      pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.park_timeout));
-      if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
-        PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
-      }
-      uint64_t count;
-      while (read(wake_fd_, &count, sizeof(count)) > 0) {
-      }
-    }
+    Park(options_.park_timeout, &token);
     sleeping_.store(false);
     last_activity = absl::Now();  // spin a little after every wake-up
   }
   Shutdown();
+}
+
+bool Transport::Step(bool& stop) {
+  bool busy = false;
+  if (has_commands_.load()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_requested_) {
+        stop = true;
+        return false;
+      }
+    }
+    busy = RunCommands();
+  }
+  while (worker_->Progress()) busy = true;
+  if (HandleCopyMessages()) busy = true;
+  if (!failed_to_close_.empty()) CloseFailedEndpoints();
+  return busy;
+}
+
+void Transport::Park(absl::Duration timeout, std::unique_lock<std::mutex>* token) {
+  absl::StatusOr<bool> armed = worker_->Arm();
+  if (!armed.ok()) LOG(ERROR) << "node " << self_ << ": " << armed.status();
+  if (!armed.ok() || !*armed) return;  // events are waiting
+  pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
+  if (token != nullptr) token->unlock();
+  if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
+    PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
+  }
+  uint64_t count;
+  while (read(wake_fd_, &count, sizeof(count)) > 0) {
+  }
+  if (token != nullptr) token->lock();
+}
+
+bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) {
+  // The progress thread hands the token over within one round of its work (HandOver), or holds
+  // it not at all while it sleeps.
+  drivers_waiting_.fetch_add(1);
+  std::unique_lock<std::mutex> token(worker_mutex_);
+  drivers_waiting_.fetch_sub(1);
+  bool stop = shutting_down_;
+  bool finished = false;
+  while (!stop) {
+    const bool busy = Step(stop);
+    if (stop) break;
+    if (done()) {
+      finished = true;
+      break;
+    }
+    // Another waiting thread takes over (this one then waits as usual): a thread that has its
+    // completions must not wait for the token until this one's wait is over, which might need it.
+    if (drivers_waiting_.load() > 0) break;
+    if (busy) continue;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    if (has_commands_.load()) continue;
+    // Enqueue wakes this poll through the eventfd: sleeping_ is true while a driver holds the
+    // token.
+    Park(std::min(options_.park_timeout, deadline - now), nullptr);
+  }
+  if (!shutting_down_) {
+    // Hand the worker back armed, so that its next event wakes the progress thread if it sleeps;
+    // wake it when work is left (or Stop() was called).
+    while (!stop && Step(stop)) {
+    }
+    absl::StatusOr<bool> armed = stop ? false : worker_->Arm();
+    if (stop || has_commands_.load() || !armed.ok() || !*armed) Wake();
+  }
+  token.unlock();
+  token_returned_.notify_all();
+  return finished;
+}
+
+void Transport::HandOver(std::unique_lock<std::mutex>& token) {
+  sleeping_.store(true);  // what is queued meanwhile wakes the driver's poll
+  token_returned_.wait(token, [this] { return drivers_waiting_.load() == 0; });
+  sleeping_.store(false);
 }
 
 bool Transport::RunCommands() {

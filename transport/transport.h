@@ -2,6 +2,7 @@
 #define LOOM_TRANSPORT_TRANSPORT_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -17,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,11 +36,12 @@ using PeerId = uint32_t;
 // register and slot into it). A receive matches exactly one send with the same tag, from any peer.
 using DataTag = uint64_t;
 
-// Called on the progress thread for every message received; `bytes` is valid during the call
-// only. Must not block (copy and hand off); may call Send/SendData/ReceiveData, not Stop.
+// Called on the thread driving the worker (the progress thread, or a DriveUntil caller) for every
+// message received; `bytes` is valid during the call only. Must not block (copy and hand off); may
+// call Send/SendData/ReceiveData, not Stop.
 using MessageHandler = absl::AnyInvocable<void(PeerId from, absl::string_view bytes)>;
-// Called on the progress thread, at most once per peer, when the connection to `peer` fails (the
-// peer died or became unreachable, or a message to it could not be sent).
+// Called on the thread driving the worker, at most once per peer, when the connection to `peer`
+// fails (the peer died or became unreachable, or a message to it could not be sent).
 using PeerErrorHandler = absl::AnyInvocable<void(PeerId peer, const absl::Status& status)>;
 // Completion of SendData: OK once the buffer may be reused.
 using SendCallback = absl::AnyInvocable<void(absl::Status status)>;
@@ -73,8 +76,14 @@ struct TransportOptions {
 
 // Moves bytes between the nodes of a cluster over UCX: small actor messages (active messages) and
 // register data (tag messages into a buffer the receiver posted). One progress thread per
-// Transport owns the UCX worker and runs every callback; the public methods only queue work for
+// Transport drives the UCX worker and runs the callbacks; the public methods only queue work for
 // it, so they may be called from any thread, callbacks included.
+//
+// A thread about to wait for its own transfers may drive the worker itself (DriveUntil): the
+// worker is a token that one thread holds at a time, the progress thread holds it except while it
+// sleeps or a driver waits for it, and callbacks run on whichever thread holds it. That saves the
+// hand-offs a wait otherwise costs (waking the progress thread for the posts, and the progress
+// thread waking the waiter for every completion).
 //
 // Every operation that was queued completes exactly once: its callback (or, for messages, the peer
 // error handler on failure) is called with OK, the error, or Cancelled when Stop() came first.
@@ -87,6 +96,12 @@ class Transport {
  public:
   // Largest message Send accepts. Messages go eagerly (no rendezvous): they are for small structs.
   static constexpr size_t kMaxMessageBytes = 64 * 1024;
+
+  // How SendData and ReceiveData queue their operation: kWake wakes the progress thread when it
+  // sleeps; kDeferred leaves it queued for the caller's DriveUntil, which comes next and starts it
+  // without that wake-up (a sleeping progress thread still looks at its queue every
+  // options.park_timeout, so a forgotten drive costs time, not the operation).
+  enum class Queueing { kWake, kDeferred };
 
   static absl::StatusOr<std::unique_ptr<Transport>> Create(TransportOptions options);
 
@@ -113,12 +128,23 @@ class Transport {
   // valid and unchanged until `callback` runs. Returns an error (and never calls `callback`) only
   // when the transfer cannot be queued.
   absl::Status SendData(PeerId peer, DataTag tag, const void* buffer, size_t size,
-                        SendCallback callback);
+                        SendCallback callback, Queueing queueing = Queueing::kWake);
 
   // Receives the transfer sent with `tag` into `buffer` (at most `size` bytes; a larger transfer
   // fails with InvalidArgument). The buffer must stay valid until `callback` runs. Returns an error
   // (and never calls `callback`) only when the receive cannot be queued.
-  absl::Status ReceiveData(DataTag tag, void* buffer, size_t size, ReceiveCallback callback);
+  absl::Status ReceiveData(DataTag tag, void* buffer, size_t size, ReceiveCallback callback,
+                           Queueing queueing = Queueing::kWake);
+
+  // Drives the worker on the calling thread until `done()` holds, `deadline` passes, Stop() is
+  // called or another thread asks to drive: takes the token from the progress thread (which hands
+  // it over within one round of its work), runs the queued operations (kDeferred ones included),
+  // progresses UCX and sleeps on its events between rounds. Callbacks run on the calling thread
+  // meanwhile, so it must hold no lock they take. `done` is called after every round and must be
+  // cheap; a wait it ends from another thread is seen within options.park_timeout. Returns
+  // whether `done()` held; otherwise the caller waits for its callbacks as usual (the progress
+  // thread or the next driver runs them).
+  bool DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline);
 
   // Whether data to `peer` go by same-host copy (the peer announced that it can read this
   // process); for tests and diagnostics. Only once the peer's announcement arrived.
@@ -165,11 +191,19 @@ class Transport {
   Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
             std::unique_ptr<UcxWorker> worker, int wake_fd);
 
-  absl::Status Enqueue(Command command);
+  absl::Status Enqueue(Command command, Queueing queueing = Queueing::kWake);
   void Wake();
 
-  // Progress thread.
+  // With the worker token (worker_mutex_) held.
   void ProgressLoop();
+  // One round of work: queued commands, UCX progress, same-host copy messages, failed endpoints.
+  // Returns whether anything was done; sets `stop` (and does nothing) once Stop() was called.
+  bool Step(bool& stop);
+  // Arms the worker and sleeps until its events, the wake-up eventfd or `timeout`. `token`, when
+  // given, is let go of while sleeping.
+  void Park(absl::Duration timeout, std::unique_lock<std::mutex>* token);
+  // Progress thread: lets the waiting drivers have the token, and takes it back after them.
+  void HandOver(std::unique_lock<std::mutex>& token);
   bool RunCommands();
   void RunCommand(Command command);
   void AddPeerNow(AddPeerCommand& command);
@@ -203,7 +237,7 @@ class Transport {
                                     void* data, size_t length, const ucp_am_recv_param_t* param);
 
   const PeerId self_;
-  // Used by the progress thread only; moved out of the options before options_ takes the rest.
+  // Used by the token holder only; moved out of the options before options_ takes the rest.
   MessageHandler on_message_;
   PeerErrorHandler on_peer_error_;
   TransportOptions options_;  // not changed after construction
@@ -216,17 +250,24 @@ class Transport {
   const std::string address_;
   const int wake_fd_;
 
+  // The worker token: whoever holds it drives the worker and owns the state below "Token holder
+  // only". The progress thread holds it except while it sleeps or lets a driver have it.
+  std::mutex worker_mutex_;
+  std::condition_variable token_returned_;  // a driver let go of the token
+  std::atomic<int> drivers_waiting_{0};     // threads in DriveUntil waiting for the token
   std::mutex mutex_;
   std::deque<Command> commands_;  // guarded by mutex_
   bool stop_requested_ = false;   // guarded by mutex_
   std::atomic<bool> has_commands_{false};
-  std::atomic<bool> sleeping_{false};
+  // True while the progress thread sleeps or waits for the token (and before it first runs):
+  // then a queued command must write the wake-up eventfd, which wakes a driver too.
+  std::atomic<bool> sleeping_{true};
   mutable std::mutex readers_mutex_;
   absl::flat_hash_set<PeerId> readers_;  // guarded by readers_mutex_: peers that can read us
   std::mutex stop_mutex_;                // serialises Stop()
   std::thread progress_thread_;
 
-  // Progress thread only.
+  // Token holder only.
   bool shutting_down_ = false;
   absl::flat_hash_map<PeerId, std::unique_ptr<Peer>> peers_;
   absl::flat_hash_set<Operation*> pending_;  // owned; started, waiting for UCX

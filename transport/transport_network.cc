@@ -99,6 +99,16 @@ absl::Status TransportNetwork::Connect(int peer, absl::string_view address) {
   return transport_->AddPeer(static_cast<PeerId>(peer), address);
 }
 
+namespace {
+
+// A collective's transfers are driven by the rank that posted them (Network::DriveUntil).
+Transport::Queueing QueueingOf(Network::Tag tag) {
+  return (tag & Network::kCollectiveTagBit) != 0 ? Transport::Queueing::kDeferred
+                                                 : Transport::Queueing::kWake;
+}
+
+}  // namespace
+
 void TransportNetwork::SetHandlers(MessageReceiver receiver, ErrorHandler on_error) {
   std::lock_guard<std::mutex> lock(mutex_);
   receiver_ = std::move(receiver);
@@ -192,7 +202,8 @@ absl::Status TransportNetwork::SendMessage(const ActorMessage& message) {
 
 absl::Status TransportNetwork::SendData(int destination, Tag tag, const void* buffer, size_t size,
                                         Completion done) {
-  return transport_->SendData(static_cast<PeerId>(destination), tag, buffer, size, std::move(done));
+  return transport_->SendData(static_cast<PeerId>(destination), tag, buffer, size, std::move(done),
+                              QueueingOf(tag));
 }
 
 absl::Status TransportNetwork::ReceiveData(Tag tag, void* buffer, size_t size, Completion done) {
@@ -208,7 +219,14 @@ absl::Status TransportNetwork::ReceiveData(Tag tag, void* buffer, size_t size, C
         } else {
           done(absl::OkStatus());
         }
-      });
+      },
+      QueueingOf(tag));
+}
+
+bool TransportNetwork::DriveUntil(absl::FunctionRef<bool()> done,
+                                  std::chrono::steady_clock::time_point deadline) {
+  return transport_->DriveUntil(
+      done, absl::Now() + absl::FromChrono(deadline - std::chrono::steady_clock::now()));
 }
 
 }  // namespace loom::transport

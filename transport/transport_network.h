@@ -72,6 +72,8 @@ class TransportNetwork final : public Network {
   absl::Status SendData(int destination, Tag tag, const void* buffer, size_t size,
                         Completion done) override;
   absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) override;
+  bool DriveUntil(absl::FunctionRef<bool()> done,
+                  std::chrono::steady_clock::time_point deadline) override;
 
   // Stops the transport: pending transfers complete with Cancelled; nothing is delivered after it
   // returns. Call before the JobRuntime that receives the messages is destroyed.

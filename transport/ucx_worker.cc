@@ -7,7 +7,8 @@ namespace loom::transport {
 absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxContext& context) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Several threads use the worker, one at a time (Transport's worker token).
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucp_worker_h worker = nullptr;
   ucs_status_t status = ucp_worker_create(context.handle(), &params, &worker);
   if (status != UCS_OK) return UcxStatusToStatus(status, "creating the UCX worker");

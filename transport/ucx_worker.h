@@ -13,9 +13,8 @@
 namespace loom::transport {
 
 // Owns a ucp_worker_h: the progress engine that owns the network resources and completes
-// operations. Created in UCS_THREAD_MODE_SINGLE: after construction, exactly one thread at a time
-// may call into it (the Transport's progress thread); handing it from the creating thread to that
-// thread is fine because starting a thread orders the two.
+// operations. Created in UCS_THREAD_MODE_SERIALIZED: several threads may call into it, one at a
+// time (the Transport's worker token orders them).
 class UcxWorker {
  public:
   // `context` must outlive the worker.
