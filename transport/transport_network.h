@@ -34,10 +34,11 @@ namespace loom::transport {
 // The node is also its own peer (collectives between ranks of one node use the same path).
 class TransportNetwork final : public Network {
  public:
-  // Called on the progress thread for every actor message received (must not block).
+  // Called on the thread driving the transport (its progress thread, or a collective rank waiting
+  // in DriveUntil) for every actor message received (must not block).
   using MessageReceiver = std::function<void(const ActorMessage& message)>;
-  // Called on the progress thread when a peer is lost or sends something malformed; the status
-  // names the peer.
+  // Called on the thread driving the transport when a peer is lost or sends something malformed;
+  // the status names the peer.
   using ErrorHandler = std::function<void(const absl::Status& status)>;
 
   static absl::StatusOr<std::unique_ptr<TransportNetwork>> Create(int node,
