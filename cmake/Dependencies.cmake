@@ -5,6 +5,8 @@ find_package(glog CONFIG REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(GTest REQUIRED)
 find_package(OpenBLAS CONFIG REQUIRED)
+# The transport is part of the sanitizer builds too (its threads are worth checking).
+find_package(ucx CONFIG REQUIRED)
 
 # OpenBLAS ships variables, not a target.
 add_library(loom_openblas INTERFACE)
@@ -13,7 +15,6 @@ target_link_libraries(loom_openblas INTERFACE ${OpenBLAS_LIBRARIES})
 
 if(NOT LOOM_RUNTIME_ONLY)
   find_package(gRPC CONFIG REQUIRED)
-  find_package(ucx CONFIG REQUIRED)
   find_package(prometheus-cpp CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
   # Checking TLS certificates and keys at start, and the HTTPS of /metrics (client/tls.cc): the
