@@ -1,6 +1,7 @@
 #ifndef LOOM_RUNTIME_MEMORY_RESOURCE_H_
 #define LOOM_RUNTIME_MEMORY_RESOURCE_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -19,9 +20,15 @@ class MemoryResource {
   virtual void Free(void* pointer, int64_t bytes) = 0;
 };
 
-// Host memory (CPU devices).
+// Host memory (CPU devices). Buffers of kHugePageBytes or more are aligned to it and backed by
+// transparent huge pages where the kernel allows them (`madvise` or `always` in
+// /sys/kernel/mm/transparent_hugepage/enabled): fewer TLB misses, page faults and page pins for
+// the large registers that kernels stream through and that same-host transfers read with
+// process_vm_readv (docs/PERFORMANCE.md, alltoall).
 class HostMemoryResource final : public MemoryResource {
  public:
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+
   absl::StatusOr<void*> Allocate(int64_t bytes) override;
   void Free(void* pointer, int64_t bytes) override;
 };

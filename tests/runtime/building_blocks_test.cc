@@ -1,11 +1,20 @@
-// Actor ids, the message queue and device memory on their own.
+// Actor ids, the message queue, device memory and host memory on their own.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
+#include "runtime/memory_resource.h"
 #include "runtime/message_queue.h"
 
 namespace loom {
@@ -117,6 +126,54 @@ TEST(DeviceMemoryTest, AllocationsAreAlignedAndZeroed) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(*pointer) % 64, 0u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(static_cast<char*>(*pointer)[i], 0);
   memory.Free(*pointer);
+}
+
+// The VmFlags line of the mapping of this process that holds `address` (/proc/self/smaps), or ""
+// when none does.
+std::string MappingFlags(const void* address) {
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    // A mapping's first line: "start-end perms offset dev inode [path]", addresses in hex.
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ');
+    const std::vector<absl::string_view> range = absl::StrSplit(fields[0], '-');
+    uint64_t start = 0;
+    uint64_t end = 0;
+    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &start) &&
+        absl::SimpleHexAtoi(range[1], &end)) {
+      inside = start <= target && target < end;
+      continue;
+    }
+    if (inside && absl::StartsWith(line, "VmFlags:")) return line;
+  }
+  return "";
+}
+
+TEST(HostMemoryResourceTest, LargeBuffersStartOnAHugePageAndAskForTransparentHugePages) {
+  constexpr size_t kHuge = HostMemoryResource::kHugePageBytes;
+  HostMemoryResource resource;
+  for (const int64_t bytes : {int64_t{kHuge}, int64_t{kHuge} * 2 + 100}) {
+    SCOPED_TRACE(bytes);
+    absl::StatusOr<void*> pointer = resource.Allocate(bytes);
+    ASSERT_TRUE(pointer.ok()) << pointer.status();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(*pointer) % kHuge, 0u);
+    const auto* bytes_of = static_cast<const unsigned char*>(*pointer);
+    for (int64_t i = 0; i < bytes; i += 4093) ASSERT_EQ(bytes_of[i], 0) << i;
+    EXPECT_EQ(bytes_of[bytes - 1], 0);
+    // Where the kernel has transparent huge pages, the buffer's mapping carries the advice ("hg");
+    // whether the pages are huge depends on the kernel's setting and its free memory.
+    if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+      EXPECT_THAT(MappingFlags(*pointer), HasSubstr(" hg"));
+    }
+    resource.Free(*pointer, bytes);
+  }
+  // Smaller buffers keep the 64-byte alignment and no advice of their own.
+  absl::StatusOr<void*> small = resource.Allocate(100);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*small) % 64, 0u);
+  resource.Free(*small, 100);
 }
 
 }  // namespace
