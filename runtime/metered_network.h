@@ -30,6 +30,7 @@ class MeteredNetwork final : public Network {
                   std::chrono::steady_clock::time_point deadline) override {
     return network_->DriveUntil(done, deadline);
   }
+  void WakeDriver() override { network_->WakeDriver(); }
 
  private:
   Completion Counting(TransferDirection direction, size_t size, Completion done) const;

@@ -56,7 +56,7 @@ class Network {
   // forward itself until `done()` holds or `deadline` passes, instead of waiting for the network's
   // thread to hand it every completion (a wake-up each). Completions and incoming messages may run
   // on the calling thread meanwhile, so it must hold no lock they take; `done` must be cheap, and
-  // a wait ended from another thread may take a few tens of milliseconds to be seen. Returns
+  // a wait ended from another thread is seen after WakeDriver (below). Returns
   // whether `done()` held; false also when the calling thread stopped driving before (another
   // thread asked to drive, the network stopped) or could not drive (the implementation has no
   // such mode): the caller then waits as usual.
@@ -64,6 +64,11 @@ class Network {
   // calls this before it waits for them (until then they may not have started).
   virtual bool DriveUntil(absl::FunctionRef<bool()> done,
                           std::chrono::steady_clock::time_point deadline) = 0;
+  // Makes a thread in DriveUntil call its `done` again at once, for a `done` whose answer changed
+  // outside the network (another thread aborted the wait); without it, a driver sleeping on the
+  // network's events sees that change only after its next event or within a few tens of
+  // milliseconds. Any thread; nothing happens where no thread drives.
+  virtual void WakeDriver() = 0;
 };
 
 }  // namespace loom

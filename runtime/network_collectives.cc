@@ -144,6 +144,8 @@ void NetworkCollectives::FailLocked(absl::Status status) {
     if (state.group != nullptr) state.group->Interrupt(failure_);
     if (state.header_group != nullptr) state.header_group->Interrupt(failure_);
   }
+  // A rank driving the network (AwaitTransfer) may sleep on its events: let it see the failure.
+  network_->WakeDriver();
 }
 
 void NetworkCollectives::Abort(absl::Status reason) {

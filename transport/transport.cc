@@ -314,10 +314,13 @@ void Transport::Park(absl::Duration timeout, std::unique_lock<std::mutex>* token
   if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
     PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
   }
+  if (token != nullptr) token->lock();
+  // Drained only with the token held: while a driver holds it, the progress thread may sleep in
+  // this poll too, and a wake-up meant for the driver (a command queued meanwhile, WakeDriver)
+  // wakes both; the progress thread must not consume it and leave the driver asleep.
   uint64_t count;
   while (read(wake_fd_, &count, sizeof(count)) > 0) {
   }
-  if (token != nullptr) token->lock();
 }
 
 bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) {

@@ -75,6 +75,7 @@ class TransportNetwork final : public Network {
   absl::Status ReceiveData(Tag tag, void* buffer, size_t size, Completion done) override;
   bool DriveUntil(absl::FunctionRef<bool()> done,
                   std::chrono::steady_clock::time_point deadline) override;
+  void WakeDriver() override { transport_->WakeDriver(); }
 
   // Stops the transport: pending transfers complete with Cancelled; nothing is delivered after it
   // returns. Call before the JobRuntime that receives the messages is destroyed.

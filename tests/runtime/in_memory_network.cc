@@ -28,6 +28,8 @@ class InMemoryNetwork::NodeNetwork final : public Network {
                   std::chrono::steady_clock::time_point deadline) override {
     return false;
   }
+  // Counted, so that tests see who wakes a driver (a TransportNetwork's would be asleep).
+  void WakeDriver() override { network_->driver_wakes_.fetch_add(1); }
 
  private:
   InMemoryNetwork* const network_;

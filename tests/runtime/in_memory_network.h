@@ -1,6 +1,7 @@
 #ifndef LOOM_TESTS_RUNTIME_IN_MEMORY_NETWORK_H_
 #define LOOM_TESTS_RUNTIME_IN_MEMORY_NETWORK_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -49,6 +50,8 @@ class InMemoryNetwork {
 
   // Transfers matched so far.
   int64_t transfers() const;
+  // Network::WakeDriver calls so far, on any node.
+  int64_t driver_wakes() const { return driver_wakes_.load(); }
 
  private:
   class NodeNetwork;
@@ -89,6 +92,7 @@ class InMemoryNetwork {
   std::deque<Work> work_;                   // guarded by mutex_
   bool stopping_ = false;                   // guarded by mutex_
   int64_t transfers_ = 0;                   // guarded by mutex_
+  std::atomic<int64_t> driver_wakes_{0};
   std::thread thread_;
 };
 

@@ -477,9 +477,13 @@ TEST(NetworkCollectivesTest, AbortWakesAWaitingRankAndFailsLaterRuns) {
         0, &conf, 0, {in.data(), plan::FLOAT32, {2}}, {out.data(), plan::FLOAT32, {4}}});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int64_t wakes_before = cluster.network().driver_wakes();
   backend.Abort(absl::CancelledError("the job failed elsewhere"));
   backend.Abort(absl::CancelledError("a later reason"));
   rank0.join();
+  // A rank driving a real network sleeps on its events: the abort wakes it (see
+  // TransportTest.WakeDriverMakesASleepingDriverLookAgain).
+  EXPECT_EQ(cluster.network().driver_wakes(), wakes_before + 1);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(status.message(), HasSubstr("the job failed elsewhere"));

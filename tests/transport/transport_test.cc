@@ -44,9 +44,10 @@ class TransportTest : public ::testing::TestWithParam<bool> {
     inboxes_.resize(count);
     for (int i = 0; i < count; ++i) {
       inboxes_[i] = std::make_unique<Inbox>();
-      absl::StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(
-          i, inboxes_[i].get(),
-          same_host_copies() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly, copy_min_bytes_);
+      absl::StatusOr<std::unique_ptr<Transport>> transport =
+          MakeTransport(i, inboxes_[i].get(),
+                        same_host_copies() ? testing::kTcpAndSameHostCopies : testing::kTcpOnly,
+                        copy_min_bytes_, park_timeout_);
       ASSERT_TRUE(transport.ok()) << transport.status();
       transports_.push_back(*std::move(transport));
     }
@@ -70,6 +71,7 @@ class TransportTest : public ::testing::TestWithParam<bool> {
   }
 
   size_t copy_min_bytes_ = 0;  // every transfer by copy, when copies are on
+  absl::Duration park_timeout_ = TransportOptions().park_timeout;
   std::vector<std::unique_ptr<Inbox>> inboxes_;
   std::vector<std::unique_ptr<Transport>> transports_;
 };
@@ -571,6 +573,29 @@ TEST_P(TransportTest, DriveUntilEndsAtItsDeadlineAndAtStop) {
   ASSERT_TRUE(result.has_value()) << "the receive was not reported";
   EXPECT_EQ(result->status().code(), absl::StatusCode::kCancelled) << result->status();
   EXPECT_FALSE(transports_[1]->DriveUntil([] { return true; }, absl::Now() + absl::Seconds(1)));
+}
+
+TEST_P(TransportTest, WakeDriverMakesASleepingDriverLookAgain) {
+  // A driver with nothing to do sleeps on the worker's events up to the park timeout; a condition
+  // another thread makes true (an abort) is seen at once after WakeDriver, not at that timeout.
+  park_timeout_ = absl::Seconds(30);
+  Connect(2);
+  std::atomic<bool> aborted{false};
+  std::atomic<bool> drive_returned{false};
+  bool driven = false;
+  std::thread driver([&] {
+    driven =
+        transports_[1]->DriveUntil([&] { return aborted.load(); }, absl::Now() + absl::Seconds(60));
+    drive_returned.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // long enough to be asleep in poll
+  EXPECT_FALSE(drive_returned.load());
+  const absl::Time start = absl::Now();
+  aborted.store(true);
+  transports_[1]->WakeDriver();
+  driver.join();
+  EXPECT_TRUE(driven);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // the park timeout is 30 s
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, TransportTest, ::testing::Bool(),

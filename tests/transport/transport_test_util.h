@@ -76,12 +76,13 @@ inline constexpr char kTcpAndSameHostCopies[] = "tcp,self,cma";
 // A transport whose UCX context uses `transports` (UCX_TLS) when given. Same-host copies, when the
 // transports allow them, take every transfer however small (`copy_min_bytes`), so that the tests
 // of small transfers exercise them too.
-inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(PeerId self, Inbox* inbox,
-                                                                std::string transports = "",
-                                                                size_t copy_min_bytes = 0) {
+inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(
+    PeerId self, Inbox* inbox, std::string transports = "", size_t copy_min_bytes = 0,
+    absl::Duration park_timeout = TransportOptions().park_timeout) {
   TransportOptions options;
   options.self = self;
   options.same_host_copy_min_bytes = copy_min_bytes;
+  options.park_timeout = park_timeout;
   if (!transports.empty()) options.context.configuration = {{"TLS", transports}};
   options.on_message = [inbox](PeerId from, absl::string_view bytes) {
     inbox->AddMessage(from, bytes);
