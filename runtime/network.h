@@ -56,10 +56,10 @@ class Network {
   // forward itself until `done()` holds or `deadline` passes, instead of waiting for the network's
   // thread to hand it every completion (a wake-up each). Completions and incoming messages may run
   // on the calling thread meanwhile, so it must hold no lock they take; `done` must be cheap, and
-  // a wait ended from another thread is seen after WakeDriver (below). Returns
-  // whether `done()` held; false also when the calling thread stopped driving before (another
-  // thread asked to drive, the network stopped) or could not drive (the implementation has no
-  // such mode): the caller then waits as usual.
+  // a wait ended from another thread is seen after WakeDriver (below). Returns whether `done()`
+  // held; false also when the calling thread stopped driving before (another thread asked to
+  // drive, the network stopped) or could not drive (the implementation has no such mode): the
+  // caller then waits as usual.
   // Transfers with kCollectiveTagBit are posted for their poster to drive: a collective backend
   // calls this before it waits for them (until then they may not have started).
   virtual bool DriveUntil(absl::FunctionRef<bool()> done,
