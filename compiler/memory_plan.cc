@@ -6,16 +6,22 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/data_type.h"
-#include "runtime/format_bytes.h"
 #include "runtime/device_name.h"
+#include "runtime/format_bytes.h"
+#include "runtime/host_buffer_layout.h"
 #include "runtime/tensor.h"
 
 namespace loom::compiler {
 namespace {
 
-int64_t RegisterBytes(const plan::RegisterDesc& reg) {
-  return Shape(reg.tensor().shape()).NumElements() * DataTypeSize(reg.tensor().data_type()) *
-         reg.num_slots();
+// Every slot of `reg` on `device`: a CPU device's slots take what the runtime's host allocator
+// lays out (huge pages from 1 MiB: runtime/host_buffer_layout.h). For the host devices of a GPU
+// job, whose pinned buffers take their bytes, this is an upper bound.
+int64_t RegisterBytes(const plan::RegisterDesc& reg, const plan::Device& device) {
+  int64_t slot_bytes =
+      Shape(reg.tensor().shape()).NumElements() * DataTypeSize(reg.tensor().data_type());
+  if (device.type() == plan::CPU) slot_bytes = LayOutHostBuffer(slot_bytes).footprint_bytes;
+  return slot_bytes * reg.num_slots();
 }
 
 using DeviceKey = std::tuple<int, int, int>;
@@ -52,7 +58,8 @@ std::vector<DeviceMemoryEstimate> Estimate(const plan::Plan& plan,
   }
   for (int r = 0; r < plan.registers_size(); ++r) {
     if (producer_device[r] >= 0) {
-      estimates[producer_device[r]].register_bytes += RegisterBytes(plan.registers(r));
+      DeviceMemoryEstimate& estimate = estimates[producer_device[r]];
+      estimate.register_bytes += RegisterBytes(plan.registers(r), estimate.device);
     }
   }
   return estimates;
@@ -73,7 +80,8 @@ absl::Status CheckMemory(const plan::Plan& plan) {
     std::vector<std::pair<int64_t, std::string>> largest;
     for (int r = 0; r < plan.registers_size(); ++r) {
       if (producer_device[r] != static_cast<int>(device)) continue;
-      largest.emplace_back(RegisterBytes(plan.registers(r)), plan.registers(r).name());
+      largest.emplace_back(RegisterBytes(plan.registers(r), estimate.device),
+                           plan.registers(r).name());
     }
     std::sort(largest.begin(), largest.end(), std::greater<>());
     std::string names;
@@ -81,11 +89,11 @@ absl::Status CheckMemory(const plan::Plan& plan) {
       absl::StrAppend(&names, i == 0 ? "" : ", ", "'", largest[i].second, "' (",
                       FormatBytes(largest[i].first), ")");
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", DeviceName(estimate.device), " needs ", FormatBytes(estimate.register_bytes),
-        " for its registers but its budget is ", FormatBytes(estimate.budget_bytes),
-        "; largest registers: ", names,
-        ". Use more devices, fewer register slots, or a larger budget."));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device ", DeviceName(estimate.device), " needs ",
+                     FormatBytes(estimate.register_bytes), " for its registers but its budget is ",
+                     FormatBytes(estimate.budget_bytes), "; largest registers: ", names,
+                     ". Use more devices, fewer register slots, or a larger budget."));
   }
   return absl::OkStatus();
 }

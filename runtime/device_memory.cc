@@ -24,7 +24,7 @@ DeviceMemory::~DeviceMemory() {
     LOG(ERROR) << device_name_ << ": " << allocations_.size()
                << " allocations were not freed before the device memory was destroyed";
     for (auto& [pointer, allocation] : allocations_) {
-      resource_->Free(pointer, std::max<int64_t>(allocation.first, 1));
+      resource_->Free(pointer, std::max<int64_t>(allocation.requested_bytes, 1));
     }
   }
 }
@@ -37,7 +37,9 @@ absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
   if (budget_bytes_ > 0 && used_bytes_ + bytes > budget_bytes_) {
     // Name the largest holders, so the user sees what to shrink.
     std::vector<std::pair<int64_t, std::string>> holders;
-    for (const auto& [pointer, allocation] : allocations_) holders.push_back(allocation);
+    for (const auto& [pointer, allocation] : allocations_) {
+      holders.emplace_back(allocation.charged_bytes, allocation.owner);
+    }
     for (const auto& [name, charged] : charges_) holders.emplace_back(charged, name);
     std::sort(holders.begin(), holders.end(), std::greater<>());
     std::string largest;
@@ -58,16 +60,25 @@ absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
 }
 
 absl::StatusOr<void*> DeviceMemory::Allocate(int64_t bytes, const std::string& owner) {
+  // The budget is charged what the buffer takes (the resource's rounding included), so that the
+  // accounts say what the device really holds.
+  const int64_t charged = bytes > 0 ? resource_->Footprint(bytes) : bytes;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = Reserve(bytes, owner); !status.ok()) return status;
+  if (absl::Status status =
+          Reserve(charged, charged == bytes ? owner
+                                            : absl::StrCat(owner, " (", FormatBytes(bytes),
+                                                           " rounded up by the allocator)"));
+      !status.ok()) {
+    return status;
+  }
   absl::StatusOr<void*> pointer = resource_->Allocate(std::max<int64_t>(bytes, 1));
   if (!pointer.ok()) {
-    used_bytes_ -= bytes;
+    used_bytes_ -= charged;
     return absl::Status(
         pointer.status().code(),
         absl::StrCat("device ", device_name_, ": ", pointer.status().message(), " for ", owner));
   }
-  allocations_.emplace(*pointer, std::make_pair(bytes, owner));
+  allocations_.emplace(*pointer, Allocation{bytes, charged, owner});
   return *pointer;
 }
 
@@ -76,10 +87,10 @@ void DeviceMemory::Free(void* pointer) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto iterator = allocations_.find(pointer);
   CHECK(iterator != allocations_.end()) << device_name_ << ": freeing unknown pointer";
-  const int64_t bytes = iterator->second.first;
-  used_bytes_ -= bytes;
+  used_bytes_ -= iterator->second.charged_bytes;
+  const int64_t requested = iterator->second.requested_bytes;
   allocations_.erase(iterator);
-  resource_->Free(pointer, std::max<int64_t>(bytes, 1));
+  resource_->Free(pointer, std::max<int64_t>(requested, 1));
 }
 
 absl::Status DeviceMemory::Charge(int64_t bytes, const std::string& owner) {

@@ -27,7 +27,9 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
-  // 64-byte aligned, zero-filled memory. `owner` says what it is for ("register 'x' slot 1").
+  // 64-byte aligned, zero-filled memory. `owner` says what it is for ("register 'x' slot 1"). The
+  // budget is charged the resource's footprint of `bytes` (host buffers of 1 MiB or more are
+  // rounded to huge pages: runtime/host_buffer_layout.h).
   absl::StatusOr<void*> Allocate(int64_t bytes, const std::string& owner);
   void Free(void* pointer);
 
@@ -49,8 +51,12 @@ class DeviceMemory {
   mutable std::mutex mutex_;
   int64_t used_bytes_ = 0;
   int64_t peak_bytes_ = 0;
-  // Live allocations: pointer -> (bytes, owner).
-  absl::flat_hash_map<void*, std::pair<int64_t, std::string>> allocations_;
+  struct Allocation {
+    int64_t requested_bytes = 0;  // what Allocate was asked for
+    int64_t charged_bytes = 0;    // what the resource takes for it (MemoryResource::Footprint)
+    std::string owner;
+  };
+  absl::flat_hash_map<void*, Allocation> allocations_;  // live allocations by pointer
   // Charges by owner.
   absl::flat_hash_map<std::string, int64_t> charges_;
 };

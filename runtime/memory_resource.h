@@ -18,19 +18,19 @@ class MemoryResource {
   virtual absl::StatusOr<void*> Allocate(int64_t bytes) = 0;
   // `bytes` is what Allocate was asked for.
   virtual void Free(void* pointer, int64_t bytes) = 0;
+  // What an allocation of `bytes` (> 0) takes from the device, rounding included: what
+  // DeviceMemory charges to the budget.
+  virtual int64_t Footprint(int64_t bytes) const { return bytes; }
 };
 
-// Host memory (CPU devices). Buffers of kHugePageBytes or more are aligned to it and backed by
-// transparent huge pages where the kernel allows them (`madvise` or `always` in
-// /sys/kernel/mm/transparent_hugepage/enabled): fewer TLB misses, page faults and page pins for
-// the large registers that kernels stream through and that same-host transfers read with
-// process_vm_readv (docs/PERFORMANCE.md, alltoall).
+// Host memory (CPU devices), laid out by LayOutHostBuffer: buffers of 1 MiB or more start on a
+// huge page boundary and are backed by transparent huge pages where the kernel allows them
+// (`madvise` or `always` in /sys/kernel/mm/transparent_hugepage/enabled).
 class HostMemoryResource final : public MemoryResource {
  public:
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
-
   absl::StatusOr<void*> Allocate(int64_t bytes) override;
   void Free(void* pointer, int64_t bytes) override;
+  int64_t Footprint(int64_t bytes) const override;
 };
 
 }  // namespace loom

@@ -1,4 +1,6 @@
 // Every validation error names the op (or variable, input, tensor) and the problem.
+#include "absl/strings/str_replace.h"
+#include "compiler/memory_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
@@ -171,6 +173,36 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
               "device node0/cpu:0 needs 16.0 KiB for its registers but its budget is 4.0 KiB; "
               "largest registers: 'y@0' (8.0 KiB), 'x@0' (8.0 KiB)",
               absl::StatusCode::kResourceExhausted);
+}
+
+TEST(CompilerValidationTest, TheEstimateCountsTheHugePagesOfLargeHostRegisters) {
+  // 512 x 512 float32 split over two devices: 512 KiB slots, small pages. 1024 x 512: 1 MiB slots,
+  // each on a 2 MiB huge page (runtime/host_buffer_layout.h), as the runtime will allocate them:
+  // within the budget by their bytes, over it by their pages.
+  const std::string job = R"pb(name: "big"
+                               placement { devices: [ "cpu:0", "cpu:1" ] }
+                               device_memory_budget_bytes: 3145728
+                               inputs {
+                                 name: "x"
+                                 shape: [ ROWS, 512 ]
+                                 sbp: "S(0)"
+                                 random_normal { std: 1 }
+                               }
+                               ops { name: "r" type: "relu" inputs: "x" outputs: "y" })pb";
+  absl::StatusOr<CompileResult> small = Compile(
+      ParseJob(absl::StrReplaceAll(job, {{"ROWS", "512"}})), StandardOps(), DeviceSet::Cpus(2, 1));
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::vector<DeviceMemoryEstimate> estimates = EstimateMemory(small->plan);
+  ASSERT_EQ(estimates.size(), 2u);
+  EXPECT_EQ(estimates[0].register_bytes, 2 * (512 << 10));  // x@0 and y@0, one slot each
+
+  absl::StatusOr<CompileResult> large = Compile(
+      ParseJob(absl::StrReplaceAll(job, {{"ROWS", "1024"}})), StandardOps(), DeviceSet::Cpus(2, 1));
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().code(), absl::StatusCode::kResourceExhausted) << large.status();
+  EXPECT_THAT(large.status().message(),
+              HasSubstr("device node0/cpu:0 needs 4.0 MiB for its registers but its budget is "
+                        "3.0 MiB; largest registers: 'y@0' (2.0 MiB), 'x@0' (2.0 MiB)"));
 }
 
 TEST(CompilerValidationTest, EachDeviceGetsTheTighterOfTheJobsBudgetAndItsOwn) {

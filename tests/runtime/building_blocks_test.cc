@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
+#include "runtime/host_buffer_layout.h"
 #include "runtime/memory_resource.h"
 #include "runtime/message_queue.h"
 
@@ -151,11 +152,38 @@ std::string MappingFlags(const void* address) {
   return "";
 }
 
+TEST(HostBufferLayoutTest, HugePagesFromHalfAHugePageWithTailsRoundedUpFromHalfAHugePage) {
+  constexpr int64_t kHuge = HostBufferLayout::kHugePageBytes;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  struct Case {
+    int64_t bytes, alignment, footprint, huge;
+  };
+  for (const Case& expected : std::vector<Case>{
+           {0, 64, 0, 0},
+           {100, 64, 100, 0},
+           {kMiB - 1, 64, kMiB - 1, 0},  // under half a huge page
+           {kMiB, kHuge, kHuge, kHuge},  // at most twice its bytes
+           {kMiB + kMiB / 2, kHuge, kHuge, kHuge},
+           {kHuge, kHuge, kHuge, kHuge},
+           {kHuge + 100, kHuge, kHuge + 100, kHuge},  // a small tail keeps small pages
+           {2 * kHuge + kMiB - 64, kHuge, 2 * kHuge + kMiB - 64, 2 * kHuge},
+           {2 * kHuge + kMiB, kHuge, 3 * kHuge, 3 * kHuge},  // a large tail is rounded up
+       }) {
+    SCOPED_TRACE(expected.bytes);
+    const HostBufferLayout layout = LayOutHostBuffer(expected.bytes);
+    EXPECT_EQ(layout.alignment, expected.alignment);
+    EXPECT_EQ(layout.footprint_bytes, expected.footprint);
+    EXPECT_EQ(layout.huge_page_bytes, expected.huge);
+    EXPECT_LE(layout.footprint_bytes - expected.bytes, kMiB);
+  }
+}
+
 TEST(HostMemoryResourceTest, LargeBuffersStartOnAHugePageAndAskForTransparentHugePages) {
-  constexpr size_t kHuge = HostMemoryResource::kHugePageBytes;
+  constexpr int64_t kHuge = HostBufferLayout::kHugePageBytes;
   HostMemoryResource resource;
-  for (const int64_t bytes : {int64_t{kHuge}, int64_t{kHuge} * 2 + 100}) {
+  for (const int64_t bytes : {kHuge / 2, kHuge, kHuge * 2 + 100}) {
     SCOPED_TRACE(bytes);
+    EXPECT_EQ(resource.Footprint(bytes), LayOutHostBuffer(bytes).footprint_bytes);
     absl::StatusOr<void*> pointer = resource.Allocate(bytes);
     ASSERT_TRUE(pointer.ok()) << pointer.status();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(*pointer) % kHuge, 0u);
@@ -173,7 +201,30 @@ TEST(HostMemoryResourceTest, LargeBuffersStartOnAHugePageAndAskForTransparentHug
   absl::StatusOr<void*> small = resource.Allocate(100);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(reinterpret_cast<uintptr_t>(*small) % 64, 0u);
+  EXPECT_EQ(resource.Footprint(100), 100);
   resource.Free(*small, 100);
+}
+
+TEST(DeviceMemoryTest, ChargesTheHugePagesAHostBufferTakes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  DeviceMemory memory("node0/cpu:0", 5 * kMiB);
+  auto first = memory.Allocate(kMiB, "register 'a' slot 0");  // takes a 2 MiB huge page
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(memory.used_bytes(), 2 * kMiB);
+  auto second = memory.Allocate(kMiB + 1, "register 'a' slot 1");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(memory.used_bytes(), 4 * kMiB);
+  auto third = memory.Allocate(kMiB, "register 'b' slot 0");  // 1 MiB would fit, 2 MiB does not
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(),
+              HasSubstr("exceeded while allocating 2.0 MiB for register 'b' slot 0 "
+                        "(1.0 MiB rounded up by the allocator)"));
+  EXPECT_THAT(third.status().message(), HasSubstr("register 'a' slot 0 (2.0 MiB)"));
+  memory.Free(*first);
+  memory.Free(*second);
+  EXPECT_EQ(memory.used_bytes(), 0);
+  EXPECT_EQ(memory.peak_bytes(), 4 * kMiB);
 }
 
 }  // namespace
