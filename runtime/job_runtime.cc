@@ -83,15 +83,10 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
           absl::StrCat("device ", DeviceName(desc.device()),
                        ": no memory for this device type here (is its backend built and set up?)"));
     }
-    memories_.push_back(std::make_unique<DeviceMemory>(
+    memories_.push_back(std::make_shared<DeviceMemory>(
         DeviceName(desc.device()), desc.memory_budget_bytes(), std::move(resource)));
   }
-  auto memory_of = [&](const plan::Device& device) -> DeviceMemory* {
-    for (int i = 0; i < plan_.devices_size(); ++i) {
-      if (SameDevice(plan_.devices(i).device(), device)) return memories_[i].get();
-    }
-    return nullptr;  // ValidatePlan rules this out.
-  };
+  auto memory_of = [&](const plan::Device& device) { return MemoryOf(device).get(); };
 
   // Task indices, names and actor ids.
   absl::flat_hash_map<std::string, int> task_position;
@@ -230,6 +225,13 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
   return absl::OkStatus();
 }
 
+std::shared_ptr<DeviceMemory> JobRuntime::MemoryOf(const plan::Device& device) const {
+  for (int i = 0; i < plan_.devices_size(); ++i) {
+    if (SameDevice(plan_.devices(i).device(), device)) return memories_[i];
+  }
+  return nullptr;  // ValidatePlan rules this out.
+}
+
 absl::Status JobRuntime::BuildCollectiveBackends() {
   for (const plan::Communicator& communicator : plan_.communicators()) {
     std::unique_ptr<CollectiveBackend> backend;
@@ -243,6 +245,10 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
       // Ranks on other nodes: CPU collectives over the job's network.
       NetworkCollectives::Options backend_options;
       backend_options.timeout = options_.collective_timeout;
+      for (const plan::Device& device : communicator.devices()) {
+        backend_options.memories.push_back(device.node() == plan_.node() ? MemoryOf(device)
+                                                                         : nullptr);
+      }
       absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
           MakeNetworkCollectives(communicator, plan_.node(), options_.network, backend_options);
       if (!made.ok()) return made.status();

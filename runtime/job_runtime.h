@@ -82,7 +82,7 @@ class JobRuntime final : public JobControl {
   const Actor* FindActor(const std::string& task_name) const;
   const std::vector<std::string>& task_names() const { return task_names_; }
   // Memory per device, in the plan's device order.
-  const std::vector<std::unique_ptr<DeviceMemory>>& device_memories() const { return memories_; }
+  const std::vector<std::shared_ptr<DeviceMemory>>& device_memories() const { return memories_; }
 
   // JobControl.
   void Fail(absl::Status status) override;
@@ -103,6 +103,8 @@ class JobRuntime final : public JobControl {
   absl::Status Build(const KernelRegistry* kernels, const ActorFactory& actor_factory);
   // One backend per communicator of the plan.
   absl::Status BuildCollectiveBackends();
+  // The memory of `device`, one of the plan's.
+  std::shared_ptr<DeviceMemory> MemoryOf(const plan::Device& device) const;
   std::string DiagnoseStall();
 
   plan::Plan plan_;
@@ -110,7 +112,9 @@ class JobRuntime final : public JobControl {
   // everything that uses the network, so it is destroyed after them).
   std::unique_ptr<Network> metered_network_;
   JobOptions options_;
-  std::vector<std::unique_ptr<DeviceMemory>> memories_;
+  // By plan.devices(); shared with the network collectives' staging buffers, which a transfer
+  // still in flight may hold after the backends are gone.
+  std::vector<std::shared_ptr<DeviceMemory>> memories_;
   std::vector<std::unique_ptr<Register>> registers_;
   std::vector<std::unique_ptr<Actor>> actors_;  // plan order
   // Built before the threads start and never changed after: Fail reads them from any thread.

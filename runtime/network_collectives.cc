@@ -13,6 +13,7 @@
 #include "runtime/collective_reduction.h"
 #include "runtime/collective_shapes.h"
 #include "runtime/data_type.h"
+#include "runtime/device_name.h"
 
 namespace loom {
 namespace {
@@ -134,7 +135,14 @@ NetworkCollectives::NetworkCollectives(const plan::Communicator& communicator, i
       network_(network),
       options_(options),
       ranks_(size_) {
-  for (const plan::Device& device : communicator.devices()) node_of_rank_.push_back(device.node());
+  for (int rank = 0; rank < size_; ++rank) {
+    const plan::Device& device = communicator.devices(rank);
+    node_of_rank_.push_back(device.node());
+    if (device.node() != node_) continue;
+    std::shared_ptr<DeviceMemory>& memory = ranks_[rank].memory;
+    if (rank < static_cast<int>(options_.memories.size())) memory = options_.memories[rank];
+    if (memory == nullptr) memory = std::make_shared<DeviceMemory>(DeviceName(device), 0);
+  }
 }
 
 void NetworkCollectives::FailLocked(absl::Status status) {
@@ -412,18 +420,24 @@ absl::Status NetworkCollectives::AwaitTransfer(Collective& collective, TransferG
   return absl::InternalError("unreachable");
 }
 
-std::byte* NetworkCollectives::Staging(Collective& collective, int slot, size_t bytes) {
+absl::StatusOr<std::byte*> NetworkCollectives::Staging(Collective& collective, int slot,
+                                                       size_t bytes) {
   std::vector<std::shared_ptr<StagingBuffer>>& staging = collective.state.staging;
   if (static_cast<int>(staging.size()) <= slot) staging.resize(slot + 1);
   std::shared_ptr<StagingBuffer>& buffer = staging[slot];
   if (buffer == nullptr || buffer->size < bytes) {
     // A fresh buffer: the old one may still be referenced by an earlier, abandoned group.
-    buffer = std::make_shared<StagingBuffer>();
-    buffer->bytes = std::make_unique_for_overwrite<std::byte[]>(bytes);
-    buffer->size = bytes;
+    buffer = nullptr;
+    const std::shared_ptr<DeviceMemory>& memory = collective.state.memory;
+    absl::StatusOr<void*> allocated = memory->Allocate(
+        static_cast<int64_t>(bytes),
+        absl::StrCat("staging buffer ", slot, " of communicator '", name_, "' (collective ",
+                     DescribeCollective(*collective.call.conf), ")"));
+    if (!allocated.ok()) return allocated.status();
+    buffer = std::make_shared<StagingBuffer>(memory, static_cast<std::byte*>(*allocated), bytes);
   }
   collective.group->KeepAlive(buffer);
-  return buffer->bytes.get();
+  return buffer->bytes;
 }
 
 absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const TensorView& input,
@@ -450,8 +464,12 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   std::vector<const float*> contribution(size_, nullptr);
   for (int source = 0; source < size_ && own_elements > 0; ++source) {
     if (source == rank) continue;
-    float* target =
-        source == 0 ? reduced : reinterpret_cast<float*>(Staging(collective, source, own_bytes));
+    float* target = reduced;
+    if (source != 0) {
+      absl::StatusOr<std::byte*> staged = Staging(collective, source, own_bytes);
+      if (!staged.ok()) return staged.status();
+      target = reinterpret_cast<float*>(*staged);
+    }
     received[source] = PostReceive(collective, Phase::kScatter, source, target, own_bytes);
     contribution[source] = target;
   }
@@ -463,8 +481,10 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
     if (elements == 0) continue;
     const float* source = values + range.begin * inner;
     if (outer != 1) {
-      auto* packed = reinterpret_cast<float*>(
-          Staging(collective, size_ + owner, static_cast<size_t>(elements) * sizeof(float)));
+      absl::StatusOr<std::byte*> staged =
+          Staging(collective, size_ + owner, static_cast<size_t>(elements) * sizeof(float));
+      if (!staged.ok()) return staged.status();
+      auto* packed = reinterpret_cast<float*>(*staged);
       const Shape slice = slice_shape(range);
       ForEachBlockRun(
           slice, shape, AxisOrigin(shape.rank(), axis, range.begin), slice,
@@ -553,7 +573,11 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
         static_cast<size_t>(collective.input_shapes[source].NumElements() * element_size);
     if (bytes == 0) continue;
     std::byte* target = Bytes(output.data) + offset[source] * inner * element_size;
-    if (!in_place) target = staged[source] = Staging(collective, source, bytes);
+    if (!in_place) {
+      absl::StatusOr<std::byte*> staging = Staging(collective, source, bytes);
+      if (!staging.ok()) return staging.status();
+      target = staged[source] = *staging;
+    }
     received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
   }
   for (int peer = 0; peer < size_; ++peer) {
@@ -600,7 +624,11 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
     if (bytes == 0) continue;
     std::byte* target = Bytes(output.data) + offset[source] * output_inner * element_size;
-    if (!in_place) target = staged[source] = Staging(collective, source, bytes);
+    if (!in_place) {
+      absl::StatusOr<std::byte*> staging = Staging(collective, source, bytes);
+      if (!staging.ok()) return staging.status();
+      target = staged[source] = *staging;
+    }
     received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
   }
   const bool contiguous_slices = Outer(input.shape, axis) == 1;
@@ -613,7 +641,9 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     const AxisRange range = BalancedRange(input.shape.dimension(axis), size_, destination);
     const void* source = Bytes(input.data) + range.begin * input_inner * element_size;
     if (!contiguous_slices) {
-      std::byte* packed = Staging(collective, size_ + destination, bytes);
+      absl::StatusOr<std::byte*> staging = Staging(collective, size_ + destination, bytes);
+      if (!staging.ok()) return staging.status();
+      std::byte* packed = *staging;
       CopyBlock(input, AxisOrigin(rank_count, axis, range.begin),
                 TensorView{packed, input.data_type, block}, AxisOrigin(rank_count, axis, 0), block);
       source = packed;

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
+#include "runtime/device_memory.h"
 #include "runtime/network.h"
 #include "runtime/tensor.h"
 #include "runtime/transfer_group.h"
@@ -66,8 +67,13 @@ namespace loom {
 // Zero copies where the bytes land unchanged: receives go straight into the output when the
 // block is contiguous there (all-reduce chunks, gathers and all-to-alls along the leading axis,
 // rank 0's contribution to a reduced slice), and sends go straight from the input when the slice
-// is contiguous there. Otherwise blocks are packed into, or received into, staging buffers owned
-// by the backend (kept per rank and reused, so a steady job allocates them once).
+// is contiguous there. Otherwise blocks are packed into, or received into, staging buffers (kept
+// per rank and reused, so a steady job allocates them in its first step). They come from the
+// rank's device memory (Options::memories): its budget counts them, and large ones get huge
+// pages like registers. Decision: charged when first used, not at launch (their sizes follow
+// from every rank's shapes, which a rank learns from the first headers), so a job whose staging
+// does not fit its budget fails in its first step with RESOURCE_EXHAUSTED naming the device and
+// the communicator, instead of using memory its budget does not count.
 //
 // Transfer tags (Network::Tag, 64 bits; `kCollectiveTagBit` set), most significant first:
 //   bit 63       Network::kCollectiveTagBit
@@ -102,6 +108,10 @@ class NetworkCollectives final : public CollectiveBackend {
     // network's progress thread that must deliver the completion: on 2 cores, 50 us of polling
     // made an 8 KiB all-to-all 1.3-3x slower (docs/PERFORMANCE.md, alltoall).
     absl::Duration spin = absl::ZeroDuration();
+    // The memory of each rank on this node, by rank (null for the others): staging buffers come
+    // from it and count against its budget. A rank on this node without one gets a memory of its
+    // own, without a budget.
+    std::vector<std::shared_ptr<DeviceMemory>> memories;
   };
 
   // The tag layout (see above).
@@ -130,16 +140,26 @@ class NetworkCollectives final : public CollectiveBackend {
 
  private:
   struct Collective;
-  // Host memory for packed or staged blocks, reused across a rank's collectives.
+  // Host memory for packed or staged blocks from the rank's device memory, reused across the
+  // rank's collectives.
   struct StagingBuffer {
-    std::unique_ptr<std::byte[]> bytes;
-    size_t size = 0;
+    StagingBuffer(std::shared_ptr<DeviceMemory> memory, std::byte* bytes, size_t size)
+        : memory(std::move(memory)), bytes(bytes), size(size) {}
+    ~StagingBuffer() { memory->Free(bytes); }
+    StagingBuffer(const StagingBuffer&) = delete;
+    StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+    const std::shared_ptr<DeviceMemory> memory;
+    std::byte* const bytes;
+    const size_t size;
   };
   struct RankState {
     int64_t instance = 0;  // collectives this rank started; guarded by mutex_
     // The data and header transfers of the collective in progress; guarded by mutex_.
     std::shared_ptr<TransferGroup> group;
     std::shared_ptr<TransferGroup> header_group;
+    // Where its staging buffers come from (ranks on this node only).
+    std::shared_ptr<DeviceMemory> memory;
     // Touched by the rank's thread only.
     std::vector<std::shared_ptr<StagingBuffer>> staging;
     // Every rank's input shape of each collective this rank ran, by sequence number.
@@ -179,8 +199,10 @@ class NetworkCollectives final : public CollectiveBackend {
   absl::Status Await(Collective& collective, int index);
   // The same for transfer `index` of `group`, without the headers.
   absl::Status AwaitTransfer(Collective& collective, TransferGroup& group, int index);
-  // A staging buffer of at least `bytes` for `slot`, kept alive by the collective's group.
-  std::byte* Staging(Collective& collective, int slot, size_t bytes);
+  // A staging buffer of at least `bytes` for `slot`, kept alive by the collective's group;
+  // RESOURCE_EXHAUSTED naming the device and the communicator when the rank's memory budget
+  // cannot hold it.
+  absl::StatusOr<std::byte*> Staging(Collective& collective, int slot, size_t bytes);
 
   const std::string name_;
   const int size_;

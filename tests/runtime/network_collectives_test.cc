@@ -581,6 +581,47 @@ TEST(NetworkCollectivesTest, APeerLostDuringTheDataExchangeFailsTheRun) {
                         "1 is gone"));
 }
 
+TEST(NetworkCollectivesTest, StagingBuffersComeFromTheRanksMemoryAndCountAgainstItsBudget) {
+  // An all-to-all along axis 1 of [4, 6] float32 on 2 ranks: each rank packs its 4 x 3 block for
+  // the peer (48 bytes) and receives the peer's block into staging (48 bytes).
+  CollectiveCase test_case{
+      MakeCollectiveConf(plan::ALL_TO_ALL, 0, "exchange", plan::REDUCE_SUM, 1, 1),
+      plan::FLOAT32,
+      {Shape{4, 6}, Shape{4, 6}}};
+  {
+    std::vector<std::shared_ptr<DeviceMemory>> memories = {
+        std::make_shared<DeviceMemory>("node0/cpu:0", 0),
+        std::make_shared<DeviceMemory>("node0/cpu:1", 0)};
+    NetworkCollectives::Options options = TestOptions();
+    options.memories = memories;
+    Cluster cluster({0, 0}, 1, options);
+    RankBuffers buffers = MakeRankBuffers(test_case, 5);
+    const std::vector<HostTensor> expected = ReferenceOutputs(test_case, buffers);
+    const std::vector<absl::Status> statuses =
+        RunRanks(cluster.BackendOfRank(), test_case.conf, buffers);
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(statuses[rank].ok()) << statuses[rank];
+      EXPECT_TRUE(buffers.outputs[rank].bytes == expected[rank].bytes) << "rank " << rank;
+      EXPECT_EQ(memories[rank]->used_bytes(), 2 * 48) << "rank " << rank;
+    }
+  }
+  // Rank 1's budget cannot hold its staging: every rank of the node fails with the error, which
+  // names the device and the communicator.
+  NetworkCollectives::Options options = TestOptions();
+  options.memories = {std::make_shared<DeviceMemory>("node0/cpu:0", 0),
+                      std::make_shared<DeviceMemory>("node0/cpu:1", 64)};
+  Cluster cluster({0, 0}, 1, options);
+  RankBuffers buffers = MakeRankBuffers(test_case, 5);
+  const std::vector<absl::Status> statuses =
+      RunRanks(cluster.BackendOfRank(), test_case.conf, buffers);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(rank);
+    EXPECT_EQ(statuses[rank].code(), absl::StatusCode::kResourceExhausted) << statuses[rank];
+    EXPECT_THAT(statuses[rank].message(), HasSubstr("device node0/cpu:1: memory budget of 64 B"));
+    EXPECT_THAT(statuses[rank].message(), HasSubstr("of communicator 'comm'"));
+  }
+}
+
 TEST(NetworkCollectivesTest, ASingleRankCommunicatorCopies) {
   CollectiveCase test_case{
       MakeCollectiveConf(plan::ALL_REDUCE, 0, "solo"), plan::FLOAT32, {Shape{9}}};
