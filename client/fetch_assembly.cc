@@ -41,6 +41,24 @@ void ForEachRun(const Shape& logical, const Shape& window, const std::vector<int
   }
 }
 
+int64_t Ranks(const std::vector<int64_t>& hierarchy) {
+  int64_t ranks = 1;
+  for (int64_t extent : hierarchy) ranks *= extent;
+  return ranks;
+}
+
+// RanksRead, for a parsed `sbp` over `placement`.
+std::vector<bool> RanksReadOf(const compiler::NdSbp& sbp, const compiler::Placement& placement) {
+  std::vector<bool> read(placement.size(), true);
+  for (int rank = 0; rank < placement.size(); ++rank) {
+    std::vector<int64_t> coordinates = placement.Coordinates(rank);
+    for (size_t h = 0; h < sbp.size(); ++h) {
+      if (sbp[h].is_broadcast() && coordinates[h] != 0) read[rank] = false;
+    }
+  }
+  return read;
+}
+
 }  // namespace
 
 absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
@@ -56,24 +74,14 @@ absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
 absl::StatusOr<std::vector<bool>> RanksRead(const DistributedLayout& layout) {
   absl::StatusOr<compiler::NdSbp> sbp = compiler::ParseNdSbp(layout.sbp);
   if (!sbp.ok()) return sbp.status();
-  int64_t ranks = 1;
-  for (int64_t extent : layout.hierarchy) ranks *= extent;
-  compiler::Placement placement(std::vector<plan::Device>(ranks), layout.hierarchy);
-  std::vector<bool> read(ranks, true);
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::vector<int64_t> coordinates = placement.Coordinates(rank);
-    for (size_t h = 0; h < sbp->size(); ++h) {
-      if ((*sbp)[h].is_broadcast() && coordinates[h] != 0) read[rank] = false;
-    }
-  }
-  return read;
+  return RanksReadOf(*sbp, compiler::Placement(std::vector<plan::Device>(Ranks(layout.hierarchy)),
+                                               layout.hierarchy));
 }
 
 absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout,
                                                  const std::vector<const HostTensor*>& pieces) {
   const std::vector<int64_t>& hierarchy = layout.hierarchy;
-  int64_t ranks = 1;
-  for (int64_t extent : hierarchy) ranks *= extent;
+  const int64_t ranks = Ranks(hierarchy);
   if (static_cast<int64_t>(pieces.size()) != ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat(layout.what, ": ", pieces.size(), " pieces for ", ranks, " ranks"));
@@ -93,11 +101,10 @@ absl::StatusOr<HostTensor> AssembleLogicalTensor(const DistributedLayout& layout
   result.data_type = data_type;
   result.shape = Shape(layout.logical.shape());
   result.bytes.assign(result.shape.NumElements() * element_size, std::byte{0});
-  absl::StatusOr<std::vector<bool>> read = RanksRead(layout);
-  if (!read.ok()) return read.status();
-  compiler::Placement placement(std::vector<plan::Device>(ranks), hierarchy);
+  const compiler::Placement placement(std::vector<plan::Device>(ranks), hierarchy);
+  const std::vector<bool> read = RanksReadOf(*sbp, placement);
   for (int rank = 0; rank < ranks; ++rank) {
-    if (!(*read)[rank]) continue;
+    if (!read[rank]) continue;
     compiler::LocalWindow window = compiler::LocalWindowOf(result.shape, placement, *sbp, rank);
     if (pieces[rank] == nullptr) {
       return absl::InvalidArgumentError(
