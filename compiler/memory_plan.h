@@ -17,7 +17,8 @@ struct DeviceMemoryEstimate {
 };
 
 // Pass 8: the memory each device needs for its registers (registers live on their producer's
-// device; every slot counts).
+// device; every slot counts, a CPU device's slots as the runtime lays them out on huge pages:
+// runtime/host_buffer_layout.h).
 std::vector<DeviceMemoryEstimate> EstimateMemory(const plan::Plan& plan);
 
 // Fails with RESOURCE_EXHAUSTED naming the device and its largest registers when a device's
