@@ -29,7 +29,8 @@ DeviceMemory::~DeviceMemory() {
   }
 }
 
-absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
+absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner,
+                                   int64_t requested_bytes) {
   if (bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(device_name_, ": negative allocation of ", bytes, " bytes for ", owner));
@@ -50,6 +51,9 @@ absl::Status DeviceMemory::Reserve(int64_t bytes, const std::string& owner) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", device_name_, ": memory budget of ", FormatBytes(budget_bytes_),
         " exceeded while allocating ", FormatBytes(bytes), " for ", owner, " (",
+        requested_bytes == bytes
+            ? ""
+            : absl::StrCat(FormatBytes(requested_bytes), " rounded up by the allocator; "),
         FormatBytes(used_bytes_), " already in use",
         largest.empty() ? "" : absl::StrCat("; largest: ", largest),
         "). Raise the device's memory budget or use fewer or smaller register slots."));
@@ -64,13 +68,7 @@ absl::StatusOr<void*> DeviceMemory::Allocate(int64_t bytes, const std::string& o
   // accounts say what the device really holds.
   const int64_t charged = bytes > 0 ? resource_->Footprint(bytes) : bytes;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status =
-          Reserve(charged, charged == bytes ? owner
-                                            : absl::StrCat(owner, " (", FormatBytes(bytes),
-                                                           " rounded up by the allocator)"));
-      !status.ok()) {
-    return status;
-  }
+  if (absl::Status status = Reserve(charged, owner, bytes); !status.ok()) return status;
   absl::StatusOr<void*> pointer = resource_->Allocate(std::max<int64_t>(bytes, 1));
   if (!pointer.ok()) {
     used_bytes_ -= charged;
@@ -95,7 +93,7 @@ void DeviceMemory::Free(void* pointer) {
 
 absl::Status DeviceMemory::Charge(int64_t bytes, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status status = Reserve(bytes, owner); !status.ok()) return status;
+  if (absl::Status status = Reserve(bytes, owner, bytes); !status.ok()) return status;
   charges_[owner] += bytes;
   return absl::OkStatus();
 }

@@ -43,7 +43,9 @@ class DeviceMemory {
   int64_t peak_bytes() const;
 
  private:
-  absl::Status Reserve(int64_t bytes, const std::string& owner);  // requires mutex_
+  // Requires mutex_. `requested_bytes`: what the caller asked for, when `bytes` is the resource's
+  // rounding of it (the error then says so).
+  absl::Status Reserve(int64_t bytes, const std::string& owner, int64_t requested_bytes);
 
   const std::string device_name_;
   const int64_t budget_bytes_;

@@ -14,7 +14,7 @@ namespace loom {
 
 absl::StatusOr<void*> HostMemoryResource::Allocate(int64_t bytes) {
   const HostBufferLayout layout = LayOutHostBuffer(bytes);
-  // Whole 64-byte lines, so that no other allocation shares the buffer's last cache line.
+  // In whole 64-byte lines, as host buffers always were.
   constexpr int64_t kLine = HostBufferLayout::kSmallAlignment;
   const int64_t size = (layout.footprint_bytes + kLine - 1) / kLine * kLine;
   // posix_memalign: aligned_alloc wants a size that is a multiple of the alignment.

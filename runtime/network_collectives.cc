@@ -426,7 +426,8 @@ absl::StatusOr<std::byte*> NetworkCollectives::Staging(Collective& collective, i
   if (static_cast<int>(staging.size()) <= slot) staging.resize(slot + 1);
   std::shared_ptr<StagingBuffer>& buffer = staging[slot];
   if (buffer == nullptr || buffer->size < bytes) {
-    // A fresh buffer: the old one may still be referenced by an earlier, abandoned group.
+    // A fresh buffer: the old one may still be referenced by an earlier, abandoned group. This
+    // rank lets go of it first, so that its budget need not hold both.
     buffer = nullptr;
     const std::shared_ptr<DeviceMemory>& memory = collective.state.memory;
     absl::StatusOr<void*> allocated = memory->Allocate(

@@ -219,7 +219,7 @@ TEST(DeviceMemoryTest, ChargesTheHugePagesAHostBufferTakes) {
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(third.status().message(),
               HasSubstr("exceeded while allocating 2.0 MiB for register 'b' slot 0 "
-                        "(1.0 MiB rounded up by the allocator)"));
+                        "(1.0 MiB rounded up by the allocator; 4.0 MiB already in use"));
   EXPECT_THAT(third.status().message(), HasSubstr("register 'a' slot 0 (2.0 MiB)"));
   memory.Free(*first);
   memory.Free(*second);
