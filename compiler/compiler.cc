@@ -51,8 +51,8 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices);
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
-  if (absl::Status status = CheckMemory(result.plan); !status.ok()) return status;
   result.node_plans = SplitByNode(result.plan);
+  if (absl::Status status = CheckMemory(result.node_plans); !status.ok()) return status;
   return result;
 }
 
@@ -102,13 +102,20 @@ std::string Explain(const CompileResult& result) {
   }
   absl::StrAppend(&text, "boxing in total: ", FormatBytes(static_cast<int64_t>(total_bytes)),
                   " per rank and step\nmemory:\n");
-  for (const DeviceMemoryEstimate& estimate : EstimateMemory(result.plan)) {
-    absl::StrAppend(&text, "  ", DeviceName(estimate.device), ": ",
-                    FormatBytes(estimate.register_bytes), " of registers",
-                    estimate.budget_bytes > 0
-                        ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
-                        : "",
-                    "\n");
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(result.node_plans)) {
+    absl::StrAppend(
+        &text, "  ", DeviceName(estimate.device), ": ", FormatBytes(estimate.register_bytes),
+        " of registers",
+        estimate.state_bytes > 0 ? absl::StrCat(", ", FormatBytes(estimate.state_bytes),
+                                                " of optimizer states and accumulators")
+                                 : "",
+        estimate.staging_bytes > 0
+            ? absl::StrCat(", ", FormatBytes(estimate.staging_bytes), " of collective staging")
+            : "",
+        estimate.budget_bytes > 0
+            ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
+            : "",
+        "\n");
   }
   return text;
 }

@@ -28,7 +28,7 @@ struct CompileResult {
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
 // job names a loss; mixed-precision casts before it), SBP inference, boxing and lowering, the
-// memory check, the split per node.
+// split per node, the memory check (on the node plans).
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices);
 

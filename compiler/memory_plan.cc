@@ -1,10 +1,14 @@
 #include "compiler/memory_plan.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/collective_staging.h"
 #include "runtime/data_type.h"
 #include "runtime/device_name.h"
 #include "runtime/format_bytes.h"
@@ -14,85 +18,212 @@
 namespace loom::compiler {
 namespace {
 
-// Every slot of `reg` on `device`: a CPU device's slots take what the runtime's host allocator
-// lays out (huge pages from 1 MiB: runtime/host_buffer_layout.h). For the host devices of a GPU
-// job, whose pinned buffers take their bytes, this is an upper bound.
-int64_t RegisterBytes(const plan::RegisterDesc& reg, const plan::Device& device) {
-  int64_t slot_bytes =
-      Shape(reg.tensor().shape()).NumElements() * DataTypeSize(reg.tensor().data_type());
-  if (device.type() == plan::CPU) slot_bytes = LayOutHostBuffer(slot_bytes).footprint_bytes;
-  return slot_bytes * reg.num_slots();
-}
-
 using DeviceKey = std::tuple<int, int, int>;
 
 DeviceKey KeyOf(const plan::Device& device) {
   return {device.node(), static_cast<int>(device.type()), device.index()};
 }
 
-// For every register (in plan order), the position in plan.devices() of its producer's device;
-// -1 when no task produces it.
-std::vector<int> ProducerDevicePositions(const plan::Plan& plan) {
-  absl::flat_hash_map<DeviceKey, int> position;
-  for (int i = 0; i < plan.devices_size(); ++i) position[KeyOf(plan.devices(i).device())] = i;
+// What a buffer of `bytes` takes on `device`: on a CPU device, what the runtime's host allocator
+// lays out (huge pages from 1 MiB: runtime/host_buffer_layout.h). For the host devices of a GPU
+// job, whose pinned buffers take their bytes, this is an upper bound.
+int64_t BufferBytes(int64_t bytes, const plan::Device& device) {
+  return device.type() == plan::CPU ? LayOutHostBuffer(bytes).footprint_bytes : bytes;
+}
+
+// What one device will hold, with the holders an error names.
+struct DeviceHoldings {
+  DeviceMemoryEstimate estimate;
+  std::vector<std::pair<int64_t, std::string>> registers;  // bytes, name
+  std::map<std::string, int64_t> staging;                  // bytes by communicator
+};
+
+// One collective's tasks across the node plans: every rank's input shape.
+struct CollectiveRanks {
+  const plan::CollectiveConf* conf = nullptr;
+  plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;
+  std::vector<std::optional<Shape>> inputs;  // by rank
+};
+
+// Whether the runtime runs the collectives of `communicator` as network collectives, the backend
+// that stages: CPU ranks on several nodes (one node's CPU ranks share memory; GPU ranks use NCCL).
+bool StagesOnTheHost(const plan::Communicator& communicator) {
+  if (!SpansSeveralNodes(communicator)) return false;
+  return std::all_of(communicator.devices().begin(), communicator.devices().end(),
+                     [](const plan::Device& device) { return device.type() == plan::CPU; });
+}
+
+int64_t SlotBytes(const plan::RegisterDesc& reg) {
+  return Shape::FromProto(reg.tensor()).NumElements() * DataTypeSize(reg.tensor().data_type());
+}
+
+// The registers of `plan`, and the variables' and accumulators' own buffers.
+void AddTaskBuffers(const plan::Plan& plan, const absl::flat_hash_map<DeviceKey, int>& position,
+                    std::vector<DeviceHoldings>& holdings) {
+  absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*> registers;
+  for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
+  auto slot_bytes_of = [&](const std::string& name) -> int64_t {
+    auto found = registers.find(name);
+    return found == registers.end() ? 0 : SlotBytes(*found->second);
+  };
   absl::flat_hash_map<absl::string_view, int> device_of_register;
-  device_of_register.reserve(plan.registers_size());
   for (const plan::Task& task : plan.tasks()) {
     auto found = position.find(KeyOf(task.stream().device()));
     if (found == position.end()) continue;
     for (const std::string& output : task.outputs()) device_of_register[output] = found->second;
-  }
-  std::vector<int> result(plan.registers_size(), -1);
-  for (int r = 0; r < plan.registers_size(); ++r) {
-    auto found = device_of_register.find(plan.registers(r).name());
-    if (found != device_of_register.end()) result[r] = found->second;
-  }
-  return result;
-}
-
-std::vector<DeviceMemoryEstimate> Estimate(const plan::Plan& plan,
-                                           const std::vector<int>& producer_device) {
-  std::vector<DeviceMemoryEstimate> estimates;
-  for (const plan::DeviceDesc& desc : plan.devices()) {
-    estimates.push_back(DeviceMemoryEstimate{desc.device(), 0, desc.memory_budget_bytes()});
-  }
-  for (int r = 0; r < plan.registers_size(); ++r) {
-    if (producer_device[r] >= 0) {
-      DeviceMemoryEstimate& estimate = estimates[producer_device[r]];
-      estimate.register_bytes += RegisterBytes(plan.registers(r), estimate.device);
+    DeviceMemoryEstimate& estimate = holdings[found->second].estimate;
+    if (task.kind() == plan::VARIABLE && task.outputs_size() > 0) {
+      estimate.state_bytes += BufferBytes(slot_bytes_of(task.outputs(0)), estimate.device) *
+                              task.num_optimizer_states();
+    } else if (task.kind() == plan::ACCUMULATE && task.inputs_size() > 0) {
+      estimate.state_bytes += BufferBytes(slot_bytes_of(task.inputs(0)), estimate.device);
     }
   }
-  return estimates;
+  for (const plan::RegisterDesc& reg : plan.registers()) {
+    auto found = device_of_register.find(reg.name());
+    if (found == device_of_register.end()) continue;
+    DeviceHoldings& device = holdings[found->second];
+    const int64_t bytes = BufferBytes(SlotBytes(reg), device.estimate.device) * reg.num_slots();
+    device.estimate.register_bytes += bytes;
+    device.registers.emplace_back(bytes, reg.name());
+  }
+}
+
+void AddStaging(absl::Span<const plan::Plan> node_plans,
+                const absl::flat_hash_map<DeviceKey, int>& position,
+                std::vector<DeviceHoldings>& holdings) {
+  std::map<std::string, const plan::Communicator*> staging_communicators;
+  for (const plan::Plan& plan : node_plans) {
+    for (const plan::Communicator& communicator : plan.communicators()) {
+      if (StagesOnTheHost(communicator)) {
+        staging_communicators.emplace(communicator.name(), &communicator);
+      }
+    }
+  }
+  std::map<std::pair<std::string, int64_t>, CollectiveRanks> collectives;
+  for (const plan::Plan& plan : node_plans) {
+    absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*> registers;
+    for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
+    for (const plan::Task& task : plan.tasks()) {
+      if (task.kind() != plan::COLLECTIVE) continue;
+      auto communicator = staging_communicators.find(task.collective().communicator());
+      if (communicator == staging_communicators.end()) continue;
+      if (task.inputs_size() != 1 || task.outputs_size() != 1) continue;
+      auto input = registers.find(task.inputs(0));
+      auto output = registers.find(task.outputs(0));
+      const int size = communicator->second->devices_size();
+      if (input == registers.end() || output == registers.end() || task.rank() < 0 ||
+          task.rank() >= size) {
+        continue;  // the runtime's plan validation names what is wrong
+      }
+      CollectiveRanks& ranks =
+          collectives[{task.collective().communicator(), task.collective().sequence()}];
+      ranks.conf = &task.collective();
+      ranks.data_type = output->second->tensor().data_type();
+      ranks.inputs.resize(size);
+      ranks.inputs[task.rank()] = Shape::FromProto(input->second->tensor());
+    }
+  }
+  // The runtime keeps one buffer per slot of each (communicator, rank), as large as the largest
+  // of the communicator's collectives needs.
+  std::map<std::pair<std::string, int>, std::vector<int64_t>> slots;
+  for (const auto& [key, ranks] : collectives) {
+    std::vector<Shape> inputs;
+    for (const std::optional<Shape>& input : ranks.inputs) {
+      if (!input.has_value()) break;  // a rank of a node whose plan is not given
+      inputs.push_back(*input);
+    }
+    if (inputs.size() != ranks.inputs.size()) continue;
+    for (int rank = 0; rank < static_cast<int>(inputs.size()); ++rank) {
+      absl::StatusOr<std::vector<int64_t>> bytes =
+          CollectiveStagingBytes(*ranks.conf, inputs, rank, ranks.data_type);
+      if (!bytes.ok()) continue;  // shapes that do not fit: the runtime's validation names them
+      std::vector<int64_t>& largest = slots[{key.first, rank}];
+      largest.resize(bytes->size(), 0);
+      for (size_t slot = 0; slot < bytes->size(); ++slot) {
+        largest[slot] = std::max(largest[slot], (*bytes)[slot]);
+      }
+    }
+  }
+  for (const auto& [key, sizes] : slots) {
+    const plan::Device& device = staging_communicators.at(key.first)->devices(key.second);
+    auto found = position.find(KeyOf(device));
+    if (found == position.end()) continue;
+    int64_t bytes = 0;
+    for (int64_t size : sizes) {
+      if (size > 0) bytes += BufferBytes(size, device);
+    }
+    if (bytes == 0) continue;
+    DeviceHoldings& holder = holdings[found->second];
+    holder.estimate.staging_bytes += bytes;
+    holder.staging[key.first] += bytes;
+  }
+}
+
+std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans) {
+  std::vector<DeviceHoldings> holdings;
+  absl::flat_hash_map<DeviceKey, int> position;
+  for (const plan::Plan& plan : node_plans) {
+    for (const plan::DeviceDesc& desc : plan.devices()) {
+      if (!position.emplace(KeyOf(desc.device()), static_cast<int>(holdings.size())).second) {
+        continue;
+      }
+      DeviceHoldings& added = holdings.emplace_back();
+      added.estimate.device = desc.device();
+      added.estimate.budget_bytes = desc.memory_budget_bytes();
+    }
+  }
+  for (const plan::Plan& plan : node_plans) AddTaskBuffers(plan, position, holdings);
+  AddStaging(node_plans, position, holdings);
+  return holdings;
+}
+
+std::string Largest(std::vector<std::pair<int64_t, std::string>> holders, size_t count) {
+  std::sort(holders.begin(), holders.end(), std::greater<>());
+  std::string names;
+  for (size_t i = 0; i < holders.size() && i < count; ++i) {
+    absl::StrAppend(&names, i == 0 ? "" : ", ", "'", holders[i].second, "' (",
+                    FormatBytes(holders[i].first), ")");
+  }
+  return names;
 }
 
 }  // namespace
 
-std::vector<DeviceMemoryEstimate> EstimateMemory(const plan::Plan& plan) {
-  return Estimate(plan, ProducerDevicePositions(plan));
+std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans) {
+  std::vector<DeviceMemoryEstimate> estimates;
+  for (DeviceHoldings& holdings : Holdings(node_plans)) {
+    estimates.push_back(std::move(holdings.estimate));
+  }
+  return estimates;
 }
 
-absl::Status CheckMemory(const plan::Plan& plan) {
-  const std::vector<int> producer_device = ProducerDevicePositions(plan);
-  const std::vector<DeviceMemoryEstimate> estimates = Estimate(plan, producer_device);
-  for (size_t device = 0; device < estimates.size(); ++device) {
-    const DeviceMemoryEstimate& estimate = estimates[device];
-    if (estimate.budget_bytes == 0 || estimate.register_bytes <= estimate.budget_bytes) continue;
-    std::vector<std::pair<int64_t, std::string>> largest;
-    for (int r = 0; r < plan.registers_size(); ++r) {
-      if (producer_device[r] != static_cast<int>(device)) continue;
-      largest.emplace_back(RegisterBytes(plan.registers(r), estimate.device),
-                           plan.registers(r).name());
-    }
-    std::sort(largest.begin(), largest.end(), std::greater<>());
-    std::string names;
-    for (size_t i = 0; i < largest.size() && i < 3; ++i) {
-      absl::StrAppend(&names, i == 0 ? "" : ", ", "'", largest[i].second, "' (",
-                      FormatBytes(largest[i].first), ")");
+absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans) {
+  for (const DeviceHoldings& holdings : Holdings(node_plans)) {
+    const DeviceMemoryEstimate& estimate = holdings.estimate;
+    if (estimate.budget_bytes == 0 || estimate.total_bytes() <= estimate.budget_bytes) continue;
+    std::string needs = absl::StrCat(FormatBytes(estimate.register_bytes), " for its registers");
+    std::string holders = absl::StrCat("largest registers: ", Largest(holdings.registers, 3));
+    if (estimate.state_bytes > 0 || estimate.staging_bytes > 0) {
+      needs = absl::StrCat(FormatBytes(estimate.total_bytes()), " (", needs);
+      if (estimate.state_bytes > 0) {
+        absl::StrAppend(&needs, ", ", FormatBytes(estimate.state_bytes),
+                        " for its optimizer states and accumulators");
+      }
+      if (estimate.staging_bytes > 0) {
+        absl::StrAppend(&needs, ", ", FormatBytes(estimate.staging_bytes),
+                        " for the staging buffers of its network collectives");
+        std::vector<std::pair<int64_t, std::string>> staging;
+        for (const auto& [communicator, bytes] : holdings.staging) {
+          staging.emplace_back(bytes, communicator);
+        }
+        absl::StrAppend(&holders, "; most staging: communicator ", Largest(staging, 1));
+      }
+      absl::StrAppend(&needs, ")");
     }
     return absl::ResourceExhaustedError(
-        absl::StrCat("device ", DeviceName(estimate.device), " needs ",
-                     FormatBytes(estimate.register_bytes), " for its registers but its budget is ",
-                     FormatBytes(estimate.budget_bytes), "; largest registers: ", names,
+        absl::StrCat("device ", DeviceName(estimate.device), " needs ", needs,
+                     " but its budget is ", FormatBytes(estimate.budget_bytes), "; ", holders,
                      ". Use more devices, fewer register slots, or a larger budget."));
   }
   return absl::OkStatus();

@@ -6,24 +6,39 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "proto/plan.pb.h"
 
 namespace loom::compiler {
 
 struct DeviceMemoryEstimate {
   plan::Device device;
-  int64_t register_bytes = 0;  // every slot of every register the device's tasks produce
+  // Every slot of every register the device's tasks produce (the node split's copies included).
+  int64_t register_bytes = 0;
+  // Its variables' optimizer states and its accumulators' sums.
+  int64_t state_bytes = 0;
+  // The staging buffers its ranks of network collectives hold (runtime/collective_staging.h).
+  int64_t staging_bytes = 0;
   int64_t budget_bytes = 0;
+
+  int64_t total_bytes() const { return register_bytes + state_bytes + staging_bytes; }
 };
 
-// Pass 8: the memory each device needs for its registers (registers live on their producer's
-// device; every slot counts, a CPU device's slots as the runtime lays them out on huge pages:
-// runtime/host_buffer_layout.h).
-std::vector<DeviceMemoryEstimate> EstimateMemory(const plan::Plan& plan);
+// Pass 9, on the node plans of a job (SplitByNode; a one-node job's plan alone will do): what
+// each device will allocate, as the runtime allocates it. Registers live on their producer's
+// device, every slot counted; a variable holds its optimizer states (one slot of its value each)
+// and an accumulator its sum (one slot of its input); a CPU device's buffers count as the host
+// allocator lays them out on huge pages (runtime/host_buffer_layout.h). The staging of network
+// collectives is what CollectiveStagingBytes gives for the register shapes, one buffer per slot of
+// each (communicator, rank) sized for the largest of its collectives. Not counted: the host
+// copies of fetched tensors a sink keeps (charged as they arrive). In the order of the plans'
+// devices.
+std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans);
 
-// Fails with RESOURCE_EXHAUSTED naming the device and its largest registers when a device's
-// estimate exceeds its budget.
-absl::Status CheckMemory(const plan::Plan& plan);
+// Fails with RESOURCE_EXHAUSTED naming the device and what takes the most of it (its largest
+// registers, and its staging with the communicator that holds the most) when a device's estimate
+// exceeds its budget.
+absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans);
 
 }  // namespace loom::compiler
 

@@ -7,7 +7,7 @@
 
 namespace loom::compiler {
 
-// Pass 9: one plan per node (index = node). A node's plan has its devices, its tasks (keeping
+// Pass 8: one plan per node (index = node). A node's plan has its devices, its tasks (keeping
 // their job-wide indices), the registers they produce or read, the communicators with a member on
 // the node, and the fetches and variables whose tasks run there. A register read on another node
 // than its producer's (a pipeline stage boundary across nodes) moves with a pair of tasks added

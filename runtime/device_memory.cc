@@ -118,4 +118,11 @@ int64_t DeviceMemory::peak_bytes() const {
   return peak_bytes_;
 }
 
+int64_t DeviceMemory::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t charged = 0;
+  for (const auto& [owner, bytes] : charges_) charged += bytes;
+  return used_bytes_ - charged;
+}
+
 }  // namespace loom

@@ -41,6 +41,8 @@ class DeviceMemory {
   int64_t budget_bytes() const { return budget_bytes_; }
   int64_t used_bytes() const;
   int64_t peak_bytes() const;
+  // What its allocations take: used_bytes less what Charge accounts for.
+  int64_t allocated_bytes() const;
 
  private:
   // Requires mutex_. `requested_bytes`: what the caller asked for, when `bytes` is the resource's

@@ -12,6 +12,7 @@
 #include "runtime/collective_header.h"
 #include "runtime/collective_reduction.h"
 #include "runtime/collective_shapes.h"
+#include "runtime/collective_staging.h"
 #include "runtime/data_type.h"
 #include "runtime/device_name.h"
 
@@ -20,18 +21,6 @@ namespace {
 
 using Clock = TransferGroup::Clock;
 using Direction = TransferGroup::Direction;
-
-// Elements before and after `axis` in a row-major tensor of `shape`.
-int64_t Outer(const Shape& shape, int axis) {
-  int64_t count = 1;
-  for (int i = 0; i < axis; ++i) count *= shape.dimension(i);
-  return count;
-}
-int64_t Inner(const Shape& shape, int axis) {
-  int64_t count = 1;
-  for (int i = axis + 1; i < shape.rank(); ++i) count *= shape.dimension(i);
-  return count;
-}
 
 std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
@@ -69,6 +58,8 @@ struct NetworkCollectives::Collective {
   std::vector<Shape> input_shapes;
   // Whether input_shapes came from an earlier run.
   bool shapes_known = false;
+  // This rank's staging buffers by slot (CollectiveStagingBytes); null: the block moves in place.
+  std::vector<std::byte*> staging;
   bool headers_checked = false;
   // "header exchange" or "data exchange", and when its wait gives up.
   const char* stage = "header exchange";
@@ -221,6 +212,7 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
     collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
   }
   collective.stage = "data exchange";
+  if (absl::Status status = AllocateStaging(collective); !status.ok()) return status;
   absl::Status status;
   switch (collective.call.conf->kind()) {
     case plan::ALL_REDUCE:
@@ -420,25 +412,37 @@ absl::Status NetworkCollectives::AwaitTransfer(Collective& collective, TransferG
   return absl::InternalError("unreachable");
 }
 
-absl::StatusOr<std::byte*> NetworkCollectives::Staging(Collective& collective, int slot,
-                                                       size_t bytes) {
-  std::vector<std::shared_ptr<StagingBuffer>>& staging = collective.state.staging;
-  if (static_cast<int>(staging.size()) <= slot) staging.resize(slot + 1);
-  std::shared_ptr<StagingBuffer>& buffer = staging[slot];
-  if (buffer == nullptr || buffer->size < bytes) {
-    // A fresh buffer: the old one may still be referenced by an earlier, abandoned group. This
-    // rank lets go of it first, so that its budget need not hold both.
-    buffer = nullptr;
-    const std::shared_ptr<DeviceMemory>& memory = collective.state.memory;
-    absl::StatusOr<void*> allocated = memory->Allocate(
-        static_cast<int64_t>(bytes),
-        absl::StrCat("staging buffer ", slot, " of communicator '", name_, "' (collective ",
-                     DescribeCollective(*collective.call.conf), ")"));
-    if (!allocated.ok()) return allocated.status();
-    buffer = std::make_shared<StagingBuffer>(memory, static_cast<std::byte*>(*allocated), bytes);
+absl::Status NetworkCollectives::AllocateStaging(Collective& collective) {
+  const CollectiveCall& call = collective.call;
+  absl::StatusOr<std::vector<int64_t>> bytes = CollectiveStagingBytes(
+      *call.conf, collective.input_shapes, collective.rank, call.output.data_type);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("communicator '", name_, "': ", bytes.status().message()));
   }
-  collective.group->KeepAlive(buffer);
-  return buffer->bytes;
+  std::vector<std::shared_ptr<StagingBuffer>>& kept = collective.state.staging;
+  if (kept.size() < bytes->size()) kept.resize(bytes->size());
+  collective.staging.assign(bytes->size(), nullptr);
+  for (size_t slot = 0; slot < bytes->size(); ++slot) {
+    const int64_t size = (*bytes)[slot];
+    if (size == 0) continue;
+    std::shared_ptr<StagingBuffer>& buffer = kept[slot];
+    if (buffer == nullptr || buffer->size < static_cast<size_t>(size)) {
+      // A fresh buffer: the old one may still be referenced by an earlier, abandoned group. This
+      // rank lets go of it first, so that its budget need not hold both.
+      buffer = nullptr;
+      const std::shared_ptr<DeviceMemory>& memory = collective.state.memory;
+      absl::StatusOr<void*> allocated = memory->Allocate(
+          size, absl::StrCat("staging buffer ", slot, " of communicator '", name_, "' (collective ",
+                             DescribeCollective(*call.conf), ")"));
+      if (!allocated.ok()) return allocated.status();
+      buffer = std::make_shared<StagingBuffer>(memory, static_cast<std::byte*>(*allocated),
+                                               static_cast<size_t>(size));
+    }
+    collective.group->KeepAlive(buffer);
+    collective.staging[slot] = buffer->bytes;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const TensorView& input,
@@ -446,8 +450,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   const int rank = collective.rank;
   const plan::ReduceOperation operation = collective.call.conf->reduce();
   const Shape& shape = input.shape;
-  const int64_t outer = Outer(shape, axis);
-  const int64_t inner = Inner(shape, axis);
+  const int64_t inner = shape.ElementsAfter(axis);
   const float* values = input.Data<float>();
   auto slice_of = [&](int owner) { return BalancedRange(shape.dimension(axis), size_, owner); };
   auto slice_shape = [&](const AxisRange& range) {
@@ -456,7 +459,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
     return slice;
   };
   const AxisRange own = slice_of(rank);
-  const int64_t own_elements = outer * own.size() * inner;
+  const int64_t own_elements = shape.ElementsBefore(axis) * own.size() * inner;
   const size_t own_bytes = static_cast<size_t>(own_elements) * sizeof(float);
 
   // Receives first: rank 0's contribution lands in `reduced` itself (the sum starts from it),
@@ -465,12 +468,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   std::vector<const float*> contribution(size_, nullptr);
   for (int source = 0; source < size_ && own_elements > 0; ++source) {
     if (source == rank) continue;
-    float* target = reduced;
-    if (source != 0) {
-      absl::StatusOr<std::byte*> staged = Staging(collective, source, own_bytes);
-      if (!staged.ok()) return staged.status();
-      target = reinterpret_cast<float*>(*staged);
-    }
+    float* target = source == 0 ? reduced : reinterpret_cast<float*>(collective.staging[source]);
     received[source] = PostReceive(collective, Phase::kScatter, source, target, own_bytes);
     contribution[source] = target;
   }
@@ -478,14 +476,11 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   for (int owner = 0; owner < size_; ++owner) {
     if (owner == rank) continue;
     const AxisRange range = slice_of(owner);
-    const int64_t elements = outer * range.size() * inner;
+    const int64_t elements = shape.ElementsBefore(axis) * range.size() * inner;
     if (elements == 0) continue;
     const float* source = values + range.begin * inner;
-    if (outer != 1) {
-      absl::StatusOr<std::byte*> staged =
-          Staging(collective, size_ + owner, static_cast<size_t>(elements) * sizeof(float));
-      if (!staged.ok()) return staged.status();
-      auto* packed = reinterpret_cast<float*>(*staged);
+    if (std::byte* staging = collective.staging[size_ + owner]; staging != nullptr) {
+      auto* packed = reinterpret_cast<float*>(staging);
       const Shape slice = slice_shape(range);
       ForEachBlockRun(
           slice, shape, AxisOrigin(shape.rank(), axis, range.begin), slice,
@@ -559,9 +554,7 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   const TensorView& output = collective.call.output;
   const int axis = collective.call.conf->axis();
   const int64_t element_size = DataTypeSize(output.data_type);
-  const int64_t inner = Inner(output.shape, axis);
-  // Blocks along the leading axes are contiguous in the output: receive them in place.
-  const bool in_place = Outer(output.shape, axis) == 1;
+  const int64_t inner = output.shape.ElementsAfter(axis);
   std::vector<int64_t> offset(size_ + 1, 0);
   for (int source = 0; source < size_; ++source) {
     offset[source + 1] = offset[source] + collective.input_shapes[source].dimension(axis);
@@ -573,12 +566,11 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
     const size_t bytes =
         static_cast<size_t>(collective.input_shapes[source].NumElements() * element_size);
     if (bytes == 0) continue;
-    std::byte* target = Bytes(output.data) + offset[source] * inner * element_size;
-    if (!in_place) {
-      absl::StatusOr<std::byte*> staging = Staging(collective, source, bytes);
-      if (!staging.ok()) return staging.status();
-      target = staged[source] = *staging;
-    }
+    // Blocks along the leading axes are contiguous in the output: received in place.
+    staged[source] = collective.staging[source];
+    std::byte* target = staged[source] != nullptr
+                            ? staged[source]
+                            : Bytes(output.data) + offset[source] * inner * element_size;
     received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
   }
   for (int peer = 0; peer < size_; ++peer) {
@@ -616,24 +608,21 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
   for (int source = 0; source < size_; ++source) {
     offset[source + 1] = offset[source] + block_of(source, rank).dimension(concat_axis);
   }
-  const bool in_place = Outer(output.shape, concat_axis) == 1;
-  const int64_t output_inner = Inner(output.shape, concat_axis);
+  const int64_t output_inner = output.shape.ElementsAfter(concat_axis);
   std::vector<int> received(size_, -1);
   std::vector<std::byte*> staged(size_, nullptr);
   for (int source = 0; source < size_; ++source) {
     if (source == rank) continue;
     const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
     if (bytes == 0) continue;
-    std::byte* target = Bytes(output.data) + offset[source] * output_inner * element_size;
-    if (!in_place) {
-      absl::StatusOr<std::byte*> staging = Staging(collective, source, bytes);
-      if (!staging.ok()) return staging.status();
-      target = staged[source] = *staging;
-    }
+    // Blocks along the leading axes are contiguous in the output: received in place.
+    staged[source] = collective.staging[source];
+    std::byte* target = staged[source] != nullptr
+                            ? staged[source]
+                            : Bytes(output.data) + offset[source] * output_inner * element_size;
     received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
   }
-  const bool contiguous_slices = Outer(input.shape, axis) == 1;
-  const int64_t input_inner = Inner(input.shape, axis);
+  const int64_t input_inner = input.shape.ElementsAfter(axis);
   for (int destination = 0; destination < size_; ++destination) {
     if (destination == rank) continue;
     const Shape block = block_of(rank, destination);
@@ -641,10 +630,8 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     if (bytes == 0) continue;
     const AxisRange range = BalancedRange(input.shape.dimension(axis), size_, destination);
     const void* source = Bytes(input.data) + range.begin * input_inner * element_size;
-    if (!contiguous_slices) {
-      absl::StatusOr<std::byte*> staging = Staging(collective, size_ + destination, bytes);
-      if (!staging.ok()) return staging.status();
-      std::byte* packed = *staging;
+    // Slices along the leading axes are contiguous in the input: sent from it.
+    if (std::byte* packed = collective.staging[size_ + destination]; packed != nullptr) {
       CopyBlock(input, AxisOrigin(rank_count, axis, range.begin),
                 TensorView{packed, input.data_type, block}, AxisOrigin(rank_count, axis, 0), block);
       source = packed;
@@ -671,13 +658,6 @@ absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNetworkCollectives(
       NetworkCollectives::Create(communicator, node, network, options);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<CollectiveBackend>(*std::move(backend));
-}
-
-bool SpansSeveralNodes(const plan::Communicator& communicator) {
-  for (const plan::Device& device : communicator.devices()) {
-    if (device.node() != communicator.devices(0).node()) return true;
-  }
-  return false;
 }
 
 }  // namespace loom

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
+#include "runtime/collective_staging.h"
 #include "runtime/device_memory.h"
 #include "runtime/network.h"
 #include "runtime/tensor.h"
@@ -68,12 +69,14 @@ namespace loom {
 // block is contiguous there (all-reduce chunks, gathers and all-to-alls along the leading axis,
 // rank 0's contribution to a reduced slice), and sends go straight from the input when the slice
 // is contiguous there. Otherwise blocks are packed into, or received into, staging buffers (kept
-// per rank and reused, so a steady job allocates them in its first step). They come from the
-// rank's device memory (Options::memories): its budget counts them, and large ones get huge
-// pages like registers. Decision: charged when first used, not at launch (their sizes follow
-// from every rank's shapes, which a rank learns from the first headers), so a job whose staging
-// does not fit its budget fails in its first step with RESOURCE_EXHAUSTED naming the device and
-// the communicator, instead of using memory its budget does not count.
+// per rank and reused, so a steady job allocates them in its first step). Which buffers, and how
+// large, is one function (runtime/collective_staging.h), which the compiler's memory estimate
+// uses too. They come from the rank's device memory (Options::memories): its budget counts them,
+// and large ones get huge pages like registers. Decision: charged when first used, not at launch
+// (their sizes follow from every rank's shapes, which a rank learns from the first headers). The
+// compiler admits only plans whose registers and staging fit every budget, so this fails (in the
+// first step, with RESOURCE_EXHAUSTED naming the device and the communicator) only for a plan
+// that bypassed it or ran with shapes other than its registers'.
 //
 // Transfer tags (Network::Tag, 64 bits; `kCollectiveTagBit` set), most significant first:
 //   bit 63       Network::kCollectiveTagBit
@@ -199,10 +202,10 @@ class NetworkCollectives final : public CollectiveBackend {
   absl::Status Await(Collective& collective, int index);
   // The same for transfer `index` of `group`, without the headers.
   absl::Status AwaitTransfer(Collective& collective, TransferGroup& group, int index);
-  // A staging buffer of at least `bytes` for `slot`, kept alive by the collective's group;
-  // RESOURCE_EXHAUSTED naming the device and the communicator when the rank's memory budget
-  // cannot hold it.
-  absl::StatusOr<std::byte*> Staging(Collective& collective, int slot, size_t bytes);
+  // Sets collective.staging: the buffers CollectiveStagingBytes names, from the rank's kept ones
+  // (grown when too small) and kept alive by the collective's group; RESOURCE_EXHAUSTED naming
+  // the device and the communicator when the rank's memory budget cannot hold one.
+  absl::Status AllocateStaging(Collective& collective);
 
   const std::string name_;
   const int size_;
@@ -223,10 +226,6 @@ class NetworkCollectives final : public CollectiveBackend {
 absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNetworkCollectives(
     const plan::Communicator& communicator, int node, Network* network,
     NetworkCollectives::Options options = {});
-
-// Whether the ranks of `communicator` live on more than one node (so the shared-memory backend
-// cannot serve it).
-bool SpansSeveralNodes(const plan::Communicator& communicator);
 
 }  // namespace loom
 

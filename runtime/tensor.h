@@ -28,6 +28,10 @@ class Shape {
   void set_dimension(int axis, int64_t value) { dimensions_[axis] = value; }
 
   int64_t NumElements() const;
+  // The elements of the axes before `axis`, and after it: a row-major tensor is ElementsBefore
+  // blocks, each of dimension(axis) runs of ElementsAfter contiguous elements.
+  int64_t ElementsBefore(int axis) const;
+  int64_t ElementsAfter(int axis) const;
   // "[2, 3, 4]".
   std::string ToString() const;
 

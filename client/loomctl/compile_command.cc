@@ -267,18 +267,29 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
     by_kind.push_back(absl::StrCat(counts[kind], " ", TaskKindName(kind)));
   }
   int64_t register_bytes = 0;
+  int64_t state_bytes = 0;
+  int64_t staging_bytes = 0;
   int64_t largest_device_bytes = 0;
-  for (const compiler::DeviceMemoryEstimate& estimate : compiler::EstimateMemory(result.plan)) {
+  for (const compiler::DeviceMemoryEstimate& estimate :
+       compiler::EstimateMemory(result.node_plans)) {
     register_bytes += estimate.register_bytes;
-    largest_device_bytes = std::max(largest_device_bytes, estimate.register_bytes);
+    state_bytes += estimate.state_bytes;
+    staging_bytes += estimate.staging_bytes;
+    largest_device_bytes = std::max(largest_device_bytes, estimate.total_bytes());
   }
   std::string summary = absl::StrCat(
       "job '", result.plan.job_name(), "' compiled for ", DescribeDevices(devices), ": ",
       Count(ops, "op"), " lowered to ", Count(result.plan.tasks_size(), "task"), " (",
       absl::StrJoin(by_kind, ", "), "), ", Count(result.plan.communicators_size(), "communicator"),
       ", ", Count(result.plan.registers_size(), "register"), " holding ",
-      FormatBytes(register_bytes), " in total (every slot counted; at most ",
-      FormatBytes(largest_device_bytes), " on one device), ",
+      FormatBytes(register_bytes), " in total (every slot counted",
+      state_bytes > 0 ? absl::StrCat(", plus ", FormatBytes(state_bytes),
+                                     " of optimizer states and accumulators")
+                      : "",
+      staging_bytes > 0
+          ? absl::StrCat(", plus ", FormatBytes(staging_bytes), " of collective staging")
+          : "",
+      "; at most ", FormatBytes(largest_device_bytes), " on one device), ",
       Count(static_cast<int64_t>(result.node_plans.size()), "node plan"), ".");
   return WrapParagraph(summary, 100) + "\n";
 }

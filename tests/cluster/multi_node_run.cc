@@ -69,6 +69,9 @@ absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
                           absl::StrCat("node ", i, ": ", statuses[i].message()));
     }
   }
+  if (run_options.inspect) {
+    for (auto& job : jobs) run_options.inspect(job->runtime());
+  }
 
   return AssembleFetches(
       whole_plan, [&](const std::string& sink) -> absl::StatusOr<const std::vector<HostTensor>*> {

@@ -12,6 +12,7 @@
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
+#include "runtime/job_runtime.h"
 #include "runtime/tensor.h"
 
 namespace loom::testing {
@@ -31,6 +32,9 @@ struct NodeRunOptions {
   // Called with each node's plan and options before its NodeJob is made (e.g. SetUpDevices for a
   // plan with GPUs); none when empty.
   std::function<absl::Status(const plan::Plan& node_plan, JobOptions* options)> set_up;
+  // Called with each node's runtime once every node finished well (e.g. to read its devices'
+  // memory); none when empty.
+  std::function<void(const JobRuntime& runtime)> inspect;
 };
 
 // Runs one process-local NodeJob per node plan (each with its own UCX network, connected to the

@@ -1,5 +1,6 @@
 // Jobs split over nodes, each node a NodeJob with its own UCX network in this process: the
-// fetched losses equal the one-node run's bit for bit. The connect phase's probes: every peer is
+// fetched losses equal the one-node run's bit for bit, and every device allocates what the
+// compiler estimated. The connect phase's probes: every peer is
 // heard from when all connect; a silent peer and a dead one fail the wait naming them.
 #include "daemon/node_job.h"
 
@@ -11,10 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "compiler/memory_plan.h"
 #include "examples/gpt/gpt_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "runtime/device_name.h"
 #include "tests/cluster/multi_node_run.h"
 
 namespace loom::testing {
@@ -49,6 +52,8 @@ struct Layout {
   std::string name;
   int64_t data_parallel, tensor_parallel, pipeline_stages, micro_batches;
   int nodes, devices_per_node;
+  // An MoE MLP in block 1 with this many experts over groups of expert_parallel devices.
+  int64_t experts = 0, expert_parallel = 1;
 };
 
 class NodeJobTest : public ::testing::TestWithParam<Layout> {};
@@ -60,6 +65,9 @@ TEST_P(NodeJobTest, LossesEqualTheOneNodeRun) {
   config.tensor_parallel = layout.tensor_parallel;
   config.pipeline_stages = layout.pipeline_stages;
   config.micro_batches = layout.micro_batches;
+  config.experts = layout.experts;
+  config.moe_layers = {1};
+  config.expert_parallel = layout.expert_parallel;
   absl::StatusOr<job::Job> single = gpt::BuildGptJob(config);
   ASSERT_TRUE(single.ok()) << single.status();
   const int devices = layout.nodes * layout.devices_per_node;
@@ -74,9 +82,26 @@ TEST_P(NodeJobTest, LossesEqualTheOneNodeRun) {
       CompileForNodes(*spread, layout.nodes, layout.devices_per_node, &whole);
   ASSERT_TRUE(plans.ok()) << plans.status();
   ASSERT_EQ(plans->size(), static_cast<size_t>(layout.nodes));
-  absl::StatusOr<Fetched> actual = RunNodePlans(*plans, whole);
+  // Every device allocated what the compiler estimated when it admitted the job: its registers
+  // (the node split's copies included), optimizer states, accumulators and its network
+  // collectives' staging buffers; nothing was freed on the way, so that is also its peak but for
+  // the fetched copies its sinks keep.
+  std::map<std::string, int64_t> allocated_bytes;
+  NodeRunOptions run_options;
+  run_options.inspect = [&](const JobRuntime& runtime) {
+    for (const auto& memory : runtime.device_memories()) {
+      allocated_bytes[memory->device_name()] = memory->allocated_bytes();
+      EXPECT_EQ(memory->peak_bytes(), memory->used_bytes()) << memory->device_name();
+    }
+  };
+  absl::StatusOr<Fetched> actual = RunNodePlans(*plans, whole, run_options);
   ASSERT_TRUE(actual.ok()) << actual.status();
   ExpectBitIdentical(*expected, *actual);
+  std::map<std::string, int64_t> estimated_bytes;
+  for (const compiler::DeviceMemoryEstimate& estimate : compiler::EstimateMemory(*plans)) {
+    estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
+  }
+  EXPECT_EQ(allocated_bytes, estimated_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -87,7 +112,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"dp3_on_3_nodes", 3, 1, 1, 1, 3, 1},
                       Layout{"tp2_on_2_nodes", 1, 2, 1, 1, 2, 1},
                       Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
-                      Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1}),
+                      Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1},
+                      Layout{"dp2_ep2_on_2_nodes", 2, 1, 1, 1, 2, 1, 4, 2},
+                      Layout{"dp4_ep2_on_2_nodes", 4, 1, 1, 1, 2, 2, 4, 2}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Three NodeJobs of a three-stage pipeline, created (networks open) but not connected.

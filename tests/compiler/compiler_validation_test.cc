@@ -1,8 +1,11 @@
 // Every validation error names the op (or variable, input, tensor) and the problem.
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/memory_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/device_name.h"
+#include "runtime/format_bytes.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/test_jobs.h"
 
@@ -192,7 +195,7 @@ TEST(CompilerValidationTest, TheEstimateCountsTheHugePagesOfLargeHostRegisters) 
   absl::StatusOr<CompileResult> small = Compile(
       ParseJob(absl::StrReplaceAll(job, {{"ROWS", "512"}})), StandardOps(), DeviceSet::Cpus(2, 1));
   ASSERT_TRUE(small.ok()) << small.status();
-  std::vector<DeviceMemoryEstimate> estimates = EstimateMemory(small->plan);
+  std::vector<DeviceMemoryEstimate> estimates = EstimateMemory(small->node_plans);
   ASSERT_EQ(estimates.size(), 2u);
   EXPECT_EQ(estimates[0].register_bytes, 2 * (512 << 10));  // x@0 and y@0, one slot each
 
@@ -203,6 +206,61 @@ TEST(CompilerValidationTest, TheEstimateCountsTheHugePagesOfLargeHostRegisters) 
   EXPECT_THAT(large.status().message(),
               HasSubstr("device node0/cpu:0 needs 4.0 MiB for its registers but its budget is "
                         "3.0 MiB; largest registers: 'y@0' (2.0 MiB), 'x@0' (2.0 MiB)"));
+}
+
+TEST(CompilerValidationTest, TheEstimateCountsTheStagingOfCollectivesAcrossNodes) {
+  // x [512, 512] float32 S(1) goes to S(0) for the relu: an all-to-all split along axis 0 and
+  // concatenated along axis 1, so each rank receives its peer's 256 x 256 block (256 KiB) into a
+  // staging buffer when the ranks are on two nodes (network collectives); on one node the
+  // shared-memory backend stages nothing.
+  const std::string job = R"pb(name: "exchange"
+                               placement { devices: [ "cpu:0", "DEVICE" ] }
+                               inputs {
+                                 name: "x"
+                                 shape: [ 512, 512 ]
+                                 sbp: "S(1)"
+                                 random_normal { std: 1 }
+                               }
+                               ops {
+                                 name: "r"
+                                 type: "relu"
+                                 inputs: "x"
+                                 outputs: "y"
+                                 output_sbp { sbp: "S(0)" }
+                               })pb";
+  auto compile = [&](const std::string& device, int nodes, int64_t budget) {
+    job::Job parsed = ParseJob(absl::StrReplaceAll(job, {{"DEVICE", device}}));
+    parsed.set_device_memory_budget_bytes(budget);
+    return Compile(parsed, StandardOps(), DeviceSet::Cpus(2, nodes));
+  };
+  absl::StatusOr<CompileResult> one_node = compile("cpu:1", 1, 0);
+  ASSERT_TRUE(one_node.ok()) << one_node.status();
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(one_node->node_plans)) {
+    EXPECT_EQ(estimate.staging_bytes, 0) << DeviceName(estimate.device);
+  }
+
+  absl::StatusOr<CompileResult> two_nodes = compile("node1/cpu:0", 2, 0);
+  ASSERT_TRUE(two_nodes.ok()) << two_nodes.status();
+  const std::vector<DeviceMemoryEstimate> estimates = EstimateMemory(two_nodes->node_plans);
+  ASSERT_EQ(estimates.size(), 2u);
+  for (const DeviceMemoryEstimate& estimate : estimates) {
+    EXPECT_EQ(estimate.staging_bytes, 256 << 10) << DeviceName(estimate.device);
+    EXPECT_EQ(estimate.register_bytes, estimates[0].register_bytes);
+  }
+  EXPECT_THAT(Explain(*two_nodes), HasSubstr("256.0 KiB of collective staging"));
+
+  // A budget that holds the registers but not the staging fails at compile time, naming both.
+  const int64_t needed = estimates[0].total_bytes();
+  ASSERT_TRUE(compile("node1/cpu:0", 2, needed).ok());
+  absl::StatusOr<CompileResult> tight = compile("node1/cpu:0", 2, needed - 1);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_EQ(tight.status().code(), absl::StatusCode::kResourceExhausted) << tight.status();
+  EXPECT_THAT(tight.status().message(),
+              HasSubstr(absl::StrCat("device node0/cpu:0 needs ", FormatBytes(needed), " (",
+                                     FormatBytes(estimates[0].register_bytes),
+                                     " for its registers, 256.0 KiB for the staging buffers of "
+                                     "its network collectives) but its budget is ")));
+  EXPECT_THAT(tight.status().message(), HasSubstr("; most staging: communicator '"));
 }
 
 TEST(CompilerValidationTest, EachDeviceGetsTheTighterOfTheJobsBudgetAndItsOwn) {

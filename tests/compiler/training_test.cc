@@ -2,6 +2,8 @@
 // SBP, feeds its VARIABLE task, whose optimizer updates the value between steps. The gradient is
 // written by hand here (loss = 0.5 * sum(y^2), so dloss/dw = x^T y); autodiff writes it otherwise.
 #include "absl/strings/str_cat.h"
+#include "compiler/memory_plan.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
@@ -51,6 +53,29 @@ TEST(TrainingTest, TensorParallelGradientNeedsNoCommunication) {
   for (const plan::Task* task : TasksOfKind(compiled->plan, plan::VARIABLE)) {
     EXPECT_EQ(task->kernel().op_type(), "adamw");
     EXPECT_EQ(task->num_optimizer_states(), 2);
+  }
+}
+
+TEST(TrainingTest, TheMemoryEstimateCountsTheOptimizerStates) {
+  // w [4, 6] float32 (96 bytes): AdamW keeps two states of its shape, SGD with momentum one.
+  for (const auto& [optimizer, states] :
+       {std::pair<std::string, int64_t>{kAdamW, 2}, std::pair<std::string, int64_t>{kSgd, 1}}) {
+    job::Job job = ParseJob(LinearRegression(1, "tp", optimizer));
+    auto compiled = CompileOn(job, 1);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const std::vector<DeviceMemoryEstimate> estimates = EstimateMemory(compiled->node_plans);
+    ASSERT_EQ(estimates.size(), 1u);
+    EXPECT_EQ(estimates[0].state_bytes, states * 96) << optimizer;
+
+    // A budget that holds the registers but not the states is refused at compile time.
+    job.set_device_memory_budget_bytes(estimates[0].total_bytes() - 1);
+    compiled = CompileOn(job, 1);
+    ASSERT_FALSE(compiled.ok()) << optimizer;
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(compiled.status().message()),
+                ::testing::HasSubstr(absl::StrCat(states * 96,
+                                                  " B for its optimizer states and "
+                                                  "accumulators)")));
   }
 }
 
