@@ -34,8 +34,9 @@ int64_t BufferBytes(int64_t bytes, const plan::Device& device) {
 // What one device will hold, with the holders an error names.
 struct DeviceHoldings {
   DeviceMemoryEstimate estimate;
-  std::vector<std::pair<int64_t, std::string>> registers;  // bytes, name
-  std::map<std::string, int64_t> staging;                  // bytes by communicator
+  // Bytes and name of each register, for the device Holdings was asked to name them for only.
+  std::vector<std::pair<int64_t, std::string>> registers;
+  std::map<std::string, int64_t> staging;  // bytes by communicator
 };
 
 // One collective's tasks across the node plans: every rank's input shape.
@@ -57,9 +58,10 @@ int64_t SlotBytes(const plan::RegisterDesc& reg) {
   return Shape::FromProto(reg.tensor()).NumElements() * DataTypeSize(reg.tensor().data_type());
 }
 
-// The registers of `plan`, and the variables' and accumulators' own buffers.
+// The registers of `plan` (naming those of device `named_device`), and the variables' and
+// accumulators' own buffers.
 void AddTaskBuffers(const plan::Plan& plan, const absl::flat_hash_map<DeviceKey, int>& position,
-                    std::vector<DeviceHoldings>& holdings) {
+                    int named_device, std::vector<DeviceHoldings>& holdings) {
   absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*> registers;
   for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
   auto slot_bytes_of = [&](const std::string& name) -> int64_t {
@@ -85,7 +87,7 @@ void AddTaskBuffers(const plan::Plan& plan, const absl::flat_hash_map<DeviceKey,
     DeviceHoldings& device = holdings[found->second];
     const int64_t bytes = BufferBytes(SlotBytes(reg), device.estimate.device) * reg.num_slots();
     device.estimate.register_bytes += bytes;
-    device.registers.emplace_back(bytes, reg.name());
+    if (found->second == named_device) device.registers.emplace_back(bytes, reg.name());
   }
 }
 
@@ -160,7 +162,10 @@ void AddStaging(absl::Span<const plan::Plan> node_plans,
   }
 }
 
-std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans) {
+// Every device's holdings, in the order of the plans' devices; the registers of device
+// `named_device` (a position in that order) by name.
+std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
+                                     int named_device = -1) {
   std::vector<DeviceHoldings> holdings;
   absl::flat_hash_map<DeviceKey, int> position;
   for (const plan::Plan& plan : node_plans) {
@@ -173,7 +178,9 @@ std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans) {
       added.estimate.budget_bytes = desc.memory_budget_bytes();
     }
   }
-  for (const plan::Plan& plan : node_plans) AddTaskBuffers(plan, position, holdings);
+  for (const plan::Plan& plan : node_plans) {
+    AddTaskBuffers(plan, position, named_device, holdings);
+  }
   AddStaging(node_plans, position, holdings);
   return holdings;
 }
@@ -199,9 +206,13 @@ std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> no
 }
 
 absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans) {
-  for (const DeviceHoldings& holdings : Holdings(node_plans)) {
-    const DeviceMemoryEstimate& estimate = holdings.estimate;
+  const std::vector<DeviceHoldings> all = Holdings(node_plans);
+  for (size_t device = 0; device < all.size(); ++device) {
+    const DeviceMemoryEstimate& estimate = all[device].estimate;
     if (estimate.budget_bytes == 0 || estimate.total_bytes() <= estimate.budget_bytes) continue;
+    // Once more, naming this device's registers (not kept for every device of a large job).
+    const DeviceHoldings holdings =
+        std::move(Holdings(node_plans, static_cast<int>(device))[device]);
     std::string needs = absl::StrCat(FormatBytes(estimate.register_bytes), " for its registers");
     std::string holders = absl::StrCat("largest registers: ", Largest(holdings.registers, 3));
     if (estimate.state_bytes > 0 || estimate.staging_bytes > 0) {

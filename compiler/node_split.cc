@@ -1,7 +1,6 @@
 #include "compiler/node_split.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,11 +97,16 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     *result[desc.device().node()].add_devices() = desc;
   }
 
-  // Where every task runs, who produces every register, and the nodes that read it.
+  // Where every task runs, who produces every register, and the nodes that read it, each with
+  // the position of its first task (in plan order) that does.
   absl::flat_hash_map<absl::string_view, int> node_of_task;
   node_of_task.reserve(plan.tasks_size());
   absl::flat_hash_map<absl::string_view, int> producer_position;
-  absl::flat_hash_map<absl::string_view, absl::InlinedVector<int, 4>> reader_nodes;
+  struct Reader {
+    int node;
+    int first_task;
+  };
+  absl::flat_hash_map<absl::string_view, absl::InlinedVector<Reader, 4>> readers_of;
   uint32_t next_index = 0;
   for (int i = 0; i < plan.tasks_size(); ++i) {
     const plan::Task& task = plan.tasks(i);
@@ -110,14 +114,20 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     node_of_task[task.name()] = node;
     next_index = std::max(next_index, TaskIndexOf(plan, i) + 1);
     for (const std::string& name : task.outputs()) producer_position[name] = i;
-    for (const std::string& name : task.inputs()) AddUnique(reader_nodes[name], node);
+    for (const std::string& name : task.inputs()) {
+      absl::InlinedVector<Reader, 4>& readers = readers_of[name];
+      if (std::none_of(readers.begin(), readers.end(),
+                       [&](const Reader& reader) { return reader.node == node; })) {
+        readers.push_back({node, i});
+      }
+    }
   }
 
   // A register read on another node than its producer's moves with a SEND on the producer's node
   // and a RECEIVE on the reading node, which produces the reading node's copy "<name>@node<B>";
   // through host memory (see IsHostMemory) when either side is not.
   // (node, register) -> the name the node's tasks read.
-  std::map<std::pair<int, std::string>, std::string> renamed;
+  absl::flat_hash_map<std::pair<int, absl::string_view>, std::string> renamed;
   // register -> the tasks of its producer's node that read it for other nodes (its SENDs, or the
   // copy to its host).
   absl::flat_hash_map<std::string, std::vector<std::string>> network_readers_of;
@@ -125,14 +135,17 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   std::vector<std::pair<int, plan::Task>> network_tasks;
   for (const plan::RegisterDesc& reg : plan.registers()) {
     auto producer = producer_position.find(reg.name());
-    auto readers = reader_nodes.find(reg.name());
-    if (producer == producer_position.end() || readers == reader_nodes.end()) continue;
+    auto readers = readers_of.find(reg.name());
+    if (producer == producer_position.end() || readers == readers_of.end()) continue;
     const plan::Device& producer_device = plan.tasks(producer->second).stream().device();
     const int producer_node = producer_device.node();
-    absl::InlinedVector<int, 4> remote = readers->second;
-    std::sort(remote.begin(), remote.end());
-    remote.erase(std::remove(remote.begin(), remote.end(), producer_node), remote.end());
+    absl::InlinedVector<Reader, 4> remote;
+    for (const Reader& reader : readers->second) {
+      if (reader.node != producer_node) remote.push_back(reader);
+    }
     if (remote.empty()) continue;
+    std::sort(remote.begin(), remote.end(),
+              [](const Reader& a, const Reader& b) { return a.node < b.node; });
 
     // What the SENDs read: the register, or its copy in its host's memory.
     const bool stage_out = !IsHostMemory(producer_device);
@@ -149,18 +162,11 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       network_tasks.emplace_back(producer_node, std::move(copy));
     }
     std::vector<std::string> sends;
-    for (int node : remote) {
+    for (const Reader& reader : remote) {
+      const int node = reader.node;
       const std::string copy_name = absl::StrCat(reg.name(), "@node", node);
       // The first task of the reading node that reads the register picks the receive's device.
-      const plan::Device* reader_device = nullptr;
-      for (const plan::Task& task : plan.tasks()) {
-        if (task.stream().device().node() != node) continue;
-        if (std::find(task.inputs().begin(), task.inputs().end(), reg.name()) !=
-            task.inputs().end()) {
-          reader_device = &task.stream().device();
-          break;
-        }
-      }
+      const plan::Device* reader_device = &plan.tasks(reader.first_task).stream().device();
       // What the RECEIVE writes: the copy, or the copy's image in its host's memory.
       const bool stage_in = !IsHostMemory(*reader_device);
       const plan::Device receive_device = stage_in ? HostOf(*reader_device) : *reader_device;
@@ -192,7 +198,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       for (const std::string& consumer : reg.consumers()) {
         if (node_of_task[consumer] == node) copy.add_consumers(consumer);
       }
-      renamed[{node, reg.name()}] = copy_name;
+      renamed[{node, absl::string_view(reg.name())}] = copy_name;
       sends.push_back(send.name());
       const std::string receive_name = receive.name();
       network_tasks.emplace_back(producer_node, std::move(send));
@@ -221,28 +227,32 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   for (const plan::Task& task : plan.tasks()) ++tasks_per_node[task.stream().device().node()];
   for (const auto& [node, task] : network_tasks) ++tasks_per_node[node];
   for (int n = 0; n < nodes; ++n) result[n].mutable_tasks()->Reserve(tasks_per_node[n]);
-  // The registers each node holds: those its tasks produce or read under their own name.
-  std::vector<absl::flat_hash_map<std::string, bool>> holds(nodes);
+  // The nodes that hold each register: those whose tasks produce it or read it under its own
+  // name.
+  absl::flat_hash_map<absl::string_view, absl::InlinedVector<int, 4>> holders;
   for (int i = 0; i < plan.tasks_size(); ++i) {
-    const int node = plan.tasks(i).stream().device().node();
+    const plan::Task& original = plan.tasks(i);
+    const int node = original.stream().device().node();
     plan::Task* task = result[node].add_tasks();
-    *task = plan.tasks(i);
+    *task = original;
     if (!task->has_index()) task->set_index(static_cast<uint32_t>(i));
-    for (std::string& name : *task->mutable_inputs()) {
-      auto copy = renamed.find({node, name});
+    for (int input = 0; input < original.inputs_size(); ++input) {
+      const absl::string_view name = original.inputs(input);
+      auto copy = renamed.find(std::make_pair(node, name));
       if (copy != renamed.end()) {
-        name = copy->second;
+        task->set_inputs(input, copy->second);
       } else {
-        holds[node][name] = true;
+        AddUnique(holders[name], node);
       }
     }
-    for (const std::string& name : task->outputs()) holds[node][name] = true;
+    for (const std::string& name : original.outputs()) AddUnique(holders[name], node);
   }
   for (auto& [node, task] : network_tasks) *result[node].add_tasks() = std::move(task);
 
   for (const plan::RegisterDesc& reg : plan.registers()) {
-    for (int n = 0; n < nodes; ++n) {
-      if (!holds[n].contains(reg.name())) continue;
+    auto held = holders.find(reg.name());
+    if (held == holders.end()) continue;
+    for (int n : held->second) {
       plan::RegisterDesc* added = result[n].add_registers();
       *added = reg;
       auto network_readers = network_readers_of.find(reg.name());
