@@ -101,7 +101,7 @@ ArgumentSpec CompileArgumentSpec() {
   ArgumentSpec spec(
       kCommand,
       "Compiles a job (a logical model whose tensors carry SBP annotations) for --devices into a\n"
-      "physical plan: SBP inference, boxing, lowering, the memory check, the split per node.\n"
+      "physical plan: SBP inference, boxing, lowering, the split per node, the memory check.\n"
       "Writes the plan with --out, --node-plans and --dot, prints what the compiler chose with\n"
       "--explain, and otherwise a one-paragraph summary of the plan. JOB is required unless\n"
       "--list-ops is given.\n\n"
@@ -124,7 +124,7 @@ ArgumentSpec CompileArgumentSpec() {
                "with dot -Tsvg)")
       .AddSwitch("explain",
                  "print every op's chosen SBP signature, every boxing with its collective and "
-                 "bytes, and the register memory per device")
+                 "bytes, and the memory per device (registers, optimizer states, collective staging)")
       .AddSwitch("list-ops", "list the op types the compiler knows, one a line, and exit")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
   return spec;
