@@ -139,7 +139,7 @@ void AddStaging(absl::Span<const plan::Plan> node_plans,
     for (int rank = 0; rank < static_cast<int>(inputs.size()); ++rank) {
       absl::StatusOr<std::vector<int64_t>> bytes =
           CollectiveStagingBytes(*ranks.conf, inputs, rank, ranks.data_type);
-      if (!bytes.ok()) continue;  // shapes that do not fit: the runtime's validation names them
+      if (!bytes.ok()) continue;  // shapes that do not fit: the runtime's header check names them
       std::vector<int64_t>& largest = slots[{key.first, rank}];
       largest.resize(bytes->size(), 0);
       for (size_t slot = 0; slot < bytes->size(); ++slot) {

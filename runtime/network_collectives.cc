@@ -450,6 +450,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   const int rank = collective.rank;
   const plan::ReduceOperation operation = collective.call.conf->reduce();
   const Shape& shape = input.shape;
+  const int64_t outer = shape.ElementsBefore(axis);
   const int64_t inner = shape.ElementsAfter(axis);
   const float* values = input.Data<float>();
   auto slice_of = [&](int owner) { return BalancedRange(shape.dimension(axis), size_, owner); };
@@ -459,7 +460,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
     return slice;
   };
   const AxisRange own = slice_of(rank);
-  const int64_t own_elements = shape.ElementsBefore(axis) * own.size() * inner;
+  const int64_t own_elements = outer * own.size() * inner;
   const size_t own_bytes = static_cast<size_t>(own_elements) * sizeof(float);
 
   // Receives first: rank 0's contribution lands in `reduced` itself (the sum starts from it),
@@ -476,7 +477,7 @@ absl::Status NetworkCollectives::ReduceToOwners(Collective& collective, const Te
   for (int owner = 0; owner < size_; ++owner) {
     if (owner == rank) continue;
     const AxisRange range = slice_of(owner);
-    const int64_t elements = shape.ElementsBefore(axis) * range.size() * inner;
+    const int64_t elements = outer * range.size() * inner;
     if (elements == 0) continue;
     const float* source = values + range.begin * inner;
     if (std::byte* staging = collective.staging[size_ + owner]; staging != nullptr) {
