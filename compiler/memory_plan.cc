@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/collective_backend_kind.h"
 #include "runtime/collective_staging.h"
 #include "runtime/data_type.h"
 #include "runtime/device_name.h"
@@ -39,6 +40,15 @@ struct DeviceHoldings {
   std::map<std::string, int64_t> staging;  // bytes by communicator
 };
 
+// A node plan's registers by name.
+using RegisterIndex = absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*>;
+
+RegisterIndex IndexRegisters(const plan::Plan& plan) {
+  RegisterIndex registers;
+  for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
+  return registers;
+}
+
 // One collective's tasks across the node plans: every rank's input shape.
 struct CollectiveRanks {
   const plan::CollectiveConf* conf = nullptr;
@@ -46,24 +56,15 @@ struct CollectiveRanks {
   std::vector<std::optional<Shape>> inputs;  // by rank
 };
 
-// Whether the runtime runs the collectives of `communicator` as network collectives, the backend
-// that stages: CPU ranks on several nodes (one node's CPU ranks share memory; GPU ranks use NCCL).
-bool StagesOnTheHost(const plan::Communicator& communicator) {
-  if (!SpansSeveralNodes(communicator)) return false;
-  return std::all_of(communicator.devices().begin(), communicator.devices().end(),
-                     [](const plan::Device& device) { return device.type() == plan::CPU; });
-}
-
 int64_t SlotBytes(const plan::RegisterDesc& reg) {
   return Shape::FromProto(reg.tensor()).NumElements() * DataTypeSize(reg.tensor().data_type());
 }
 
 // The registers of `plan` (naming those of device `named_device`), and the variables' and
 // accumulators' own buffers.
-void AddTaskBuffers(const plan::Plan& plan, const absl::flat_hash_map<DeviceKey, int>& position,
-                    int named_device, std::vector<DeviceHoldings>& holdings) {
-  absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*> registers;
-  for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
+void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
+                    const absl::flat_hash_map<DeviceKey, int>& position, int named_device,
+                    std::vector<DeviceHoldings>& holdings) {
   auto slot_bytes_of = [&](const std::string& name) -> int64_t {
     auto found = registers.find(name);
     return found == registers.end() ? 0 : SlotBytes(*found->second);
@@ -91,41 +92,54 @@ void AddTaskBuffers(const plan::Plan& plan, const absl::flat_hash_map<DeviceKey,
   }
 }
 
-void AddStaging(absl::Span<const plan::Plan> node_plans,
-                const absl::flat_hash_map<DeviceKey, int>& position,
-                std::vector<DeviceHoldings>& holdings) {
-  std::map<std::string, const plan::Communicator*> staging_communicators;
+// The communicators of network collectives, whose ranks hold staging buffers, by name.
+using StagingCommunicators = std::map<std::string, const plan::Communicator*>;
+
+StagingCommunicators NetworkCommunicators(absl::Span<const plan::Plan> node_plans) {
+  StagingCommunicators communicators;
   for (const plan::Plan& plan : node_plans) {
     for (const plan::Communicator& communicator : plan.communicators()) {
-      if (StagesOnTheHost(communicator)) {
-        staging_communicators.emplace(communicator.name(), &communicator);
+      if (CollectiveBackendKindOf(communicator) == CollectiveBackendKind::kNetwork) {
+        communicators.emplace(communicator.name(), &communicator);
       }
     }
   }
-  std::map<std::pair<std::string, int64_t>, CollectiveRanks> collectives;
-  for (const plan::Plan& plan : node_plans) {
-    absl::flat_hash_map<absl::string_view, const plan::RegisterDesc*> registers;
-    for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
-    for (const plan::Task& task : plan.tasks()) {
-      if (task.kind() != plan::COLLECTIVE) continue;
-      auto communicator = staging_communicators.find(task.collective().communicator());
-      if (communicator == staging_communicators.end()) continue;
-      if (task.inputs_size() != 1 || task.outputs_size() != 1) continue;
-      auto input = registers.find(task.inputs(0));
-      auto output = registers.find(task.outputs(0));
-      const int size = communicator->second->devices_size();
-      if (input == registers.end() || output == registers.end() || task.rank() < 0 ||
-          task.rank() >= size) {
-        continue;  // the runtime's plan validation names what is wrong
-      }
-      CollectiveRanks& ranks =
-          collectives[{task.collective().communicator(), task.collective().sequence()}];
-      ranks.conf = &task.collective();
-      ranks.data_type = output->second->tensor().data_type();
-      ranks.inputs.resize(size);
-      ranks.inputs[task.rank()] = Shape::FromProto(input->second->tensor());
+  return communicators;
+}
+
+// The collectives of network communicators, by (communicator, sequence).
+using NetworkCollectiveRanks = std::map<std::pair<std::string, int64_t>, CollectiveRanks>;
+
+// Records the input shape of each rank `plan` runs of a network collective.
+void AddCollectiveInputs(const plan::Plan& plan, const RegisterIndex& registers,
+                         const StagingCommunicators& communicators,
+                         NetworkCollectiveRanks& collectives) {
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.kind() != plan::COLLECTIVE) continue;
+    auto communicator = communicators.find(task.collective().communicator());
+    if (communicator == communicators.end()) continue;
+    if (task.inputs_size() != 1 || task.outputs_size() != 1) continue;
+    auto input = registers.find(task.inputs(0));
+    auto output = registers.find(task.outputs(0));
+    const int size = communicator->second->devices_size();
+    if (input == registers.end() || output == registers.end() || task.rank() < 0 ||
+        task.rank() >= size) {
+      continue;  // the runtime's plan validation names what is wrong
     }
+    CollectiveRanks& ranks =
+        collectives[{task.collective().communicator(), task.collective().sequence()}];
+    ranks.conf = &task.collective();
+    ranks.data_type = output->second->tensor().data_type();
+    ranks.inputs.resize(size);
+    ranks.inputs[task.rank()] = Shape::FromProto(input->second->tensor());
   }
+}
+
+// The staging buffers the ranks of `collectives` hold, on their devices.
+void AddStaging(const NetworkCollectiveRanks& collectives,
+                const StagingCommunicators& communicators,
+                const absl::flat_hash_map<DeviceKey, int>& position,
+                std::vector<DeviceHoldings>& holdings) {
   // The runtime keeps one buffer per slot of each (communicator, rank), as large as the largest
   // of the communicator's collectives needs.
   std::map<std::pair<std::string, int>, std::vector<int64_t>> slots;
@@ -148,7 +162,7 @@ void AddStaging(absl::Span<const plan::Plan> node_plans,
     }
   }
   for (const auto& [key, sizes] : slots) {
-    const plan::Device& device = staging_communicators.at(key.first)->devices(key.second);
+    const plan::Device& device = communicators.at(key.first)->devices(key.second);
     auto found = position.find(KeyOf(device));
     if (found == position.end()) continue;
     int64_t bytes = 0;
@@ -178,10 +192,14 @@ std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
       added.estimate.budget_bytes = desc.memory_budget_bytes();
     }
   }
+  const StagingCommunicators communicators = NetworkCommunicators(node_plans);
+  NetworkCollectiveRanks collectives;
   for (const plan::Plan& plan : node_plans) {
-    AddTaskBuffers(plan, position, named_device, holdings);
+    const RegisterIndex registers = IndexRegisters(plan);
+    AddTaskBuffers(plan, registers, position, named_device, holdings);
+    AddCollectiveInputs(plan, registers, communicators, collectives);
   }
-  AddStaging(node_plans, position, holdings);
+  AddStaging(collectives, communicators, position, holdings);
   return holdings;
 }
 

@@ -7,13 +7,6 @@
 
 namespace loom {
 
-bool SpansSeveralNodes(const plan::Communicator& communicator) {
-  for (const plan::Device& device : communicator.devices()) {
-    if (device.node() != communicator.devices(0).node()) return true;
-  }
-  return false;
-}
-
 absl::StatusOr<std::vector<int64_t>> CollectiveStagingBytes(const plan::CollectiveConf& conf,
                                                             absl::Span<const Shape> input_shapes,
                                                             int rank, plan::DataType data_type) {

@@ -16,10 +16,6 @@ namespace loom {
 // these, and the compiler's memory estimate (compiler/memory_plan.h) counts them, so that a plan
 // admitted at submit fits at launch and in its first step.
 
-// Whether the ranks of `communicator` live on more than one node: its CPU collectives then run as
-// network collectives (the shared-memory backend serves one node only).
-bool SpansSeveralNodes(const plan::Communicator& communicator);
-
 // The staging buffers rank `rank` of a network collective uses, in bytes by slot (0: none), given
 // every rank's input shape in rank order and the element type. 2 x size slots:
 //  - slot s (s < size): the block received from rank s, when it cannot land in the output in

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "runtime/collective_backend_kind.h"
 #include "runtime/device_name.h"
 #include "runtime/metered_network.h"
 #include "runtime/network_collectives.h"
@@ -234,6 +235,7 @@ std::shared_ptr<DeviceMemory> JobRuntime::MemoryOf(const plan::Device& device) c
 
 absl::Status JobRuntime::BuildCollectiveBackends() {
   for (const plan::Communicator& communicator : plan_.communicators()) {
+    const CollectiveBackendKind kind = CollectiveBackendKindOf(communicator);
     std::unique_ptr<CollectiveBackend> backend;
     if (options_.collective_backend_factory) {
       absl::StatusOr<std::unique_ptr<CollectiveBackend>> made =
@@ -241,7 +243,8 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
       if (!made.ok()) return made.status();
       backend = std::move(*made);
     }
-    if (backend == nullptr && options_.network != nullptr && SpansSeveralNodes(communicator)) {
+    if (backend == nullptr && kind == CollectiveBackendKind::kNetwork &&
+        options_.network != nullptr) {
       // Ranks on other nodes: CPU collectives over the job's network.
       NetworkCollectives::Options backend_options;
       backend_options.timeout = options_.collective_timeout;
@@ -258,18 +261,20 @@ absl::Status JobRuntime::BuildCollectiveBackends() {
       // The shared-memory backend: every rank is a CPU device of this node (a thread of this
       // process).
       for (const plan::Device& device : communicator.devices()) {
+        if (device.type() != plan::CPU) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("communicator '", communicator.name(), "' includes ", DeviceName(device),
+                           ": collectives on ", DeviceTypeName(device.type()),
+                           " devices need the NCCL backend, which this runtime was not given"));
+        }
+      }
+      for (const plan::Device& device : communicator.devices()) {
         if (device.node() != plan_.node()) {
           return absl::FailedPreconditionError(absl::StrCat(
               "communicator '", communicator.name(), "' spans node ", device.node(), " (device ",
               DeviceName(device), "), but this is node ", plan_.node(),
               ": collectives between nodes need the UCX backend, which this runtime was not "
               "given"));
-        }
-        if (device.type() != plan::CPU) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("communicator '", communicator.name(), "' includes ", DeviceName(device),
-                           ": collectives on ", DeviceTypeName(device.type()),
-                           " devices need the NCCL backend, which this runtime was not given"));
         }
       }
       SharedMemoryCollectives::Options backend_options;

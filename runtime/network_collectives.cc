@@ -53,12 +53,10 @@ struct NetworkCollectives::Collective {
   CollectiveHeader own;
   std::byte* header_slots = nullptr;
   std::vector<int> header_receives;
-  // Every rank's input shape, by rank: from an earlier run of this collective (then the peers'
-  // headers are checked against them when they arrive), or from the headers.
-  std::vector<Shape> input_shapes;
-  // Whether input_shapes came from an earlier run.
-  bool shapes_known = false;
-  // This rank's staging buffers by slot (CollectiveStagingBytes); null: the block moves in place.
+  // The shapes of this collective, in state.known: from an earlier run (then the peers' headers
+  // are checked against them when they arrive), or learned from the headers; null until then.
+  const KnownCollective* known = nullptr;
+  // This rank's staging buffers by slot (known->staging_bytes); null: the block moves in place.
   std::vector<std::byte*> staging;
   bool headers_checked = false;
   // "header exchange" or "data exchange", and when its wait gives up.
@@ -196,19 +194,18 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
 absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
   if (absl::Status status = SendHeader(collective); !status.ok()) return status;
-  auto known = collective.state.input_shapes.find(collective.call.conf->sequence());
-  if (known != collective.state.input_shapes.end()) {
+  auto known = collective.state.known.find(collective.call.conf->sequence());
+  if (known != collective.state.known.end() &&
+      known->second.data_type == collective.call.output.data_type) {
     // The shapes of this collective's earlier runs: the headers are checked against them too.
-    collective.input_shapes = known->second;
-    collective.shapes_known = true;
+    collective.known = &known->second;
   }
   // The data moves at once, and the headers are checked before any received data is used, when
   // the shapes are known and this rank's buffers are the ones they imply: receives posted from
   // them then land inside this rank's buffers, whatever the peers send. Otherwise (the first
   // run, or this rank's shapes changed) the headers come first.
-  if (!collective.shapes_known || !OwnBuffersFit(collective)) {
+  if (collective.known == nullptr || !OwnBuffersFit(collective)) {
     if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
-    collective.state.input_shapes[collective.call.conf->sequence()] = collective.input_shapes;
     collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
   }
   collective.stage = "data exchange";
@@ -238,10 +235,8 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
 
 bool NetworkCollectives::OwnBuffersFit(const Collective& collective) const {
   const CollectiveCall& call = collective.call;
-  if (call.input.shape != collective.input_shapes[collective.rank]) return false;
-  absl::StatusOr<Shape> output =
-      CollectiveOutputShape(*call.conf, collective.input_shapes, collective.rank);
-  return output.ok() && *output == call.output.shape;
+  return call.input.shape == collective.known->input_shapes[collective.rank] &&
+         call.output.shape == collective.known->output_shape;
 }
 
 absl::Status NetworkCollectives::SendHeader(Collective& collective) {
@@ -315,20 +310,17 @@ absl::Status NetworkCollectives::CheckHeaders(Collective& collective) {
       !status.ok()) {
     return status;
   }
-  if (collective.shapes_known) {
+  if (collective.known != nullptr) {
     for (int source = 0; source < size_; ++source) {
-      if (headers[source].input_shape == collective.input_shapes[source]) continue;
+      if (headers[source].input_shape == collective.known->input_shapes[source]) continue;
       return absl::InternalError(absl::StrCat(
           "communicator '", name_, "': collective ", DescribeCollective(*collective.call.conf),
           ": rank ", source, "'s input is ", headers[source].input_shape.ToString(),
-          " where its earlier runs had ", collective.input_shapes[source].ToString(),
+          " where its earlier runs had ", collective.known->input_shapes[source].ToString(),
           " (a collective's shapes are the same at every piece: its registers' shapes)"));
     }
-  } else {
-    collective.input_shapes.clear();
-    for (const CollectiveHeader& header : headers) {
-      collective.input_shapes.push_back(header.input_shape);
-    }
+  } else if (absl::Status status = LearnCollective(collective, headers); !status.ok()) {
+    return status;
   }
   collective.stage = stage;
   return absl::OkStatus();
@@ -412,19 +404,38 @@ absl::Status NetworkCollectives::AwaitTransfer(Collective& collective, TransferG
   return absl::InternalError("unreachable");
 }
 
-absl::Status NetworkCollectives::AllocateStaging(Collective& collective) {
+absl::Status NetworkCollectives::LearnCollective(Collective& collective,
+                                                 const std::vector<CollectiveHeader>& headers) {
   const CollectiveCall& call = collective.call;
-  absl::StatusOr<std::vector<int64_t>> bytes = CollectiveStagingBytes(
-      *call.conf, collective.input_shapes, collective.rank, call.output.data_type);
+  KnownCollective learned;
+  learned.data_type = call.output.data_type;
+  for (const CollectiveHeader& header : headers) learned.input_shapes.push_back(header.input_shape);
+  absl::StatusOr<Shape> output =
+      CollectiveOutputShape(*call.conf, learned.input_shapes, collective.rank);
+  absl::StatusOr<std::vector<int64_t>> bytes =
+      output.ok() ? CollectiveStagingBytes(*call.conf, learned.input_shapes, collective.rank,
+                                           learned.data_type)
+                  : output.status();
   if (!bytes.ok()) {
     return absl::Status(bytes.status().code(),
                         absl::StrCat("communicator '", name_, "': ", bytes.status().message()));
   }
+  learned.output_shape = *std::move(output);
+  learned.staging_bytes = *std::move(bytes);
+  KnownCollective& known = collective.state.known[call.conf->sequence()];
+  known = std::move(learned);
+  collective.known = &known;
+  return absl::OkStatus();
+}
+
+absl::Status NetworkCollectives::AllocateStaging(Collective& collective) {
+  const CollectiveCall& call = collective.call;
+  const std::vector<int64_t>& bytes = collective.known->staging_bytes;
   std::vector<std::shared_ptr<StagingBuffer>>& kept = collective.state.staging;
-  if (kept.size() < bytes->size()) kept.resize(bytes->size());
-  collective.staging.assign(bytes->size(), nullptr);
-  for (size_t slot = 0; slot < bytes->size(); ++slot) {
-    const int64_t size = (*bytes)[slot];
+  if (kept.size() < bytes.size()) kept.resize(bytes.size());
+  collective.staging.assign(bytes.size(), nullptr);
+  for (size_t slot = 0; slot < bytes.size(); ++slot) {
+    const int64_t size = bytes[slot];
     if (size == 0) continue;
     std::shared_ptr<StagingBuffer>& buffer = kept[slot];
     if (buffer == nullptr || buffer->size < static_cast<size_t>(size)) {
@@ -558,14 +569,14 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   const int64_t inner = output.shape.ElementsAfter(axis);
   std::vector<int64_t> offset(size_ + 1, 0);
   for (int source = 0; source < size_; ++source) {
-    offset[source + 1] = offset[source] + collective.input_shapes[source].dimension(axis);
+    offset[source + 1] = offset[source] + collective.known->input_shapes[source].dimension(axis);
   }
   std::vector<int> received(size_, -1);
   std::vector<std::byte*> staged(size_, nullptr);
   for (int source = 0; source < size_; ++source) {
     if (source == rank) continue;
     const size_t bytes =
-        static_cast<size_t>(collective.input_shapes[source].NumElements() * element_size);
+        static_cast<size_t>(collective.known->input_shapes[source].NumElements() * element_size);
     if (bytes == 0) continue;
     // Blocks along the leading axes are contiguous in the output: received in place.
     staged[source] = collective.staging[source];
@@ -584,7 +595,7 @@ absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   for (int source = 0; source < size_; ++source) {
     if (staged[source] == nullptr) continue;
     if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
-    const Shape& block = collective.input_shapes[source];
+    const Shape& block = collective.known->input_shapes[source];
     CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, axis, 0),
               output, AxisOrigin(rank_count, axis, offset[source]), block);
   }
@@ -601,7 +612,7 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
   const int rank_count = output.shape.rank();
   // The block `source` sends to `destination`: its balanced slice along `axis`.
   auto block_of = [&](int source, int destination) {
-    Shape block = collective.input_shapes[source];
+    Shape block = collective.known->input_shapes[source];
     block.set_dimension(axis, BalancedRange(block.dimension(axis), size_, destination).size());
     return block;
   };

@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
-#include "runtime/collective_staging.h"
+#include "runtime/collective_header.h"
 #include "runtime/device_memory.h"
 #include "runtime/network.h"
 #include "runtime/tensor.h"
@@ -71,7 +71,8 @@ namespace loom {
 // is contiguous there. Otherwise blocks are packed into, or received into, staging buffers (kept
 // per rank and reused, so a steady job allocates them in its first step). Which buffers, and how
 // large, is one function (runtime/collective_staging.h), which the compiler's memory estimate
-// uses too. They come from the rank's device memory (Options::memories): its budget counts them,
+// uses too; a rank evaluates it once per collective, with the shapes it learns from the first
+// headers. They come from the rank's device memory (Options::memories): its budget counts them,
 // and large ones get huge pages like registers. Decision: charged when first used, not at launch
 // (their sizes follow from every rank's shapes, which a rank learns from the first headers). The
 // compiler admits only plans whose registers and staging fit every budget, so this fails (in the
@@ -156,6 +157,14 @@ class NetworkCollectives final : public CollectiveBackend {
     std::byte* const bytes;
     const size_t size;
   };
+  // What a rank learned of a collective it ran (by sequence number) from the first run's headers:
+  // every rank's input shape, and what they imply for this rank.
+  struct KnownCollective {
+    plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;  // of the elements
+    std::vector<Shape> input_shapes;                         // by rank
+    Shape output_shape;                                      // this rank's
+    std::vector<int64_t> staging_bytes;                      // CollectiveStagingBytes
+  };
   struct RankState {
     int64_t instance = 0;  // collectives this rank started; guarded by mutex_
     // The data and header transfers of the collective in progress; guarded by mutex_.
@@ -165,8 +174,8 @@ class NetworkCollectives final : public CollectiveBackend {
     std::shared_ptr<DeviceMemory> memory;
     // Touched by the rank's thread only.
     std::vector<std::shared_ptr<StagingBuffer>> staging;
-    // Every rank's input shape of each collective this rank ran, by sequence number.
-    absl::flat_hash_map<int64_t, std::vector<Shape>> input_shapes;
+    // Each collective this rank ran, by sequence number.
+    absl::flat_hash_map<int64_t, KnownCollective> known;
   };
 
   NetworkCollectives(const plan::Communicator& communicator, int node, Network* network,
@@ -176,13 +185,17 @@ class NetworkCollectives final : public CollectiveBackend {
   void FailLocked(absl::Status status);
 
   absl::Status RunCollective(Collective& collective);
-  // Whether this rank's input and output have the shapes that collective.input_shapes imply.
+  // Whether this rank's input and output have the shapes that collective.known implies.
   bool OwnBuffersFit(const Collective& collective) const;
   // Posts the receives of the peers' headers and sends this rank's to every peer.
   absl::Status SendHeader(Collective& collective);
   // Waits for the peers' headers and checks them: agreement, and the shapes of earlier runs
-  // when the data already moves with them (otherwise it records the shapes).
+  // when the data already moves with them (otherwise it learns the collective from them).
   absl::Status CheckHeaders(Collective& collective);
+  // Records in collective.state.known, and points collective.known at, what every rank's header
+  // says of the collective; INVALID_ARGUMENT when the shapes do not fit together.
+  absl::Status LearnCollective(Collective& collective,
+                               const std::vector<CollectiveHeader>& headers);
   absl::Status RunAllReduce(Collective& collective);
   absl::Status RunReduceScatter(Collective& collective);
   absl::Status RunAllGather(Collective& collective);
@@ -202,7 +215,7 @@ class NetworkCollectives final : public CollectiveBackend {
   absl::Status Await(Collective& collective, int index);
   // The same for transfer `index` of `group`, without the headers.
   absl::Status AwaitTransfer(Collective& collective, TransferGroup& group, int index);
-  // Sets collective.staging: the buffers CollectiveStagingBytes names, from the rank's kept ones
+  // Sets collective.staging: the buffers collective.known names, from the rank's kept ones
   // (grown when too small) and kept alive by the collective's group; RESOURCE_EXHAUSTED naming
   // the device and the communicator when the rank's memory budget cannot hold one.
   absl::Status AllocateStaging(Collective& collective);

@@ -12,6 +12,7 @@
 #include "glog/logging.h"
 #include "runtime/balanced_split.h"
 #include "runtime/collective_agreement.h"
+#include "runtime/collective_backend_kind.h"
 #include "runtime/collective_shapes.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/data_type.h"
@@ -971,10 +972,7 @@ absl::Status NcclCollectives::WaitForStream(const CollectiveCall& call) {
 
 absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNcclCollectivesIfGpus(
     const plan::Communicator& communicator, const plan::Plan& plan, absl::Duration timeout) {
-  if (communicator.devices().empty()) return nullptr;
-  for (const plan::Device& device : communicator.devices()) {
-    if (device.type() != plan::CUDA) return nullptr;
-  }
+  if (CollectiveBackendKindOf(communicator) != CollectiveBackendKind::kNccl) return nullptr;
   absl::StatusOr<std::unique_ptr<NcclCollectives>> backend =
       NcclCollectives::Create(communicator, plan.node(), timeout);
   if (!backend.ok()) return backend.status();

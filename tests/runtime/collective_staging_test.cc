@@ -107,11 +107,5 @@ TEST(CollectiveStagingTest, ShapesThatDoNotFitTogetherAreAnError) {
   EXPECT_THAT(bytes.status().message(), HasSubstr("rank"));
 }
 
-TEST(CollectiveStagingTest, OnlyCommunicatorsAcrossNodesSpanSeveralNodes) {
-  EXPECT_FALSE(SpansSeveralNodes(MakeTestCommunicator({0, 0, 0}, 1)));
-  EXPECT_TRUE(SpansSeveralNodes(MakeTestCommunicator({0, 0, 1}, 1)));
-  EXPECT_FALSE(SpansSeveralNodes(MakeTestCommunicator({2}, 1)));
-}
-
 }  // namespace
 }  // namespace loom::testing
