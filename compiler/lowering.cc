@@ -4,15 +4,18 @@
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/boxing.h"
+#include "runtime/device_key.h"
 #include "runtime/device_name.h"
 
 namespace loom::compiler {
 namespace {
 
-std::string DeviceKey(const plan::Device& device) {
+// A device in the text that orders communicators by their members.
+std::string DeviceSortKey(const plan::Device& device) {
   return absl::StrCat(device.node(), "/", static_cast<int>(device.type()), ":", device.index());
 }
 
@@ -102,10 +105,11 @@ class Lowering {
   // Devices that tasks use beyond the job's (the hosts of GPUs that read token files: see
   // Placement::OnHosts), with the same memory budget.
   void AddHostDevices() {
+    absl::flat_hash_set<DeviceKey> known;
+    for (const plan::Device& device : devices_.devices) known.insert(DeviceKey::Of(device));
     for (const plan::Task& task : plan_.tasks()) {
       const plan::Device& device = task.stream().device();
-      if (devices_.Contains(device) || host_devices_.Contains(device)) continue;
-      host_devices_.devices.push_back(device);
+      if (!known.insert(DeviceKey::Of(device)).second) continue;
       plan::DeviceDesc* desc = plan_.add_devices();
       *desc->mutable_device() = device;
       desc->set_memory_budget_bytes(graph_.device_memory_budget_bytes);
@@ -799,7 +803,7 @@ class Lowering {
   plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group,
                                      bool per_step) {
     std::vector<std::string> keys;
-    for (int rank : group) keys.push_back(DeviceKey(placement.device(rank)));
+    for (int rank : group) keys.push_back(DeviceSortKey(placement.device(rank)));
     std::string key = absl::StrJoin(keys, ",");
     if (per_step && graph_.num_micro_batches > 1) key += "|step";
     auto found = communicators_.find(key);
@@ -811,7 +815,7 @@ class Lowering {
   }
 
   int StreamIndexOf(const plan::Device& device, const std::string& communicator) {
-    auto& streams = communication_streams_[DeviceKey(device)];
+    auto& streams = communication_streams_[DeviceKey::Of(device)];
     auto found = streams.find(communicator);
     if (found != streams.end()) return found->second;
     int index = static_cast<int>(streams.size());
@@ -909,13 +913,12 @@ class Lowering {
   absl::flat_hash_map<std::string, int> boxing_count_;
   // By member devices (sorted, so the plan is deterministic).
   std::map<std::string, plan::Communicator> communicators_;
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, int>> communication_streams_;
+  absl::flat_hash_map<DeviceKey, absl::flat_hash_map<std::string, int>> communication_streams_;
   absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
   // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
   absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
   // Tensor id -> its per-step sums per rank.
   absl::flat_hash_map<int, std::vector<std::string>> accumulated_;
-  DeviceSet host_devices_;
   // Gradient buckets made so far (their names count up).
   int buckets_ = 0;
   // The logical op of each op task.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -11,6 +10,7 @@
 #include "runtime/collective_backend_kind.h"
 #include "runtime/collective_staging.h"
 #include "runtime/data_type.h"
+#include "runtime/device_key.h"
 #include "runtime/device_name.h"
 #include "runtime/format_bytes.h"
 #include "runtime/host_buffer_layout.h"
@@ -18,12 +18,6 @@
 
 namespace loom::compiler {
 namespace {
-
-using DeviceKey = std::tuple<int, int, int>;
-
-DeviceKey KeyOf(const plan::Device& device) {
-  return {device.node(), static_cast<int>(device.type()), device.index()};
-}
 
 // What a buffer of `bytes` takes on `device`: on a CPU device, what the runtime's host allocator
 // lays out (huge pages from 1 MiB: runtime/host_buffer_layout.h). For the host devices of a GPU
@@ -71,7 +65,7 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
   };
   absl::flat_hash_map<absl::string_view, int> device_of_register;
   for (const plan::Task& task : plan.tasks()) {
-    auto found = position.find(KeyOf(task.stream().device()));
+    auto found = position.find(DeviceKey::Of(task.stream().device()));
     if (found == position.end()) continue;
     for (const std::string& output : task.outputs()) device_of_register[output] = found->second;
     DeviceMemoryEstimate& estimate = holdings[found->second].estimate;
@@ -163,7 +157,7 @@ void AddStaging(const NetworkCollectiveRanks& collectives,
   }
   for (const auto& [key, sizes] : slots) {
     const plan::Device& device = communicators.at(key.first)->devices(key.second);
-    auto found = position.find(KeyOf(device));
+    auto found = position.find(DeviceKey::Of(device));
     if (found == position.end()) continue;
     int64_t bytes = 0;
     for (int64_t size : sizes) {
@@ -184,7 +178,8 @@ std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
   absl::flat_hash_map<DeviceKey, int> position;
   for (const plan::Plan& plan : node_plans) {
     for (const plan::DeviceDesc& desc : plan.devices()) {
-      if (!position.emplace(KeyOf(desc.device()), static_cast<int>(holdings.size())).second) {
+      if (!position.emplace(DeviceKey::Of(desc.device()), static_cast<int>(holdings.size()))
+               .second) {
         continue;
       }
       DeviceHoldings& added = holdings.emplace_back();
