@@ -89,8 +89,9 @@ class Lowering {
     for (int tensor : graph_.fetches) {
       if (absl::Status status = LowerFetch(tensor); !status.ok()) return status;
     }
-    if (!graph_.register_slots_given) SetSameStreamSlots();
-    SetStashSlots();
+    const Producers producers = ProducersOf();
+    if (!graph_.register_slots_given) SetSameStreamSlots(producers);
+    SetStashSlots(producers);
     AddHostDevices();
     plan_.set_num_micro_batches(graph_.num_micro_batches);
     for (auto& [name, communicator] : communicators_) {
@@ -733,22 +734,30 @@ class Lowering {
   // for anyway, and would double the register's memory (every intermediate of a model on one GPU).
   // Registers read on other streams, devices or nodes keep the job's slots, which let producer
   // and consumers overlap. Variables have one slot already.
-  void SetSameStreamSlots() {
-    absl::flat_hash_map<absl::string_view, const plan::Stream*> producer_stream;
-    absl::flat_hash_map<absl::string_view, bool> read_elsewhere;
+  // The task writing each register, by name: views into plan_'s tasks, valid while none is added.
+  using Producers = absl::flat_hash_map<absl::string_view, const plan::Task*>;
+
+  Producers ProducersOf() const {
+    Producers producers;
+    producers.reserve(plan_.registers_size());
     for (const plan::Task& task : plan_.tasks()) {
-      for (const std::string& output : task.outputs()) producer_stream[output] = &task.stream();
+      for (const std::string& output : task.outputs()) producers[output] = &task;
     }
+    return producers;
+  }
+
+  void SetSameStreamSlots(const Producers& producers) {
+    absl::flat_hash_set<absl::string_view> read_elsewhere;
     for (const plan::Task& task : plan_.tasks()) {
       for (const std::string& input : task.inputs()) {
-        auto producer = producer_stream.find(input);
-        if (producer == producer_stream.end() || !SameStream(*producer->second, task.stream())) {
-          read_elsewhere[input] = true;
+        auto producer = producers.find(input);
+        if (producer == producers.end() || !SameStream(producer->second->stream(), task.stream())) {
+          read_elsewhere.insert(input);
         }
       }
     }
     for (plan::RegisterDesc& reg : *plan_.mutable_registers()) {
-      if (producer_stream.contains(reg.name()) && !read_elsewhere.contains(reg.name())) {
+      if (producers.contains(reg.name()) && !read_elsewhere.contains(reg.name())) {
         reg.set_num_slots(1);
       }
     }
@@ -760,17 +769,17 @@ class Lowering {
   // is one stage: its stashed activations get one slot, as a second one could only let a forward
   // run ahead of the backward that frees the first (on the device's one compute stream, it would
   // buy no overlap and cost the memory of every activation again).
-  void SetStashSlots() {
-    const bool pipelined = graph_.num_stages >= 1;
-    absl::flat_hash_map<std::string, const plan::Task*> producer;
-    for (const plan::Task& task : plan_.tasks()) {
-      for (const std::string& output : task.outputs()) producer[output] = &task;
+  void SetStashSlots(const Producers& producer) {
+    if (std::none_of(graph_.nodes.begin(), graph_.nodes.end(),
+                     [](const LogicalNode& node) { return node.backward; })) {
+      return;  // nothing is stashed for a backward
     }
+    const bool pipelined = graph_.num_stages >= 1;
     auto is_backward = [&](const plan::Task& task) {
       auto found = op_of_task_.find(task.name());
       return found != op_of_task_.end() && found->second->backward;
     };
-    absl::flat_hash_map<std::string, int> slots;
+    absl::flat_hash_map<absl::string_view, int> slots;
     for (const plan::Task& task : plan_.tasks()) {
       if (!is_backward(task)) continue;
       const LogicalNode& node = *op_of_task_.at(task.name());
