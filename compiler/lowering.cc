@@ -729,11 +729,6 @@ class Lowering {
     return registers;
   }
 
-  // A register read only on its producer's stream gets one slot: the stream runs one act at a
-  // time, so a second slot could only let the producer run a piece ahead of work it would wait
-  // for anyway, and would double the register's memory (every intermediate of a model on one GPU).
-  // Registers read on other streams, devices or nodes keep the job's slots, which let producer
-  // and consumers overlap. Variables have one slot already.
   // The task writing each register, by name: views into plan_'s tasks, valid while none is added.
   using Producers = absl::flat_hash_map<absl::string_view, const plan::Task*>;
 
@@ -746,6 +741,11 @@ class Lowering {
     return producers;
   }
 
+  // A register read only on its producer's stream gets one slot: the stream runs one act at a
+  // time, so a second slot could only let the producer run a piece ahead of work it would wait
+  // for anyway, and would double the register's memory (every intermediate of a model on one GPU).
+  // Registers read on other streams, devices or nodes keep the job's slots, which let producer
+  // and consumers overlap. Variables have one slot already.
   void SetSameStreamSlots(const Producers& producers) {
     absl::flat_hash_set<absl::string_view> read_elsewhere;
     for (const plan::Task& task : plan_.tasks()) {
