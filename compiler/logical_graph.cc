@@ -20,7 +20,8 @@ absl::Status Prefixed(const std::string& what, const absl::Status& status) {
 
 // Parses a placement and checks its devices exist.
 absl::StatusOr<Placement> ResolvePlacement(const job::Placement& proto, const Placement& fallback,
-                                           const DeviceSet& devices, const std::string& who) {
+                                           const IndexedDeviceSet& devices,
+                                           const std::string& who) {
   if (proto.devices().empty()) {
     if (proto.hierarchy_size() > 0) {
       return Invalid(absl::StrCat(who, ": a placement with a hierarchy needs its devices"));
@@ -32,8 +33,8 @@ absl::StatusOr<Placement> ResolvePlacement(const job::Placement& proto, const Pl
   for (const plan::Device& device : placement->devices()) {
     if (!devices.Contains(device)) {
       return Invalid(absl::StrCat(who, ": placement names device ", DeviceName(device),
-                                  ", which does not exist (the job runs on ", devices.ToString(),
-                                  ")"));
+                                  ", which does not exist (the job runs on ",
+                                  devices.devices().ToString(), ")"));
     }
   }
   return placement;
@@ -99,11 +100,9 @@ absl::Status CheckShape(const google::protobuf::RepeatedField<int64_t>& shape,
 
 }  // namespace
 
-bool DeviceSet::Contains(const plan::Device& device) const {
-  for (const plan::Device& existing : devices) {
-    if (SameDevice(existing, device)) return true;
-  }
-  return false;
+IndexedDeviceSet::IndexedDeviceSet(const DeviceSet& devices) : devices_(devices) {
+  keys_.reserve(devices.devices.size());
+  for (const plan::Device& device : devices.devices) keys_.insert(DeviceKey::Of(device));
 }
 
 int64_t DeviceSet::MemoryBudget(size_t position) const {
@@ -162,17 +161,18 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   }
 
   // The job's placement: given, or every device as one axis.
+  const IndexedDeviceSet known_devices(devices);
   Placement job_placement(devices.devices, {});
   if (job.placement().devices_size() > 0) {
     absl::StatusOr<Placement> placement =
-        ResolvePlacement(job.placement(), job_placement, devices, "the job's placement");
+        ResolvePlacement(job.placement(), job_placement, known_devices, "the job's placement");
     if (!placement.ok()) return placement.status();
     job_placement = *placement;
   }
   std::vector<Placement> stage_placements;
   for (int s = 0; s < job.stage_placements_size(); ++s) {
-    absl::StatusOr<Placement> placement = ResolvePlacement(job.stage_placements(s), job_placement,
-                                                           devices, absl::StrCat("stage ", s));
+    absl::StatusOr<Placement> placement = ResolvePlacement(
+        job.stage_placements(s), job_placement, known_devices, absl::StrCat("stage ", s));
     if (!placement.ok()) return placement.status();
     stage_placements.push_back(*placement);
   }
@@ -211,7 +211,7 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     node.name = variable.name();
     node.variable = &variable;
     absl::StatusOr<Placement> placement =
-        ResolvePlacement(variable.placement(), job_placement, devices, who);
+        ResolvePlacement(variable.placement(), job_placement, known_devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
     node.context.op_name = variable.name();
@@ -232,7 +232,7 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     node.name = input.name();
     node.input = &input;
     absl::StatusOr<Placement> placement =
-        ResolvePlacement(input.placement(), job_placement, devices, who);
+        ResolvePlacement(input.placement(), job_placement, known_devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
     // Token files are read on the host: on GPUs the batch is read on each GPU's host CPU device,
@@ -305,7 +305,8 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     }
     node.backward = op.backward();
     node.once_per_step = op.once_per_step();
-    absl::StatusOr<Placement> placement = ResolvePlacement(op.placement(), fallback, devices, who);
+    absl::StatusOr<Placement> placement =
+        ResolvePlacement(op.placement(), fallback, known_devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
     node.context.op_name = op.name();

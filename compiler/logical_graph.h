@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "compiler/op_definition.h"
 #include "compiler/placement.h"
 #include "compiler/sbp.h"
 #include "proto/job.pb.h"
+#include "runtime/device_key.h"
 
 namespace loom::compiler {
 
@@ -89,7 +91,6 @@ struct DeviceSet {
   // Each device's own memory budget (a cluster node's --memory-budget-per-device), by position in
   // `devices`; 0 or missing: none. A device's plan budget is the tighter of this and the job's.
   std::vector<int64_t> memory_budget_bytes;
-  bool Contains(const plan::Device& device) const;
   // The budget of devices[position]: memory_budget_bytes[position] if there is one, else 0.
   int64_t MemoryBudget(size_t position) const;
   // "cpu:0..3 on 1 node".
@@ -97,6 +98,19 @@ struct DeviceSet {
   // N CPU devices spread evenly over K nodes (node k gets devices k*N/K...); each node numbers
   // its devices from 0.
   static DeviceSet Cpus(int count, int nodes);
+};
+
+// A DeviceSet with its devices indexed, for checking every device of every placement of a job in
+// constant time each. Refers to the set, which must outlive it and not change meanwhile.
+class IndexedDeviceSet {
+ public:
+  explicit IndexedDeviceSet(const DeviceSet& devices);
+  const DeviceSet& devices() const { return devices_; }
+  bool Contains(const plan::Device& device) const { return keys_.contains(DeviceKey::Of(device)); }
+
+ private:
+  const DeviceSet& devices_;
+  absl::flat_hash_set<DeviceKey> keys_;
 };
 
 // Passes 1 and 2: parses and validates the job (unknown ops, dangling or doubly produced tensors,

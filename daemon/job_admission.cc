@@ -68,6 +68,7 @@ absl::Status CheckJobShapes(const job::Job& job) {
 }
 
 absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet& devices) {
+  const compiler::IndexedDeviceSet known_devices(devices);
   absl::flat_hash_set<std::string> needed;
   std::string first_outside;
   for (const NamedPlacement& named : PlacementsOf(job)) {
@@ -75,7 +76,7 @@ absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet&
       absl::StatusOr<plan::Device> device = compiler::ParseDevice(text);
       if (!device.ok()) continue;  // the compiler names the op
       needed.insert(DeviceName(*device));
-      if (first_outside.empty() && !devices.Contains(*device)) {
+      if (first_outside.empty() && !known_devices.Contains(*device)) {
         first_outside = absl::StrCat(named.owner, " is placed on ", text);
       }
     }

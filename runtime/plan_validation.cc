@@ -12,6 +12,7 @@
 #include "runtime/actor_id.h"
 #include "runtime/collective_shapes.h"
 #include "runtime/data_type.h"
+#include "runtime/device_key.h"
 #include "runtime/device_name.h"
 #include "runtime/tensor.h"
 
@@ -20,12 +21,10 @@ namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-std::string DeviceKey(const plan::Device& device) { return DeviceName(device); }
-
-absl::Status CheckDevices(const plan::Plan& plan, absl::flat_hash_set<std::string>* devices) {
+absl::Status CheckDevices(const plan::Plan& plan, absl::flat_hash_set<DeviceKey>* devices) {
   for (const plan::DeviceDesc& desc : plan.devices()) {
     const plan::Device& device = desc.device();
-    std::string name = DeviceKey(device);
+    const std::string name = DeviceName(device);
     if (device.type() == plan::DEVICE_TYPE_UNSPECIFIED) {
       return Invalid(absl::StrCat("device ", name, " has no type (cpu or cuda)"));
     }
@@ -39,7 +38,7 @@ absl::Status CheckDevices(const plan::Plan& plan, absl::flat_hash_set<std::strin
     if (desc.memory_budget_bytes() < 0) {
       return Invalid(absl::StrCat("device ", name, " has a negative memory budget"));
     }
-    if (!devices->insert(name).second) {
+    if (!devices->insert(DeviceKey::Of(device)).second) {
       return Invalid(absl::StrCat("device ", name, " is declared twice"));
     }
   }
@@ -270,13 +269,13 @@ absl::Status CheckCommunicators(const plan::Plan& plan,
       return Invalid(absl::StrCat(prefix, " has num_collectives ", communicator.num_collectives(),
                                   ": it needs at least 1 (the length of its global order)"));
     }
-    absl::flat_hash_set<std::string> seen;
+    absl::flat_hash_set<DeviceKey> seen;
     for (int rank = 0; rank < communicator.devices_size(); ++rank) {
       const plan::Device& device = communicator.devices(rank);
       if (device.type() == plan::DEVICE_TYPE_UNSPECIFIED) {
         return Invalid(absl::StrCat(prefix, ": the device of rank ", rank, " has no type"));
       }
-      if (!seen.insert(DeviceKey(device)).second) {
+      if (!seen.insert(DeviceKey::Of(device)).second) {
         return Invalid(absl::StrCat(prefix, " lists device ", DeviceName(device),
                                     " twice (one rank per device)"));
       }
@@ -553,7 +552,7 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
   if (plan.node() < 0 || plan.node() > ActorId::kMaxNode) {
     return Invalid(absl::StrCat("the plan's node ", plan.node(), " is out of range"));
   }
-  absl::flat_hash_set<std::string> devices;
+  absl::flat_hash_set<DeviceKey> devices;
   if (absl::Status status = CheckDevices(plan, &devices); !status.ok()) return status;
   absl::flat_hash_map<std::string, int> register_position;
   if (absl::Status status = CheckRegisters(plan, &register_position); !status.ok()) return status;
@@ -578,7 +577,7 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
                                   ", which another task has too"));
     }
     const plan::Stream& stream = task.stream();
-    if (!devices.contains(DeviceKey(stream.device()))) {
+    if (!devices.contains(DeviceKey::Of(stream.device()))) {
       return Invalid(absl::StrCat("task '", task.name(), "' runs on device ",
                                   DeviceName(stream.device()),
                                   ", which is not among the plan's devices"));

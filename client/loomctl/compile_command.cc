@@ -122,9 +122,10 @@ ArgumentSpec CompileArgumentSpec() {
       .AddFlag("dot", "PATH", "",
                "write the plan as a Graphviz graph to PATH (one cluster per device; render "
                "with dot -Tsvg)")
-      .AddSwitch("explain",
-                 "print every op's chosen SBP signature, every boxing with its collective and "
-                 "bytes, and the memory per device (registers, optimizer states, collective staging)")
+      .AddSwitch(
+          "explain",
+          "print every op's chosen SBP signature, every boxing with its collective and "
+          "bytes, and the memory per device (registers, optimizer states, collective staging)")
       .AddSwitch("list-ops", "list the op types the compiler knows, one a line, and exit")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
   return spec;
@@ -191,12 +192,13 @@ std::string FitJobToDevices(const compiler::DeviceSet& devices, job::Job* job) {
   for (const job::Op& op : job->ops()) {
     if (HasOwnPlacement(op.placement())) return "";
   }
+  const compiler::IndexedDeviceSet known_devices(devices);
   bool fits = true;
   for (const std::string& text : placement.devices()) {
     absl::StatusOr<plan::Device> device = compiler::ParseDevice(text);
     // A malformed placement is the compiler's to report.
     if (!device.ok()) return "";
-    if (!devices.Contains(*device)) fits = false;
+    if (!known_devices.Contains(*device)) fits = false;
   }
   if (fits) return "";
 
