@@ -1,46 +1,121 @@
 #include "client/step_losses.h"
 
 #include <algorithm>
-#include <cstring>
+#include <limits>
 #include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cast_kernel.h"
+#include "runtime/data_type.h"
 
 namespace loom {
 
-absl::StatusOr<StepLossCollector> StepLossCollector::Create(const plan::Fetch& loss,
-                                                            int micro_batches_per_step) {
-  if (Shape(loss.logical().shape()).NumElements() != 1 ||
-      loss.logical().data_type() != plan::FLOAT32) {
+namespace {
+
+bool IsScalar(const plan::Fetch& fetch) {
+  return Shape(fetch.logical().shape()).NumElements() == 1;
+}
+
+// The one value of a scalar fetch's assembled piece, as a double.
+double ScalarValue(const HostTensor& tensor) {
+  if (tensor.bytes.size() < static_cast<size_t>(DataTypeSize(tensor.data_type))) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  switch (tensor.data_type) {
+    case plan::FLOAT32:
+      return tensor.Values<float>()[0];
+    case plan::BFLOAT16:
+      return cpu::Bfloat16ToFloat32(tensor.Values<uint16_t>()[0]);
+    case plan::INT32:
+      return static_cast<double>(tensor.Values<int32_t>()[0]);
+    case plan::INT64:
+      return static_cast<double>(tensor.Values<int64_t>()[0]);
+    case plan::UINT8:
+      return static_cast<double>(tensor.Values<uint8_t>()[0]);
+    case plan::UINT16:
+      return static_cast<double>(tensor.Values<uint16_t>()[0]);
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+double Mean(const std::vector<double>& values) {
+  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+absl::StatusOr<StepFetches> StepFetchesOf(const plan::Plan& plan, const std::string& loss) {
+  StepFetches fetches;
+  bool found = false;
+  for (const plan::Fetch& fetch : plan.fetches()) {
+    if (fetch.tensor() == loss) {
+      fetches.loss = fetch;
+      found = true;
+    } else if (IsScalar(fetch)) {
+      fetches.scalars.push_back(fetch);
+    }
+  }
+  if (!found) {
+    return absl::InternalError(absl::StrCat("the plan does not fetch the loss '", loss, "'"));
+  }
+  return fetches;
+}
+
+absl::StatusOr<StepCollector> StepCollector::Create(const StepFetches& fetches,
+                                                    int micro_batches_per_step) {
+  const plan::Fetch& loss = fetches.loss;
+  if (!IsScalar(loss) || loss.logical().data_type() != plan::FLOAT32) {
     return absl::InvalidArgumentError(absl::StrCat("the loss '", loss.tensor(),
                                                    "' must be a float32 scalar, not ",
                                                    Shape(loss.logical().shape()).ToString()));
   }
-  StepLossCollector collector(loss, std::max(micro_batches_per_step, 1));
+  StepCollector collector(std::max(micro_batches_per_step, 1));
+  collector.fetches_.emplace_back(loss);
+  for (const plan::Fetch& scalar : fetches.scalars) collector.fetches_.emplace_back(scalar);
   collector.RestartClock();
   return collector;
 }
 
-absl::StatusOr<std::vector<FinishedStep>> StepLossCollector::Add(const SinkPiece& piece) {
-  std::vector<FinishedStep> finished;
-  absl::StatusOr<std::optional<AssembledPiece>> loss = pieces_.Add(piece);
-  if (!loss.ok()) return loss.status();
-  if (!loss->has_value()) return finished;
-  float value;
-  std::memcpy(&value, (*loss)->tensor.bytes.data(), sizeof(value));
-  piece_losses_[(*loss)->piece / micro_batches_].push_back(value);
+std::vector<std::string> StepCollector::sinks() const {
+  std::vector<std::string> sinks;
+  for (const FetchPieceAssembler& fetch : fetches_) {
+    sinks.insert(sinks.end(), fetch.fetch().sinks().begin(), fetch.fetch().sinks().end());
+  }
+  return sinks;
+}
 
-  for (auto step = piece_losses_.find(next_step_);
-       step != piece_losses_.end() && static_cast<int>(step->second.size()) == micro_batches_;
-       step = piece_losses_.find(next_step_)) {
+absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& piece) {
+  std::vector<FinishedStep> finished;
+  for (size_t position = 0; position < fetches_.size(); ++position) {
+    absl::StatusOr<std::optional<AssembledPiece>> assembled = fetches_[position].Add(piece);
+    if (!assembled.ok()) return assembled.status();
+    if (!assembled->has_value()) continue;
+    std::vector<std::vector<double>>& values = step_values_[(*assembled)->piece / micro_batches_];
+    values.resize(fetches_.size());
+    values[position].push_back(ScalarValue((*assembled)->tensor));
+  }
+
+  auto complete = [this](const std::vector<std::vector<double>>& values) {
+    return values.size() == fetches_.size() &&
+           std::all_of(values.begin(), values.end(), [this](const std::vector<double>& pieces) {
+             return static_cast<int>(pieces.size()) == micro_batches_;
+           });
+  };
+  for (auto step = step_values_.find(next_step_);
+       step != step_values_.end() && complete(step->second); step = step_values_.find(next_step_)) {
     const auto now = std::chrono::steady_clock::now();
-    finished.push_back(FinishedStep{next_step_,
-                                    std::accumulate(step->second.begin(), step->second.end(), 0.0) /
-                                        static_cast<double>(step->second.size()),
-                                    std::chrono::duration<double>(now - last_completion_).count()});
+    FinishedStep done;
+    done.index = next_step_;
+    done.loss = Mean(step->second[0]);
+    for (size_t position = 1; position < fetches_.size(); ++position) {
+      done.scalars.push_back({fetches_[position].fetch().tensor(), Mean(step->second[position])});
+    }
+    done.seconds = std::chrono::duration<double>(now - last_completion_).count();
+    finished.push_back(std::move(done));
     last_completion_ = now;
-    piece_losses_.erase(step);
+    step_values_.erase(step);
     ++next_step_;
   }
   return finished;

@@ -18,25 +18,43 @@
 
 namespace loom {
 
-// A training step whose loss has reached every sink.
+// What a training step reports: its loss, and the plan's other scalar fetches (an accuracy, a
+// count), each the mean over the step's micro-batches.
+struct StepFetches {
+  plan::Fetch loss;
+  // Every other fetch of one element, in the plan's order.
+  std::vector<plan::Fetch> scalars;
+};
+// `plan`'s StepFetches for the loss named `loss`: INTERNAL when the plan does not fetch it.
+absl::StatusOr<StepFetches> StepFetchesOf(const plan::Plan& plan, const std::string& loss);
+
+// A step's value of a scalar fetch.
+struct StepScalar {
+  std::string tensor;
+  double value = 0;
+};
+
+// A training step whose loss and scalar fetches have reached every sink.
 struct FinishedStep {
   int64_t index = 0;  // 0-based, counted from the collector's creation
   // The mean over the step's micro-batches of the assembled (partial-summed) loss.
   double loss = 0;
+  // The same for each of StepFetches::scalars, in their order.
+  std::vector<StepScalar> scalars;
   // Since the previous finished step (the first: since creation or RestartClock).
   double seconds = 0;
 };
 
-// Turns the pieces that the loss's sinks keep (JobOptions::sink_piece_callback) into finished
-// steps: a step is finished when every rank's sink holds every micro-batch piece of its loss.
-// What `loomctl run` prints and what `loomd` streams as step events. Not thread-safe: the owner
-// serialises Add (sinks call back from their stream threads).
-class StepLossCollector {
+// Turns the pieces that the step fetches' sinks keep (JobOptions::sink_piece_callback) into
+// finished steps: a step is finished when every rank's sink holds every micro-batch piece of its
+// loss and of each scalar fetch. What `loomctl run` prints and what `loomd` streams as step
+// events. Not thread-safe: the owner serialises Add (sinks call back from their stream threads).
+class StepCollector {
  public:
-  // `loss`: the plan's fetch of the loss (a float32 scalar, else INVALID_ARGUMENT);
+  // `fetches.loss` must be a float32 scalar (else INVALID_ARGUMENT naming it);
   // `micro_batches_per_step`: Plan.num_micro_batches (0 means 1).
-  static absl::StatusOr<StepLossCollector> Create(const plan::Fetch& loss,
-                                                  int micro_batches_per_step);
+  static absl::StatusOr<StepCollector> Create(const StepFetches& fetches,
+                                              int micro_batches_per_step);
 
   // Records a piece (pieces of other fetches are ignored) and returns the steps it finished, in
   // order. An error when the ranks' pieces do not assemble.
@@ -44,16 +62,18 @@ class StepLossCollector {
   // The next step's time runs from now.
   void RestartClock() { last_completion_ = std::chrono::steady_clock::now(); }
   int64_t steps_done() const { return next_step_; }
-  const std::string& loss_name() const { return pieces_.fetch().tensor(); }
+  const std::string& loss_name() const { return fetches_.front().fetch().tensor(); }
+  // The sinks whose pieces Add reads: the loss's and the scalar fetches'.
+  std::vector<std::string> sinks() const;
 
  private:
-  StepLossCollector(const plan::Fetch& loss, int micro_batches)
-      : pieces_(loss), micro_batches_(micro_batches) {}
+  explicit StepCollector(int micro_batches) : micro_batches_(micro_batches) {}
 
-  FetchPieceAssembler pieces_;
+  // The loss first, then the scalar fetches.
+  std::vector<FetchPieceAssembler> fetches_;
   int micro_batches_ = 1;
-  // Step -> the assembled losses of its pieces.
-  std::map<int64_t, std::vector<double>> piece_losses_;
+  // Step -> for each of fetches_, the assembled values of the step's pieces so far.
+  std::map<int64_t, std::vector<std::vector<double>>> step_values_;
   int64_t next_step_ = 0;
   std::chrono::steady_clock::time_point last_completion_;
 };

@@ -402,16 +402,12 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   std::vector<std::string> forwarded_sinks;
   absl::Status status;
   if (!compiled.job.loss().empty()) {
-    const plan::Fetch* loss = nullptr;
-    for (const plan::Fetch& fetch : plan.fetches()) {
-      if (fetch.tensor() == compiled.job.loss()) loss = &fetch;
-    }
-    if (loss == nullptr) {
-      status = absl::InternalError(
-          absl::StrCat("the plan does not fetch the loss '", compiled.job.loss(), "'"));
+    absl::StatusOr<StepFetches> step_fetches = StepFetchesOf(plan, compiled.job.loss());
+    if (!step_fetches.ok()) {
+      status = step_fetches.status();
     } else {
       absl::StatusOr<std::unique_ptr<StepTracker>> created = StepTracker::Create(
-          *loss, plan.num_micro_batches(), num_steps, TokensPerStep(compiled.job),
+          *step_fetches, plan.num_micro_batches(), num_steps, TokensPerStep(compiled.job),
           [this, raw = record.get()](const v1::StepEvent& step) {
             std::lock_guard<std::mutex> lock(mutex_);
             raw->info.set_steps_done(step.step());

@@ -1,18 +1,19 @@
 #include "daemon/step_tracker.h"
 
+#include <algorithm>
+
 namespace loom::daemon {
 
 absl::StatusOr<std::unique_ptr<StepTracker>> StepTracker::Create(
-    const plan::Fetch& loss, int micro_batches_per_step, int64_t num_steps,
+    const StepFetches& fetches, int micro_batches_per_step, int64_t num_steps,
     std::optional<int64_t> tokens_per_step, StepCallback on_step) {
-  absl::StatusOr<StepLossCollector> collector =
-      StepLossCollector::Create(loss, micro_batches_per_step);
+  absl::StatusOr<StepCollector> collector = StepCollector::Create(fetches, micro_batches_per_step);
   if (!collector.ok()) return collector.status();
   std::unique_ptr<StepTracker> tracker(new StepTracker(std::move(*collector)));
   tracker->num_steps_ = num_steps;
   tracker->tokens_per_step_ = tokens_per_step;
   tracker->on_step_ = std::move(on_step);
-  tracker->sinks_.assign(loss.sinks().begin(), loss.sinks().end());
+  tracker->sinks_ = tracker->collector_.sinks();
   return tracker;
 }
 
@@ -20,7 +21,10 @@ void StepTracker::AddCountedFetch(const plan::Fetch& fetch,
                                   std::function<void(const HostTensor&)> on_piece) {
   std::lock_guard<std::mutex> lock(mutex_);
   counted_.push_back(CountedFetch{FetchPieceAssembler(fetch), std::move(on_piece)});
-  sinks_.insert(sinks_.end(), fetch.sinks().begin(), fetch.sinks().end());
+  for (const std::string& sink : fetch.sinks()) {
+    // A scalar counted fetch is a step fetch too.
+    if (std::find(sinks_.begin(), sinks_.end(), sink) == sinks_.end()) sinks_.push_back(sink);
+  }
 }
 
 std::vector<std::string> StepTracker::sinks() const {
@@ -56,6 +60,11 @@ absl::Status StepTracker::OnPiece(const SinkPiece& piece) {
     event.set_step(step.index + 1);
     event.set_num_steps(num_steps_);
     event.set_loss(step.loss);
+    for (const StepScalar& scalar : step.scalars) {
+      v1::StepScalar* added = event.add_scalars();
+      added->set_tensor(scalar.tensor);
+      added->set_value(scalar.value);
+    }
     event.set_step_time_seconds(step.seconds);
     if (tokens_per_step_.has_value() && step.seconds > 0) {
       event.set_tokens_per_second(static_cast<double>(*tokens_per_step_) / step.seconds);

@@ -20,8 +20,9 @@
 
 namespace loom::daemon {
 
-// One StepEvent per finished training step (StepLossCollector: a step is finished when every
-// rank's sink holds every micro-batch piece of its loss), as `loomctl run` prints its lines.
+// One StepEvent per finished training step (StepCollector: a step is finished when every
+// rank's sink holds every micro-batch piece of its loss and of the plan's other scalar fetches),
+// as `loomctl run` prints its lines.
 //
 // Thread-safe: OnPiece runs on the sinks' stream threads; `on_step` is called under the tracker's
 // lock, in step order, and must be quick.
@@ -29,9 +30,9 @@ class StepTracker {
  public:
   using StepCallback = std::function<void(const v1::StepEvent&)>;
 
-  // `loss`: the plan's fetch of the loss (a float32 scalar, else INVALID_ARGUMENT).
+  // `fetches`: the plan's StepFetchesOf the job's loss (a float32 scalar, else INVALID_ARGUMENT).
   // `micro_batches_per_step`: Plan.num_micro_batches (0 means 1).
-  static absl::StatusOr<std::unique_ptr<StepTracker>> Create(const plan::Fetch& loss,
+  static absl::StatusOr<std::unique_ptr<StepTracker>> Create(const StepFetches& fetches,
                                                              int micro_batches_per_step,
                                                              int64_t num_steps,
                                                              std::optional<int64_t> tokens_per_step,
@@ -40,8 +41,8 @@ class StepTracker {
   // Also assembles `fetch` (all its ranks, per micro-batch piece) and hands every assembled piece
   // to `on_piece` (under the tracker's lock; it must be quick). Before the job starts.
   void AddCountedFetch(const plan::Fetch& fetch, std::function<void(const HostTensor&)> on_piece);
-  // The sinks whose pieces the tracker reads (the loss's and the counted fetches'): what the
-  // nodes must forward.
+  // The sinks whose pieces the tracker reads (the step fetches' and the counted fetches'): what
+  // the nodes must forward.
   std::vector<std::string> sinks() const;
 
   // Starts the step clock (when the job starts).
@@ -52,13 +53,13 @@ class StepTracker {
   int64_t steps_done() const;
 
  private:
-  explicit StepTracker(StepLossCollector collector) : collector_(std::move(collector)) {}
+  explicit StepTracker(StepCollector collector) : collector_(std::move(collector)) {}
 
   int64_t num_steps_ = 0;
   std::optional<int64_t> tokens_per_step_;
   StepCallback on_step_;
   mutable std::mutex mutex_;
-  StepLossCollector collector_;  // guarded by mutex_
+  StepCollector collector_;  // guarded by mutex_
   struct CountedFetch {
     FetchPieceAssembler pieces;
     std::function<void(const HostTensor&)> on_piece;

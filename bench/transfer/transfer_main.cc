@@ -229,8 +229,8 @@ int Main() {
   std::map<std::string, Medians> medians;
   for (const Size& size : Sizes()) {
     std::vector<double> loom, perftest;
-    Reference error_handling{kErrorHandlingPerftestFlags};
-    Reference like_loom{kLoomLikePerftestFlags};
+    Reference error_handling{kErrorHandlingPerftestFlags, {}, {}};
+    Reference like_loom{kLoomLikePerftestFlags, {}, {}};
     for (int repetition = 0; repetition < kRepetitions; ++repetition) {
       absl::StatusOr<double> peer = RunPerftest(size, "tcp", "");
       ExitIfError(peer.status(), "ucx_perftest over tcp");

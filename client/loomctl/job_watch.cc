@@ -40,6 +40,9 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
     line.step = step.step();
     line.last_step = step.num_steps();
     line.loss = step.loss();
+    for (const v1::StepScalar& scalar : step.scalars()) {
+      line.scalars.push_back({scalar.tensor(), scalar.value()});
+    }
     line.step_time_ms = step.step_time_seconds() * 1000.0;
     if (step.has_tokens_per_second()) line.tokens_per_second = step.tokens_per_second();
     printer_.Print(line);

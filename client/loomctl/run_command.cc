@@ -554,15 +554,11 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
       return kExitFailure;
     }
     if (reporter != nullptr) {
-      const plan::Fetch* loss = nullptr;
-      for (const plan::Fetch& fetch : plan.fetches()) {
-        if (fetch.tensor() == job->loss()) loss = &fetch;
-      }
+      absl::StatusOr<StepFetches> step_fetches = StepFetchesOf(plan, job->loss());
       absl::Status status =
-          loss == nullptr
-              ? absl::InternalError(
-                    absl::StrCat("the plan does not fetch the loss '", job->loss(), "'"))
-              : reporter->BeginSegment(*loss, plan.num_micro_batches(), first_step + done);
+          step_fetches.ok()
+              ? reporter->BeginSegment(*step_fetches, plan.num_micro_batches(), first_step + done)
+              : step_fetches.status();
       if (!status.ok()) {
         error << kCommand << ": " << options.job_path << ": " << status.message() << "\n";
         return kExitUsage;

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/chrome_trace.h"
 
 namespace loom::loomctl {
 namespace {
@@ -23,8 +26,11 @@ std::string JsonDouble(double value) {
 }  // namespace
 
 std::string FormatStepLineText(const StepLine& line) {
-  std::string text = absl::StrFormat("step %d/%d  loss %.5f  time %.1f ms", line.step,
-                                     line.last_step, line.loss, line.step_time_ms);
+  std::string text = absl::StrFormat("step %d/%d  loss %.5f", line.step, line.last_step, line.loss);
+  for (const StepScalar& scalar : line.scalars) {
+    absl::StrAppendFormat(&text, "  %s %.6g", scalar.tensor, scalar.value);
+  }
+  absl::StrAppendFormat(&text, "  time %.1f ms", line.step_time_ms);
   if (line.tokens_per_second.has_value()) {
     absl::StrAppendFormat(&text, "  tokens/s %.0f", *line.tokens_per_second);
   }
@@ -32,7 +38,12 @@ std::string FormatStepLineText(const StepLine& line) {
 }
 
 std::string FormatStepLineJson(const StepLine& line) {
+  std::vector<std::string> scalars;
+  for (const StepScalar& scalar : line.scalars) {
+    scalars.push_back(absl::StrCat(JsonString(scalar.tensor), ":", JsonDouble(scalar.value)));
+  }
   return absl::StrCat("{\"step\":", line.step, ",\"loss\":", JsonDouble(line.loss),
+                      ",\"scalars\":{", absl::StrJoin(scalars, ","), "}",
                       ",\"step_time_ms\":", JsonDouble(line.step_time_ms),
                       ",\"tokens_per_second\":",
                       line.tokens_per_second.has_value() ? JsonDouble(*line.tokens_per_second)
@@ -96,10 +107,9 @@ void StepLinePrinter::ClearProgress() {
   progress_drawn_ = false;
 }
 
-absl::Status StepReporter::BeginSegment(const plan::Fetch& loss, int micro_batches_per_step,
+absl::Status StepReporter::BeginSegment(const StepFetches& fetches, int micro_batches_per_step,
                                         int64_t first_step) {
-  absl::StatusOr<StepLossCollector> collector =
-      StepLossCollector::Create(loss, micro_batches_per_step);
+  absl::StatusOr<StepCollector> collector = StepCollector::Create(fetches, micro_batches_per_step);
   if (!collector.ok()) return collector.status();
   std::lock_guard<std::mutex> lock(mutex_);
   collector_ = std::move(*collector);
@@ -125,6 +135,7 @@ void StepReporter::Print(const FinishedStep& step) {
   line.step = first_step_ + step.index + 1;
   line.last_step = options_.last_step;
   line.loss = step.loss;
+  line.scalars = step.scalars;
   line.step_time_ms = step.seconds * 1000.0;
   if (options_.tokens_per_step.has_value() && step.seconds > 0) {
     line.tokens_per_second = static_cast<double>(*options_.tokens_per_step) / step.seconds;
@@ -141,7 +152,7 @@ absl::Status StepReporter::EndSegment(int64_t steps) {
     return absl::FailedPreconditionError(
         absl::StrCat("only ", done, " of the ", steps, " steps from step ", first_step_ + 1,
                      " delivered the loss '", collector_.has_value() ? collector_->loss_name() : "",
-                     "' to every sink"));
+                     "' and the other scalar fetches to every sink"));
   }
   return absl::OkStatus();
 }

@@ -24,15 +24,19 @@ struct StepLine {
   int64_t last_step = 0;
   // The mean over the step's micro-batch pieces of the assembled (partial-summed) loss.
   double loss = 0;
+  // The job's other scalar fetches, the same way (StepFetches).
+  std::vector<StepScalar> scalars;
   double step_time_ms = 0;
   // Unset when the job reads no tokens (no token_file input).
   std::optional<double> tokens_per_second;
 };
 
-// "step 3/20  loss 5.43210  time 85.2 ms  tokens/s 12020", without a newline.
+// "step 3/20  loss 5.43210  accuracy 0.8125  time 85.2 ms  tokens/s 12020", without a newline:
+// the scalar fetches by name after the loss (6 significant digits), tokens/s when known.
 std::string FormatStepLineText(const StepLine& line);
-// {"step":3,"loss":5.4321,"step_time_ms":85.2,"tokens_per_second":12020.0}, without a newline;
-// tokens_per_second null when unset, a non-finite loss as null.
+// {"step":3,"loss":5.4321,"scalars":{"accuracy":0.8125},"step_time_ms":85.2,
+// "tokens_per_second":12020.0}, without a newline; tokens_per_second null when unset, non-finite
+// values as null, "scalars" empty ({}) when the job fetches no other scalar.
 std::string FormatStepLineJson(const StepLine& line);
 
 // "[#########.....] 12/20 steps  loss 0.12345  tokens/s 12020  ETA 1m05s", without a newline;
@@ -98,10 +102,10 @@ class StepReporter {
   explicit StepReporter(Options options)
       : options_(options), printer_({options.json, options.out, options.progress}) {}
 
-  // Starts a segment: its plan's fetch of the loss, its pieces per step (Plan.num_micro_batches,
-  // 0 meaning 1), and the steps taken before it. The step clock starts here. INVALID_ARGUMENT when
-  // the loss fetch is not a scalar.
-  absl::Status BeginSegment(const plan::Fetch& loss, int micro_batches_per_step,
+  // Starts a segment: its plan's StepFetchesOf the loss, its pieces per step
+  // (Plan.num_micro_batches, 0 meaning 1), and the steps taken before it. The step clock starts
+  // here. INVALID_ARGUMENT when the loss fetch is not a float32 scalar.
+  absl::Status BeginSegment(const StepFetches& fetches, int micro_batches_per_step,
                             int64_t first_step);
   // The callback to put in JobOptions::sink_piece_callback for the segment. It ignores sinks of
   // other fetches; an error (a piece that does not assemble) fails the job.
@@ -120,7 +124,7 @@ class StepReporter {
   const Options options_;
   mutable std::mutex mutex_;
   // The segment (guarded by mutex_).
-  std::optional<StepLossCollector> collector_;
+  std::optional<StepCollector> collector_;
   int64_t first_step_ = 0;
   // The whole run.
   std::vector<double> losses_;

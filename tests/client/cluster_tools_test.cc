@@ -213,13 +213,17 @@ TEST(JobEventPrinterTest, TextLines) {
   JobEventPrinter printer(OutputFormat::kText, &out, nullptr);
   printer.OnEvent(StateEvent(v1::JOB_STATE_RUNNING, 0));
   printer.OnEvent(StepEvent(1, 2.5));
-  printer.OnEvent(StepEvent(2, 1.25));
+  v1::JobEvent with_scalar = StepEvent(2, 1.25);
+  v1::StepScalar* accuracy = with_scalar.mutable_step()->add_scalars();
+  accuracy->set_tensor("accuracy");
+  accuracy->set_value(0.75);
+  printer.OnEvent(with_scalar);
   printer.OnEvent(StateEvent(v1::JOB_STATE_SUCCEEDED, 3));
   printer.Finish();
   EXPECT_EQ(out.str(),
             "job-7: RUNNING\n"
             "step 1/2  loss 2.50000  time 250.0 ms\n"
-            "step 2/2  loss 1.25000  time 250.0 ms\n"
+            "step 2/2  loss 1.25000  accuracy 0.75  time 250.0 ms\n"
             "job-7: SUCCEEDED (2 steps, last loss 1.25000)\n");
   EXPECT_EQ(printer.last_state(), v1::JOB_STATE_SUCCEEDED);
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -109,12 +110,29 @@ TEST(StepLineTest, TextAndJson) {
   line.tokens_per_second = 12020;
   EXPECT_EQ(FormatStepLineText(line), "step 3/20  loss 5.43210  time 85.2 ms  tokens/s 12020");
   EXPECT_EQ(FormatStepLineJson(line),
-            "{\"step\":3,\"loss\":5.4321,\"step_time_ms\":85.2,\"tokens_per_second\":12020.0}");
+            "{\"step\":3,\"loss\":5.4321,\"scalars\":{},\"step_time_ms\":85.2,"
+            "\"tokens_per_second\":12020.0}");
   line.tokens_per_second.reset();
   line.loss = NAN;
   EXPECT_EQ(FormatStepLineText(line), "step 3/20  loss nan  time 85.2 ms");
   EXPECT_EQ(FormatStepLineJson(line),
-            "{\"step\":3,\"loss\":null,\"step_time_ms\":85.2,\"tokens_per_second\":null}");
+            "{\"step\":3,\"loss\":null,\"scalars\":{},\"step_time_ms\":85.2,"
+            "\"tokens_per_second\":null}");
+}
+
+TEST(StepLineTest, ScalarFetchesFollowTheLoss) {
+  StepLine line;
+  line.step = 1;
+  line.last_step = 2;
+  line.loss = 0.5;
+  line.scalars = {{"accuracy", 0.8125}, {"moe.dropped", 12}, {"say \"hi\"", NAN}};
+  line.step_time_ms = 10;
+  EXPECT_EQ(
+      FormatStepLineText(line),
+      "step 1/2  loss 0.50000  accuracy 0.8125  moe.dropped 12  say \"hi\" nan  time 10.0 ms");
+  EXPECT_EQ(FormatStepLineJson(line),
+            "{\"step\":1,\"loss\":0.5,\"scalars\":{\"accuracy\":0.8125,\"moe.dropped\":12.0,"
+            "\"say \\\"hi\\\"\":null},\"step_time_ms\":10.0,\"tokens_per_second\":null}");
 }
 
 TEST(TokensPerStepTest, ModelInputsFromTokenFilesOnly) {
@@ -195,6 +213,52 @@ TEST(TrainingRunTest, TextPrintsOneLinePerStep) {
                                                            "[0-9]+\\.[0-9] ms")));
   }
   EXPECT_THAT(result.out, HasSubstr("makespan"));
+}
+
+// The training job with one more fetch of one element (the mean of the prediction) and one of
+// several (the prediction itself): the step lines carry the first, not the second.
+std::string JobWithScalarFetch() {
+  std::ifstream file(TrainingJobPath());
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  absl::StrAppend(&text, R"pb(
+    ops { name: "mean_y" type: "reduce_mean" inputs: "y" outputs: "mean_y" }
+    fetch: [ "mean_y", "y" ]
+  )pb");
+  return WriteFile("scalar_fetch_job.pbtxt", text);
+}
+
+TEST(TrainingRunTest, EveryStepLineCarriesTheScalarFetches) {
+  const std::string job = JobWithScalarFetch();
+  const std::string directory = FreshDirectory("scalar_fetches");
+  CommandResult result = RunSubcommandCapturing(
+      RunSubcommand(),
+      {job, "--devices", "cpu:2", "--steps", "3", "--output", "json", "--fetch-dir", directory});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 4u) << result.out;  // 3 steps and the summary
+  for (int step = 1; step <= 3; ++step) {
+    absl::StatusOr<JsonValue> json = ParseJson(lines[step - 1]);
+    ASSERT_TRUE(json.ok()) << lines[step - 1];
+    const JsonValue* scalars = json->Find("scalars");
+    ASSERT_NE(scalars, nullptr) << lines[step - 1];
+    EXPECT_EQ(scalars->Find("y"), nullptr) << "not a scalar";
+    const JsonValue* mean_y = scalars->Find("mean_y");
+    ASSERT_NE(mean_y, nullptr) << lines[step - 1];
+    // The value the fetch wrote for the step (one micro-batch per step).
+    std::ifstream npy(absl::StrCat(directory, "/mean_y_step", step - 1, ".npy"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(npy)), std::istreambuf_iterator<char>());
+    ASSERT_GE(bytes.size(), 14u);
+    float fetched;
+    std::memcpy(&fetched, bytes.data() + bytes.size() - sizeof(float), sizeof(float));
+    EXPECT_FLOAT_EQ(static_cast<float>(mean_y->number), fetched) << "step " << step;
+  }
+
+  result = RunSubcommandCapturing(RunSubcommand(), {job, "--devices", "cpu:2", "--steps", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  lines = Lines(result.out);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_THAT(lines[0], MatchesRegex("step 1/2  loss [0-9]+\\.[0-9]{5}  mean_y -?[0-9.e+-]+  "
+                                     "time [0-9]+\\.[0-9] ms"));
 }
 
 TEST(TrainingRunTest, SavingEveryKStepsChangesNoLoss) {

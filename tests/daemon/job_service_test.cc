@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 using JobServiceTest = DaemonTest;
@@ -43,6 +44,7 @@ TEST_F(JobServiceTest, TrainsAJobToSucceededWithOneStepEventPerStep) {
     EXPECT_GT(steps[i].loss(), 0);
     EXPECT_GE(steps[i].step_time_seconds(), 0);
     EXPECT_FALSE(steps[i].has_tokens_per_second());  // the job reads no token file
+    EXPECT_THAT(steps[i].scalars(), IsEmpty());      // nor fetches another scalar
   }
   // SGD on a fixed-size regression: the loss goes down.
   EXPECT_LT(steps.back().loss(), steps.front().loss());
@@ -63,6 +65,58 @@ TEST_F(JobServiceTest, TrainsAJobToSucceededWithOneStepEventPerStep) {
   // A late watcher gets the whole story again, and the stream ends.
   std::vector<v1::JobEvent> replay = WatchToEnd(id);
   EXPECT_EQ(replay.size(), events.size());
+}
+
+TEST_F(JobServiceTest, StepEventsCarryTheJobsOtherScalarFetches) {
+  // Two data-parallel ranks, two micro-batches per step: "ones_total" is a partial sum over the
+  // ranks (16 per micro-batch once assembled), "ones_per_column" has 4 elements (not a scalar).
+  job::Job job = ParseJob(R"pb(
+    name: "scalar_fetches"
+    placement { devices: [ "cpu:0", "cpu:1" ] }
+    optimizer { sgd { learning_rate: 0.01 } }
+    loss: "loss"
+    num_steps: 3
+    num_micro_batches: 2
+    fetch: [ "ones_per_column", "ones_total" ]
+    inputs {
+      name: "x"
+      shape: [ 8, 4 ]
+      sbp: "S(0)"
+      random_normal { std: 1 seed: 1 }
+    }
+    variables {
+      name: "w"
+      shape: [ 4, 2 ]
+      initializer { normal { std: 0.5 seed: 2 } }
+    }
+    ops {
+      name: "y"
+      type: "matmul"
+      inputs: [ "x", "w" ]
+      outputs: "y"
+    }
+    ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
+    ops { name: "ones" type: "ones_like" inputs: "x" outputs: "ones" }
+    ops { name: "ones_total" type: "reduce_sum" inputs: "ones" outputs: "ones_total" }
+    ops {
+      name: "ones_per_column"
+      type: "reduce_sum"
+      inputs: "ones"
+      outputs: "ones_per_column"
+      attributes {
+        key: "axes"
+        value { int_list { values: 0 } }
+      }
+    }
+  )pb");
+  const std::string id = SubmitOrDie(job);
+  std::vector<v1::StepEvent> steps = StepsOf(WatchToEnd(id));
+  ASSERT_THAT(steps, SizeIs(3));
+  for (const v1::StepEvent& step : steps) {
+    ASSERT_THAT(step.scalars(), SizeIs(1)) << step.DebugString();
+    EXPECT_EQ(step.scalars(0).tensor(), "ones_total");
+    EXPECT_EQ(step.scalars(0).value(), 16);
+  }
 }
 
 TEST_F(JobServiceTest, RunsJobsOneAtATimeInSubmissionOrder) {
