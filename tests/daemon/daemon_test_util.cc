@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/raw_unary_call.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/create_channel.h"
@@ -14,8 +15,9 @@
 namespace loom::daemon::testing {
 namespace {
 
-constexpr char kSlowJob[] = R"pb(
-  name: "slow"
+// y = x @ w, data parallel over cpu:0 and cpu:1, trained with SGD on a loss named "loss" that
+// the jobs below add (with their name and whatever else they need).
+constexpr char kMatmulJob[] = R"pb(
   placement { devices: [ "cpu:0", "cpu:1" ] }
   optimizer { sgd { learning_rate: 0.01 } }
   loss: "loss"
@@ -36,8 +38,32 @@ constexpr char kSlowJob[] = R"pb(
     inputs: [ "x", "w" ]
     outputs: "y"
   }
+)pb";
+
+constexpr char kSlowOps[] = R"pb(
+  name: "slow"
   ops { name: "slept" type: "sleep" inputs: "y" outputs: "slept" }
   ops { name: "loss" type: "reduce_mean" inputs: "slept" outputs: "loss" }
+)pb";
+
+// $TOTAL and $PER_COLUMN are CountingJob's names.
+constexpr char kCountingOps[] = R"pb(
+  name: "counting"
+  num_micro_batches: 2
+  fetch: [ "$TOTAL", "$PER_COLUMN" ]
+  ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
+  ops { name: "ones" type: "ones_like" inputs: "x" outputs: "ones" }
+  ops { name: "$TOTAL" type: "reduce_sum" inputs: "ones" outputs: "$TOTAL" }
+  ops {
+    name: "$PER_COLUMN"
+    type: "reduce_sum"
+    inputs: "ones"
+    outputs: "$PER_COLUMN"
+    attributes {
+      key: "axes"
+      value { int_list { values: 0 } }
+    }
+  }
 )pb";
 
 }  // namespace
@@ -58,12 +84,20 @@ job::Job TrainingJob(int steps) {
 }
 
 job::Job SlowJob(int steps, int microseconds) {
-  job::Job job = ParseJob(kSlowJob);
+  job::Job job = ParseJob(absl::StrCat(kMatmulJob, kSlowOps));
   job.set_num_steps(steps);
   for (job::Op& op : *job.mutable_ops()) {
     if (op.type() == "sleep")
       (*op.mutable_attributes())["microseconds"].set_int_value(microseconds);
   }
+  return job;
+}
+
+job::Job CountingJob(int steps, const std::string& total, const std::string& per_column) {
+  job::Job job = ParseJob(absl::StrCat(
+      kMatmulJob,
+      absl::StrReplaceAll(kCountingOps, {{"$TOTAL", total}, {"$PER_COLUMN", per_column}})));
+  job.set_num_steps(steps);
   return job;
 }
 

@@ -68,47 +68,9 @@ TEST_F(JobServiceTest, TrainsAJobToSucceededWithOneStepEventPerStep) {
 }
 
 TEST_F(JobServiceTest, StepEventsCarryTheJobsOtherScalarFetches) {
-  // Two data-parallel ranks, two micro-batches per step: "ones_total" is a partial sum over the
-  // ranks (16 per micro-batch once assembled), "ones_per_column" has 4 elements (not a scalar).
-  job::Job job = ParseJob(R"pb(
-    name: "scalar_fetches"
-    placement { devices: [ "cpu:0", "cpu:1" ] }
-    optimizer { sgd { learning_rate: 0.01 } }
-    loss: "loss"
-    num_steps: 3
-    num_micro_batches: 2
-    fetch: [ "ones_per_column", "ones_total" ]
-    inputs {
-      name: "x"
-      shape: [ 8, 4 ]
-      sbp: "S(0)"
-      random_normal { std: 1 seed: 1 }
-    }
-    variables {
-      name: "w"
-      shape: [ 4, 2 ]
-      initializer { normal { std: 0.5 seed: 2 } }
-    }
-    ops {
-      name: "y"
-      type: "matmul"
-      inputs: [ "x", "w" ]
-      outputs: "y"
-    }
-    ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
-    ops { name: "ones" type: "ones_like" inputs: "x" outputs: "ones" }
-    ops { name: "ones_total" type: "reduce_sum" inputs: "ones" outputs: "ones_total" }
-    ops {
-      name: "ones_per_column"
-      type: "reduce_sum"
-      inputs: "ones"
-      outputs: "ones_per_column"
-      attributes {
-        key: "axes"
-        value { int_list { values: 0 } }
-      }
-    }
-  )pb");
+  // "ones_total" is a scalar (16 per micro-batch, the mean of a step's two); "ones_per_column" is
+  // not.
+  const job::Job job = CountingJob(3, "ones_total", "ones_per_column");
   const std::string id = SubmitOrDie(job);
   std::vector<v1::StepEvent> steps = StepsOf(WatchToEnd(id));
   ASSERT_THAT(steps, SizeIs(3));

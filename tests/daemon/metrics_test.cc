@@ -193,41 +193,8 @@ TEST_F(DaemonMetricsJobTest, ATrainingJobMovesTheCounters) {
 TEST_F(DaemonMetricsJobTest, TheMoeFetchesOfAJobAreCountedPerMicroBatch) {
   // Stand-ins for an MoE model's counts: partial sums over the data-parallel ranks (reduce_sum of
   // a split tensor), two micro-batches per step, assembled before they are counted.
-  job::Job job = testing::ParseJob(R"pb(
-    name: "moe_counts"
-    placement { devices: [ "cpu:0", "cpu:1" ] }
-    optimizer { sgd { learning_rate: 0.01 } }
-    loss: "loss"
-    num_micro_batches: 2
-    fetch: [ "moe.dropped", "moe.tokens_per_expert" ]
-    inputs {
-      name: "x"
-      shape: [ 8, 4 ]
-      sbp: "S(0)"
-      random_normal { std: 1 seed: 1 }
-    }
-    variables {
-      name: "w"
-      shape: [ 4, 2 ]
-      initializer { normal { std: 0.5 seed: 2 } }
-    }
-    ops { name: "y" type: "matmul" inputs: [ "x", "w" ] outputs: "y" }
-    ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
-    ops { name: "ones" type: "ones_like" inputs: "x" outputs: "ones" }
-    ops { name: "moe.dropped" type: "reduce_sum" inputs: "ones" outputs: "moe.dropped" }
-    ops {
-      name: "moe.tokens_per_expert"
-      type: "reduce_sum"
-      inputs: "ones"
-      outputs: "moe.tokens_per_expert"
-      attributes {
-        key: "axes"
-        value { int_list { values: 0 } }
-      }
-    }
-  )pb");
   constexpr int kSteps = 3;
-  job.set_num_steps(kSteps);
+  const job::Job job = testing::CountingJob(kSteps, "moe.dropped", "moe.tokens_per_expert");
   const std::string job_id = SubmitOrDie(job);
   ASSERT_TRUE(WaitForState(job_id, v1::JOB_STATE_SUCCEEDED));
   const std::string text = Scrape(daemon_->metrics_address());
