@@ -15,6 +15,7 @@
 #include "runtime/actor_id.h"
 #include "runtime/device_name.h"
 #include "runtime/job_runtime.h"
+#include "runtime/json_string.h"
 #include "runtime/plan_validation.h"
 
 namespace loom {
@@ -39,44 +40,6 @@ struct TraceLane {
 };
 
 }  // namespace
-
-std::string JsonString(absl::string_view text) {
-  std::string result = "\"";
-  result.reserve(text.size() + 2);
-  for (char character : text) {
-    switch (character) {
-      case '"':
-        result += "\\\"";
-        break;
-      case '\\':
-        result += "\\\\";
-        break;
-      case '\b':
-        result += "\\b";
-        break;
-      case '\f':
-        result += "\\f";
-        break;
-      case '\n':
-        result += "\\n";
-        break;
-      case '\r':
-        result += "\\r";
-        break;
-      case '\t':
-        result += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(character) < 0x20) {
-          absl::StrAppendFormat(&result, "\\u%04x", static_cast<unsigned char>(character));
-        } else {
-          result += character;
-        }
-    }
-  }
-  result += '"';
-  return result;
-}
 
 std::string ChromeTraceEvents(const JobRuntime& job) {
   const plan::Plan& plan = job.plan();

@@ -32,10 +32,6 @@ std::string ChromeTraceEvents(const JobRuntime& job);
 std::string ChromeTraceDocument(absl::string_view job_name,
                                 const std::vector<std::string>& event_lists);
 
-// `text` as a quoted JSON string literal: quotes, backslashes and control characters escaped
-// ("\n", "\u0001", ...); other bytes, UTF-8 included, are kept as they are.
-std::string JsonString(absl::string_view text);
-
 }  // namespace loom
 
 #endif  // LOOM_RUNTIME_CHROME_TRACE_H_

@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/json.h"
-#include "runtime/chrome_trace.h"
 #include "runtime/file_contents.h"
+#include "runtime/json_string.h"
 
 namespace loom::loomctl {
 namespace {

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
-#include "runtime/chrome_trace.h"
 #include "runtime/device_memory.h"
 #include "runtime/format_bytes.h"
+#include "runtime/json_string.h"
 
 namespace loom::loomctl {
 

@@ -36,6 +36,7 @@
 #include "runtime/data_type.h"
 #include "runtime/device_backends.h"
 #include "runtime/job_options.h"
+#include "runtime/json_string.h"
 
 namespace loom::loomctl {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/chrome_trace.h"
+#include "runtime/json_string.h"
 
 namespace loom::loomctl {
 namespace {

@@ -1,0 +1,18 @@
+#ifndef LOOM_RUNTIME_JSON_STRING_H_
+#define LOOM_RUNTIME_JSON_STRING_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace loom {
+
+// `text` as a quoted JSON string literal: quotes, backslashes and control characters escaped
+// ("\n", "\u0001", ...); other bytes, UTF-8 included, are kept as they are. For the JSON that
+// Loom's tools print (traces, loomctl's --output json); checkpoint::AppendJsonString is the strict
+// one, for files that must be valid UTF-8.
+std::string JsonString(absl::string_view text);
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_JSON_STRING_H_
