@@ -37,6 +37,11 @@ absl::Status SinkActor::DoAct() {
       }
     }
   }
+  if (!init().keep_sink_pieces) {
+    for (std::vector<HostTensor>& input : pieces_) input.clear();
+    if (charged_bytes_ > 0) init().memory->Release(charged_bytes_, "sink '" + name() + "'");
+    charged_bytes_ = 0;
+  }
   for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
   return absl::OkStatus();
 }

@@ -15,13 +15,15 @@ namespace loom {
 
 // Keeps a host copy of every piece of every input, for the job to fetch. The copies are charged
 // to the sink's device memory budget. With a piece callback, it also reports every piece it keeps
-// (see SinkPieceCallback for the threading); an error from the callback fails the act.
+// (see SinkPieceCallback for the threading); an error from the callback fails the act. Without
+// keep_sink_pieces (ActorInit), a piece's copy is charged and kept only while it is reported.
 class SinkActor final : public Actor {
  public:
   using Actor::Actor;
   ~SinkActor() override;
 
-  // pieces()[input][k]: the k-th piece received on that input.
+  // pieces()[input][k]: the k-th piece received on that input (with keep_sink_pieces; else
+  // empty).
   const std::vector<std::vector<HostTensor>>& pieces() const { return pieces_; }
 
  protected:

@@ -245,8 +245,10 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
       return snapshots->Add(std::move(snapshot));
     };
   }
-  // Off unless the job asked for a trace: a daemon's jobs may run for days.
+  // Off unless the job asked for a trace: a daemon's jobs may run for days. For the same reason
+  // sinks keep no pieces: the coordinator gets those it needs through the callback below.
   options.record_events = launch.record_events();
+  options.keep_sink_pieces = false;
   options.metrics = metrics_;
   if (launch.stall_timeout_milliseconds() > 0) {
     options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());

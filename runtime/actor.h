@@ -52,8 +52,9 @@ struct ActorInit {
   // communicator's collective actors on this stream. Null for other kinds.
   CollectiveBackend* collectives = nullptr;
   CollectiveTurn* collective_turn = nullptr;
-  // SINK tasks: JobOptions::sink_piece_callback (null or empty: none).
+  // SINK tasks: JobOptions::sink_piece_callback (null or empty: none) and keep_sink_pieces.
   const SinkPieceCallback* sink_piece_callback = nullptr;
+  bool keep_sink_pieces = true;
   // VARIABLE tasks: JobOptions::snapshot_every_steps and variable_snapshot_callback (0 or null:
   // no snapshots).
   int64_t snapshot_every_steps = 0;

@@ -69,6 +69,11 @@ struct JobOptions {
   // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
   // SinkPieceCallback); the runtime hands it to the sinks in their ActorInit.
   SinkPieceCallback sink_piece_callback;
+  // Whether sinks keep every piece until the job is destroyed (FetchedPieces: what `loomctl run`
+  // writes at the end; the copies are charged to the sinks' devices). False: a sink holds a piece
+  // only while it reports it to sink_piece_callback, so that the memory of a job that fetches
+  // does not grow with its steps (loomd, whose clients get step events, not pieces).
+  bool keep_sink_pieces = true;
   // Periodic snapshots of the variables, for checkpoints while a job runs: with both set, every
   // VARIABLE task hands the callback a host copy of its value and optimizer states after each step
   // k that is a multiple of snapshot_every_steps, except the job's last (read that one from the

@@ -187,7 +187,10 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.kernels = kernels;
     init.task_names = &task_names_;
     init.metrics = options_.metrics;
-    if (task.kind() == plan::SINK) init.sink_piece_callback = &options_.sink_piece_callback;
+    if (task.kind() == plan::SINK) {
+      init.sink_piece_callback = &options_.sink_piece_callback;
+      init.keep_sink_pieces = options_.keep_sink_pieces;
+    }
     if (task.kind() == plan::VARIABLE && options_.variable_snapshot_callback) {
       init.snapshot_every_steps = options_.snapshot_every_steps;
       init.variable_snapshot_callback = &options_.variable_snapshot_callback;

@@ -46,6 +46,25 @@ constexpr char kSlowOps[] = R"pb(
   ops { name: "loss" type: "reduce_mean" inputs: "slept" outputs: "loss" }
 )pb";
 
+constexpr char kFetchingOps[] = R"pb(
+  name: "fetching"
+  num_micro_batches: 2
+  fetch: "twice"
+  inputs {
+    name: "z"
+    shape: [ 64, 64 ]
+    sbp: "S(0)"
+    random_normal { std: 1 seed: 3 }
+  }
+  ops { name: "loss" type: "reduce_mean" inputs: "y" outputs: "loss" }
+  ops {
+    name: "twice"
+    type: "add"
+    inputs: [ "z", "z" ]
+    outputs: "twice"
+  }
+)pb";
+
 // $TOTAL and $PER_COLUMN are CountingJob's names.
 constexpr char kCountingOps[] = R"pb(
   name: "counting"
@@ -97,6 +116,12 @@ job::Job CountingJob(int steps, const std::string& total, const std::string& per
   job::Job job = ParseJob(absl::StrCat(
       kMatmulJob,
       absl::StrReplaceAll(kCountingOps, {{"$TOTAL", total}, {"$PER_COLUMN", per_column}})));
+  job.set_num_steps(steps);
+  return job;
+}
+
+job::Job FetchingJob(int steps) {
+  job::Job job = ParseJob(absl::StrCat(kMatmulJob, kFetchingOps));
   job.set_num_steps(steps);
   return job;
 }

@@ -26,6 +26,9 @@ job::Job SlowJob(int steps, int microseconds);
 // two counts of a tensor of ones shaped like its [8, 4] input: `total` ([]: the partial sums of
 // the two ranks, 16 per micro-batch once assembled) and `per_column` ([4]: 4 per micro-batch).
 job::Job CountingJob(int steps, const std::string& total, const std::string& per_column);
+// A data-parallel training job on cpu:0 and cpu:1 that also fetches a [64, 64] float32 tensor
+// per step (two micro-batches): 8 KiB per device per step.
+job::Job FetchingJob(int steps);
 job::Job ParseJob(const std::string& text);
 
 // grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.

@@ -81,6 +81,20 @@ TEST_F(JobServiceTest, StepEventsCarryTheJobsOtherScalarFetches) {
   }
 }
 
+TEST_F(JobServiceTest, AFetchingJobsMemoryDoesNotGrowWithItsSteps) {
+  // The sinks on a node keep no pieces (no client could get them): 40 steps fetch 320 KiB per
+  // device, more than the budget, which a step's registers fit many times over.
+  DaemonOptions options = TestOptions();
+  options.memory_budget_per_device_bytes = 256 << 10;
+  StartDaemon(options);
+  const std::string id = SubmitOrDie(FetchingJob(40));
+  std::vector<v1::JobEvent> events = WatchToEnd(id, absl::Seconds(60));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_SUCCEEDED)
+      << events.back().DebugString();
+  EXPECT_THAT(StepsOf(events), SizeIs(40));
+}
+
 TEST_F(JobServiceTest, RunsJobsOneAtATimeInSubmissionOrder) {
   const std::string first = SubmitOrDie(TrainingJob(3));
   const std::string second = SubmitOrDie(TrainingJob(3));
