@@ -550,6 +550,9 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
+    // A training run prints its steps from the sinks' callback: it needs the pieces kept only to
+    // write them at the end, and without that a long run's memory does not grow with its steps.
+    job_options.keep_sink_pieces = !training || !options.fetch_directory.empty();
     if (absl::Status status = SetUpDevices(plan, &job_options); !status.ok()) {
       error << kCommand << ": " << status.message() << "\n";
       return kExitFailure;

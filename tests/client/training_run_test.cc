@@ -54,6 +54,12 @@ std::string WriteFile(const std::string& name, const std::string& text) {
 // the data.
 std::string TrainingJobPath() { return LOOM_SOURCE_DIR "/examples/jobs/mlp_regression.pbtxt"; }
 
+// The training job's text, for variants of it.
+std::string TrainingJobText() {
+  std::ifstream file(TrainingJobPath());
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
 CommandResult RunTraining(std::vector<std::string> arguments) {
   std::vector<std::string> all = {TrainingJobPath(), "--devices", "cpu:2"};
   all.insert(all.end(), arguments.begin(), arguments.end());
@@ -218,8 +224,7 @@ TEST(TrainingRunTest, TextPrintsOneLinePerStep) {
 // The training job with one more fetch of one element (the mean of the prediction) and one of
 // several (the prediction itself): the step lines carry the first, not the second.
 std::string JobWithScalarFetch() {
-  std::ifstream file(TrainingJobPath());
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string text = TrainingJobText();
   absl::StrAppend(&text, R"pb(
     ops { name: "mean_y" type: "reduce_mean" inputs: "y" outputs: "mean_y" }
     fetch: [ "mean_y", "y" ]
@@ -259,6 +264,25 @@ TEST(TrainingRunTest, EveryStepLineCarriesTheScalarFetches) {
   ASSERT_GE(lines.size(), 2u);
   EXPECT_THAT(lines[0], MatchesRegex("step 1/2  loss [0-9]+\\.[0-9]{5}  mean_y -?[0-9.e+-]+  "
                                      "time [0-9]+\\.[0-9] ms"));
+}
+
+TEST(TrainingRunTest, FetchesAreKeptOnlyToBeWritten) {
+  // The training job with a device budget of 32 KiB and fetches of x ([8, 4]) and y ([8, 2]),
+  // split over the two devices: 96 bytes per device per step, so 400 steps' pieces (37.5 KiB)
+  // would not fit. Printing the steps keeps none of them.
+  std::string text = TrainingJobText();
+  absl::StrAppend(&text, "fetch: [ \"x\", \"y\" ]\ndevice_memory_budget_bytes: 32768\n");
+  const std::string job = WriteFile("budgeted_fetch_job.pbtxt", text);
+  CommandResult result =
+      RunSubcommandCapturing(RunSubcommand(), {job, "--devices", "cpu:2", "--steps", "400"});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  EXPECT_THAT(result.out, HasSubstr("step 400/400"));
+
+  // Writing them at the end needs them all: the budget says no, naming the sink.
+  result = RunSubcommandCapturing(RunSubcommand(), {job, "--devices", "cpu:2", "--steps", "400",
+                                                    "--fetch-dir", FreshDirectory("kept")});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.error, HasSubstr("for sink"));
 }
 
 TEST(TrainingRunTest, SavingEveryKStepsChangesNoLoss) {
