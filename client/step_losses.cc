@@ -6,8 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/cast_kernel.h"
-#include "runtime/data_type.h"
+#include "client/tensor_statistics.h"
 
 namespace loom {
 
@@ -17,27 +16,10 @@ bool IsScalar(const plan::Fetch& fetch) {
   return Shape(fetch.logical().shape()).NumElements() == 1;
 }
 
-// The one value of a scalar fetch's assembled piece, as a double.
+// The one value of a scalar fetch's assembled piece, as a double (NaN when it is malformed).
 double ScalarValue(const HostTensor& tensor) {
-  if (tensor.bytes.size() < static_cast<size_t>(DataTypeSize(tensor.data_type))) {
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-  switch (tensor.data_type) {
-    case plan::FLOAT32:
-      return tensor.Values<float>()[0];
-    case plan::BFLOAT16:
-      return cpu::Bfloat16ToFloat32(tensor.Values<uint16_t>()[0]);
-    case plan::INT32:
-      return static_cast<double>(tensor.Values<int32_t>()[0]);
-    case plan::INT64:
-      return static_cast<double>(tensor.Values<int64_t>()[0]);
-    case plan::UINT8:
-      return static_cast<double>(tensor.Values<uint8_t>()[0]);
-    case plan::UINT16:
-      return static_cast<double>(tensor.Values<uint16_t>()[0]);
-    default:
-      return std::numeric_limits<double>::quiet_NaN();
-  }
+  absl::StatusOr<TensorStatistics> statistics = ComputeStatistics(tensor);
+  return statistics.ok() ? statistics->mean : std::numeric_limits<double>::quiet_NaN();
 }
 
 double Mean(const std::vector<double>& values) {

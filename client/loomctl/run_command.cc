@@ -26,6 +26,7 @@
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "client/loomctl/step_reporter.h"
+#include "client/tensor_statistics.h"
 #include "compiler/logical_graph.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_core.h"
@@ -54,43 +55,6 @@ size_t StepCount(const FetchedTensors& fetched) {
   size_t steps = 0;
   for (const auto& [name, tensors] : fetched) steps = std::max(steps, tensors.size());
   return steps;
-}
-
-// The running sums of ComputeStatistics.
-struct RunningStatistics {
-  double sum = 0;
-  double max_abs = 0;
-  bool saw_nan = false;
-};
-
-// Reads `count` elements of type T from `bytes` and folds them into `statistics`.
-template <typename T, typename Convert>
-void Accumulate(const std::vector<std::byte>& bytes, int64_t count, Convert convert,
-                RunningStatistics* statistics) {
-  for (int64_t i = 0; i < count; ++i) {
-    T raw;
-    std::memcpy(&raw, bytes.data() + i * sizeof(T), sizeof(T));
-    double value = convert(raw);
-    if (std::isnan(value)) statistics->saw_nan = true;
-    statistics->sum += value;
-    statistics->max_abs = std::max(statistics->max_abs, std::fabs(value));
-  }
-}
-
-// Accumulate for a type whose values convert to double as they are.
-template <typename T>
-void AccumulateNumbers(const std::vector<std::byte>& bytes, int64_t count,
-                       RunningStatistics* statistics) {
-  Accumulate<T>(
-      bytes, count, [](T x) { return static_cast<double>(x); }, statistics);
-}
-
-// The value of a bfloat16: its bits are the upper half of a float32's.
-double BFloat16ToDouble(uint16_t bits) {
-  uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, sizeof(value));
-  return static_cast<double>(value);
 }
 
 std::string FormatNumber(double value) { return absl::StrFormat("%.6g", value); }
@@ -204,67 +168,6 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
     }
   }
   return options;
-}
-
-absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor) {
-  TensorStatistics statistics;
-  statistics.elements = tensor.shape.NumElements();
-  size_t element_size = 0;
-  switch (tensor.data_type) {
-    case plan::FLOAT32:
-    case plan::INT32:
-      element_size = 4;
-      break;
-    case plan::INT64:
-      element_size = 8;
-      break;
-    case plan::UINT8:
-      element_size = 1;
-      break;
-    case plan::UINT16:
-    case plan::BFLOAT16:
-      element_size = 2;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("a tensor of data type ", plan::DataType_Name(tensor.data_type)));
-  }
-  if (tensor.bytes.size() != static_cast<size_t>(statistics.elements) * element_size) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", DataTypeName(tensor.data_type),
-                                                   " tensor of shape ", tensor.shape.ToString(),
-                                                   " holds ", tensor.bytes.size(), " bytes"));
-  }
-  if (statistics.elements == 0) {
-    statistics.mean = statistics.max_abs = std::numeric_limits<double>::quiet_NaN();
-    return statistics;
-  }
-  RunningStatistics running;
-  const int64_t count = statistics.elements;
-  switch (tensor.data_type) {
-    case plan::FLOAT32:
-      AccumulateNumbers<float>(tensor.bytes, count, &running);
-      break;
-    case plan::INT32:
-      AccumulateNumbers<int32_t>(tensor.bytes, count, &running);
-      break;
-    case plan::INT64:
-      AccumulateNumbers<int64_t>(tensor.bytes, count, &running);
-      break;
-    case plan::UINT8:
-      AccumulateNumbers<uint8_t>(tensor.bytes, count, &running);
-      break;
-    case plan::UINT16:
-      AccumulateNumbers<uint16_t>(tensor.bytes, count, &running);
-      break;
-    case plan::BFLOAT16:
-      Accumulate<uint16_t>(tensor.bytes, count, BFloat16ToDouble, &running);
-      break;
-    default:
-      break;
-  }
-  statistics.mean = running.sum / static_cast<double>(count);
-  statistics.max_abs = running.saw_nan ? std::numeric_limits<double>::quiet_NaN() : running.max_abs;
-  return statistics;
 }
 
 absl::StatusOr<std::vector<std::string>> WriteFetchedTensors(const FetchedTensors& fetched,

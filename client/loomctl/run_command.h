@@ -60,16 +60,6 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments);
 // The whole command on parsed options; returns the exit code.
 int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error);
 
-// What the per-step lines say of a tensor. Over every element, converted to double (bfloat16
-// widened); NaN when the tensor is empty or holds a NaN.
-struct TensorStatistics {
-  int64_t elements = 0;
-  double mean = 0;
-  double max_abs = 0;
-};
-// INVALID_ARGUMENT when the bytes do not match the shape and data type.
-absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor);
-
 // Fetched logical tensors by name, one per step (what RunPlanLocally returns).
 using FetchedTensors = std::map<std::string, std::vector<HostTensor>>;
 

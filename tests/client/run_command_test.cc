@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "client/tensor_statistics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/command_test_util.h"
