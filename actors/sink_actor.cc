@@ -15,6 +15,13 @@ SinkActor::~SinkActor() {
 absl::Status SinkActor::DoAct() {
   set_current_piece(InputPiece(0));
   pieces_.resize(num_inputs());
+  const SinkPieceCallback* callback = init().sink_piece_callback;
+  const bool reports = callback != nullptr && *callback;
+  if (!reports && !init().keep_sink_pieces) {
+    // Nobody reads the pieces: nothing to copy.
+    for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
+    return absl::OkStatus();
+  }
   for (int i = 0; i < num_inputs(); ++i) {
     TensorView view = InputView(i);
     int64_t bytes = view.ByteSize();
@@ -28,8 +35,7 @@ absl::Status SinkActor::DoAct() {
     pieces_[i].push_back(std::move(*tensor));
   }
   if (absl::Status status = init().stream->Synchronize(); !status.ok()) return status;
-  const SinkPieceCallback* callback = init().sink_piece_callback;
-  if (callback != nullptr && *callback) {
+  if (reports) {
     for (int i = 0; i < num_inputs(); ++i) {
       if (absl::Status status = (*callback)(SinkPiece{name(), i, InputPiece(i), pieces_[i].back()});
           !status.ok()) {

@@ -16,7 +16,8 @@ namespace loom {
 // Keeps a host copy of every piece of every input, for the job to fetch. The copies are charged
 // to the sink's device memory budget. With a piece callback, it also reports every piece it keeps
 // (see SinkPieceCallback for the threading); an error from the callback fails the act. Without
-// keep_sink_pieces (ActorInit), a piece's copy is charged and kept only while it is reported.
+// keep_sink_pieces (ActorInit), a piece's copy is charged and kept only while it is reported, and
+// a sink without a callback only consumes its inputs.
 class SinkActor final : public Actor {
  public:
   using Actor::Actor;

@@ -246,18 +246,17 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     };
   }
   // Off unless the job asked for a trace: a daemon's jobs may run for days. For the same reason
-  // sinks keep no pieces: the coordinator gets those it needs through the callback below.
+  // sinks keep no pieces: the coordinator gets those it needs (the forwarded sinks) through the
+  // callback below, and the other sinks copy nothing.
   options.record_events = launch.record_events();
   options.keep_sink_pieces = false;
+  options.reported_sinks.emplace(launch.forward_sinks().begin(), launch.forward_sinks().end());
   options.metrics = metrics_;
   if (launch.stall_timeout_milliseconds() > 0) {
     options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());
   }
   if (launch.forward_sinks_size() > 0) {
-    auto sinks = std::make_shared<absl::flat_hash_set<std::string>>(launch.forward_sinks().begin(),
-                                                                    launch.forward_sinks().end());
-    options.sink_piece_callback = [this, sinks, job_id](const SinkPiece& piece) {
-      if (!sinks->contains(piece.sink)) return absl::OkStatus();
+    options.sink_piece_callback = [this, job_id](const SinkPiece& piece) {
       v1::NodeJobUpdate update;
       update.set_job_id(job_id);
       v1::SinkPieceUpdate* forwarded = update.mutable_piece();

@@ -52,7 +52,8 @@ struct ActorInit {
   // communicator's collective actors on this stream. Null for other kinds.
   CollectiveBackend* collectives = nullptr;
   CollectiveTurn* collective_turn = nullptr;
-  // SINK tasks: JobOptions::sink_piece_callback (null or empty: none) and keep_sink_pieces.
+  // SINK tasks: JobOptions::sink_piece_callback when this sink reports to it (null or empty: it
+  // does not) and keep_sink_pieces.
   const SinkPieceCallback* sink_piece_callback = nullptr;
   bool keep_sink_pieces = true;
   // VARIABLE tasks: JobOptions::snapshot_every_steps and variable_snapshot_callback (0 or null:

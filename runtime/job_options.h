@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -66,13 +68,16 @@ struct JobOptions {
   std::function<absl::StatusOr<std::unique_ptr<CollectiveBackend>>(const plan::Communicator&,
                                                                    const plan::Plan&)>
       collective_backend_factory;
-  // Unset: sinks only keep their pieces. Set: every sink also reports each piece it keeps (see
-  // SinkPieceCallback); the runtime hands it to the sinks in their ActorInit.
+  // Unset: sinks only keep their pieces. Set: every sink of reported_sinks also reports each piece
+  // it copies (see SinkPieceCallback); the runtime hands it to those sinks in their ActorInit.
   SinkPieceCallback sink_piece_callback;
+  // The sinks (task names) that report to sink_piece_callback; unset: every sink.
+  std::optional<absl::flat_hash_set<std::string>> reported_sinks;
   // Whether sinks keep every piece until the job is destroyed (FetchedPieces: what `loomctl run`
   // writes at the end; the copies are charged to the sinks' devices). False: a sink holds a piece
   // only while it reports it to sink_piece_callback, so that the memory of a job that fetches
-  // does not grow with its steps (loomd, whose clients get step events, not pieces).
+  // does not grow with its steps (loomd, whose clients get step events, not pieces), and a sink
+  // that does not report copies nothing (on a GPU: no device-to-host copy, no stream wait).
   bool keep_sink_pieces = true;
   // Periodic snapshots of the variables, for checkpoints while a job runs: with both set, every
   // VARIABLE task hands the callback a host copy of its value and optimizer states after each step

@@ -188,7 +188,9 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.task_names = &task_names_;
     init.metrics = options_.metrics;
     if (task.kind() == plan::SINK) {
-      init.sink_piece_callback = &options_.sink_piece_callback;
+      if (!options_.reported_sinks.has_value() || options_.reported_sinks->contains(task.name())) {
+        init.sink_piece_callback = &options_.sink_piece_callback;
+      }
       init.keep_sink_pieces = options_.keep_sink_pieces;
     }
     if (task.kind() == plan::VARIABLE && options_.variable_snapshot_callback) {

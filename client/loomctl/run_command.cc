@@ -454,7 +454,8 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
     // A training run prints its steps from the sinks' callback: it needs the pieces kept only to
-    // write them at the end, and without that a long run's memory does not grow with its steps.
+    // write them at the end, and without that a long run's memory does not grow with its steps
+    // (and the sinks that the step lines do not read copy nothing).
     job_options.keep_sink_pieces = !training || !options.fetch_directory.empty();
     if (absl::Status status = SetUpDevices(plan, &job_options); !status.ok()) {
       error << kCommand << ": " << status.message() << "\n";
@@ -471,6 +472,8 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
         return kExitUsage;
       }
       job_options.sink_piece_callback = reporter->Callback();
+      const std::vector<std::string> reported = reporter->sinks();
+      job_options.reported_sinks.emplace(reported.begin(), reported.end());
     }
     LOG(INFO) << "running job '" << plan.job_name() << "' from " << options.job_path << ": "
               << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices, steps "

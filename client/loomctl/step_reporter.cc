@@ -121,6 +121,11 @@ SinkPieceCallback StepReporter::Callback() {
   return [this](const SinkPiece& piece) { return OnPiece(piece); };
 }
 
+std::vector<std::string> StepReporter::sinks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return collector_.has_value() ? collector_->sinks() : std::vector<std::string>();
+}
+
 absl::Status StepReporter::OnPiece(const SinkPiece& piece) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!collector_.has_value()) return absl::FailedPreconditionError("no segment has begun");

@@ -110,6 +110,8 @@ class StepReporter {
   // The callback to put in JobOptions::sink_piece_callback for the segment. It ignores sinks of
   // other fetches; an error (a piece that does not assemble) fails the job.
   SinkPieceCallback Callback();
+  // The sinks the segment's callback reads (JobOptions::reported_sinks).
+  std::vector<std::string> sinks() const;
   absl::Status OnPiece(const SinkPiece& piece);
   // Ends a segment: FAILED_PRECONDITION when some of its steps were never complete. Clears the
   // progress bar.

@@ -144,6 +144,55 @@ TEST_F(SinkPieceCallbackTest, WithoutKeepingSinksReportEveryPieceAndHoldNone) {
   EXPECT_EQ(UsedBytes(*run->runtime), UsedBytes(*kept->runtime) - kept_bytes);
 }
 
+// The highest memory use of each of the job's devices.
+std::vector<int64_t> PeakBytes(const JobRuntime& runtime) {
+  std::vector<int64_t> peaks;
+  for (const auto& memory : runtime.device_memories()) peaks.push_back(memory->peak_bytes());
+  return peaks;
+}
+
+TEST_F(SinkPieceCallbackTest, OnlyTheReportedSinksReportAndTheOthersCopyNothing) {
+  const plan::Fetch& fetch = plan().fetches(0);
+  ASSERT_EQ(fetch.sinks_size(), 2);
+  auto run_reporting = [&](std::vector<std::string> sinks,
+                           std::vector<std::string>* reported) -> std::vector<int64_t> {
+    std::mutex mutex;
+    JobOptions options;
+    options.keep_sink_pieces = false;
+    options.reported_sinks.emplace(sinks.begin(), sinks.end());
+    options.sink_piece_callback = [&](const SinkPiece& piece) {
+      std::lock_guard<std::mutex> lock(mutex);
+      reported->push_back(piece.sink);
+      return absl::OkStatus();
+    };
+    absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan(), kernels_, std::move(options));
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return {};
+    // Neither sink holds a piece once the job ended.
+    for (const std::string& sink : fetch.sinks()) {
+      auto pieces = FetchedPieces(*run->runtime, sink);
+      EXPECT_TRUE(pieces.ok());
+      if (pieces.ok()) {
+        for (const std::vector<HostTensor>& input : **pieces) EXPECT_TRUE(input.empty()) << sink;
+      }
+    }
+    return PeakBytes(*run->runtime);
+  };
+  std::vector<std::string> reported_by_both;
+  const std::vector<int64_t> both =
+      run_reporting({fetch.sinks(0), fetch.sinks(1)}, &reported_by_both);
+  EXPECT_EQ(reported_by_both.size(), 6u);
+  std::vector<std::string> reported_by_one;
+  const std::vector<int64_t> one = run_reporting({fetch.sinks(0)}, &reported_by_one);
+  EXPECT_THAT(reported_by_one, ::testing::Each(fetch.sinks(0)));
+  EXPECT_EQ(reported_by_one.size(), 3u);
+  // The unreported sink (on cpu:1) never charged its device for a copy: a [4, 2] float32 piece.
+  ASSERT_EQ(both.size(), 2u);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0], both[0]);
+  EXPECT_EQ(one[1], both[1] - 32);
+}
+
 TEST_F(SinkPieceCallbackTest, AnErrorFailsTheJob) {
   JobOptions options;
   options.sink_piece_callback = [](const SinkPiece& piece) {
