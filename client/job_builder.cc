@@ -116,6 +116,11 @@ JobBuilder& JobBuilder::Fetch(const std::string& tensor) {
   return *this;
 }
 
+JobBuilder& JobBuilder::SumOverStep(const std::string& fetched) {
+  job_.add_summed_fetches(fetched);
+  return *this;
+}
+
 plan::AttributeValue IntAttribute(int64_t value) {
   plan::AttributeValue attribute;
   attribute.set_int_value(value);

@@ -71,6 +71,9 @@ class JobBuilder {
   std::string Gelu(const std::string& name, const std::string& x, OpOptions options = {});
 
   JobBuilder& Fetch(const std::string& tensor);
+  // A fetched scalar that a training step reports as the sum over its micro-batches (a count),
+  // not their mean (Job.summed_fetches).
+  JobBuilder& SumOverStep(const std::string& fetched);
 
   const job::Job& job() const { return job_; }
   job::Job Build() const { return job_; }

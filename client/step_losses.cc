@@ -22,8 +22,12 @@ double ScalarValue(const HostTensor& tensor) {
   return statistics.ok() ? statistics->mean : std::numeric_limits<double>::quiet_NaN();
 }
 
+double Sum(const std::vector<double>& values) {
+  return std::accumulate(values.begin(), values.end(), 0.0);
+}
+
 double Mean(const std::vector<double>& values) {
-  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+  return Sum(values) / static_cast<double>(values.size());
 }
 
 }  // namespace
@@ -56,6 +60,7 @@ absl::StatusOr<StepCollector> StepCollector::Create(const StepFetches& fetches,
   StepCollector collector(std::max(micro_batches_per_step, 1));
   collector.fetches_.emplace_back(loss);
   for (const plan::Fetch& scalar : fetches.scalars) collector.fetches_.emplace_back(scalar);
+  collector.observers_.resize(collector.fetches_.size());
   collector.RestartClock();
   return collector;
 }
@@ -68,12 +73,23 @@ std::vector<std::string> StepCollector::sinks() const {
   return sinks;
 }
 
+bool StepCollector::ObservePieces(const std::string& tensor,
+                                  std::function<void(const HostTensor&)> on_piece) {
+  for (size_t position = 0; position < fetches_.size(); ++position) {
+    if (fetches_[position].fetch().tensor() != tensor) continue;
+    observers_[position] = std::move(on_piece);
+    return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& piece) {
   std::vector<FinishedStep> finished;
   for (size_t position = 0; position < fetches_.size(); ++position) {
     absl::StatusOr<std::optional<AssembledPiece>> assembled = fetches_[position].Add(piece);
     if (!assembled.ok()) return assembled.status();
     if (!assembled->has_value()) continue;
+    if (observers_[position]) observers_[position]((*assembled)->tensor);
     std::vector<std::vector<double>>& values = step_values_[(*assembled)->piece / micro_batches_];
     values.resize(fetches_.size());
     values[position].push_back(ScalarValue((*assembled)->tensor));
@@ -92,7 +108,10 @@ absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& pi
     done.index = next_step_;
     done.loss = Mean(step->second[0]);
     for (size_t position = 1; position < fetches_.size(); ++position) {
-      done.scalars.push_back({fetches_[position].fetch().tensor(), Mean(step->second[position])});
+      const plan::Fetch& fetch = fetches_[position].fetch();
+      const std::vector<double>& pieces = step->second[position];
+      done.scalars.push_back(
+          {fetch.tensor(), fetch.summed_over_step() ? Sum(pieces) : Mean(pieces)});
     }
     done.seconds = std::chrono::duration<double>(now - last_completion_).count();
     finished.push_back(std::move(done));

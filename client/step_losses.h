@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,7 +20,8 @@
 namespace loom {
 
 // What a training step reports: its loss, and the plan's other scalar fetches (an accuracy, a
-// count), each the mean over the step's micro-batches.
+// count), each the mean over the step's micro-batches, or their sum for those the job sums
+// (Fetch.summed_over_step: counts).
 struct StepFetches {
   plan::Fetch loss;
   // Every other fetch of one element, in the plan's order.
@@ -39,7 +41,8 @@ struct FinishedStep {
   int64_t index = 0;  // 0-based, counted from the collector's creation
   // The mean over the step's micro-batches of the assembled (partial-summed) loss.
   double loss = 0;
-  // The same for each of StepFetches::scalars, in their order.
+  // The same (or the sum, Fetch.summed_over_step) for each of StepFetches::scalars, in their
+  // order.
   std::vector<StepScalar> scalars;
   // Since the previous finished step (the first: since creation or RestartClock).
   double seconds = 0;
@@ -65,12 +68,16 @@ class StepCollector {
   const std::string& loss_name() const { return fetches_.front().fetch().tensor(); }
   // The sinks whose pieces Add reads: the loss's and the scalar fetches'.
   std::vector<std::string> sinks() const;
+  // Hands every assembled piece of the step fetch `tensor` to `on_piece` too (in Add). False, and
+  // nothing changes, when `tensor` is not one of the collector's fetches.
+  bool ObservePieces(const std::string& tensor, std::function<void(const HostTensor&)> on_piece);
 
  private:
   explicit StepCollector(int micro_batches) : micro_batches_(micro_batches) {}
 
-  // The loss first, then the scalar fetches.
+  // The loss first, then the scalar fetches; and for each, what ObservePieces gave it (or null).
   std::vector<FetchPieceAssembler> fetches_;
+  std::vector<std::function<void(const HostTensor&)>> observers_;
   int micro_batches_ = 1;
   // Step -> for each of fetches_, the assembled values of the step's pieces so far.
   std::map<int64_t, std::vector<std::vector<double>>> step_values_;

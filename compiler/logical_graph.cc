@@ -478,6 +478,24 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     }
     graph.fetches.push_back(found->second);
   }
+  for (const std::string& name : job.summed_fetches()) {
+    const std::string who = absl::StrCat("summed_fetches names '", name, "'");
+    auto found = graph.tensor_by_name.find(name);
+    if (found == graph.tensor_by_name.end() || std::find(graph.fetches.begin(), graph.fetches.end(),
+                                                         found->second) == graph.fetches.end()) {
+      return Invalid(absl::StrCat(who, ", which the job does not fetch"));
+    }
+    if (name == job.loss()) {
+      return Invalid(absl::StrCat(who, ", the loss, whose step value is always the mean"));
+    }
+    const Shape& shape = graph.tensors[found->second].type.shape;
+    if (shape.NumElements() != 1) {
+      return Invalid(absl::StrCat(who, ", which is ", shape.ToString(),
+                                  ", not one element: only a scalar is summed into a step's "
+                                  "report"));
+    }
+    graph.summed_fetches.push_back(found->second);
+  }
   return graph;
 }
 

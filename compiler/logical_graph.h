@@ -65,6 +65,8 @@ struct LogicalGraph {
   std::vector<LogicalTensor> tensors;
   absl::flat_hash_map<std::string, int> tensor_by_name;
   std::vector<int> fetches;  // tensor ids
+  // Job.summed_fetches: tensor ids, each also in `fetches`.
+  std::vector<int> summed_fetches;
   int64_t num_steps = 1;
   // Job.register_slots with its default applied; `register_slots_given`: the job set it.
   int32_t register_slots = 2;

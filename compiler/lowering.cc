@@ -587,6 +587,9 @@ class Lowering {
     fetch->mutable_logical()->set_data_type(tensor.type.data_type);
     for (int64_t extent : placement.hierarchy()) fetch->add_hierarchy(extent);
     for (const Sbp& sbp : tensor.sbp) fetch->add_sbp(sbp.ToString());
+    fetch->set_summed_over_step(std::find(graph_.summed_fetches.begin(),
+                                          graph_.summed_fetches.end(),
+                                          tensor_id) != graph_.summed_fetches.end());
     for (int rank = 0; rank < placement.size(); ++rank) {
       std::string name = absl::StrCat("fetch:", tensor.name, "@", rank);
       plan::Task* task = AddTask(name, plan::SINK, placement.device(rank), plan::STREAM_COMPUTE);

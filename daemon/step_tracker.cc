@@ -1,7 +1,5 @@
 #include "daemon/step_tracker.h"
 
-#include <algorithm>
-
 namespace loom::daemon {
 
 absl::StatusOr<std::unique_ptr<StepTracker>> StepTracker::Create(
@@ -20,11 +18,10 @@ absl::StatusOr<std::unique_ptr<StepTracker>> StepTracker::Create(
 void StepTracker::AddCountedFetch(const plan::Fetch& fetch,
                                   std::function<void(const HostTensor&)> on_piece) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // A scalar counted fetch is a step fetch too: the collector assembles it once for both.
+  if (collector_.ObservePieces(fetch.tensor(), on_piece)) return;
   counted_.push_back(CountedFetch{FetchPieceAssembler(fetch), std::move(on_piece)});
-  for (const std::string& sink : fetch.sinks()) {
-    // A scalar counted fetch is a step fetch too.
-    if (std::find(sinks_.begin(), sinks_.end(), sink) == sinks_.end()) sinks_.push_back(sink);
-  }
+  sinks_.insert(sinks_.end(), fetch.sinks().begin(), fetch.sinks().end());
 }
 
 std::vector<std::string> StepTracker::sinks() const {

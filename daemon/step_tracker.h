@@ -38,8 +38,9 @@ class StepTracker {
                                                              std::optional<int64_t> tokens_per_step,
                                                              StepCallback on_step);
 
-  // Also assembles `fetch` (all its ranks, per micro-batch piece) and hands every assembled piece
-  // to `on_piece` (under the tracker's lock; it must be quick). Before the job starts.
+  // Also assembles `fetch` (all its ranks, per micro-batch piece; once, when it is a step fetch
+  // too) and hands every assembled piece to `on_piece` (under the tracker's lock; it must be
+  // quick). Before the job starts.
   void AddCountedFetch(const plan::Fetch& fetch, std::function<void(const HostTensor&)> on_piece);
   // The sinks whose pieces the tracker reads (the step fetches' and the counted fetches'): what
   // the nodes must forward.

@@ -537,6 +537,8 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   const std::string loss = graph.Build();
   builder.Fetch(loss);
   for (const std::string& count : graph.MoeCounts()) builder.Fetch(count);
+  // A step reports its dropped assignments, not their mean over the micro-batches.
+  if (config.experts > 0) builder.SumOverStep("moe.dropped");
   job::Job job = builder.Build();
 
   // Variables and inputs are placed on their stage (with its hierarchy) explicitly.

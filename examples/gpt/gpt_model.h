@@ -120,8 +120,9 @@ std::vector<GptParameter> GptParameters(const GptConfig& config);
 // The training job: variables named as GptParameters, inputs "x" and "y" (int32 [B, T], read from
 // the token file), loss "loss" (fetched every step: the mean cross-entropy plus, with experts, the
 // auxiliary loss), the AdamW optimizer, and the parallel layout of the config. With experts it
-// also fetches "moe.dropped" (float32 [1]: the step's assignments over capacity, summed over the
-// MoE layers and sequences) and "moe.tokens_per_expert" ([experts]: assignments each expert took).
+// also fetches "moe.dropped" (float32 [1]: the micro-batch's assignments over capacity, summed over
+// the MoE layers and sequences; a step reports their sum, Job.summed_fetches) and
+// "moe.tokens_per_expert" ([experts]: assignments each expert took).
 // INVALID_ARGUMENT for an invalid config.
 absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config);
 

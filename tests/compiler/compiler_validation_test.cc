@@ -162,6 +162,31 @@ TEST(CompilerValidationTest, FetchOfAnUnknownTensor) {
   ExpectError(Base() + R"pb(fetch: "nothing")pb", "fetch names tensor 'nothing'");
 }
 
+TEST(CompilerValidationTest, SummedFetches) {
+  const std::string job =
+      Base() + R"pb(ops { name: "m" type: "reduce_mean" inputs: "x" outputs: "mean" }
+                    ops { name: "r" type: "relu" inputs: "x" outputs: "r" }
+  )pb";
+  ExpectError(job + R"pb(fetch: "r" summed_fetches: "mean")pb",
+              "summed_fetches names 'mean', which the job does not fetch");
+  ExpectError(job + R"pb(summed_fetches: "nothing")pb",
+              "summed_fetches names 'nothing', which the job does not fetch");
+  ExpectError(job + R"pb(fetch: "r" summed_fetches: "r")pb",
+              "summed_fetches names 'r', which is [4, 6], not one element");
+  ExpectError(job + R"pb(loss: "mean" fetch: "mean" summed_fetches: "mean")pb",
+              "summed_fetches names 'mean', the loss");
+
+  // The plan marks the summed fetch, and only it.
+  auto result = CompileOn(ParseJob(job + R"pb(fetch: [ "mean", "r" ]
+                                              summed_fetches: "mean")pb"),
+                          2);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->plan.fetches_size(), 2);
+  for (const plan::Fetch& fetch : result->plan.fetches()) {
+    EXPECT_EQ(fetch.summed_over_step(), fetch.tensor() == "mean") << fetch.tensor();
+  }
+}
+
 TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters) {
   ExpectError(R"pb(name: "big"
                    placement { devices: [ "cpu:0", "cpu:1" ] }

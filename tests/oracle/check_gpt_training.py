@@ -146,10 +146,10 @@ def mlp_job_text(args, devices):
     return text
 
 
-def read_step_losses(stdout):
-    """Losses from `loomctl run --output json`: one JSON object per step with "step" and "loss"
-    (other lines are ignored)."""
-    losses = {}
+def step_records(stdout):
+    """The objects of `loomctl run --output json` with "step" and "loss", by step (other lines
+    are ignored)."""
+    records = {}
     for line in stdout.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -159,12 +159,30 @@ def read_step_losses(stdout):
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and "step" in record and "loss" in record:
-            losses[int(record["step"])] = float(record["loss"])
-    if not losses:
+            records[int(record["step"])] = record
+    if not records:
         raise StepFailed("loomctl run --output json printed no {\"step\", \"loss\"} objects; "
                          f"its stdout was:\n{stdout[-4000:]}")
-    first = min(losses)
-    return [losses[k] for k in sorted(losses)], first
+    return records
+
+
+def read_step_losses(stdout):
+    """Losses from `loomctl run --output json`, in step order, and the first step's number."""
+    records = step_records(stdout)
+    return [float(records[k]["loss"]) for k in sorted(records)], min(records)
+
+
+def read_step_scalar(stdout, name):
+    """A scalar fetch's value per step from `loomctl run --output json` ("scalars")."""
+    records = step_records(stdout)
+    values = []
+    for step in sorted(records):
+        scalars = records[step].get("scalars", {})
+        if name not in scalars:
+            raise StepFailed(f"the step line of step {step} has no scalar '{name}': "
+                             f"{json.dumps(records[step])}")
+        values.append(float(scalars[name]))
+    return values
 
 
 def read_step_counts(fetch_dir, name, steps):
@@ -181,16 +199,17 @@ def read_step_counts(fetch_dir, name, steps):
     return [sum(pieces[i * per_step:(i + 1) * per_step]) for i in range(steps)]
 
 
-def compare_dropped(loom, ref):
-    """The counts must be equal: routing is a discrete choice."""
+def compare_dropped(loom, ref, source):
+    """The counts must be equal: routing is a discrete choice. `source`: where Loom's came from."""
     problems, rows = [], []
     if len(loom) != len(ref):
-        problems.append(f"Loom reported {len(loom)} steps of dropped counts, PyTorch {len(ref)}")
+        problems.append(f"Loom reported {len(loom)} steps of dropped counts ({source}), "
+                        f"PyTorch {len(ref)}")
     for step, (a, b) in enumerate(zip(loom, ref)):
         bad = a != b
         rows.append(f"  step {step:3d}  loom {a:8.0f}  torch {b:8d}{'  <-- MISMATCH' if bad else ''}")
         if bad:
-            problems.append(f"step {step}: {a:.0f} dropped assignments vs torch {b}")
+            problems.append(f"step {step}: {a:.0f} dropped assignments ({source}) vs torch {b}")
     return problems, rows
 
 
@@ -344,10 +363,14 @@ def check(args, work):
     problems = []
     if args.model == "moe-gpt":
         drop_problems, drop_rows = compare_dropped(
-            read_step_counts(fetch_dir, "moe.dropped", args.steps), ref["dropped"])
+            read_step_counts(fetch_dir, "moe.dropped", args.steps), ref["dropped"], "fetched")
         problems += drop_problems
         print("dropped assignments per step (Loom vs PyTorch):")
         print("\n".join(drop_rows))
+        # The step lines report the same counts: the job sums moe.dropped over a step's
+        # micro-batches (Job.summed_fetches).
+        problems += compare_dropped(read_step_scalar(stdout, "moe.dropped"), ref["dropped"],
+                                    "step lines")[0]
     if first_step != 0:
         print(f"note: Loom's steps are numbered from {first_step}")
     loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)
