@@ -33,6 +33,8 @@ class FetchPieceAssembler {
   absl::StatusOr<std::optional<AssembledPiece>> Add(const SinkPiece& piece);
 
   const plan::Fetch& fetch() const { return fetch_; }
+  // The pieces that some ranks' sinks hold and others' not yet.
+  int64_t pending_pieces() const { return static_cast<int64_t>(pending_.size()); }
 
  private:
   plan::Fetch fetch_;

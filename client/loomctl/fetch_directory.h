@@ -1,7 +1,9 @@
 #ifndef LOOM_CLIENT_LOOMCTL_FETCH_DIRECTORY_H_
 #define LOOM_CLIENT_LOOMCTL_FETCH_DIRECTORY_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -11,6 +13,14 @@ namespace loom::loomctl {
 // fetched tensors there as .npy files) and its parents; OK when it exists already. UNAVAILABLE,
 // naming the directory, when it cannot be created.
 absl::Status CreateFetchDirectory(const std::string& directory);
+
+// Where 'loomctl run' writes piece `step` of the fetched tensor `tensor`:
+// `<directory>/<tensor>_step<step>.npy`, the tensor's name made file-safe with FileNamePart.
+std::string FetchedTensorPath(const std::string& directory, const std::string& tensor,
+                              int64_t step);
+
+// FAILED_PRECONDITION naming both when two of `tensors` would be written to the same files.
+absl::Status CheckFetchedFileNames(const std::vector<std::string>& tensors);
 
 }  // namespace loom::loomctl
 

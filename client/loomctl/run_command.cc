@@ -11,7 +11,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +22,7 @@
 #include "client/loomctl/checkpoint_directory.h"
 #include "client/loomctl/compile_command.h"
 #include "client/loomctl/fetch_directory.h"
+#include "client/loomctl/fetch_writer.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "client/loomctl/step_reporter.h"
@@ -43,13 +43,6 @@ namespace loom::loomctl {
 namespace {
 
 constexpr char kCommand[] = "loomctl run";
-
-std::string FetchedTensorPath(const std::string& directory, const std::string& tensor,
-                              size_t step) {
-  return (std::filesystem::path(directory) /
-          absl::StrCat(FileNamePart(tensor), "_step", step, ".npy"))
-      .string();
-}
 
 size_t StepCount(const FetchedTensors& fetched) {
   size_t steps = 0;
@@ -102,7 +95,9 @@ ArgumentSpec RunArgumentSpec() {
                "run S steps (default: the job's num_steps); after --init they follow the "
                "checkpoint's steps")
       .AddFlag("fetch-dir", "DIR", "",
-               "write every fetched logical tensor of every step to DIR/<tensor>_step<k>.npy")
+               "write every fetched logical tensor of every step to DIR/<tensor>_step<k>.npy (k: "
+               "the piece, one per micro-batch; a training run writes each as it is computed, "
+               "other runs at the end)")
       .AddFlag("trace", "PATH", "",
                "write a Chrome trace of every act to PATH when the job succeeds (open in "
                "ui.perfetto.dev or chrome://tracing)")
@@ -173,16 +168,9 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
 absl::StatusOr<std::vector<std::string>> WriteFetchedTensors(const FetchedTensors& fetched,
                                                              const std::string& directory) {
   if (absl::Status status = CreateFetchDirectory(directory); !status.ok()) return status;
-  // File name part -> the tensor it holds, to refuse two tensors landing on one file.
-  absl::flat_hash_map<std::string, std::string> file_names;
-  for (const auto& [name, tensors] : fetched) {
-    auto [existing, inserted] = file_names.emplace(FileNamePart(name), name);
-    if (!inserted) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the fetched tensors '", existing->second, "' and '", name,
-          "' would be written to the same files ", FileNamePart(name), "_step<k>.npy: rename one"));
-    }
-  }
+  std::vector<std::string> names;
+  for (const auto& [name, tensors] : fetched) names.push_back(name);
+  if (absl::Status status = CheckFetchedFileNames(names); !status.ok()) return status;
   std::vector<std::string> paths;
   const size_t steps = StepCount(fetched);
   for (size_t step = 0; step < steps; ++step) {
@@ -287,9 +275,11 @@ absl::StatusOr<std::string> SaveSegmentCheckpoint(const job::Job& job, const pla
 
 // After the last segment: the latest-checkpoint link, the trace, the fetched tensors' files, the
 // steps of a job that does not train, and the summary. Returns the exit code.
+// `written_files`: what a training run's FetchWriter wrote (a run without one writes `fetched`
+// to --fetch-dir here).
 int PrintResults(const RunOptions& options, bool training, const FetchedTensors& fetched,
-                 const JobRuntime& job_runtime, const std::string& last_checkpoint,
-                 std::ostream& out, std::ostream& error) {
+                 std::vector<std::string> written_files, const JobRuntime& job_runtime,
+                 const std::string& last_checkpoint, std::ostream& out, std::ostream& error) {
   const bool json = options.output == OutputFormat::kJson;
 
   int exit_code = kExitSuccess;
@@ -312,8 +302,8 @@ int PrintResults(const RunOptions& options, bool training, const FetchedTensors&
     }
   }
 
-  std::vector<std::string> fetched_files;
-  if (!options.fetch_directory.empty()) {
+  std::vector<std::string> fetched_files = std::move(written_files);
+  if (!options.fetch_directory.empty() && !training) {
     absl::StatusOr<std::vector<std::string>> written =
         WriteFetchedTensors(fetched, options.fetch_directory);
     if (written.ok()) {
@@ -408,6 +398,17 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
   std::unique_ptr<StepReporter> reporter;
   if (training) reporter = MakeStepReporter(*job, first_step + steps, json, out, error);
+  // A training run writes its fetches as they come; other runs print them at the end.
+  std::unique_ptr<FetchWriter> writer;
+  if (training && !options.fetch_directory.empty()) {
+    absl::StatusOr<std::unique_ptr<FetchWriter>> created =
+        FetchWriter::Create(options.fetch_directory);
+    if (!created.ok()) {
+      error << kCommand << ": --fetch-dir: " << created.status().message() << "\n";
+      return kExitFailure;
+    }
+    writer = std::move(*created);
+  }
 
   // Segments of --save-every steps (one segment without it), each starting from the checkpoint
   // the previous one wrote.
@@ -453,10 +454,9 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
-    // A training run prints its steps from the sinks' callback: it needs the pieces kept only to
-    // write them at the end, and without that a long run's memory does not grow with its steps
-    // (and the sinks that the step lines do not read copy nothing).
-    job_options.keep_sink_pieces = !training || !options.fetch_directory.empty();
+    // A training run prints its steps and writes its fetches from the sinks' callback, so its
+    // memory does not grow with its steps (and the sinks nobody reads copy nothing).
+    job_options.keep_sink_pieces = !training;
     if (absl::Status status = SetUpDevices(plan, &job_options); !status.ok()) {
       error << kCommand << ": " << status.message() << "\n";
       return kExitFailure;
@@ -471,9 +471,21 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
         error << kCommand << ": " << options.job_path << ": " << status.message() << "\n";
         return kExitUsage;
       }
-      job_options.sink_piece_callback = reporter->Callback();
-      const std::vector<std::string> reported = reporter->sinks();
+      std::vector<std::string> reported = reporter->sinks();
+      if (writer != nullptr) {
+        if (absl::Status begun = writer->BeginSegment(plan); !begun.ok()) {
+          error << kCommand << ": --fetch-dir: " << begun.message() << "\n";
+          return kExitFailure;
+        }
+        const std::vector<std::string> written = writer->sinks();
+        reported.insert(reported.end(), written.begin(), written.end());
+      }
       job_options.reported_sinks.emplace(reported.begin(), reported.end());
+      job_options.sink_piece_callback = [reporter = reporter.get(),
+                                         writer = writer.get()](const SinkPiece& piece) {
+        if (absl::Status status = reporter->OnPiece(piece); !status.ok()) return status;
+        return writer != nullptr ? writer->OnPiece(piece) : absl::OkStatus();
+      };
     }
     LOG(INFO) << "running job '" << plan.job_name() << "' from " << options.job_path << ": "
               << plan.tasks_size() << " tasks on " << plan.devices_size() << " devices, steps "
@@ -481,6 +493,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     absl::StatusOr<LocalRunResult> segment_run = RunPlanLocally(plan, kernels, job_options);
     absl::Status status = segment_run.status();
     if (status.ok() && reporter != nullptr) status = reporter->EndSegment(length);
+    if (status.ok() && writer != nullptr) status = writer->EndSegment();
     if (!status.ok()) {
       error << kCommand << ": job '" << plan.job_name() << "' failed: " << status << "\n";
       if (!options.trace_path.empty()) {
@@ -511,7 +524,9 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
       last_checkpoint = *path;
     }
   }
-  return PrintResults(options, training, fetched, *run.runtime, last_checkpoint, out, error);
+  return PrintResults(options, training, fetched,
+                      writer != nullptr ? writer->paths() : std::vector<std::string>(),
+                      *run.runtime, last_checkpoint, out, error);
 }
 
 }  // namespace loom::loomctl

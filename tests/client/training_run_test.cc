@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/loomctl/checkpoint_directory.h"
@@ -31,6 +32,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
@@ -266,10 +268,20 @@ TEST(TrainingRunTest, EveryStepLineCarriesTheScalarFetches) {
                                      "time [0-9]+\\.[0-9] ms"));
 }
 
-TEST(TrainingRunTest, FetchesAreKeptOnlyToBeWritten) {
+// The bytes of a file ("" when it cannot be read).
+std::string FileBytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+std::string StepFile(const std::string& directory, const std::string& tensor, int step) {
+  return absl::StrCat(directory, "/", tensor, "_step", step, ".npy");
+}
+
+TEST(TrainingRunTest, FetchesAreWrittenAsTheyComeAndKeptNowhere) {
   // The training job with a device budget of 32 KiB and fetches of x ([8, 4]) and y ([8, 2]),
   // split over the two devices: 96 bytes per device per step, so 400 steps' pieces (37.5 KiB)
-  // would not fit. Printing the steps keeps none of them.
+  // would not fit. Neither printing the steps nor writing the fetched tensors keeps them.
   std::string text = TrainingJobText();
   absl::StrAppend(&text, "fetch: [ \"x\", \"y\" ]\ndevice_memory_budget_bytes: 32768\n");
   const std::string job = WriteFile("budgeted_fetch_job.pbtxt", text);
@@ -278,11 +290,58 @@ TEST(TrainingRunTest, FetchesAreKeptOnlyToBeWritten) {
   ASSERT_EQ(result.exit_code, 0) << result.error;
   EXPECT_THAT(result.out, HasSubstr("step 400/400"));
 
-  // Writing them at the end needs them all: the budget says no, naming the sink.
-  result = RunSubcommandCapturing(RunSubcommand(), {job, "--devices", "cpu:2", "--steps", "400",
-                                                    "--fetch-dir", FreshDirectory("kept")});
-  EXPECT_NE(result.exit_code, 0);
-  EXPECT_THAT(result.error, HasSubstr("for sink"));
+  const std::string directory = FreshDirectory("written_as_they_come");
+  result = RunSubcommandCapturing(
+      RunSubcommand(), {job, "--devices", "cpu:2", "--steps", "400", "--fetch-dir", directory});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  // x, y and the loss, which a training run fetches too.
+  EXPECT_THAT(result.out, HasSubstr(absl::StrCat("fetched: 1200 .npy files in ", directory)));
+  EXPECT_TRUE(std::filesystem::exists(StepFile(directory, "x", 399)));
+  EXPECT_TRUE(std::filesystem::exists(StepFile(directory, "y", 399)));
+
+  // The same job without its loss and optimizer (not training) writes its fetches at the end,
+  // from what its sinks kept: the same inputs x, and the same y until the first update.
+  std::string untrained;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, "loss:") && !absl::StartsWith(line, "optimizer")) {
+      absl::StrAppend(&untrained, line, "\n");
+    }
+  }
+  const std::string reference = FreshDirectory("written_at_the_end");
+  result = RunSubcommandCapturing(
+      RunSubcommand(), {WriteFile("untrained_fetch_job.pbtxt", untrained), "--devices", "cpu:2",
+                        "--steps", "3", "--fetch-dir", reference});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  ASSERT_THAT(result.out, Not(HasSubstr("loss"))) << "still training";
+  for (int step = 0; step < 3; ++step) {
+    const std::string expected = FileBytes(StepFile(reference, "x", step));
+    ASSERT_FALSE(expected.empty()) << StepFile(reference, "x", step);
+    EXPECT_EQ(FileBytes(StepFile(directory, "x", step)), expected) << "step " << step;
+  }
+  EXPECT_EQ(FileBytes(StepFile(directory, "y", 0)), FileBytes(StepFile(reference, "y", 0)));
+  EXPECT_NE(FileBytes(StepFile(directory, "y", 2)), FileBytes(StepFile(reference, "y", 2)));
+}
+
+TEST(TrainingRunTest, FetchFilesCountOnAcrossSavedSegments) {
+  std::string text = TrainingJobText();
+  absl::StrAppend(&text, "fetch: \"y\"\n");
+  const std::string job = WriteFile("fetching_job.pbtxt", text);
+  const std::string whole = FreshDirectory("fetched_whole");
+  CommandResult result =
+      RunSubcommandCapturing(RunSubcommand(), {job, "--devices", "cpu:2", "--fetch-dir", whole});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  const std::string segmented = FreshDirectory("fetched_in_segments");
+  result = RunSubcommandCapturing(
+      RunSubcommand(), {job, "--devices", "cpu:2", "--fetch-dir", segmented, "--save-dir",
+                        FreshDirectory("fetched_in_segments_checkpoints"), "--save-every", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.error;
+  // Three segments of 2 steps, numbered on: the files of one uninterrupted run, byte for byte.
+  for (int step = 0; step < 6; ++step) {
+    const std::string expected = FileBytes(StepFile(whole, "y", step));
+    ASSERT_FALSE(expected.empty()) << StepFile(whole, "y", step);
+    EXPECT_EQ(FileBytes(StepFile(segmented, "y", step)), expected) << "step " << step;
+  }
+  EXPECT_FALSE(std::filesystem::exists(StepFile(segmented, "y", 6)));
 }
 
 TEST(TrainingRunTest, SavingEveryKStepsChangesNoLoss) {

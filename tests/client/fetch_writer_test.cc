@@ -1,0 +1,119 @@
+// FetchWriter: a training run's fetched tensors written as their pieces assemble.
+#include "client/loomctl/fetch_writer.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/loomctl/npy_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom::loomctl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// A plan fetching `tensors`, each float32 [1] over two ranks as partial sums, from sinks
+// "<tensor>@0" and "@1".
+plan::Plan PlanFetching(const std::vector<std::string>& tensors) {
+  plan::Plan plan;
+  for (const std::string& tensor : tensors) {
+    plan::Fetch* fetch = plan.add_fetches();
+    fetch->set_tensor(tensor);
+    fetch->mutable_logical()->add_shape(1);
+    fetch->mutable_logical()->set_data_type(plan::FLOAT32);
+    fetch->add_hierarchy(2);
+    fetch->add_sbp("P");
+    fetch->add_sinks(tensor + "@0");
+    fetch->add_sinks(tensor + "@1");
+  }
+  return plan;
+}
+
+HostTensor Scalar(float value) {
+  HostTensor tensor;
+  tensor.data_type = plan::FLOAT32;
+  tensor.shape = Shape{1};
+  tensor.bytes.resize(sizeof(float));
+  std::memcpy(tensor.bytes.data(), &value, sizeof(float));
+  return tensor;
+}
+
+absl::Status Add(FetchWriter& writer, const std::string& sink, int64_t piece, float value) {
+  const HostTensor kept = Scalar(value);
+  return writer.OnPiece(SinkPiece{sink, 0, piece, kept});
+}
+
+std::string Fresh(const std::string& name) {
+  std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+TEST(FetchWriterTest, WritesEachPieceOnceEveryRankHoldsItNumberedOnAcrossSegments) {
+  const std::string directory = Fresh("fetch_writer_segments");
+  absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
+  EXPECT_THAT((*writer)->sinks(), ElementsAre("a@0", "a@1"));
+  ASSERT_TRUE(Add(**writer, "a@0", 0, 1).ok());
+  EXPECT_THAT((*writer)->paths(), IsEmpty());        // rank 1's part is missing
+  ASSERT_TRUE(Add(**writer, "other@0", 0, 5).ok());  // not a fetch's sink: ignored
+  ASSERT_TRUE(Add(**writer, "a@1", 0, 2).ok());
+  ASSERT_TRUE((*writer)->EndSegment().ok());
+
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
+  ASSERT_TRUE(Add(**writer, "a@1", 0, 4).ok());
+  ASSERT_TRUE(Add(**writer, "a@0", 0, 3).ok());
+  ASSERT_TRUE((*writer)->EndSegment().ok());
+
+  const std::string first = absl::StrCat(directory, "/a_step0.npy");
+  const std::string second = absl::StrCat(directory, "/a_step1.npy");
+  EXPECT_THAT((*writer)->paths(), ElementsAre(first, second));
+  for (const auto& [path, sum] : {std::pair(first, 3.0f), std::pair(second, 7.0f)}) {
+    std::ifstream file(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> expected = EncodeNpy(Scalar(sum));
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(bytes, *expected) << path;
+  }
+}
+
+TEST(FetchWriterTest, ErrorsNameTheCulprit) {
+  const std::string directory = Fresh("fetch_writer_errors");
+  absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  // Two tensors on the same files.
+  absl::Status clash = (*writer)->BeginSegment(PlanFetching({"a/b", "a_b"}));
+  EXPECT_EQ(clash.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(clash.message(), HasSubstr("'a/b' and 'a_b'"));
+
+  // A piece that never reached every rank.
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
+  ASSERT_TRUE(Add(**writer, "a@0", 0, 1).ok());
+  absl::Status ended = (*writer)->EndSegment();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ended.message(), HasSubstr("fetch 'a': 1 pieces never reached every rank's sink"));
+
+  // A file that cannot be written: the directory is gone.
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(Add(**writer, "a@0", 0, 1).ok());
+  absl::Status written = Add(**writer, "a@1", 0, 1);
+  EXPECT_FALSE(written.ok());
+  EXPECT_THAT(written.message(), HasSubstr(directory + "/a_step"));
+
+  // A directory that cannot be made.
+  EXPECT_FALSE(FetchWriter::Create("/proc/loom-fetches").ok());
+}
+
+}  // namespace
+}  // namespace loom::loomctl
