@@ -823,7 +823,7 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     tensor.bytes.resize(piece.data().size());
     std::memcpy(tensor.bytes.data(), piece.data().data(), piece.data().size());
     absl::Status status =
-        tracker->Callback()(SinkPiece{piece.sink(), piece.input(), piece.piece(), tensor});
+        tracker->OnPiece(SinkPiece{piece.sink(), piece.input(), piece.piece(), tensor});
     if (!status.ok()) OnNodeEnded(update.job_id(), node, status);
     return;
   }

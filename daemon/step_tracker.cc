@@ -34,10 +34,6 @@ void StepTracker::Start() {
   collector_.RestartClock();
 }
 
-SinkPieceCallback StepTracker::Callback() {
-  return [this](const SinkPiece& piece) { return OnPiece(piece); };
-}
-
 int64_t StepTracker::steps_done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return collector_.steps_done();

@@ -24,8 +24,8 @@ namespace loom::daemon {
 // rank's sink holds every micro-batch piece of its loss and of the plan's other scalar fetches),
 // as `loomctl run` prints its lines.
 //
-// Thread-safe: OnPiece runs on the sinks' stream threads; `on_step` is called under the tracker's
-// lock, in step order, and must be quick.
+// Thread-safe: OnPiece runs on the threads that receive the nodes' forwarded pieces; `on_step` is
+// called under the tracker's lock, in step order, and must be quick.
 class StepTracker {
  public:
   using StepCallback = std::function<void(const v1::StepEvent&)>;
@@ -48,9 +48,8 @@ class StepTracker {
 
   // Starts the step clock (when the job starts).
   void Start();
-  // For JobOptions::sink_piece_callback: ignores sinks of other fetches.
+  // A piece of a sink the nodes forward; pieces of other sinks are ignored.
   absl::Status OnPiece(const SinkPiece& piece);
-  SinkPieceCallback Callback();
   int64_t steps_done() const;
 
  private:

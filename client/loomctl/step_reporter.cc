@@ -117,10 +117,6 @@ absl::Status StepReporter::BeginSegment(const StepFetches& fetches, int micro_ba
   return absl::OkStatus();
 }
 
-SinkPieceCallback StepReporter::Callback() {
-  return [this](const SinkPiece& piece) { return OnPiece(piece); };
-}
-
 std::vector<std::string> StepReporter::sinks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return collector_.has_value() ? collector_->sinks() : std::vector<std::string>();

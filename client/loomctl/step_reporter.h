@@ -107,11 +107,10 @@ class StepReporter {
   // here. INVALID_ARGUMENT when the loss fetch is not a float32 scalar.
   absl::Status BeginSegment(const StepFetches& fetches, int micro_batches_per_step,
                             int64_t first_step);
-  // The callback to put in JobOptions::sink_piece_callback for the segment. It ignores sinks of
-  // other fetches; an error (a piece that does not assemble) fails the job.
-  SinkPieceCallback Callback();
-  // The sinks the segment's callback reads (JobOptions::reported_sinks).
+  // The segment's sinks: those whose pieces OnPiece reads (JobOptions::reported_sinks).
   std::vector<std::string> sinks() const;
+  // For JobOptions::sink_piece_callback: ignores sinks of other fetches; an error (a piece that
+  // does not assemble) fails the job.
   absl::Status OnPiece(const SinkPiece& piece);
   // Ends a segment: FAILED_PRECONDITION when some of its steps were never complete. Clears the
   // progress bar.

@@ -1,7 +1,6 @@
 // FetchWriter: a training run's fetched tensors written as their pieces assemble.
 #include "client/loomctl/fetch_writer.h"
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,6 +12,8 @@
 #include "client/loomctl/npy_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/float_tensor.h"
+#include "tests/test_directory.h"
 
 namespace loom::loomctl {
 namespace {
@@ -38,28 +39,13 @@ plan::Plan PlanFetching(const std::vector<std::string>& tensors) {
   return plan;
 }
 
-HostTensor Scalar(float value) {
-  HostTensor tensor;
-  tensor.data_type = plan::FLOAT32;
-  tensor.shape = Shape{1};
-  tensor.bytes.resize(sizeof(float));
-  std::memcpy(tensor.bytes.data(), &value, sizeof(float));
-  return tensor;
-}
-
 absl::Status Add(FetchWriter& writer, const std::string& sink, int64_t piece, float value) {
-  const HostTensor kept = Scalar(value);
+  const HostTensor kept = testing::FloatTensor({value});
   return writer.OnPiece(SinkPiece{sink, 0, piece, kept});
 }
 
-std::string Fresh(const std::string& name) {
-  std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
-  std::filesystem::remove_all(path);
-  return path;
-}
-
 TEST(FetchWriterTest, WritesEachPieceOnceEveryRankHoldsItNumberedOnAcrossSegments) {
-  const std::string directory = Fresh("fetch_writer_segments");
+  const std::string directory = testing::FreshTestDirectory("fetch-writer");
   absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
   ASSERT_TRUE(writer.ok()) << writer.status();
   ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
@@ -81,14 +67,14 @@ TEST(FetchWriterTest, WritesEachPieceOnceEveryRankHoldsItNumberedOnAcrossSegment
   for (const auto& [path, sum] : {std::pair(first, 3.0f), std::pair(second, 7.0f)}) {
     std::ifstream file(path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    absl::StatusOr<std::string> expected = EncodeNpy(Scalar(sum));
+    absl::StatusOr<std::string> expected = EncodeNpy(testing::FloatTensor({sum}));
     ASSERT_TRUE(expected.ok());
     EXPECT_EQ(bytes, *expected) << path;
   }
 }
 
 TEST(FetchWriterTest, ErrorsNameTheCulprit) {
-  const std::string directory = Fresh("fetch_writer_errors");
+  const std::string directory = testing::FreshTestDirectory("fetch-writer");
   absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
   ASSERT_TRUE(writer.ok()) << writer.status();
   // Two tensors on the same files.

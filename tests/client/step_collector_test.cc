@@ -1,12 +1,12 @@
 // StepCollector: steps finish when every rank's sink holds every micro-batch piece of the loss and
 // of the scalar fetches; ObservePieces shares the assembled pieces of a step fetch.
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "client/step_losses.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/float_tensor.h"
 
 namespace loom {
 namespace {
@@ -27,22 +27,13 @@ plan::Fetch PartialScalar(const std::string& tensor) {
   return fetch;
 }
 
-HostTensor Scalar(float value) {
-  HostTensor tensor;
-  tensor.data_type = plan::FLOAT32;
-  tensor.shape = Shape{1};
-  tensor.bytes.resize(sizeof(float));
-  std::memcpy(tensor.bytes.data(), &value, sizeof(float));
-  return tensor;
-}
-
 class StepCollectorTest : public ::testing::Test {
  protected:
   // Adds rank `rank`'s piece `piece` of `tensor`; the steps it finished.
   std::vector<FinishedStep> Add(StepCollector& collector, const std::string& tensor, int rank,
                                 int64_t piece, float value) {
     const std::string sink = tensor + "@" + std::to_string(rank);
-    const HostTensor kept = Scalar(value);
+    const HostTensor kept = testing::FloatTensor({value});
     absl::StatusOr<std::vector<FinishedStep>> finished =
         collector.Add(SinkPiece{sink, 0, piece, kept});
     EXPECT_TRUE(finished.ok()) << finished.status();
