@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cast_kernel.h"
 #include "runtime/data_type.h"
 
 namespace loom {
@@ -41,40 +42,17 @@ void AccumulateNumbers(const std::vector<std::byte>& bytes, int64_t count,
       bytes, count, [](T x) { return static_cast<double>(x); }, statistics);
 }
 
-// The value of a bfloat16: its bits are the upper half of a float32's.
-double BFloat16ToDouble(uint16_t bits) {
-  uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, sizeof(value));
-  return static_cast<double>(value);
-}
-
 }  // namespace
 
 absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor) {
   TensorStatistics statistics;
   statistics.elements = tensor.shape.NumElements();
-  size_t element_size = 0;
-  switch (tensor.data_type) {
-    case plan::FLOAT32:
-    case plan::INT32:
-      element_size = 4;
-      break;
-    case plan::INT64:
-      element_size = 8;
-      break;
-    case plan::UINT8:
-      element_size = 1;
-      break;
-    case plan::UINT16:
-    case plan::BFLOAT16:
-      element_size = 2;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("a tensor of data type ", plan::DataType_Name(tensor.data_type)));
+  const int64_t element_size = DataTypeSize(tensor.data_type);
+  if (element_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor of data type ", plan::DataType_Name(tensor.data_type)));
   }
-  if (tensor.bytes.size() != static_cast<size_t>(statistics.elements) * element_size) {
+  if (tensor.bytes.size() != static_cast<size_t>(statistics.elements * element_size)) {
     return absl::InvalidArgumentError(absl::StrCat("a ", DataTypeName(tensor.data_type),
                                                    " tensor of shape ", tensor.shape.ToString(),
                                                    " holds ", tensor.bytes.size(), " bytes"));
@@ -102,7 +80,7 @@ absl::StatusOr<TensorStatistics> ComputeStatistics(const HostTensor& tensor) {
       AccumulateNumbers<uint16_t>(tensor.bytes, count, &running);
       break;
     case plan::BFLOAT16:
-      Accumulate<uint16_t>(tensor.bytes, count, BFloat16ToDouble, &running);
+      Accumulate<uint16_t>(tensor.bytes, count, cpu::Bfloat16ToFloat32, &running);
       break;
     default:
       break;
