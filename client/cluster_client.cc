@@ -161,6 +161,7 @@ absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job,
   request.set_trace(options.trace);
   request.set_checkpoint_path(options.checkpoint_path);
   request.set_checkpoint_every_steps(options.checkpoint_every_steps);
+  request.set_stream_fetches(options.stream_fetches);
   v1::SubmitJobResponse response;
   grpc::Status status =
       jobs_->SubmitJob(CallContext(options_.call_timeout).get(), request, &response);

@@ -51,6 +51,8 @@ struct SubmitJobOptions {
   std::string checkpoint_path;
   // With checkpoint_path: also save every this many steps while the job runs (0: only at the end).
   int64_t checkpoint_every_steps = 0;
+  // The job's fetched tensors come to its watchers as JobEvent.fetched (SubmitJobRequest).
+  bool stream_fetches = false;
 };
 
 // Stops a WatchJob from another thread. One per watch; thread-safe.

@@ -107,6 +107,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.probe_timeout = options.peer_probe_timeout;
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
+    manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;
+    // A fetched tensor's event, with room for its name and the event's other fields.
+    manager_options.max_fetched_piece_bytes = options.max_message_bytes / 2;
     manager_options.metrics = daemon->metrics_.get();
     if (daemon->store_.has_value()) manager_options.store = &*daemon->store_;
     daemon->manager_ =

@@ -121,6 +121,10 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "finished jobs remembered for GetJob, ListJobs, WatchJob and GetPlan")
       .AddFlag("max-events-per-job", "N", "10000",
                "step events kept per job for late watchers (older ones are dropped)")
+      .AddFlag("max-fetched-bytes", "BYTES", "256MiB",
+               "the most bytes of fetched tensors a job may stream to its watchers (loomctl "
+               "submit --fetch-dir); the coordinator holds them in memory until the next such job "
+               "starts. A job that would stream more is refused (RESOURCE_EXHAUSTED)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
   loomctl::AddTlsFlags(spec);
@@ -187,6 +191,13 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
                                arguments.Value("max-message-size"), "'"));
   }
   options.max_message_bytes = static_cast<int>(*message_bytes);
+
+  absl::StatusOr<int64_t> fetched_bytes = ParseByteSize(arguments.Value("max-fetched-bytes"));
+  if (!fetched_bytes.ok()) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--max-fetched-bytes: ", fetched_bytes.status().message()));
+  }
+  options.max_fetched_bytes = *fetched_bytes;
 
   for (auto [flag, target] : std::vector<std::pair<const char*, absl::Duration*>>{
            {"stall-timeout", &options.stall_timeout},

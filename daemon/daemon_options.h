@@ -51,6 +51,9 @@ struct DaemonOptions {
   int max_finished_jobs = 1000;
   // Step events kept per job for late watchers (the oldest are dropped; state changes are kept).
   int max_events_per_job = 10000;
+  // The most bytes of fetched tensors one job may stream to its watchers (held on the
+  // coordinator until the next such job starts).
+  int64_t max_fetched_bytes = int64_t{256} << 20;
   int blas_threads = 1;
   bool verbose = false;
   // --tls-ca / --tls-cert / --tls-key, read at start: every gRPC connection of the daemon (its

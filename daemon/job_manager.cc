@@ -16,8 +16,8 @@
 #include "glog/logging.h"
 #include "google/protobuf/util/time_util.h"
 #include "runtime/chrome_trace.h"
-#include "runtime/data_type.h"
 #include "runtime/device_name.h"
+#include "runtime/tensor_bytes.h"
 
 namespace loom::daemon {
 namespace {
@@ -47,15 +47,8 @@ std::vector<int> NodesOf(const compiler::CompileResult& result) {
 // Whether a forwarded piece's bytes are as many as its data type and shape say (a node's update
 // is not trusted to be well formed).
 bool PieceSizeMatches(const v1::SinkPieceUpdate& piece) {
-  const int64_t element_bytes = DataTypeSize(piece.data_type());
-  if (element_bytes == 0) return false;
-  const int64_t bytes = static_cast<int64_t>(piece.data().size());
-  int64_t elements = 1;
-  for (int64_t extent : piece.shape()) {
-    if (extent < 0 || (extent > 0 && elements > bytes / extent)) return false;
-    elements *= extent;
-  }
-  return elements * element_bytes == bytes;
+  return BytesHoldTensor(piece.data_type(), piece.shape(),
+                         static_cast<int64_t>(piece.data().size()));
 }
 
 v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled) {
@@ -161,10 +154,21 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
       if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {
         return ready;
       }
-      if (absl::Status checkpoint = CheckCheckpointPath(
-              options.checkpoint_path, options.checkpoint_every_steps, (*compiled)->result.plan);
+      const plan::Plan& plan = (*compiled)->result.plan;
+      if (absl::Status checkpoint =
+              CheckCheckpointPath(options.checkpoint_path, options.checkpoint_every_steps, plan);
           !checkpoint.ok()) {
         return checkpoint;
+      }
+      if (options.stream_fetches) {
+        const int64_t pieces_per_fetch = std::max<int64_t>((*compiled)->job.num_steps(), 1) *
+                                         std::max(plan.num_micro_batches(), 1);
+        if (absl::Status limits =
+                FetchStream::CheckLimits(plan, pieces_per_fetch, options_.max_fetched_piece_bytes,
+                                         options_.max_fetched_bytes_per_job);
+            !limits.ok()) {
+          return limits;
+        }
       }
       return std::move(*compiled);
     }();
@@ -195,11 +199,13 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
   record->trace = options.trace;
   record->checkpoint_path = options.checkpoint_path;
   record->checkpoint_every_steps = options.checkpoint_every_steps;
+  record->stream_fetches = options.stream_fetches;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
   info.set_traced(options.trace);
   info.set_checkpoint_path(options.checkpoint_path);
   info.set_checkpoint_every_steps(options.checkpoint_every_steps);
+  info.set_streams_fetches(options.stream_fetches);
   info.set_job_id(record->id);
   info.set_name(admitted.name());
   info.set_num_steps(std::max<int64_t>(admitted.num_steps(), 1));
@@ -430,6 +436,21 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
       }
     }
   }
+  // The fetched tensors of a job that streams them, as events.
+  std::shared_ptr<FetchStream> fetch_stream;
+  if (status.ok() && record->stream_fetches) {
+    fetch_stream =
+        std::make_shared<FetchStream>(plan, [this, raw = record.get()](v1::FetchedTensor fetched) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          *AppendEvent(raw, /*fetched=*/true)->mutable_fetched() = std::move(fetched);
+        });
+    for (const std::string& sink : fetch_stream->sinks()) {
+      if (std::find(forwarded_sinks.begin(), forwarded_sinks.end(), sink) ==
+          forwarded_sinks.end()) {
+        forwarded_sinks.push_back(sink);
+      }
+    }
+  }
   const std::vector<int> participants = NodesOf(compiled.result);
   if (status.ok()) status = cluster_->CheckReady(participants);
   if (!status.ok()) {
@@ -453,6 +474,11 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     record->nodes.assign(nodes, bystander);
     for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
     tracker_ = tracker;
+    fetch_stream_ = fetch_stream;
+    if (fetch_stream != nullptr) {
+      ReleaseFetches();
+      fetches_held_by_ = record->number;
+    }
   }
   cluster_->SetRunningJob(record->id, participants);
   LOG(INFO) << "launching job " << record->id << " ('" << plan.job_name()
@@ -565,6 +591,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tracker_ = nullptr;
+    fetch_stream_ = nullptr;
     if (error.ok()) {
       if (!record->info.training()) record->info.set_steps_done(num_steps);
       Finish(record.get(), v1::JOB_STATE_SUCCEEDED, error);
@@ -797,6 +824,7 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   }
   if (update.has_piece()) {
     std::shared_ptr<StepTracker> tracker;
+    std::shared_ptr<FetchStream> fetch_stream;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (running_ == nullptr || running_->id != update.job_id()) return;
@@ -806,8 +834,9 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
         return;
       }
       tracker = tracker_;
+      fetch_stream = fetch_stream_;
     }
-    if (tracker == nullptr) return;
+    if (tracker == nullptr && fetch_stream == nullptr) return;
     const v1::SinkPieceUpdate& piece = update.piece();
     if (!PieceSizeMatches(piece)) {
       OnNodeEnded(update.job_id(), node,
@@ -822,8 +851,9 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     tensor.shape = Shape(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
     tensor.bytes.resize(piece.data().size());
     std::memcpy(tensor.bytes.data(), piece.data().data(), piece.data().size());
-    absl::Status status =
-        tracker->OnPiece(SinkPiece{piece.sink(), piece.input(), piece.piece(), tensor});
+    const SinkPiece sink_piece{piece.sink(), piece.input(), piece.piece(), tensor};
+    absl::Status status = tracker != nullptr ? tracker->OnPiece(sink_piece) : absl::OkStatus();
+    if (status.ok() && fetch_stream != nullptr) status = fetch_stream->OnPiece(sink_piece);
     if (!status.ok()) OnNodeEnded(update.job_id(), node, status);
     return;
   }
@@ -873,10 +903,13 @@ v1::JobInfo JobManager::InfoOf(const JobRecord& record) const {
   return info;
 }
 
-v1::JobEvent* JobManager::AppendEvent(JobRecord* record) {
+v1::JobEvent* JobManager::AppendEvent(JobRecord* record, bool fetched) {
   // Make room by dropping the oldest step or checkpoint event (state changes are kept: they are
-  // few).
-  if (static_cast<int>(record->events.size()) >= options_.max_events_per_job) {
+  // few; fetched tensors are bounded by max_fetched_bytes_per_job, and released as a whole).
+  if (fetched) {
+    ++record->fetched_events;
+  } else if (static_cast<int64_t>(record->events.size()) - record->fetched_events >=
+             options_.max_events_per_job) {
     auto oldest_step = std::find_if(
         record->events.begin(), record->events.end(),
         [](const v1::JobEvent& event) { return event.has_step() || event.has_checkpoint(); });
@@ -888,6 +921,18 @@ v1::JobEvent* JobManager::AppendEvent(JobRecord* record) {
   *event.mutable_time() = TimeUtil::GetCurrentTime();
   changed_.notify_all();
   return &event;
+}
+
+void JobManager::ReleaseFetches() {
+  if (fetches_held_by_ == 0) return;
+  auto held = records_.find(fetches_held_by_);
+  fetches_held_by_ = 0;
+  if (held == records_.end()) return;  // forgotten
+  JobRecord& record = *held->second;
+  std::erase_if(record.events, [](const v1::JobEvent& event) { return event.has_fetched(); });
+  record.fetched_events = 0;
+  record.info.set_fetches_released(true);
+  Persist(&record);
 }
 
 void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error) {
@@ -947,7 +992,8 @@ void JobManager::Persist(JobRecord* record, bool with_step_events) {
   stored.set_number(record->number);
   *stored.mutable_info() = record->info;
   for (const v1::JobEvent& event : record->events) {
-    if (with_step_events || !event.has_step()) *stored.add_events() = event;
+    if (event.has_fetched() || (!with_step_events && event.has_step())) continue;
+    *stored.add_events() = event;
   }
   stored.set_next_sequence(record->next_sequence);
   stored.set_has_trace(record->trace_stored);
@@ -972,6 +1018,8 @@ void JobManager::Restore() {
     for (v1::JobEvent& event : *stored.mutable_events()) record->events.push_back(std::move(event));
     record->next_sequence = stored.next_sequence();
     record->trace = record->info.traced();
+    // Fetched tensors are held in memory only.
+    if (record->info.streams_fetches()) record->info.set_fetches_released(true);
     record->trace_stored = stored.has_trace();
     record->trace_acts = stored.trace_acts();
     record->trace_error = stored.trace_error();

@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/fetch_stream.h"
 #include "daemon/job_admission.h"
 #include "daemon/job_record.h"
 #include "daemon/job_store.h"
@@ -38,6 +39,8 @@ struct SubmitOptions {
   std::string checkpoint_path;
   // With checkpoint_path: also every this many steps while the job runs; 0: only at the end.
   int64_t checkpoint_every_steps = 0;
+  // Its fetched tensors go to its watchers (SubmitJobRequest.stream_fetches, FetchStream).
+  bool stream_fetches = false;
 };
 
 // The job lifecycle on the coordinator (DESIGN.md §1): admits and compiles submitted jobs for the
@@ -61,7 +64,13 @@ class JobManager {
     // After a failure, how long the other nodes may take to end their part.
     absl::Duration abort_timeout = absl::Seconds(10);
     int max_finished_jobs = 1000;
+    // Step and checkpoint events held per job (the oldest go first; state changes and fetched
+    // tensors do not count).
     int max_events_per_job = 10000;
+    // A job that streams its fetches: the most bytes of fetched tensors it may stream in all
+    // (loomd --max-fetched-bytes), and in one piece (half of --max-message-size).
+    int64_t max_fetched_bytes_per_job = int64_t{256} << 20;
+    int64_t max_fetched_piece_bytes = int64_t{32} << 20;
     // Jobs' ends and steps are counted here (may be null); it must outlive the manager.
     DaemonMetrics* metrics = nullptr;
     // Where jobs are kept across restarts (loomd --data-dir); null: in memory only. It must
@@ -150,7 +159,11 @@ class JobManager {
   // The rest take mutex_ held.
   JobRecord* Find(const std::string& job_id) const;
   v1::JobInfo InfoOf(const JobRecord& record) const;
-  v1::JobEvent* AppendEvent(JobRecord* record);
+  // A new event of the record (its job id, sequence and time set). Except for a `fetched` one (the
+  // caller sets a fetched tensor), it first makes room under max_events_per_job.
+  v1::JobEvent* AppendEvent(JobRecord* record, bool fetched = false);
+  // Drops the fetched tensors of the job that holds them (fetches_held_by_), if any.
+  void ReleaseFetches();
   void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
@@ -162,7 +175,7 @@ class JobManager {
   void Write(std::string what, JobStoreWriter::Write write);
   // Queues the record's write to the store (when there is one); a failure is logged, not fatal.
   // Without `with_step_events` only its state-change events are written (a running job's
-  // progress).
+  // progress). Fetched tensors are never written.
   void Persist(JobRecord* record, bool with_step_events = true);
 
   const Options options_;
@@ -180,6 +193,11 @@ class JobManager {
   uint64_t last_write_ = 0;       // the ticket of the last write queued to writer_
   std::shared_ptr<JobRecord> running_;
   std::shared_ptr<StepTracker> tracker_;  // the running job's, while it runs
+  // The running job's, while it runs, when it streams its fetches.
+  std::shared_ptr<FetchStream> fetch_stream_;
+  // The number of the job whose fetched tensors are held (0: none): the last one that streamed
+  // them. A job that starts streaming releases them.
+  int64_t fetches_held_by_ = 0;
   int64_t last_number_ = 0;
   bool accepting_ = true;
   bool stopping_ = false;  // the worker exits

@@ -26,8 +26,11 @@ struct JobRecord {
   std::unique_ptr<loomctl::CompiledJob> compiled;
   // Kept current; queue_position is filled in when the record is read.
   v1::JobInfo info;
-  // The events still held (state changes always; the newest step events), in sequence order.
+  // The events still held (state changes always; the newest step events; fetched tensors until
+  // released), in sequence order.
   std::deque<v1::JobEvent> events;
+  // Of `events`, the fetched tensors.
+  int64_t fetched_events = 0;
   int64_t next_sequence = 0;
   // Set by CancelJob while the job launches or runs: the job ends CANCELLED with this message.
   bool cancel_requested = false;
@@ -55,6 +58,8 @@ struct JobRecord {
   std::string checkpoint_path;
   // And every so many steps while it runs (set once, as `trace`); 0: only at the end.
   int64_t checkpoint_every_steps = 0;
+  // Submitted with stream_fetches (set once, as `trace`).
+  bool stream_fetches = false;
   // While it runs: the nodes that reported their part of the periodic checkpoint after a step, by
   // step (JobManager::RunAndSaveCheckpoints assembles a step once every node with variables did).
   std::map<int64_t, std::set<int>> checkpoint_parts;

@@ -60,6 +60,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   options.trace = request->trace();
   options.checkpoint_path = request->checkpoint_path();
   options.checkpoint_every_steps = request->checkpoint_every_steps();
+  options.stream_fetches = request->stream_fetches();
   absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job(), options);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response->mutable_job() = std::move(*info);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "client/loomctl/cluster_connection.h"
 #include "client/loomctl/cluster_tables.h"
+#include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "google/protobuf/text_format.h"
@@ -160,8 +161,13 @@ ArgumentSpec WatchSpec() {
       "loomctl watch",
       "Follows a submitted job until it ends, as 'loomctl submit --watch' does: first the\n"
       "events the daemon still holds, then live ones. The exit code says how the job ended:\n"
-      "0 succeeded, 1 failed, 3 cancelled (its error on stderr).");
-  spec.AddPositional("JOB_ID", "the job's id");
+      "0 succeeded, 1 failed (or, with --fetch-dir, a file could not be written or there\n"
+      "was nothing to write), 3 cancelled (its error on stderr).");
+  spec.AddPositional("JOB_ID", "the job's id")
+      .AddFlag("fetch-dir", "DIR", "",
+               "write the job's fetched tensors to DIR as 'loomctl submit --fetch-dir' does (a "
+               "job submitted with it, whose tensors the coordinator still holds: those of the "
+               "last such job to start)");
   return WithClusterFlags(std::move(spec));
 }
 
@@ -170,10 +176,21 @@ int RunWatch(const std::vector<std::string>& arguments, std::ostream& out, std::
   Invocation invocation = Parse(spec, arguments, out, error);
   if (invocation.exit_code.has_value()) return *invocation.exit_code;
   const char* command = spec.command().c_str();
+  const std::string fetch_directory = invocation.arguments.Value("fetch-dir");
+  if (invocation.arguments.Has("fetch-dir") && fetch_directory.empty()) {
+    error << UsageError(command, "--fetch-dir needs a directory").message() << "\n";
+    return kExitUsage;
+  }
+  if (!fetch_directory.empty()) {
+    if (absl::Status created = CreateFetchDirectory(fetch_directory); !created.ok()) {
+      error << command << ": " << created.message() << "\n";
+      return kExitUsage;
+    }
+  }
   std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
   if (client == nullptr) return kExitUnreachable;
   return WatchJobAndReport(command, *client, invocation.arguments.positionals()[0],
-                           invocation.options.output, out, error);
+                           invocation.options.output, out, error, fetch_directory);
 }
 
 // --- nodes ---

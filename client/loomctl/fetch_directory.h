@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::loomctl {
 
@@ -18,6 +20,13 @@ absl::Status CreateFetchDirectory(const std::string& directory);
 // `<directory>/<tensor>_step<step>.npy`, the tensor's name made file-safe with FileNamePart.
 std::string FetchedTensorPath(const std::string& directory, const std::string& tensor,
                               int64_t step);
+
+// Writes the piece of a fetched tensor that a daemon sent (JobEvent.fetched, SubmitJobRequest.
+// stream_fetches) to FetchedTensorPath(directory, tensor, piece) and returns the path.
+// DATA_LOSS, naming the tensor, for an event whose bytes do not match its shape and data type;
+// the file's error, naming it, when it cannot be written.
+absl::StatusOr<std::string> WriteFetchedTensor(const std::string& directory,
+                                               const v1::FetchedTensor& fetched);
 
 // FAILED_PRECONDITION naming both when two of `tensors` would be written to the same files.
 absl::Status CheckFetchedFileNames(const std::vector<std::string>& tensors);

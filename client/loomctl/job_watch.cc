@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/loomctl/arguments.h"
 #include "client/loomctl/cluster_connection.h"
+#include "client/loomctl/fetch_directory.h"
 
 namespace loom::loomctl {
 
@@ -30,7 +32,13 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
   }
   if (event.has_step()) last_step_ = event.step();
   if (output_ == OutputFormat::kJson) {
-    *out_ << MessageToJsonLine(event);
+    if (event.has_fetched()) {
+      v1::JobEvent described = event;
+      described.mutable_fetched()->clear_data();
+      *out_ << MessageToJsonLine(described);
+    } else {
+      *out_ << MessageToJsonLine(event);
+    }
     out_->flush();
     return;
   }
@@ -63,39 +71,76 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
 void JobEventPrinter::Finish() { printer_.ClearProgress(); }
 
 int WatchJobAndReport(const char* command, ClusterClient& client, const std::string& job_id,
-                      OutputFormat output, std::ostream& out, std::ostream& error) {
+                      OutputFormat output, std::ostream& out, std::ostream& error,
+                      const std::string& fetch_directory) {
   // The bar is for a person watching a terminal: never into a captured stream.
   std::ostream* progress = (&error == &std::cerr && isatty(STDERR_FILENO)) ? &error : nullptr;
   JobEventPrinter printer(output, &out, progress);
-  absl::Status watched =
-      client.WatchJob(job_id, [&printer](const v1::JobEvent& event) { printer.OnEvent(event); });
+  int64_t files = 0;
+  absl::Status write_error;  // the first file not written; the others are not tried
+  absl::Status watched = client.WatchJob(job_id, [&](const v1::JobEvent& event) {
+    printer.OnEvent(event);
+    if (!event.has_fetched() || fetch_directory.empty() || !write_error.ok()) return;
+    write_error = WriteFetchedTensor(fetch_directory, event.fetched()).status();
+    if (write_error.ok()) ++files;
+  });
   printer.Finish();
   if (!watched.ok()) return ReportRpcError(command, watched, error);
 
   v1::JobState state = printer.last_state();
   v1::JobError job_error = printer.last_error();
-  if (!IsTerminal(state)) {
-    // The stream ended without the terminal event (a daemon that dropped events): ask.
-    absl::StatusOr<v1::JobInfo> info = client.GetJob(job_id);
-    if (!info.ok()) return ReportRpcError(command, info.status(), error);
-    state = info->state();
-    job_error = info->error();
+  const bool fetching = !fetch_directory.empty();
+  std::optional<v1::JobInfo> info;
+  if (!IsTerminal(state) || (fetching && files == 0)) {
+    // The stream ended without the terminal event (a daemon that dropped events), or no fetched
+    // tensor came: ask.
+    absl::StatusOr<v1::JobInfo> got = client.GetJob(job_id);
+    if (!got.ok()) return ReportRpcError(command, got.status(), error);
+    info = *std::move(got);
+    if (!IsTerminal(state)) {
+      state = info->state();
+      job_error = info->error();
+    }
   }
+  int exit_code = kExitSuccess;
   switch (state) {
     case v1::JOB_STATE_SUCCEEDED:
-      return kExitSuccess;
+      break;
     case v1::JOB_STATE_CANCELLED:
       error << command << ": job " << job_id << " was cancelled: " << FormatJobError(job_error)
             << "\n";
-      return kExitJobCancelled;
+      exit_code = kExitJobCancelled;
+      break;
     case v1::JOB_STATE_FAILED:
       error << command << ": job " << job_id << " failed: " << FormatJobError(job_error) << "\n";
-      return kExitFailure;
+      exit_code = kExitFailure;
+      break;
     default:
       error << command << ": the watch of job " << job_id << " ended while the job is "
             << JobStateName(state) << "\n";
-      return kExitUnreachable;
+      exit_code = kExitUnreachable;
   }
+  if (!fetching) return exit_code;
+  if (!write_error.ok()) {
+    error << command << ": " << write_error.message() << " (" << files
+          << " fetched tensors were written before it)\n";
+    return exit_code == kExitSuccess ? kExitFailure : exit_code;
+  }
+  if (files > 0) {
+    error << "fetched: " << files << " .npy files in " << fetch_directory << "\n";
+  } else if (exit_code == kExitSuccess) {
+    error << command << ": job " << job_id << " sent no fetched tensors to write to "
+          << fetch_directory << ": "
+          << (!info->streams_fetches()
+                  ? "it was not submitted to stream them (loomctl submit --fetch-dir, "
+                    "SubmitJobRequest.stream_fetches)"
+              : info->fetches_released()
+                  ? "the coordinator released them when a later job that streams its own started"
+                  : "none came")
+          << "\n";
+    return kExitFailure;
+  }
+  return exit_code;
 }
 
 }  // namespace loom::loomctl

@@ -20,6 +20,7 @@ class JobEventPrinter {
  public:
   JobEventPrinter(OutputFormat output, std::ostream* out, std::ostream* progress);
 
+  // A fetched tensor's event is printed in JSON only, without its data.
   void OnEvent(const v1::JobEvent& event);
   // Clears the progress bar.
   void Finish();
@@ -41,11 +42,16 @@ class JobEventPrinter {
 
 // Follows the job with WatchJob until it ends, printing its events (JobEventPrinter; the progress
 // bar goes to stderr when it is a terminal and `error` is std::cerr), then, when it did not
-// succeed, its error on `error`. Returns the exit code: kExitSuccess when the job SUCCEEDED,
-// kExitFailure when it FAILED, kExitJobCancelled when it was CANCELLED, else that of the failed
-// call (ExitCodeOfRpcError).
+// succeed, its error on `error`. With a `fetch_directory` (which must exist), the job's fetched
+// tensors (JobEvent.fetched, a job submitted with stream_fetches) are written there as .npy
+// files, named as 'loomctl run --fetch-dir' names them, and their count printed on `error` at
+// the end. Returns the exit code: kExitSuccess when the job SUCCEEDED (and, with a
+// fetch_directory, every file was written, and there was something to write), kExitFailure when
+// it FAILED or a file was not written, kExitJobCancelled when it was CANCELLED, else that of the
+// failed call (ExitCodeOfRpcError).
 int WatchJobAndReport(const char* command, ClusterClient& client, const std::string& job_id,
-                      OutputFormat output, std::ostream& out, std::ostream& error);
+                      OutputFormat output, std::ostream& out, std::ostream& error,
+                      const std::string& fetch_directory = "");
 
 // "INTERNAL: op 'x' failed ..." for a job's error.
 std::string FormatJobError(const v1::JobError& error);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/initial_state.h"
 #include "client/loomctl/cluster_connection.h"
+#include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
@@ -44,6 +45,16 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     error << UsageError(kCommand,
                         "--trace needs a file path, and --watch (the trace is there "
                         "once the job ends)")
+                 .message()
+          << "\n";
+    return kExitUsage;
+  }
+
+  const std::string fetch_directory = parsed->Value("fetch-dir");
+  if (parsed->Has("fetch-dir") && (fetch_directory.empty() || !parsed->Switch("watch"))) {
+    error << UsageError(kCommand,
+                        "--fetch-dir needs a directory, and --watch (the fetched tensors are "
+                        "written as the watch receives them)")
                  .message()
           << "\n";
     return kExitUsage;
@@ -87,9 +98,19 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     }
   }
 
+  if (!fetch_directory.empty()) {
+    absl::Status usable = CheckFetchedFileNames({job->fetch().begin(), job->fetch().end()});
+    if (usable.ok()) usable = CreateFetchDirectory(fetch_directory);
+    if (!usable.ok()) {
+      error << kCommand << ": --fetch-dir: " << usable.message() << "\n";
+      return kExitUsage;
+    }
+  }
+
   std::unique_ptr<ClusterClient> client = ConnectOrReport(kCommand, *options, error);
   if (client == nullptr) return kExitUnreachable;
   SubmitJobOptions submit_options;
+  submit_options.stream_fetches = !fetch_directory.empty();
   submit_options.trace = !trace_path.empty();
   submit_options.checkpoint_every_steps = checkpoint_every;
   if (parsed->Has("checkpoint")) {
@@ -118,8 +139,8 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   }
   out.flush();
   if (!parsed->Switch("watch")) return kExitSuccess;
-  const int watched =
-      WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output, out, error);
+  const int watched = WatchJobAndReport(kCommand, *client, submitted->job_id(), options->output,
+                                        out, error, fetch_directory);
   if (watched == kExitSuccess && !submit_options.checkpoint_path.empty()) {
     error << "checkpoint: " << submit_options.checkpoint_path << "\n";
   }
@@ -159,17 +180,26 @@ ArgumentSpec SubmitArgumentSpec() {
       "--watch then follows the job until it ends: a line per state change and per training\n"
       "step (step, loss, step time, tokens/s), with a progress bar (step, loss, tokens/s, ETA)\n"
       "on stderr when it is a terminal; --output json prints every event as one JSON object\n"
-      "per line. When the job fails or is cancelled, its error goes to stderr. Ctrl-C stops\n"
-      "watching; the job goes on ('loomctl cancel JOB_ID' stops it).\n\n"
-      "Exit codes: 0 submitted (with --watch: the job succeeded); 1 the job failed; 2 usage\n"
-      "error or the job file cannot be read; 3 the job was cancelled; 4 the daemon refused the\n"
-      "job (e.g. INVALID_ARGUMENT naming the op); 5 no daemon answered or the connection broke.");
+      "per line (a fetched tensor's without its data). With --fetch-dir the job's fetched\n"
+      "tensors are written as .npy files as they come. When the job fails or is cancelled,\n"
+      "its error goes to stderr. Ctrl-C stops watching; the job goes on ('loomctl cancel\n"
+      "JOB_ID' stops it).\n\n"
+      "Exit codes: 0 submitted (with --watch: the job succeeded); 1 the job failed (or a\n"
+      "fetched tensor could not be written); 2 usage error or the job file cannot be read;\n"
+      "3 the job was cancelled; 4 the daemon refused the job (e.g. INVALID_ARGUMENT naming\n"
+      "the op); 5 no daemon answered or the connection broke.");
   spec.AddPositional("JOB", "the job: protobuf text format (.pbtxt), JSON (.json) or binary (.pb)")
       .AddSwitch("watch", "follow the job until it ends; the exit code says how it ended")
       .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)")
       .AddFlag("trace", "PATH", "",
                "with --watch: every node records every act, and once the job ended its Chrome "
                "trace is written to PATH (for short jobs: a few bytes per act)")
+      .AddFlag("fetch-dir", "DIR", "",
+               "with --watch: the job's fetched tensors (its 'fetch' list) come to this client "
+               "as they are computed, and are written to DIR as <tensor>_step<k>.npy, one file "
+               "per piece (k counts the pieces over the job: a step, or a micro-batch of a step), "
+               "as 'loomctl run --fetch-dir' writes them. The coordinator refuses a job that "
+               "would stream more than its --max-fetched-bytes")
       .AddFlag("checkpoint", "PATH", "",
                "when the job succeeds, its variables (and optimizer state) are saved to PATH, a "
                "safetensors file as 'loomctl run --save-dir' writes (--init PATH resumes from "

@@ -9,7 +9,8 @@ namespace loom::loomctl {
 // binary), submits it to the coordinator and prints its id (--output json: its JobInfo). With
 // --watch, follows it to its end (WatchJobAndReport).
 //
-// Exit codes: 0 submitted (with --watch: the job SUCCEEDED); 1 the job FAILED; 2 usage error or
+// Exit codes: 0 submitted (with --watch: the job SUCCEEDED); 1 the job FAILED (or, with
+// --fetch-dir, a fetched tensor could not be written); 2 usage error or
 // an unreadable job file; 3 the job was CANCELLED; 4 the daemon refused the job (its status on
 // stderr: INVALID_ARGUMENT naming the op, RESOURCE_EXHAUSTED, ...); 5 no daemon answered or the
 // connection broke.

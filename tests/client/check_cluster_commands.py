@@ -5,7 +5,7 @@ check_cluster_commands.py LOOMCTL LOOMD
 
 Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
 then runs submit --watch (text and JSON), a failing job, a checkpoint and a job resumed from it,
-a rejected job, status, jobs, cancel, nodes, plan and the unreachable-daemon case, checking exit
+a rejected job, status, jobs, cancel, fetched tensors streamed to --fetch-dir, nodes, plan and the unreachable-daemon case, checking exit
 codes, stderr and that every --output json line parses. Run from the repository root (the job
 files are relative to it).
 """
@@ -190,6 +190,60 @@ try:
     result = loomctl("watch", long_job, *coordinator)
     check(result.returncode == 3 and "enough" in result.stderr,
           f"watching a cancelled job exits 3, not {result.returncode}")
+
+    # submit --fetch-dir: the fetched tensors come over the watch and are written as
+    # `loomctl run --fetch-dir` writes them.
+    with tempfile.TemporaryDirectory() as scratch:
+        job_file = os.path.join(scratch, "fetching.pbtxt")
+        with open("examples/jobs/mlp_regression.pbtxt") as source, open(job_file, "w") as out:
+            out.write(source.read() + '\nfetch: [ "y", "h" ]\n')
+        streamed = os.path.join(scratch, "streamed")
+        result = loomctl("submit", job_file, "--watch", "--steps", "3", "--fetch-dir", streamed,
+                         *coordinator)
+        check(result.returncode == 0, f"submit --fetch-dir exited {result.returncode}")
+        streamed_job = result.stdout.splitlines()[0] if result.stdout else ""
+        check(f"fetched: 9 .npy files in {streamed}" in result.stderr,
+              f"submit --fetch-dir counts the files (y, h, loss x 3 steps): {result.stderr}")
+        local = os.path.join(scratch, "local")
+        result = loomctl("run", job_file, "--devices", "cpu:2", "--steps", "3", "--fetch-dir",
+                         local)
+        check(result.returncode == 0, f"run --fetch-dir exited {result.returncode}")
+        names = sorted(os.listdir(local))
+        check(len(names) == 9 and sorted(os.listdir(streamed)) == names,
+              f"the same files as loomctl run's: {sorted(os.listdir(streamed))} {names}")
+
+        def same_files(directory):
+            for name in names:
+                path = os.path.join(directory, name)
+                if not os.path.exists(path):
+                    return False
+                with open(path, "rb") as one, open(os.path.join(local, name), "rb") as other:
+                    if one.read() != other.read():
+                        return False
+            return True
+
+        check(same_files(streamed), "every streamed file equals loomctl run's byte for byte")
+        # watch --fetch-dir: the coordinator still holds them.
+        rewatched = os.path.join(scratch, "rewatched")
+        result = loomctl("watch", streamed_job, "--fetch-dir", rewatched, *coordinator)
+        check(result.returncode == 0 and same_files(rewatched),
+              f"watch --fetch-dir writes them again: exit {result.returncode}")
+        # --output json: the fetched events, without their data.
+        result = loomctl("submit", job_file, "--watch", "--steps", "1", "--fetch-dir",
+                         os.path.join(scratch, "json"), "--output", "json", *coordinator)
+        fetched = [o["fetched"] for o in json_lines(result.stdout, "submit --fetch-dir json")[1:]
+                   if "fetched" in o]
+        check(result.returncode == 0 and sorted(f["tensor"] for f in fetched) == ["h", "loss", "y"]
+              and all(not f.get("data") for f in fetched),
+              f"one fetched event per tensor, without data: {fetched}")
+        # That job started streaming: the first one's were released.
+        result = loomctl("watch", streamed_job, "--fetch-dir", os.path.join(scratch, "late"),
+                         *coordinator)
+        check(result.returncode == 1 and "released" in result.stderr,
+              f"watch --fetch-dir of a released job: exit 1 saying why, not {result.returncode}")
+        result = loomctl("submit", job_file, "--fetch-dir", streamed, *coordinator)
+        check(result.returncode == 2 and "--fetch-dir" in result.stderr,
+              f"--fetch-dir without --watch: exit 2, not {result.returncode}")
 
     # nodes.
     result = loomctl("nodes", *coordinator)

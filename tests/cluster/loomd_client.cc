@@ -37,11 +37,13 @@ bool LoomdClient::WaitForReadyNodes(int count, absl::Duration deadline) {
 
 absl::StatusOr<std::string> LoomdClient::Submit(const job::Job& job,
                                                 const std::string& checkpoint_path,
-                                                int64_t checkpoint_every_steps) {
+                                                int64_t checkpoint_every_steps,
+                                                bool stream_fetches) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
   request.set_checkpoint_path(checkpoint_path);
   request.set_checkpoint_every_steps(checkpoint_every_steps);
+  request.set_stream_fetches(stream_fetches);
   v1::SubmitJobResponse response;
   grpc::Status status = jobs_->SubmitJob(Context().get(), request, &response);
   if (!status.ok()) {
@@ -84,6 +86,7 @@ JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout,
     if (on_event) on_event(event);
     if (event.has_step()) outcome.losses.push_back(event.step().loss());
     if (event.has_checkpoint()) outcome.checkpoints.push_back(event.checkpoint().step());
+    if (event.has_fetched()) outcome.fetched.push_back(event.fetched());
     if (event.has_state_change()) {
       outcome.state = event.state_change().state();
       outcome.states.push_back(outcome.state);
@@ -95,8 +98,9 @@ JobOutcome LoomdClient::Watch(const std::string& id, absl::Duration timeout,
   return outcome;
 }
 
-JobOutcome LoomdClient::Run(const job::Job& job, const std::string& checkpoint_path) {
-  absl::StatusOr<std::string> id = Submit(job, checkpoint_path);
+JobOutcome LoomdClient::Run(const job::Job& job, const std::string& checkpoint_path,
+                            bool stream_fetches) {
+  absl::StatusOr<std::string> id = Submit(job, checkpoint_path, 0, stream_fetches);
   if (!id.ok()) {
     JobOutcome outcome;
     outcome.error = id.status().ToString();

@@ -25,6 +25,8 @@ struct JobOutcome {
   std::vector<double> losses;
   // The steps of the checkpoints saved (JobEvent.checkpoint), in order.
   std::vector<int64_t> checkpoints;
+  // The fetched tensors (JobEvent.fetched), in the order received.
+  std::vector<v1::FetchedTensor> fetched;
   std::string error;
 };
 
@@ -40,9 +42,10 @@ class LoomdClient {
   std::vector<v1::NodeInfo> Nodes();
   // Whether `count` nodes are READY within `deadline`.
   bool WaitForReadyNodes(int count, absl::Duration deadline);
-  // `checkpoint_path`, `checkpoint_every_steps`: SubmitJobRequest's.
+  // `checkpoint_path`, `checkpoint_every_steps`, `stream_fetches`: SubmitJobRequest's.
   absl::StatusOr<std::string> Submit(const job::Job& job, const std::string& checkpoint_path = "",
-                                     int64_t checkpoint_every_steps = 0);
+                                     int64_t checkpoint_every_steps = 0,
+                                     bool stream_fetches = false);
   v1::JobInfo Get(const std::string& id);
   std::vector<v1::JobInfo> List();
   grpc::Status Cancel(const std::string& id);
@@ -50,7 +53,8 @@ class LoomdClient {
   JobOutcome Watch(const std::string& id, absl::Duration timeout = absl::Minutes(5),
                    const std::function<void(const v1::JobEvent&)>& on_event = nullptr);
   // Submit and Watch.
-  JobOutcome Run(const job::Job& job, const std::string& checkpoint_path = "");
+  JobOutcome Run(const job::Job& job, const std::string& checkpoint_path = "",
+                 bool stream_fetches = false);
   // grpc.health.v1.Health/Check for the whole server: SERVING.
   bool Serving();
 

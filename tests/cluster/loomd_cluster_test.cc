@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,8 +65,8 @@ class LoomdClusterTest : public ::testing::Test {
   JobOutcome Run(const job::Job& job) { return client_->Run(job); }
 
   // The job's outcome on a one-node loomd with `devices` CPU devices.
-  JobOutcome RunOnOneNode(const job::Job& job, int devices,
-                          const std::string& checkpoint_path = "") {
+  JobOutcome RunOnOneNode(const job::Job& job, int devices, const std::string& checkpoint_path = "",
+                          bool stream_fetches = false) {
     auto daemon = LoomdProcess::Start(
         LOOMD_BINARY, {"--devices", absl::StrCat("cpu:", devices), "--node-name", "single"},
         absl::StrCat(::testing::TempDir(), "/loomd-single.log"));
@@ -75,7 +76,7 @@ class LoomdClusterTest : public ::testing::Test {
       return failed;
     }
     LoomdClient client((*daemon)->address());
-    JobOutcome outcome = client.Run(job, checkpoint_path);
+    JobOutcome outcome = client.Run(job, checkpoint_path, stream_fetches);
     (*daemon)->Signal(SIGTERM);
     return outcome;
   }
@@ -194,6 +195,57 @@ TEST_F(LoomdClusterTest, ACheckpointOfAJobAcrossNodesEqualsTheOneNodeRuns) {
   // The nodes' parts are gone.
   for (int node = 0; node < 3; ++node) {
     EXPECT_FALSE(std::filesystem::exists(absl::StrCat(actual_path, ".node-", node))) << node;
+  }
+}
+
+TEST_F(LoomdClusterTest, FetchedTensorsStreamedFromTheNodesEqualTheOneNodeRuns) {
+  // DP = 2 x PP = 2 over the two workers: the logits (and the loss) come from the last stage's
+  // two data-parallel ranks, one per worker, and the coordinator assembles every piece.
+  gpt::GptConfig config = SmallGpt(3);
+  config.data_parallel = 2;
+  config.pipeline_stages = 2;
+  config.micro_batches = 2;
+  auto with_logits = [](absl::StatusOr<job::Job> job) {
+    if (!job.ok()) return job;
+    for (const job::Op& op : job->ops()) {
+      if (op.name() == "lm_head") job->add_fetch(op.outputs(0));
+    }
+    return job;
+  };
+  absl::StatusOr<job::Job> single = with_logits(gpt::BuildGptJob(config));
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_THAT(single->fetch(), ::testing::Contains("loss"));
+  ASSERT_EQ(single->fetch_size(), 2);  // the loss and the logits
+  JobOutcome expected = RunOnOneNode(*single, 4, "", /*stream_fetches=*/true);
+  ASSERT_EQ(expected.state, v1::JOB_STATE_SUCCEEDED) << expected.error;
+
+  config.devices_per_node = 2;
+  absl::StatusOr<job::Job> spread = with_logits(gpt::BuildGptJob(config));
+  ASSERT_TRUE(spread.ok()) << spread.status();
+  JobOutcome actual = client_->Run(*spread, "", /*stream_fetches=*/true);
+  ASSERT_EQ(actual.state, v1::JOB_STATE_SUCCEEDED) << actual.error;
+
+  // 3 steps of 2 micro-batches, the logits and the loss.
+  ASSERT_EQ(actual.fetched.size(), 12u);
+  ASSERT_EQ(expected.fetched.size(), 12u);
+  auto key = [](const v1::FetchedTensor& fetched) {
+    return std::make_pair(fetched.tensor(), fetched.piece());
+  };
+  std::map<std::pair<std::string, int64_t>, const v1::FetchedTensor*> by_piece;
+  for (const v1::FetchedTensor& fetched : expected.fetched) by_piece[key(fetched)] = &fetched;
+  for (const v1::FetchedTensor& fetched : actual.fetched) {
+    auto found = by_piece.find(key(fetched));
+    ASSERT_NE(found, by_piece.end()) << fetched.tensor() << " piece " << fetched.piece();
+    EXPECT_THAT(fetched.shape(), ::testing::ElementsAreArray(found->second->shape()));
+    EXPECT_TRUE(fetched.data() == found->second->data())
+        << fetched.tensor() << " piece " << fetched.piece() << " differs";
+  }
+  // The logits of a micro-batch: 6 sequences of 16 positions, whole (both ranks' halves).
+  for (const v1::FetchedTensor& fetched : actual.fetched) {
+    if (fetched.tensor() == "loss") continue;
+    int64_t positions = 1;
+    for (int axis = 0; axis + 1 < fetched.shape_size(); ++axis) positions *= fetched.shape(axis);
+    EXPECT_EQ(positions, 6 * 16) << fetched.tensor();
   }
 }
 

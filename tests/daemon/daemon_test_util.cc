@@ -172,12 +172,27 @@ grpc::Status DaemonTest::Submit(const job::Job& job, v1::SubmitJobResponse* resp
   *request.mutable_job() = job;
   request.set_checkpoint_path(checkpoint_path);
   request.set_checkpoint_every_steps(checkpoint_every_steps);
+  return SubmitRequest(request, response);
+}
+
+grpc::Status DaemonTest::SubmitRequest(const v1::SubmitJobRequest& request,
+                                       v1::SubmitJobResponse* response) {
   return jobs_->SubmitJob(ContextWithDeadline().get(), request, response);
 }
 
 std::string DaemonTest::SubmitOrDie(const job::Job& job) {
   v1::SubmitJobResponse response;
   grpc::Status status = Submit(job, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.job().job_id();
+}
+
+std::string DaemonTest::SubmitStreamingOrDie(const job::Job& job) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = job;
+  request.set_stream_fetches(true);
+  v1::SubmitJobResponse response;
+  grpc::Status status = SubmitRequest(request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
   return response.job().job_id();
 }

@@ -56,8 +56,12 @@ class DaemonTest : public ::testing::Test {
   // returned, the response written to `response`.
   grpc::Status Submit(const job::Job& job, v1::SubmitJobResponse* response,
                       const std::string& checkpoint_path = "", int64_t checkpoint_every_steps = 0);
+  // SubmitJob with `request`.
+  grpc::Status SubmitRequest(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
   // SubmitJob that must succeed: the job's id.
   std::string SubmitOrDie(const job::Job& job);
+  // The same with SubmitJobRequest.stream_fetches.
+  std::string SubmitStreamingOrDie(const job::Job& job);
   grpc::Status GetJob(const std::string& job_id, v1::JobInfo* info);
   // WatchJob until the stream ends (or `timeout`): every event received. `status` gets the
   // stream's status when not null.

@@ -2,6 +2,7 @@
 // two daemons never share one directory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -87,6 +88,27 @@ TEST_F(DataDirectoryTest, EndedJobsTheirEventsPlansTracesAndIdsSurviveARestart) 
 
   // Ids go on from the last one: a watcher of job-1 never sees another job under its id.
   EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-2");
+}
+
+TEST_F(DataDirectoryTest, StreamedFetchedTensorsAreNotKeptAcrossARestart) {
+  const std::string id = SubmitStreamingOrDie(CountingJob(2, "ones_total", "ones_per_column"));
+  const std::vector<v1::JobEvent> events = WatchToEnd(id);
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+  auto fetched = [](const std::vector<v1::JobEvent>& events) {
+    return std::count_if(events.begin(), events.end(),
+                         [](const v1::JobEvent& event) { return event.has_fetched(); });
+  };
+  ASSERT_EQ(fetched(events), 12);  // 2 steps of 2 micro-batches, 3 tensors (the loss too)
+
+  StartDaemon(Options());
+  const std::vector<v1::JobEvent> watched = WatchToEnd(id);
+  EXPECT_EQ(fetched(watched), 0);
+  EXPECT_EQ(StatesOf(watched), StatesOf(events));
+  EXPECT_EQ(StepsOf(watched).size(), 2u);
+  v1::JobInfo info;
+  ASSERT_TRUE(GetJob(id, &info).ok());
+  EXPECT_TRUE(info.streams_fetches());
+  EXPECT_TRUE(info.fetches_released());
 }
 
 TEST_F(DataDirectoryTest, JobsCancelledAtShutdownStayCancelledAndForgottenJobsStayForgotten) {
