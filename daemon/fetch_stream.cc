@@ -1,5 +1,7 @@
 #include "daemon/fetch_stream.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,17 +11,26 @@
 namespace loom::daemon {
 namespace {
 
+constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max();
+
+// a * b for non-negative numbers, kMaxBytes where it would be more.
+int64_t SaturatingProduct(int64_t a, int64_t b) {
+  return (a > 0 && b > kMaxBytes / a) ? kMaxBytes : a * b;
+}
+
 // The bytes of one piece of `fetch` (its logical tensor).
 int64_t PieceBytes(const plan::Fetch& fetch) {
-  int64_t elements = 1;
-  for (int64_t extent : fetch.logical().shape()) elements *= extent;
-  return elements * DataTypeSize(fetch.logical().data_type());
+  int64_t bytes = DataTypeSize(fetch.logical().data_type());
+  for (int64_t extent : fetch.logical().shape()) bytes = SaturatingProduct(bytes, extent);
+  return bytes;
 }
 
 }  // namespace
 
-absl::Status FetchStream::CheckLimits(const plan::Plan& plan, int64_t pieces_per_fetch,
+absl::Status FetchStream::CheckLimits(const plan::Plan& plan, int64_t steps,
                                       int64_t max_piece_bytes, int64_t max_job_bytes) {
+  const int64_t pieces_per_fetch =
+      SaturatingProduct(std::max<int64_t>(steps, 1), std::max(plan.num_micro_batches(), 1));
   if (plan.fetches().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", plan.job_name(),
@@ -34,7 +45,8 @@ absl::Status FetchStream::CheckLimits(const plan::Plan& plan, int64_t pieces_per
           "] has ", piece_bytes, " bytes per piece, more than a message may carry to a watcher (",
           max_piece_bytes, " bytes: half of loomd's --max-message-size)"));
     }
-    job_bytes += piece_bytes * pieces_per_fetch;
+    const int64_t fetch_bytes = SaturatingProduct(piece_bytes, pieces_per_fetch);
+    job_bytes = fetch_bytes > kMaxBytes - job_bytes ? kMaxBytes : job_bytes + fetch_bytes;
     if (job_bytes > max_job_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "job '", plan.job_name(), "' would stream more than ", max_job_bytes,

@@ -25,12 +25,12 @@ class FetchStream {
  public:
   using PieceCallback = std::function<void(v1::FetchedTensor)>;
 
-  // What the coordinator checks when such a job is submitted, `pieces_per_fetch` being its steps
-  // times its micro-batches: INVALID_ARGUMENT when the plan fetches nothing; RESOURCE_EXHAUSTED,
-  // naming the tensor, when one piece has more than `max_piece_bytes` or all pieces of all
-  // fetches more than `max_job_bytes`.
-  static absl::Status CheckLimits(const plan::Plan& plan, int64_t pieces_per_fetch,
-                                  int64_t max_piece_bytes, int64_t max_job_bytes);
+  // What the coordinator checks when a job of `steps` steps is submitted to stream its fetches
+  // (a piece per step and micro-batch): INVALID_ARGUMENT when the plan fetches nothing;
+  // RESOURCE_EXHAUSTED, naming the tensor, when one piece has more than `max_piece_bytes` or all
+  // pieces of all fetches more than `max_job_bytes`.
+  static absl::Status CheckLimits(const plan::Plan& plan, int64_t steps, int64_t max_piece_bytes,
+                                  int64_t max_job_bytes);
 
   // Streams every fetch of `plan`.
   FetchStream(const plan::Plan& plan, PieceCallback on_piece);

@@ -161,11 +161,9 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
         return checkpoint;
       }
       if (options.stream_fetches) {
-        const int64_t pieces_per_fetch = std::max<int64_t>((*compiled)->job.num_steps(), 1) *
-                                         std::max(plan.num_micro_batches(), 1);
-        if (absl::Status limits =
-                FetchStream::CheckLimits(plan, pieces_per_fetch, options_.max_fetched_piece_bytes,
-                                         options_.max_fetched_bytes_per_job);
+        if (absl::Status limits = FetchStream::CheckLimits(plan, (*compiled)->job.num_steps(),
+                                                           options_.max_fetched_piece_bytes,
+                                                           options_.max_fetched_bytes_per_job);
             !limits.ok()) {
           return limits;
         }

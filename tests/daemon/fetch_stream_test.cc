@@ -128,6 +128,12 @@ TEST_F(FetchStreamTest, TheLimitsAreCheckedAtSubmitNamingTheTensor) {
   EXPECT_THAT(status.error_message(), HasSubstr("--max-fetched-bytes"));
   // Without streaming, the same job is fine: nothing is held.
   EXPECT_TRUE(Submit(FetchingJob(4), &response).ok());
+  // So many steps that their bytes would overflow a 64-bit count.
+  job::Job endless = FetchingJob(1);
+  endless.set_num_steps(int64_t{1} << 62);
+  status = SubmitRequest(StreamingRequest(endless), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("--max-fetched-bytes"));
 
   // A piece larger than half a message.
   options.max_message_bytes = 8 << 10;
