@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import struct
 import sys
 import tempfile
 import threading
@@ -153,6 +154,30 @@ class PythonClientTest(unittest.TestCase):
         self.channel.close()
         self.assertEqual(self.daemon.terminate(), 0, "".join(self.daemon.output))
         self.assertIn("loomd: stopped\n", self.daemon.output)
+
+    def test_streams_the_fetched_tensors_of_a_job(self):
+        api = self.job_service_pb2
+        job = self.read_job("examples/jobs/mlp_regression.pbtxt")
+        job.num_steps = 2
+        job.fetch.append("y")
+        submitted = self.jobs.SubmitJob(api.SubmitJobRequest(job=job, stream_fetches=True),
+                                        timeout=CALL_TIMEOUT).job
+        self.assertTrue(submitted.streams_fetches)
+        events = list(self.jobs.WatchJob(api.WatchJobRequest(job_id=submitted.job_id),
+                                         timeout=JOB_TIMEOUT))
+        fetched = [event.fetched for event in events if event.WhichOneof("kind") == "fetched"]
+        losses = [event.step.loss for event in events if event.WhichOneof("kind") == "step"]
+        self.assertEqual(sorted((piece.tensor, piece.piece) for piece in fetched),
+                         [("loss", 0), ("loss", 1), ("y", 0), ("y", 1)])
+        for piece in fetched:
+            if piece.tensor == "y":
+                self.assertEqual(list(piece.shape), [8, 2])
+                self.assertEqual(len(piece.data), 8 * 2 * 4)
+            else:
+                # The step's loss is its one piece (no micro-batches), as float32.
+                (value,) = struct.unpack("<f", piece.data)
+                self.assertEqual(value, struct.unpack("<f", struct.pack("<f",
+                                                                        losses[piece.piece]))[0])
 
     def test_unknown_job_is_not_found(self):
         api = self.job_service_pb2
