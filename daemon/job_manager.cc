@@ -356,9 +356,12 @@ absl::StatusOr<JobManager::EventBatch> JobManager::WaitForEvents(const std::stri
     return held->next_sequence > from_sequence || IsTerminal(held->info.state());
   });
   EventBatch batch;
-  for (const v1::JobEvent& event : held->events) {
-    if (event.sequence() >= from_sequence) batch.events.push_back(event);
-  }
+  // The events are in sequence order: start at the first one asked for, not at the oldest (a
+  // watcher asks after every few events of a job that may hold tens of thousands).
+  auto first = std::lower_bound(
+      held->events.begin(), held->events.end(), from_sequence,
+      [](const v1::JobEvent& event, int64_t sequence) { return event.sequence() < sequence; });
+  batch.events.assign(first, held->events.end());
   batch.ended = IsTerminal(held->info.state());
   return batch;
 }
