@@ -27,18 +27,19 @@ absl::Status FetchWriter::BeginSegment(const plan::Plan& plan) {
 
 absl::Status FetchWriter::OnPiece(const SinkPiece& piece) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (FetchPieceAssembler& fetch : fetches_) {
+  for (int index = 0; index < static_cast<int>(fetches_.size()); ++index) {
+    FetchPieceAssembler& fetch = fetches_[index];
     absl::StatusOr<std::optional<AssembledPiece>> assembled = fetch.Add(piece);
     if (!assembled.ok()) return assembled.status();
     if (!assembled->has_value()) continue;
     const std::string& tensor = fetch.fetch().tensor();
-    std::string path =
-        FetchedTensorPath(directory_, tensor, pieces_before_[tensor] + (*assembled)->piece);
+    const int64_t step = pieces_before_[tensor] + (*assembled)->piece;
+    std::string path = FetchedTensorPath(directory_, tensor, step);
     if (absl::Status status = WriteNpyFile((*assembled)->tensor, path); !status.ok()) {
       return status;
     }
     ++pieces_written_[tensor];
-    paths_.push_back(std::move(path));
+    paths_.emplace(std::make_pair(step, index), std::move(path));
   }
   return absl::OkStatus();
 }
@@ -66,7 +67,9 @@ std::vector<std::string> FetchWriter::sinks() const {
 
 std::vector<std::string> FetchWriter::paths() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return paths_;
+  std::vector<std::string> paths;
+  for (const auto& [order, path] : paths_) paths.push_back(path);
+  return paths;
 }
 
 }  // namespace loom::loomctl

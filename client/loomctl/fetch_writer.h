@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,7 +43,8 @@ class FetchWriter {
 
   // The sinks of the segment's fetches (JobOptions::reported_sinks).
   std::vector<std::string> sinks() const;
-  // Every file written so far, in the order written.
+  // Every file written so far, by step and then in the plan's order of the fetches (as a run
+  // that does not train lists them), whatever the order the pieces completed in.
   std::vector<std::string> paths() const;
 
  private:
@@ -55,7 +57,8 @@ class FetchWriter {
   // Per tensor: the pieces the previous segments wrote, and those of this segment (guarded).
   std::map<std::string, int64_t> pieces_before_;
   std::map<std::string, int64_t> pieces_written_;
-  std::vector<std::string> paths_;  // guarded by mutex_
+  // The files written, by (step, index of the fetch in the plan) (guarded by mutex_).
+  std::map<std::pair<int64_t, int>, std::string> paths_;
 };
 
 }  // namespace loom::loomctl

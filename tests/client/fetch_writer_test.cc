@@ -73,6 +73,28 @@ TEST(FetchWriterTest, WritesEachPieceOnceEveryRankHoldsItNumberedOnAcrossSegment
   }
 }
 
+TEST(FetchWriterTest, ListsTheFilesByStepThenFetchWhateverOrderTheyCameIn) {
+  const std::string directory = testing::FreshTestDirectory("fetch-writer");
+  absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a", "b"})).ok());
+  for (const auto& [sink, piece] : std::vector<std::pair<std::string, int64_t>>{{"b@0", 1},
+                                                                                {"b@1", 1},
+                                                                                {"a@0", 1},
+                                                                                {"a@1", 1},
+                                                                                {"b@0", 0},
+                                                                                {"b@1", 0},
+                                                                                {"a@1", 0},
+                                                                                {"a@0", 0}}) {
+    ASSERT_TRUE(Add(**writer, sink, piece, 1).ok()) << sink << " " << piece;
+  }
+  ASSERT_TRUE((*writer)->EndSegment().ok());
+  EXPECT_THAT((*writer)->paths(), ElementsAre(absl::StrCat(directory, "/a_step0.npy"),
+                                              absl::StrCat(directory, "/b_step0.npy"),
+                                              absl::StrCat(directory, "/a_step1.npy"),
+                                              absl::StrCat(directory, "/b_step1.npy")));
+}
+
 TEST(FetchWriterTest, ErrorsNameTheCulprit) {
   const std::string directory = testing::FreshTestDirectory("fetch-writer");
   absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
