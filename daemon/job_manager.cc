@@ -358,9 +358,10 @@ absl::StatusOr<JobManager::EventBatch> JobManager::WaitForEvents(const std::stri
   EventBatch batch;
   // The events are in sequence order: start at the first one asked for, not at the oldest (a
   // watcher asks after every few events of a job that may hold tens of thousands).
-  auto first = std::lower_bound(
-      held->events.begin(), held->events.end(), from_sequence,
-      [](const v1::JobEvent& event, int64_t sequence) { return event.sequence() < sequence; });
+  auto first = std::lower_bound(held->events.begin(), held->events.end(), from_sequence,
+                                [](const std::shared_ptr<v1::JobEvent>& event, int64_t sequence) {
+                                  return event->sequence() < sequence;
+                                });
   batch.events.assign(first, held->events.end());
   batch.ended = IsTerminal(held->info.state());
   return batch;
@@ -911,12 +912,13 @@ v1::JobEvent* JobManager::AppendEvent(JobRecord* record, bool fetched) {
     ++record->fetched_events;
   } else if (static_cast<int64_t>(record->events.size()) - record->fetched_events >=
              options_.max_events_per_job) {
-    auto oldest_step = std::find_if(
-        record->events.begin(), record->events.end(),
-        [](const v1::JobEvent& event) { return event.has_step() || event.has_checkpoint(); });
+    auto oldest_step = std::find_if(record->events.begin(), record->events.end(),
+                                    [](const std::shared_ptr<v1::JobEvent>& event) {
+                                      return event->has_step() || event->has_checkpoint();
+                                    });
     if (oldest_step != record->events.end()) record->events.erase(oldest_step);
   }
-  v1::JobEvent& event = record->events.emplace_back();
+  v1::JobEvent& event = *record->events.emplace_back(std::make_shared<v1::JobEvent>());
   event.set_job_id(record->id);
   event.set_sequence(record->next_sequence++);
   *event.mutable_time() = TimeUtil::GetCurrentTime();
@@ -930,7 +932,8 @@ void JobManager::ReleaseFetches() {
   fetches_held_by_ = 0;
   if (held == records_.end()) return;  // forgotten
   JobRecord& record = *held->second;
-  std::erase_if(record.events, [](const v1::JobEvent& event) { return event.has_fetched(); });
+  std::erase_if(record.events,
+                [](const std::shared_ptr<v1::JobEvent>& event) { return event->has_fetched(); });
   record.fetched_events = 0;
   record.info.set_fetches_released(true);
   Persist(&record);
@@ -992,9 +995,9 @@ void JobManager::Persist(JobRecord* record, bool with_step_events) {
   StoredJob stored;
   stored.set_number(record->number);
   *stored.mutable_info() = record->info;
-  for (const v1::JobEvent& event : record->events) {
-    if (event.has_fetched() || (!with_step_events && event.has_step())) continue;
-    *stored.add_events() = event;
+  for (const std::shared_ptr<v1::JobEvent>& event : record->events) {
+    if (event->has_fetched() || (!with_step_events && event->has_step())) continue;
+    *stored.add_events() = *event;
   }
   stored.set_next_sequence(record->next_sequence);
   stored.set_has_trace(record->trace_stored);
@@ -1016,7 +1019,9 @@ void JobManager::Restore() {
     record->id = stored.info().job_id();
     record->info = std::move(*stored.mutable_info());
     record->info.clear_queue_position();
-    for (v1::JobEvent& event : *stored.mutable_events()) record->events.push_back(std::move(event));
+    for (v1::JobEvent& event : *stored.mutable_events()) {
+      record->events.push_back(std::make_shared<v1::JobEvent>(std::move(event)));
+    }
     record->next_sequence = stored.next_sequence();
     record->trace = record->info.traced();
     // Fetched tensors are held in memory only.

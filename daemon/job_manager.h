@@ -112,8 +112,9 @@ class JobManager {
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id) const;
 
   struct EventBatch {
-    // Held events with sequence >= the one asked for, in order.
-    std::vector<v1::JobEvent> events;
+    // Held events with sequence >= the one asked for, in order (shared with the job's record, so
+    // that a batch copies no fetched tensor).
+    std::vector<std::shared_ptr<const v1::JobEvent>> events;
     // The job has ended and `events` holds its last event: nothing more will come.
     bool ended = false;
   };

@@ -27,8 +27,9 @@ struct JobRecord {
   // Kept current; queue_position is filled in when the record is read.
   v1::JobInfo info;
   // The events still held (state changes always; the newest step events; fetched tensors until
-  // released), in sequence order.
-  std::deque<v1::JobEvent> events;
+  // released), in sequence order. Shared with the watchers' batches (JobManager::EventBatch): an
+  // event does not change once the caller of AppendEvent filled it in.
+  std::deque<std::shared_ptr<v1::JobEvent>> events;
   // Of `events`, the fetched tensors.
   int64_t fetched_events = 0;
   int64_t next_sequence = 0;

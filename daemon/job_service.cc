@@ -140,9 +140,9 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
       return first ? ToGrpcStatus(batch.status()) : grpc::Status::OK;
     }
     first = false;
-    for (const v1::JobEvent& event : batch->events) {
-      if (!writer->Write(event)) return grpc::Status::OK;  // the client went away
-      next_sequence = event.sequence() + 1;
+    for (const std::shared_ptr<const v1::JobEvent>& event : batch->events) {
+      if (!writer->Write(*event)) return grpc::Status::OK;  // the client went away
+      next_sequence = event->sequence() + 1;
     }
     if (batch->ended) return grpc::Status::OK;
   }
