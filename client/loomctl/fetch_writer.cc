@@ -8,9 +8,21 @@
 
 namespace loom::loomctl {
 
-absl::StatusOr<std::unique_ptr<FetchWriter>> FetchWriter::Create(const std::string& directory) {
+absl::StatusOr<std::unique_ptr<FetchWriter>> FetchWriter::Create(const std::string& directory,
+                                                                 int64_t max_queued_bytes) {
   if (absl::Status status = CreateFetchDirectory(directory); !status.ok()) return status;
-  return std::unique_ptr<FetchWriter>(new FetchWriter(directory));
+  std::unique_ptr<FetchWriter> writer(new FetchWriter(directory, max_queued_bytes));
+  writer->writer_ = std::thread([raw = writer.get()] { raw->WriteLoop(); });
+  return writer;
+}
+
+FetchWriter::~FetchWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  writer_.join();
 }
 
 absl::Status FetchWriter::BeginSegment(const plan::Plan& plan) {
@@ -26,7 +38,8 @@ absl::Status FetchWriter::BeginSegment(const plan::Plan& plan) {
 }
 
 absl::Status FetchWriter::OnPiece(const SinkPiece& piece) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!write_error_.ok()) return write_error_;
   for (int index = 0; index < static_cast<int>(fetches_.size()); ++index) {
     FetchPieceAssembler& fetch = fetches_[index];
     absl::StatusOr<std::optional<AssembledPiece>> assembled = fetch.Add(piece);
@@ -34,18 +47,26 @@ absl::Status FetchWriter::OnPiece(const SinkPiece& piece) {
     if (!assembled->has_value()) continue;
     const std::string& tensor = fetch.fetch().tensor();
     const int64_t step = pieces_before_[tensor] + (*assembled)->piece;
-    std::string path = FetchedTensorPath(directory_, tensor, step);
-    if (absl::Status status = WriteNpyFile((*assembled)->tensor, path); !status.ok()) {
-      return status;
-    }
     ++pieces_written_[tensor];
-    paths_.emplace(std::make_pair(step, index), std::move(path));
+    const int64_t bytes = static_cast<int64_t>((*assembled)->tensor.bytes.size());
+    // Room for it, unless nothing else is queued (a piece larger than the bound goes alone).
+    changed_.wait(lock, [&] {
+      return queued_bytes_ == 0 || queued_bytes_ + bytes <= max_queued_bytes_ || !write_error_.ok();
+    });
+    if (!write_error_.ok()) return write_error_;
+    queued_bytes_ += bytes;
+    queue_.push_back(QueuedFile{{step, index},
+                                FetchedTensorPath(directory_, tensor, step),
+                                std::move((*assembled)->tensor)});
+    changed_.notify_all();
   }
   return absl::OkStatus();
 }
 
 absl::Status FetchWriter::EndSegment() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return (queue_.empty() && !writing_) || !write_error_.ok(); });
+  if (!write_error_.ok()) return write_error_;
   for (const FetchPieceAssembler& fetch : fetches_) {
     if (fetch.pending_pieces() > 0) {
       return absl::FailedPreconditionError(
@@ -70,6 +91,28 @@ std::vector<std::string> FetchWriter::paths() const {
   std::vector<std::string> paths;
   for (const auto& [order, path] : paths_) paths.push_back(path);
   return paths;
+}
+
+void FetchWriter::WriteLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+    // Stopping: what is queued is still written (pieces the run completed).
+    if (queue_.empty()) return;
+    QueuedFile file = std::move(queue_.front());
+    queue_.pop_front();
+    // After a failed write the run fails: the files queued after it are not written.
+    const bool write = write_error_.ok();
+    writing_ = true;
+    lock.unlock();
+    const absl::Status written = write ? WriteNpyFile(file.tensor, file.path) : absl::OkStatus();
+    lock.lock();
+    writing_ = false;
+    queued_bytes_ -= static_cast<int64_t>(file.tensor.bytes.size());
+    if (!written.ok()) write_error_ = written;
+    if (write && written.ok()) paths_.emplace(file.order, std::move(file.path));
+    changed_.notify_all();
+  }
 }
 
 }  // namespace loom::loomctl

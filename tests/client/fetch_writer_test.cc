@@ -95,6 +95,30 @@ TEST(FetchWriterTest, ListsTheFilesByStepThenFetchWhateverOrderTheyCameIn) {
                                               absl::StrCat(directory, "/b_step1.npy")));
 }
 
+TEST(FetchWriterTest, APieceWaitsForRoomWhenTheQueueIsFull) {
+  const std::string directory = testing::FreshTestDirectory("fetch-writer");
+  // Room for one piece of 4 bytes at a time: every piece waits for the one before it.
+  absl::StatusOr<std::unique_ptr<FetchWriter>> writer =
+      FetchWriter::Create(directory, /*max_queued_bytes=*/4);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
+  for (int piece = 0; piece < 50; ++piece) {
+    ASSERT_TRUE(Add(**writer, "a@0", piece, piece).ok());
+    ASSERT_TRUE(Add(**writer, "a@1", piece, 1).ok());
+  }
+  ASSERT_TRUE((*writer)->EndSegment().ok());
+  const std::vector<std::string> paths = (*writer)->paths();
+  ASSERT_EQ(paths.size(), 50u);
+  for (int piece = 0; piece < 50; ++piece) {
+    EXPECT_EQ(paths[piece], absl::StrCat(directory, "/a_step", piece, ".npy"));
+    std::ifstream file(paths[piece], std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> expected = EncodeNpy(testing::FloatTensor({piece + 1.0f}));
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(bytes, *expected) << paths[piece];
+  }
+}
+
 TEST(FetchWriterTest, ErrorsNameTheCulprit) {
   const std::string directory = testing::FreshTestDirectory("fetch-writer");
   absl::StatusOr<std::unique_ptr<FetchWriter>> writer = FetchWriter::Create(directory);
@@ -111,13 +135,16 @@ TEST(FetchWriterTest, ErrorsNameTheCulprit) {
   EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(ended.message(), HasSubstr("fetch 'a': 1 pieces never reached every rank's sink"));
 
-  // A file that cannot be written: the directory is gone.
+  // A file that cannot be written: the directory is gone. The write happens on the writer's
+  // thread: the segment's end reports it, and so does every later piece.
   ASSERT_TRUE((*writer)->BeginSegment(PlanFetching({"a"})).ok());
   std::filesystem::remove_all(directory);
   ASSERT_TRUE(Add(**writer, "a@0", 0, 1).ok());
-  absl::Status written = Add(**writer, "a@1", 0, 1);
+  ASSERT_TRUE(Add(**writer, "a@1", 0, 1).ok());
+  absl::Status written = (*writer)->EndSegment();
   EXPECT_FALSE(written.ok());
   EXPECT_THAT(written.message(), HasSubstr(directory + "/a_step"));
+  EXPECT_EQ(Add(**writer, "a@0", 1, 1), written);
 
   // A directory that cannot be made.
   EXPECT_FALSE(FetchWriter::Create("/proc/loom-fetches").ok());
