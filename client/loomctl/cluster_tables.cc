@@ -66,6 +66,18 @@ std::string FormatJobStatus(const v1::JobInfo& job) {
   if (job.has_error() && (job.error().code() != 0 || !job.error().message().empty())) {
     fields.emplace_back("error", FormatJobError(job.error()));
   }
+  if (!job.checkpoint_path().empty()) {
+    fields.emplace_back(
+        "checkpoint",
+        job.checkpoint_step() > 0
+            ? absl::StrCat(job.checkpoint_path(), " (after step ", job.checkpoint_step(), ")")
+            : absl::StrCat(job.checkpoint_path(), " (none saved yet)"));
+  }
+  if (job.streams_fetches()) {
+    fields.emplace_back("fetches", job.fetches_released()
+                                       ? "streamed; released (a later job streamed its own)"
+                                       : "streamed; held ('loomctl watch JOB --fetch-dir DIR')");
+  }
   std::string text;
   for (const auto& [name, value] : fields) {
     absl::StrAppend(&text, absl::StrFormat("%-10s %s\n", name + ":", value));

@@ -269,6 +269,15 @@ TEST(ClusterTablesTest, JobsAndNodes) {
   job.mutable_error()->set_message("device node0/cpu:0 over budget");
   EXPECT_THAT(FormatJobStatus(job),
               HasSubstr("error:     RESOURCE_EXHAUSTED: device node0/cpu:0 over budget"));
+  EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("fetches:")));
+  EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("checkpoint:")));
+  job.set_checkpoint_path("/shared/m.safetensors");
+  job.set_checkpoint_step(40);
+  job.set_streams_fetches(true);
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr("checkpoint: /shared/m.safetensors (after step 40)"));
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr("fetches:   streamed; held"));
+  job.set_fetches_released(true);
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr("fetches:   streamed; released"));
 
   v1::NodeInfo node;
   node.set_name("node0");
