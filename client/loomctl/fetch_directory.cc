@@ -1,16 +1,13 @@
 #include "client/loomctl/fetch_directory.h"
 
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "client/fetched_tensor.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/npy_writer.h"
-#include "runtime/tensor.h"
-#include "runtime/tensor_bytes.h"
 
 namespace loom::loomctl {
 
@@ -33,20 +30,10 @@ std::string FetchedTensorPath(const std::string& directory, const std::string& t
 
 absl::StatusOr<std::string> WriteFetchedTensor(const std::string& directory,
                                                const v1::FetchedTensor& fetched) {
-  const int64_t bytes = static_cast<int64_t>(fetched.data().size());
-  if (fetched.piece() < 0 || !BytesHoldTensor(fetched.data_type(), fetched.shape(), bytes)) {
-    return absl::DataLossError(absl::StrCat("the daemon sent piece ", fetched.piece(),
-                                            " of fetched tensor '", fetched.tensor(), "' with ",
-                                            bytes, " bytes, not what its data type and shape [",
-                                            absl::StrJoin(fetched.shape(), ", "), "] hold"));
-  }
-  HostTensor tensor;
-  tensor.data_type = fetched.data_type();
-  tensor.shape = Shape(std::vector<int64_t>(fetched.shape().begin(), fetched.shape().end()));
-  tensor.bytes.resize(fetched.data().size());
-  std::memcpy(tensor.bytes.data(), fetched.data().data(), fetched.data().size());
+  absl::StatusOr<HostTensor> tensor = HostTensorOf(fetched);
+  if (!tensor.ok()) return tensor.status();
   std::string path = FetchedTensorPath(directory, fetched.tensor(), fetched.piece());
-  if (absl::Status written = WriteNpyFile(tensor, path); !written.ok()) return written;
+  if (absl::Status written = WriteNpyFile(*tensor, path); !written.ok()) return written;
   return path;
 }
 

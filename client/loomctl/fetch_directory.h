@@ -23,7 +23,7 @@ std::string FetchedTensorPath(const std::string& directory, const std::string& t
 
 // Writes the piece of a fetched tensor that a daemon sent (JobEvent.fetched, SubmitJobRequest.
 // stream_fetches) to FetchedTensorPath(directory, tensor, piece) and returns the path.
-// DATA_LOSS, naming the tensor, for an event whose bytes do not match its shape and data type;
+// HostTensorOf's DATA_LOSS for an event whose bytes do not match its shape and data type;
 // the file's error, naming it, when it cannot be written.
 absl::StatusOr<std::string> WriteFetchedTensor(const std::string& directory,
                                                const v1::FetchedTensor& fetched);

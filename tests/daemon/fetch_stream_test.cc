@@ -1,10 +1,10 @@
 // Jobs submitted with stream_fetches: their fetched tensors reach the watchers, assembled from
 // every rank, once per piece; the limits are checked at submit; the next such job releases them.
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "client/fetched_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -20,10 +20,13 @@ using ::testing::SizeIs;
 
 using FetchStreamTest = DaemonTest;
 
+// The values of a float32 piece, read as a client library user would.
 std::vector<float> FloatsOf(const v1::FetchedTensor& fetched) {
-  std::vector<float> values(fetched.data().size() / sizeof(float));
-  std::memcpy(values.data(), fetched.data().data(), values.size() * sizeof(float));
-  return values;
+  absl::StatusOr<HostTensor> tensor = HostTensorOf(fetched);
+  EXPECT_TRUE(tensor.ok()) << tensor.status();
+  if (!tensor.ok()) return {};
+  absl::Span<const float> values = tensor->Values<float>();
+  return std::vector<float>(values.begin(), values.end());
 }
 
 // The fetched events, by tensor, in the order received.

@@ -1,0 +1,30 @@
+#include "client/fetched_tensor.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/tensor_bytes.h"
+
+namespace loom {
+
+absl::StatusOr<HostTensor> HostTensorOf(const v1::FetchedTensor& fetched) {
+  const int64_t bytes = static_cast<int64_t>(fetched.data().size());
+  if (fetched.piece() < 0 || !BytesHoldTensor(fetched.data_type(), fetched.shape(), bytes)) {
+    return absl::DataLossError(absl::StrCat("the daemon sent piece ", fetched.piece(),
+                                            " of fetched tensor '", fetched.tensor(), "' with ",
+                                            bytes, " bytes, not what its data type and shape [",
+                                            absl::StrJoin(fetched.shape(), ", "), "] hold"));
+  }
+  HostTensor tensor;
+  tensor.data_type = fetched.data_type();
+  tensor.shape = Shape(std::vector<int64_t>(fetched.shape().begin(), fetched.shape().end()));
+  tensor.bytes.resize(fetched.data().size());
+  std::memcpy(tensor.bytes.data(), fetched.data().data(), fetched.data().size());
+  return tensor;
+}
+
+}  // namespace loom

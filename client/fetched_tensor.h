@@ -1,0 +1,18 @@
+#ifndef LOOM_CLIENT_FETCHED_TENSOR_H_
+#define LOOM_CLIENT_FETCHED_TENSOR_H_
+
+#include "absl/status/statusor.h"
+#include "proto/loom/v1/job_service.pb.h"
+#include "runtime/tensor.h"
+
+namespace loom {
+
+// The tensor of a fetched tensor's event (JobEvent.fetched, from a job submitted with
+// SubmitJobOptions::stream_fetches): its data type, shape and bytes, as `loomctl run` fetches
+// them locally. DATA_LOSS, naming the tensor and the piece, when the event's bytes are not what
+// its data type and shape hold (or its piece is negative).
+absl::StatusOr<HostTensor> HostTensorOf(const v1::FetchedTensor& fetched);
+
+}  // namespace loom
+
+#endif  // LOOM_CLIENT_FETCHED_TENSOR_H_
