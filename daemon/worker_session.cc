@@ -28,16 +28,52 @@ void WorkerSession::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool WorkerSession::Write(const v1::WorkerMessage& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stream_ != nullptr && stream_->Write(message);
-}
-
 void WorkerSession::Report(const v1::NodeJobUpdate& update) {
   v1::WorkerMessage message;
   *message.mutable_job() = update;
-  if (!Write(message)) {
+  const size_t bytes = message.ByteSizeLong();
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Room for it, unless nothing else is queued (a larger update goes alone).
+  changed_.wait(lock, [&] {
+    return queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.max_queued_update_bytes ||
+           stream_ == nullptr || stopping_;
+  });
+  if (stream_ == nullptr || stopping_) {
     LOG(WARNING) << "could not report on job " << update.job_id() << ": no coordinator session";
+    return;
+  }
+  queue_.emplace_back(std::move(message), bytes);
+  queued_bytes_ += bytes;
+  changed_.notify_all();
+}
+
+void WorkerSession::WriteLoop(Stream* stream, absl::Duration interval) {
+  v1::WorkerMessage beat;
+  beat.mutable_heartbeat();
+  absl::Time next_beat = absl::Now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_ && stream_ != nullptr) {
+    const absl::Time now = absl::Now();
+    if (queue_.empty() && now < next_beat) {
+      changed_.wait_for(lock, absl::ToChronoNanoseconds(next_beat - now));
+      continue;
+    }
+    bool written;
+    if (now >= next_beat) {
+      next_beat = now + interval;
+      lock.unlock();
+      written = stream->Write(beat);
+      lock.lock();
+    } else {
+      std::pair<v1::WorkerMessage, size_t> update = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      written = stream->Write(update.first);
+      lock.lock();
+      queued_bytes_ -= update.second;
+      changed_.notify_all();
+    }
+    if (!written) break;
   }
 }
 
@@ -90,9 +126,10 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
   v1::WorkerMessage hello;
   *hello.mutable_register_() = options_.node;
   v1::CoordinatorMessage message;
-  std::thread heartbeat;
+  std::thread writer;
   bool registered = false;
-  if (Write(hello) && stream->Read(&message) && message.has_registered()) {
+  // Nothing else writes before the writer starts (updates queued meanwhile go after the hello).
+  if (stream->Write(hello) && stream->Read(&message) && message.has_registered()) {
     registered = true;
     index_ = message.registered().index();
     connected_ = true;
@@ -100,25 +137,25 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
         std::max<int64_t>(message.registered().heartbeat_interval_milliseconds(), 10));
     LOG(INFO) << "joined the cluster of " << options_.coordinator_address << " as node "
               << index_.load();
-    heartbeat = std::thread([this, interval] {
-      v1::WorkerMessage beat;
-      beat.mutable_heartbeat();
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (!stopping_ && stream_ != nullptr) {
-        if (!stream_->Write(beat)) break;
-        changed_.wait_for(lock, absl::ToChronoNanoseconds(interval));
-      }
-    });
+    writer = std::thread([this, stream = stream.get(), interval] { WriteLoop(stream, interval); });
     while (stream->Read(&message)) {
       if (message.has_command()) agent_->Handle(message.command());
     }
   }
+  size_t dropped = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stream_ = nullptr;
+    dropped = queue_.size();
+    queue_.clear();
+    queued_bytes_ = 0;
   }
   changed_.notify_all();
-  if (heartbeat.joinable()) heartbeat.join();
+  if (writer.joinable()) writer.join();
+  if (dropped > 0) {
+    LOG(WARNING) << "the session ended with " << dropped
+                 << " updates unsent (their job is aborted)";
+  }
   connected_ = false;
   grpc::Status status = stream->Finish();
   {

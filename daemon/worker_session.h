@@ -3,11 +3,14 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "client/tls.h"
@@ -34,6 +37,8 @@ class WorkerSession {
     absl::Duration keepalive_interval = absl::Seconds(1);
     absl::Duration keepalive_timeout = absl::Seconds(5);
     int max_message_bytes = 64 << 20;
+    // Report waits while the updates queued for the coordinator hold more than this.
+    size_t max_queued_update_bytes = size_t{64} << 20;
     // Mutual TLS to the coordinator (client/tls.h); nullopt: plaintext.
     std::optional<TlsCredentials> tls;
   };
@@ -44,7 +49,10 @@ class WorkerSession {
   // Starts the session thread; commands go to `agent` (which must outlive the session).
   void Start(NodeAgent* agent);
   void Stop();
-  // Sends an update of the agent (any thread); dropped while there is no session.
+  // Queues an update of the agent for the session's writer (any thread); the updates go out in the
+  // order queued, heartbeats between them. Dropped while there is no session. Waits while the
+  // queued updates hold more than options.max_queued_update_bytes (forwarded sink pieces of a job
+  // that streams its fetches: a slow link slows the sinks instead of filling the memory).
   void Report(const v1::NodeJobUpdate& update);
   // The index the coordinator gave this node (-1 until registered).
   int index() const { return index_.load(); }
@@ -56,7 +64,10 @@ class WorkerSession {
   void Loop();
   // One session, until it breaks.
   void RunSession(v1::NodeService::Stub* stub);
-  bool Write(const v1::WorkerMessage& message);
+  // The registered session's only writer: the queued updates, and a heartbeat every `interval`
+  // (when one is due it goes before the next update, so a queue of large pieces does not hold it
+  // back). Ends when a write fails, the session ends or Stop.
+  void WriteLoop(Stream* stream, absl::Duration interval);
 
   const Options options_;
   NodeAgent* agent_ = nullptr;
@@ -67,7 +78,10 @@ class WorkerSession {
   std::condition_variable changed_;
   bool stopping_ = false;                   // guarded by mutex_
   grpc::ClientContext* context_ = nullptr;  // guarded by mutex_: the live session's
-  Stream* stream_ = nullptr;                // guarded by mutex_ (writes happen under it)
+  Stream* stream_ = nullptr;                // guarded by mutex_: the live session's
+  // Updates waiting for the writer, with their sizes (guarded by mutex_).
+  std::deque<std::pair<v1::WorkerMessage, size_t>> queue_;
+  size_t queued_bytes_ = 0;  // guarded by mutex_
   std::thread thread_;
 };
 

@@ -1,0 +1,170 @@
+// WorkerSession against a fake coordinator that registers the worker and then reads its messages
+// only when the test says so: updates are queued (the reporting thread does not wait for the
+// coordinator), go out in order, and wait for room once the queue holds its limit.
+#include "daemon/worker_session.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace loom::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+
+class SlowCoordinator final : public v1::NodeService::Service {
+ public:
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage hello;
+    if (!stream->Read(&hello) || !hello.has_register_()) return grpc::Status::OK;
+    v1::CoordinatorMessage registered;
+    registered.mutable_registered()->set_index(1);
+    registered.mutable_registered()->set_heartbeat_interval_milliseconds(10);
+    stream->Write(registered);
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return reading_; });
+    }
+    v1::WorkerMessage message;
+    while (stream->Read(&message)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (message.has_job()) updates_.push_back(message.job().job_id());
+      if (message.has_heartbeat()) ++heartbeats_;
+      changed_.notify_all();
+    }
+    return grpc::Status::OK;
+  }
+
+  void StartReading() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reading_ = true;
+    changed_.notify_all();
+  }
+
+  // The job ids of the updates read, once there are `count` of them (or after 20 s).
+  std::vector<std::string> WaitForUpdates(size_t count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(20), [&] { return updates_.size() >= count; });
+    return updates_;
+  }
+
+  int heartbeats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return heartbeats_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool reading_ = false;
+  std::vector<std::string> updates_;
+  int heartbeats_ = 0;
+};
+
+class WorkerSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&coordinator_);
+    builder.SetMaxReceiveMessageSize(64 << 20);
+    // As loomd's server: the worker pings every second.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+
+  void TearDown() override {
+    coordinator_.StartReading();  // lets a waiting Session handler end
+    if (session_ != nullptr) session_->Stop();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  // Starts a session and waits until it registered.
+  void StartSession(size_t max_queued_update_bytes) {
+    WorkerSession::Options options;
+    options.coordinator_address = address_;
+    options.node.set_name("worker");
+    options.max_queued_update_bytes = max_queued_update_bytes;
+    session_ = std::make_unique<WorkerSession>(options);
+    session_->Start(&agent_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!session_->connected() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_TRUE(session_->connected());
+  }
+
+  // An update carrying a forwarded piece of `megabytes` MiB.
+  static v1::NodeJobUpdate Piece(const std::string& job_id, int megabytes) {
+    v1::NodeJobUpdate update;
+    update.set_job_id(job_id);
+    update.mutable_piece()->set_data(
+        std::string(size_t{1} << 20, 'x').append((megabytes - 1) * (size_t{1} << 20), 'y'));
+    return update;
+  }
+
+  SlowCoordinator coordinator_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  NodeAgent agent_{nullptr, [](const v1::NodeJobUpdate&) {}};
+  std::unique_ptr<WorkerSession> session_;
+};
+
+TEST_F(WorkerSessionTest, UpdatesAreQueuedWhileTheCoordinatorIsSlowAndArriveInOrder) {
+  StartSession(size_t{64} << 20);
+  // 8 x 4 MiB while the coordinator reads nothing: far more than HTTP/2's flow-control window, so
+  // a report that wrote to the stream itself would wait for the coordinator.
+  std::atomic<int> reported{0};
+  std::thread reporter([&] {
+    for (int index = 0; index < 8; ++index) {
+      session_->Report(Piece(absl::StrCat("job-", index), 4));
+      ++reported;
+    }
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (reported < 8 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(reported, 8) << "a report waited for the coordinator to read";
+  coordinator_.StartReading();
+  reporter.join();
+  EXPECT_THAT(coordinator_.WaitForUpdates(8),
+              ElementsAre("job-0", "job-1", "job-2", "job-3", "job-4", "job-5", "job-6", "job-7"));
+  EXPECT_GE(coordinator_.heartbeats(), 1);
+}
+
+TEST_F(WorkerSessionTest, AReportWaitsForRoomOnceTheQueueIsFull) {
+  // Room for 16 MiB of 8 MiB pieces while the coordinator reads nothing: once the queue and what
+  // gRPC's buffers take are full, the reports wait, and 10 pieces (80 MiB) never all get in.
+  StartSession(size_t{16} << 20);
+  std::atomic<int> reported{0};
+  std::thread reporter([&] {
+    for (int index = 0; index < 10; ++index) {
+      session_->Report(Piece(absl::StrCat("job-", index), 8));
+      ++reported;
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_LT(reported, 10);
+  coordinator_.StartReading();
+  reporter.join();
+  EXPECT_EQ(reported, 10);
+  EXPECT_THAT(coordinator_.WaitForUpdates(10),
+              ElementsAre("job-0", "job-1", "job-2", "job-3", "job-4", "job-5", "job-6", "job-7",
+                          "job-8", "job-9"));
+}
+
+}  // namespace
+}  // namespace loom::daemon
