@@ -75,6 +75,8 @@ void WorkerSession::WriteLoop(Stream* stream, absl::Duration interval) {
     }
     if (!written) break;
   }
+  writer_running_ = false;
+  changed_.notify_all();
 }
 
 void WorkerSession::Loop() {
@@ -137,6 +139,10 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
         std::max<int64_t>(message.registered().heartbeat_interval_milliseconds(), 10));
     LOG(INFO) << "joined the cluster of " << options_.coordinator_address << " as node "
               << index_.load();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      writer_running_ = true;
+    }
     writer = std::thread([this, stream = stream.get(), interval] { WriteLoop(stream, interval); });
     while (stream->Read(&message)) {
       if (message.has_command()) agent_->Handle(message.command());
@@ -146,11 +152,20 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stream_ = nullptr;
+    // The writer may be writing one it took: it counts that one off itself.
     dropped = queue_.size();
+    for (const auto& [update, bytes] : queue_) queued_bytes_ -= bytes;
     queue_.clear();
-    queued_bytes_ = 0;
   }
   changed_.notify_all();
+  {
+    // A write the coordinator's end left waiting for flow control (it no longer reads) returns
+    // only once the call is cancelled; cancelling at once would hide the coordinator's status.
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!changed_.wait_for(lock, std::chrono::seconds(1), [this] { return !writer_running_; })) {
+      context.TryCancel();
+    }
+  }
   if (writer.joinable()) writer.join();
   if (dropped > 0) {
     LOG(WARNING) << "the session ended with " << dropped

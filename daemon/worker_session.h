@@ -81,7 +81,8 @@ class WorkerSession {
   Stream* stream_ = nullptr;                // guarded by mutex_: the live session's
   // Updates waiting for the writer, with their sizes (guarded by mutex_).
   std::deque<std::pair<v1::WorkerMessage, size_t>> queue_;
-  size_t queued_bytes_ = 0;  // guarded by mutex_
+  size_t queued_bytes_ = 0;      // guarded by mutex_
+  bool writer_running_ = false;  // guarded by mutex_: the session's WriteLoop has not ended
   std::thread thread_;
 };
 

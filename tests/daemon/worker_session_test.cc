@@ -36,7 +36,15 @@ class SlowCoordinator final : public v1::NodeService::Service {
     stream->Write(registered);
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return reading_; });
+      ++sessions_;
+      changed_.notify_all();
+      changed_.wait(lock, [this] { return reading_ || ending_; });
+      if (ending_) {
+        // Ends this session unread; the next one reads.
+        ending_ = false;
+        reading_ = true;
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the test ends the session");
+      }
     }
     v1::WorkerMessage message;
     while (stream->Read(&message)) {
@@ -46,6 +54,19 @@ class SlowCoordinator final : public v1::NodeService::Service {
       changed_.notify_all();
     }
     return grpc::Status::OK;
+  }
+
+  // Ends the current session without reading it.
+  void EndSession() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ending_ = true;
+    changed_.notify_all();
+  }
+
+  // Whether `count` sessions registered (within 20 s).
+  bool WaitForSessions(int count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(20), [&] { return sessions_ >= count; });
   }
 
   void StartReading() {
@@ -70,6 +91,8 @@ class SlowCoordinator final : public v1::NodeService::Service {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool reading_ = false;
+  bool ending_ = false;
+  int sessions_ = 0;
   std::vector<std::string> updates_;
   int heartbeats_ = 0;
 };
@@ -101,6 +124,7 @@ class WorkerSessionTest : public ::testing::Test {
     options.coordinator_address = address_;
     options.node.set_name("worker");
     options.max_queued_update_bytes = max_queued_update_bytes;
+    options.retry_interval = absl::Milliseconds(50);
     session_ = std::make_unique<WorkerSession>(options);
     session_->Start(&agent_);
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -164,6 +188,27 @@ TEST_F(WorkerSessionTest, AReportWaitsForRoomOnceTheQueueIsFull) {
   EXPECT_THAT(coordinator_.WaitForUpdates(10),
               ElementsAre("job-0", "job-1", "job-2", "job-3", "job-4", "job-5", "job-6", "job-7",
                           "job-8", "job-9"));
+}
+
+TEST_F(WorkerSessionTest, UpdatesQueuedWhenASessionEndsAreDroppedAndTheNextSessionReports) {
+  // Room for 9 MiB: one 4 MiB piece in the writer's hands, one queued, when the session ends.
+  StartSession(size_t{9} << 20);
+  session_->Report(Piece("lost-0", 4));
+  session_->Report(Piece("lost-1", 4));
+  coordinator_.EndSession();
+  ASSERT_TRUE(coordinator_.WaitForSessions(2));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!session_->connected() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  // The queue's account starts empty again: an 8 MiB piece gets in (a count left over from the
+  // dropped pieces would keep it waiting).
+  std::atomic<bool> reported{false};
+  std::thread reporter([&] {
+    session_->Report(Piece("after", 8));
+    reported = true;
+  });
+  EXPECT_THAT(coordinator_.WaitForUpdates(1), ElementsAre("after"));
+  reporter.join();
+  EXPECT_TRUE(reported);
 }
 
 }  // namespace
