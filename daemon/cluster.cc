@@ -1,5 +1,6 @@
 #include "daemon/cluster.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -14,6 +15,10 @@ namespace {
 constexpr size_t kMaxNameBytes = 253;  // a DNS name's
 constexpr size_t kMaxAddressBytes = 1024;
 constexpr int kMaxDevicesPerNode = 2 * (ActorId::kMaxDeviceIndex + 1);  // every cpu and cuda index
+// The smallest --max-message-size loomd takes.
+constexpr int64_t kMinMessageBytes = 1024;
+// What a CoordinatorMessage adds to the command it carries (its field's tag and length).
+constexpr int64_t kCommandEnvelopeBytes = 16;
 
 }  // namespace
 
@@ -25,6 +30,7 @@ Cluster::Cluster(Options options, v1::NodeInfo self, Sender self_sender) : optio
   node.info.set_state(v1::NODE_STATE_READY);
   node.sender = std::move(self_sender);
   node.last_heard = absl::InfiniteFuture();
+  node.max_message_bytes = options_.max_message_bytes;
 }
 
 Cluster::~Cluster() { Stop(); }
@@ -68,6 +74,11 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node) {
   if (node.devices_size() > kMaxDevicesPerNode) {
     return absl::InvalidArgumentError(absl::StrCat(who, " registered ", node.devices_size(),
                                                    " devices (at most ", kMaxDevicesPerNode, ")"));
+  }
+  if (node.max_message_bytes() != 0 && node.max_message_bytes() < kMinMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " registered a message limit of ",
+                                                   node.max_message_bytes(), " bytes (at least ",
+                                                   kMinMessageBytes, ", or 0: not said)"));
   }
   absl::flat_hash_set<std::pair<std::string, int>> seen;
   for (const v1::DeviceInfo& device : node.devices()) {
@@ -140,6 +151,8 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   entry.sender = std::move(sender);
   entry.generation = next_generation_++;
   entry.last_heard = absl::Now();
+  entry.max_message_bytes =
+      node.max_message_bytes() > 0 ? node.max_message_bytes() : options_.max_message_bytes;
   LOG(INFO) << "node " << index << " ('" << node.name() << "' at " << node.address()
             << ") joined with " << node.devices_size() << " devices";
   return Registration{index, entry.generation};
@@ -204,15 +217,61 @@ void Cluster::MonitorLoop() {
   }
 }
 
-bool Cluster::Send(int index, const v1::NodeCommand& command) {
+absl::Status Cluster::Send(int index, const v1::NodeCommand& command) {
+  const auto kind = [&] {
+    switch (command.kind_case()) {
+      case v1::NodeCommand::kLaunch:
+        return "launch";
+      case v1::NodeCommand::kConnect:
+        return "connect";
+      case v1::NodeCommand::kStart:
+        return "start";
+      case v1::NodeCommand::kAbort:
+        return "abort";
+      case v1::NodeCommand::kRelease:
+        return "release";
+      default:
+        return "command";
+    }
+  };
+  if (absl::Status fits = CheckMessageFits(
+          index, static_cast<int64_t>(command.ByteSizeLong()) + kCommandEnvelopeBytes,
+          absl::StrCat("the ", kind(), " of job ", command.job_id()));
+      !fits.ok()) {
+    return fits;
+  }
   Sender sender;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto node = nodes_.find(index);
-    if (node == nodes_.end() || !node->second.sender) return false;
-    sender = node->second.sender;
+    if (node != nodes_.end()) sender = node->second.sender;
   }
-  return sender(command);
+  if (!sender || !sender(command)) {
+    return absl::UnavailableError(absl::StrCat(Describe(index), " is not connected"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Cluster::MessageLimitLocked(int index) const {
+  auto node = nodes_.find(index);
+  if (node == nodes_.end()) return options_.max_message_bytes;
+  return std::min(options_.max_message_bytes, node->second.max_message_bytes);
+}
+
+int64_t Cluster::MessageLimit(int index) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return MessageLimitLocked(index);
+}
+
+absl::Status Cluster::CheckMessageFits(int index, int64_t bytes, absl::string_view what) const {
+  if (index == 0) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t limit = MessageLimitLocked(index);
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " takes ", bytes, " bytes, over the ", limit,
+                   " bytes a message between the coordinator and ", DescribeLocked(index),
+                   " may carry (the smaller of the two daemons' --max-message-size)"));
 }
 
 std::vector<v1::NodeInfo> Cluster::Nodes() const {
@@ -256,6 +315,10 @@ absl::Status Cluster::CheckReady(const std::vector<int>& indices) const {
 
 std::string Cluster::Describe(int index) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return DescribeLocked(index);
+}
+
+std::string Cluster::DescribeLocked(int index) const {
   auto node = nodes_.find(index);
   if (node == nodes_.end()) return absl::StrCat("node ", index);
   return absl::StrCat("node ", index, " ('", node->second.info.name(), "')");

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/logical_graph.h"
@@ -42,6 +43,8 @@ class Cluster {
   struct Options {
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration node_timeout = absl::Seconds(5);
+    // The coordinator's --max-message-size: the largest message its server sends or receives.
+    int64_t max_message_bytes = int64_t{64} << 20;
   };
 
   // `self` describes the coordinator's own node (index 0), reached through `self_sender`.
@@ -67,8 +70,17 @@ class Cluster {
   // The session ended (`reason` says how).
   void Disconnected(int index, int64_t generation, const absl::Status& reason);
 
-  // Sends a command; false when the node is not connected.
-  bool Send(int index, const v1::NodeCommand& command);
+  // Sends a command: UNAVAILABLE when the node is not connected, RESOURCE_EXHAUSTED (and nothing
+  // sent) when the command is over the node's MessageLimit, which would end its session.
+  absl::Status Send(int index, const v1::NodeCommand& command);
+
+  // The largest message between the coordinator and node `index`: the smaller of the two daemons'
+  // --max-message-size (the coordinator's own for itself and for unknown nodes).
+  int64_t MessageLimit(int index) const;
+  // OK when a message of `bytes` fits MessageLimit(index), or `index` is the coordinator's own
+  // node (which gets its commands in the process); RESOURCE_EXHAUSTED saying that `what` (e.g.
+  // "the launch of job job-3") takes too many bytes otherwise.
+  absl::Status CheckMessageFits(int index, int64_t bytes, absl::string_view what) const;
 
   // Every known node, by index.
   std::vector<v1::NodeInfo> Nodes() const;
@@ -92,11 +104,15 @@ class Cluster {
     Sender sender;
     int64_t generation = 0;
     absl::Time last_heard;
+    // Its --max-message-size (the coordinator's for itself and for workers that did not say).
+    int64_t max_message_bytes = 0;
   };
 
   void MonitorLoop();
   // Under mutex_: marks the node missing; returns whether it was ready.
   bool MarkMissingLocked(Node& node);
+  int64_t MessageLimitLocked(int index) const;
+  std::string DescribeLocked(int index) const;
 
   const Options options_;
   LostHandler lost_handler_;

@@ -82,11 +82,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   daemon->agent_ = std::make_unique<NodeAgent>(
       &daemon->kernels_,
       [self, coordinator](const v1::NodeJobUpdate& update) {
-        if (coordinator) {
-          self->manager_->OnNodeUpdate(0, update);
-        } else {
-          self->session_->Report(update);
-        }
+        if (!coordinator) return self->session_->Report(update);
+        self->manager_->OnNodeUpdate(0, update);
+        return absl::OkStatus();
       },
       daemon->metrics_.get(), options.max_message_bytes / 2);
   if (coordinator) {
@@ -97,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     Cluster::Options cluster_options;
     cluster_options.heartbeat_interval = options.heartbeat_interval;
     cluster_options.node_timeout = options.node_timeout;
+    cluster_options.max_message_bytes = options.max_message_bytes;
     daemon->cluster_ = std::make_unique<Cluster>(cluster_options, std::move(node),
                                                  [self](const v1::NodeCommand& command) {
                                                    self->agent_->Handle(command);
@@ -108,8 +107,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;
-    // A fetched tensor's event, with room for its name and the event's other fields.
-    manager_options.max_fetched_piece_bytes = options.max_message_bytes / 2;
     manager_options.metrics = daemon->metrics_.get();
     if (daemon->store_.has_value()) manager_options.store = &*daemon->store_;
     daemon->manager_ =

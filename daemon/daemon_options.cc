@@ -116,7 +116,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("shutdown-grace", "DURATION", "20s",
                "on SIGTERM, how long the running job may go on before it is cancelled")
       .AddFlag("max-message-size", "BYTES", "64MiB",
-               "the largest gRPC message received or sent (larger: RESOURCE_EXHAUSTED)")
+               "the largest gRPC message received or sent (larger: RESOURCE_EXHAUSTED). Between a "
+               "worker and its coordinator the smaller of their two applies: a job whose part of "
+               "the plan or streamed piece would not fit is refused at submit")
       .AddFlag("max-finished-jobs", "N", "1000",
                "finished jobs remembered for GetJob, ListJobs, WatchJob and GetPlan")
       .AddFlag("max-events-per-job", "N", "10000",

@@ -42,8 +42,10 @@ absl::Status FetchStream::CheckLimits(const plan::Plan& plan, int64_t steps,
     if (piece_bytes > max_piece_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "fetched tensor '", fetch.tensor(), "' [", absl::StrJoin(fetch.logical().shape(), ", "),
-          "] has ", piece_bytes, " bytes per piece, more than a message may carry to a watcher (",
-          max_piece_bytes, " bytes: half of loomd's --max-message-size)"));
+          "] has ", piece_bytes, " bytes per piece, more than a message may carry (",
+          max_piece_bytes,
+          " bytes: half of the smallest --max-message-size of the coordinator and the job's "
+          "nodes)"));
     }
     const int64_t fetch_bytes = SaturatingProduct(piece_bytes, pieces_per_fetch);
     job_bytes = fetch_bytes > kMaxBytes - job_bytes ? kMaxBytes : job_bytes + fetch_bytes;

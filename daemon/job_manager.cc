@@ -160,10 +160,23 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
           !checkpoint.ok()) {
         return checkpoint;
       }
+      // Every message of the job fits between the coordinator and each of its nodes: their part
+      // of the plan (the launch), and the pieces they forward (a fetched tensor's, whole, with
+      // room for its event's other fields, is at most half the smallest limit).
+      int64_t max_piece_bytes = cluster_->MessageLimit(0) / 2;
+      for (int node : NodesOf((*compiled)->result)) {
+        if (absl::Status fits = cluster_->CheckMessageFits(
+                node, static_cast<int64_t>((*compiled)->result.node_plans[node].ByteSizeLong()),
+                absl::StrCat("the part of job '", name, "' that runs on node ", node));
+            !fits.ok()) {
+          return fits;
+        }
+        max_piece_bytes = std::min(max_piece_bytes, cluster_->MessageLimit(node) / 2);
+      }
       if (options.stream_fetches) {
-        if (absl::Status limits = FetchStream::CheckLimits(plan, (*compiled)->job.num_steps(),
-                                                           options_.max_fetched_piece_bytes,
-                                                           options_.max_fetched_bytes_per_job);
+        if (absl::Status limits =
+                FetchStream::CheckLimits(plan, (*compiled)->job.num_steps(), max_piece_bytes,
+                                         options_.max_fetched_bytes_per_job);
             !limits.ok()) {
           return limits;
         }
@@ -494,10 +507,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     return message;
   };
   auto send = [&](int node, const v1::NodeCommand& message) {
-    if (!cluster_->Send(node, message)) {
-      OnNodeEnded(
-          record->id, node,
-          absl::UnavailableError(absl::StrCat(cluster_->Describe(node), " is not connected")));
+    if (absl::Status sent = cluster_->Send(node, message); !sent.ok()) {
+      OnNodeEnded(record->id, node, sent, /*names_node=*/true);
     }
   };
 
@@ -587,7 +598,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
   if (!error.ok() && !checkpoint_path.empty()) RemoveCheckpointParts(checkpoint_path, participants);
   // The end barrier passed (or the job failed): every node frees the job's memory.
   for (int node : participants) {
-    cluster_->Send(node, command([](v1::NodeCommand& message) { message.mutable_release(); }));
+    cluster_->Send(node, command([](v1::NodeCommand& message) { message.mutable_release(); }))
+        .IgnoreError();  // a node that left has nothing to release
   }
   cluster_->SetRunningJob("", {});
   {
@@ -740,7 +752,8 @@ absl::Status JobManager::SaveCheckpoint(JobRecord* record, const std::vector<int
   return absl::OkStatus();
 }
 
-void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::Status& status) {
+void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::Status& status,
+                             bool names_node) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (running_ == nullptr || running_->id != job_id) return;
@@ -751,7 +764,7 @@ void JobManager::OnNodeEnded(const std::string& job_id, int node, const absl::St
     progress.status = status;
     if (!status.ok() && running_->first_error.ok()) {
       running_->first_error =
-          status.code() == absl::StatusCode::kUnavailable
+          names_node || status.code() == absl::StatusCode::kUnavailable
               ? status
               : absl::Status(status.code(),
                              absl::StrCat(cluster_->Describe(node), ": ", status.message()));

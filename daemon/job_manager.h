@@ -68,9 +68,9 @@ class JobManager {
     // tensors do not count).
     int max_events_per_job = 10000;
     // A job that streams its fetches: the most bytes of fetched tensors it may stream in all
-    // (loomd --max-fetched-bytes), and in one piece (half of --max-message-size).
+    // (loomd --max-fetched-bytes). A piece may take half of the smallest message limit of the
+    // coordinator and the job's nodes (Cluster::MessageLimit).
     int64_t max_fetched_bytes_per_job = int64_t{256} << 20;
-    int64_t max_fetched_piece_bytes = int64_t{32} << 20;
     // Jobs' ends and steps are counted here (may be null); it must outlive the manager.
     DaemonMetrics* metrics = nullptr;
     // Where jobs are kept across restarts (loomd --data-dir); null: in memory only. It must
@@ -136,7 +136,10 @@ class JobManager {
  private:
   void WorkerLoop();
   void RunJob(const std::shared_ptr<JobRecord>& record);
-  void OnNodeEnded(const std::string& job_id, int node, const absl::Status& status);
+  // Node `node`'s part of the job ended with `status`; an error is prefixed with the node's name
+  // unless it names the node already (`names_node`, and UNAVAILABLE: a lost node).
+  void OnNodeEnded(const std::string& job_id, int node, const absl::Status& status,
+                   bool names_node = false);
   // Waits until `done` holds for every node of the launched `record`, a node failed, the job was
   // cancelled, or `wake` (checked with the lock held) holds; returns false when a node failed or
   // the job was cancelled, or at the deadline (which becomes the job's error, naming `phase`).

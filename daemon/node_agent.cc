@@ -59,9 +59,10 @@ void NodeAgent::Handle(const v1::NodeCommand& command) {
   changed_.notify_all();
 }
 
-void NodeAgent::Report(const v1::NodeJobUpdate& update) {
+absl::Status NodeAgent::Report(const v1::NodeJobUpdate& update) {
   std::lock_guard<std::mutex> lock(report_mutex_);
-  if (!orphaned_) report_(update);
+  if (orphaned_) return absl::OkStatus();
+  return report_(update);
 }
 
 void NodeAgent::AbortAll(const std::string& reason) {
@@ -109,7 +110,7 @@ void NodeAgent::ReportEnded(const std::string& job_id, const absl::Status& statu
   v1::NodeJobUpdate update;
   update.set_job_id(job_id);
   *update.mutable_ended() = ToJobError(status);
-  Report(update);
+  Report(update).IgnoreError();
 }
 
 void NodeAgent::Run(const v1::NodeCommand& command) {
@@ -151,7 +152,7 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
         for (const auto& [peer, why] : job->unreachable_peers()) {
           (*unreachable.mutable_unreachable()->mutable_peers())[peer] = std::string(why.message());
         }
-        Report(unreachable);
+        Report(unreachable).IgnoreError();
       }
       ReportEnded(job_id, status);  // unreachable peers, or aborted while waiting
       return;
@@ -170,7 +171,7 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
     v1::NodeJobUpdate update;
     update.set_job_id(job_id);
     update.set_connected(true);
-    Report(update);
+    Report(update).IgnoreError();
   } else if (command.has_start()) {
     if (absl::Status status = job->Start(); !status.ok()) {
       ReportEnded(job_id, status);
@@ -190,15 +191,21 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
         std::string events = ChromeTraceEvents(job->runtime());
         const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
         trace.mutable_trace()->set_acts(acts);
+        const std::string what = absl::StrCat("node ", job->node(), "'s trace of ", acts, " acts");
         if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
           trace.mutable_trace()->set_error(absl::StrCat(
-              "node ", job->node(), "'s trace of ", acts, " acts takes ", events.size(),
-              " bytes, over the ", max_trace_bytes_,
+              what, " takes ", events.size(), " bytes, over the ", max_trace_bytes_,
               " a message may carry (half of --max-message-size): trace a shorter job"));
         } else {
           trace.mutable_trace()->set_events(std::move(events));
         }
-        Report(trace);
+        if (absl::Status reported = Report(trace); absl::IsResourceExhausted(reported)) {
+          // Over the coordinator's limit, which may be smaller than this node's.
+          trace.mutable_trace()->clear_events();
+          trace.mutable_trace()->set_error(
+              absl::StrCat(what, ": ", reported.message(), ": trace a shorter job"));
+          Report(trace).IgnoreError();
+        }
       }
       ReportEnded(job_id, status);
     });
@@ -238,7 +245,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
           v1::NodeJobUpdate update;
           update.set_job_id(job_id);
           update.mutable_checkpoint_part()->set_step(step);
-          Report(update);
+          Report(update).IgnoreError();
         });
     options.snapshot_every_steps = launch.checkpoint_every_steps();
     options.variable_snapshot_callback = [snapshots = snapshots_](VariableSnapshot snapshot) {
@@ -267,8 +274,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
       for (int64_t dimension : piece.tensor.shape.dimensions()) forwarded->add_shape(dimension);
       forwarded->set_data(reinterpret_cast<const char*>(piece.tensor.bytes.data()),
                           piece.tensor.bytes.size());
-      Report(update);
-      return absl::OkStatus();
+      return Report(update);
     };
   }
   if (absl::Status status = SetUpDevices(launch.plan(), &options); !status.ok()) {
@@ -291,7 +297,9 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = std::shared_ptr<NodeJob>(std::move(*job));
   }
-  Report(update);
+  // Refused (e.g. over the coordinator's message limit): the coordinator hears why at once
+  // instead of waiting for its launch timeout.
+  if (absl::Status reported = Report(update); !reported.ok()) ReportEnded(job_id, reported);
 }
 
 void NodeAgent::Release() {

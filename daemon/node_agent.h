@@ -30,7 +30,9 @@ namespace loom::daemon {
 // Thread-safe: Handle and AbortAll may be called from any thread.
 class NodeAgent {
  public:
-  using Reporter = std::function<void(const v1::NodeJobUpdate& update)>;
+  // Sends an update to the coordinator: OK once queued; RESOURCE_EXHAUSTED when it is over the
+  // largest message to the coordinator (nothing sent), another error when it cannot be sent.
+  using Reporter = std::function<absl::Status(const v1::NodeJobUpdate& update)>;
 
   // `kernels` must outlive the agent; `report` is called from the agent's threads.
   // `metrics` (may be null) receives the runtime's live metrics of every job; it must outlive
@@ -54,8 +56,9 @@ class NodeAgent {
   void Launch(const std::string& job_id, const v1::LaunchNodeJob& launch);
   void Release();
   void ReportEnded(const std::string& job_id, const absl::Status& status);
-  // Every update goes through here: dropped once AbortAll orphaned the job.
-  void Report(const v1::NodeJobUpdate& update);
+  // Every update goes through here: dropped (OK) once AbortAll orphaned the job; otherwise the
+  // reporter's answer.
+  absl::Status Report(const v1::NodeJobUpdate& update);
 
   const KernelRegistry* const kernels_;
   // The current job records its acts and sends them before its end (agent thread only).

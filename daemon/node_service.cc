@@ -58,6 +58,7 @@ grpc::Status NodeServiceImpl::Session(
   registered.mutable_registered()->set_index(registration->index);
   registered.mutable_registered()->set_heartbeat_interval_milliseconds(
       absl::ToInt64Milliseconds(cluster_->options().heartbeat_interval));
+  registered.mutable_registered()->set_max_message_bytes(cluster_->options().max_message_bytes);
   writer->Write(registered);
   while (stream->Read(&message)) {
     cluster_->Heartbeat(registration->index, registration->generation);

@@ -1,5 +1,6 @@
 #include "daemon/worker_session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,7 +10,8 @@
 
 namespace loom::daemon {
 
-WorkerSession::WorkerSession(Options options) : options_(std::move(options)) {}
+WorkerSession::WorkerSession(Options options)
+    : options_(std::move(options)), message_limit_(options_.max_message_bytes) {}
 
 WorkerSession::~WorkerSession() { Stop(); }
 
@@ -28,10 +30,16 @@ void WorkerSession::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void WorkerSession::Report(const v1::NodeJobUpdate& update) {
+absl::Status WorkerSession::Report(const v1::NodeJobUpdate& update) {
   v1::WorkerMessage message;
   *message.mutable_job() = update;
   const size_t bytes = message.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > message_limit_.load()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "an update on job ", update.job_id(), " takes ", bytes, " bytes, over the ",
+        message_limit_.load(), " bytes a message between this node and the coordinator may carry ",
+        "(the smaller of the two daemons' --max-message-size)"));
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   // Room for it, unless nothing else is queued (a larger update goes alone).
   changed_.wait(lock, [&] {
@@ -40,11 +48,13 @@ void WorkerSession::Report(const v1::NodeJobUpdate& update) {
   });
   if (stream_ == nullptr || stopping_) {
     LOG(WARNING) << "could not report on job " << update.job_id() << ": no coordinator session";
-    return;
+    return absl::UnavailableError(
+        absl::StrCat("could not report on job ", update.job_id(), ": no coordinator session"));
   }
   queue_.emplace_back(std::move(message), bytes);
   queued_bytes_ += bytes;
   changed_.notify_all();
+  return absl::OkStatus();
 }
 
 void WorkerSession::WriteLoop(Stream* stream, absl::Duration interval) {
@@ -127,6 +137,7 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
   }
   v1::WorkerMessage hello;
   *hello.mutable_register_() = options_.node;
+  hello.mutable_register_()->set_max_message_bytes(options_.max_message_bytes);
   v1::CoordinatorMessage message;
   std::thread writer;
   bool registered = false;
@@ -134,6 +145,10 @@ void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
   if (stream->Write(hello) && stream->Read(&message) && message.has_registered()) {
     registered = true;
     index_ = message.registered().index();
+    const int64_t coordinator_limit = message.registered().max_message_bytes();
+    message_limit_ = coordinator_limit > 0
+                         ? std::min<int64_t>(coordinator_limit, options_.max_message_bytes)
+                         : options_.max_message_bytes;
     connected_ = true;
     const absl::Duration interval = absl::Milliseconds(
         std::max<int64_t>(message.registered().heartbeat_interval_milliseconds(), 10));

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/tls.h"
 #include "daemon/node_agent.h"
@@ -50,10 +52,15 @@ class WorkerSession {
   void Start(NodeAgent* agent);
   void Stop();
   // Queues an update of the agent for the session's writer (any thread); the updates go out in the
-  // order queued, heartbeats between them. Dropped while there is no session. Waits while the
-  // queued updates hold more than options.max_queued_update_bytes (forwarded sink pieces of a job
-  // that streams its fetches: a slow link slows the sinks instead of filling the memory).
-  void Report(const v1::NodeJobUpdate& update);
+  // order queued, heartbeats between them. Waits while the queued updates hold more than
+  // options.max_queued_update_bytes (forwarded sink pieces of a job that streams its fetches: a
+  // slow link slows the sinks instead of filling the memory). UNAVAILABLE (dropped) while there is
+  // no session; RESOURCE_EXHAUSTED (dropped) for an update over message_limit(), which would end
+  // the session.
+  absl::Status Report(const v1::NodeJobUpdate& update);
+  // The largest message of the session: the smaller of this node's and the coordinator's
+  // --max-message-size (this node's until the coordinator said its own at registration).
+  int64_t message_limit() const { return message_limit_.load(); }
   // The index the coordinator gave this node (-1 until registered).
   int index() const { return index_.load(); }
   // Whether a session is established now.
@@ -72,6 +79,7 @@ class WorkerSession {
   const Options options_;
   NodeAgent* agent_ = nullptr;
   std::atomic<int> index_{-1};
+  std::atomic<int64_t> message_limit_;
   std::atomic<bool> connected_{false};
 
   std::mutex mutex_;

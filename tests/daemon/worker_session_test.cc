@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -33,10 +35,12 @@ class SlowCoordinator final : public v1::NodeService::Service {
     v1::CoordinatorMessage registered;
     registered.mutable_registered()->set_index(1);
     registered.mutable_registered()->set_heartbeat_interval_milliseconds(10);
+    registered.mutable_registered()->set_max_message_bytes(max_message_bytes_);
     stream->Write(registered);
     {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sessions_;
+      worker_max_message_bytes_ = hello.register_().max_message_bytes();
       changed_.notify_all();
       changed_.wait(lock, [this] { return reading_ || ending_; });
       if (ending_) {
@@ -87,6 +91,18 @@ class SlowCoordinator final : public v1::NodeService::Service {
     return heartbeats_;
   }
 
+  // The limit this coordinator says it has at registration (0: says none); before a session.
+  void set_max_message_bytes(int64_t bytes) { max_message_bytes_ = bytes; }
+  // The limit the worker said it has.
+  int64_t worker_max_message_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return worker_max_message_bytes_;
+  }
+  int sessions() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sessions_;
+  }
+
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -95,6 +111,8 @@ class SlowCoordinator final : public v1::NodeService::Service {
   int sessions_ = 0;
   std::vector<std::string> updates_;
   int heartbeats_ = 0;
+  std::atomic<int64_t> max_message_bytes_{0};
+  int64_t worker_max_message_bytes_ = 0;
 };
 
 class WorkerSessionTest : public ::testing::Test {
@@ -144,7 +162,7 @@ class WorkerSessionTest : public ::testing::Test {
   SlowCoordinator coordinator_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
-  NodeAgent agent_{nullptr, [](const v1::NodeJobUpdate&) {}};
+  NodeAgent agent_{nullptr, [](const v1::NodeJobUpdate&) { return absl::OkStatus(); }};
   std::unique_ptr<WorkerSession> session_;
 };
 
@@ -155,7 +173,7 @@ TEST_F(WorkerSessionTest, UpdatesAreQueuedWhileTheCoordinatorIsSlowAndArriveInOr
   std::atomic<int> reported{0};
   std::thread reporter([&] {
     for (int index = 0; index < 8; ++index) {
-      session_->Report(Piece(absl::StrCat("job-", index), 4));
+      EXPECT_TRUE(session_->Report(Piece(absl::StrCat("job-", index), 4)).ok());
       ++reported;
     }
   });
@@ -176,7 +194,7 @@ TEST_F(WorkerSessionTest, AReportWaitsForRoomOnceTheQueueIsFull) {
   std::atomic<int> reported{0};
   std::thread reporter([&] {
     for (int index = 0; index < 10; ++index) {
-      session_->Report(Piece(absl::StrCat("job-", index), 8));
+      EXPECT_TRUE(session_->Report(Piece(absl::StrCat("job-", index), 8)).ok());
       ++reported;
     }
   });
@@ -193,8 +211,8 @@ TEST_F(WorkerSessionTest, AReportWaitsForRoomOnceTheQueueIsFull) {
 TEST_F(WorkerSessionTest, UpdatesQueuedWhenASessionEndsAreDroppedAndTheNextSessionReports) {
   // Room for 9 MiB: one 4 MiB piece in the writer's hands, one queued, when the session ends.
   StartSession(size_t{9} << 20);
-  session_->Report(Piece("lost-0", 4));
-  session_->Report(Piece("lost-1", 4));
+  EXPECT_TRUE(session_->Report(Piece("lost-0", 4)).ok());
+  EXPECT_TRUE(session_->Report(Piece("lost-1", 4)).ok());
   coordinator_.EndSession();
   ASSERT_TRUE(coordinator_.WaitForSessions(2));
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -203,12 +221,32 @@ TEST_F(WorkerSessionTest, UpdatesQueuedWhenASessionEndsAreDroppedAndTheNextSessi
   // dropped pieces would keep it waiting).
   std::atomic<bool> reported{false};
   std::thread reporter([&] {
-    session_->Report(Piece("after", 8));
+    EXPECT_TRUE(session_->Report(Piece("after", 8)).ok());
     reported = true;
   });
   EXPECT_THAT(coordinator_.WaitForUpdates(1), ElementsAre("after"));
   reporter.join();
   EXPECT_TRUE(reported);
+}
+
+TEST_F(WorkerSessionTest, AnUpdateOverTheCoordinatorsSmallerLimitIsRefusedAndTheSessionGoesOn) {
+  // The worker may send 64 MiB, the coordinator takes 1 MiB: a 2 MiB piece would end the session
+  // (gRPC refuses to send it), so Report refuses it and the session carries on.
+  coordinator_.set_max_message_bytes(int64_t{1} << 20);
+  StartSession(size_t{64} << 20);
+  EXPECT_EQ(coordinator_.worker_max_message_bytes(), int64_t{64} << 20);
+  EXPECT_EQ(session_->message_limit(), int64_t{1} << 20);
+  absl::Status refused = session_->Report(Piece("too-large", 2));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("over the 1048576 bytes"));
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("job too-large"));
+  v1::NodeJobUpdate small;
+  small.set_job_id("small");
+  EXPECT_TRUE(session_->Report(small).ok());
+  coordinator_.StartReading();
+  EXPECT_THAT(coordinator_.WaitForUpdates(1), ElementsAre("small"));
+  EXPECT_TRUE(session_->connected());
+  EXPECT_EQ(coordinator_.sessions(), 1);
 }
 
 }  // namespace
