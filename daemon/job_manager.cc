@@ -457,6 +457,12 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     fetch_stream =
         std::make_shared<FetchStream>(plan, [this, raw = record.get()](v1::FetchedTensor fetched) {
           std::lock_guard<std::mutex> lock(mutex_);
+          // The previous streaming job's tensors go once this job has one of its own to hold (a
+          // job that fails before its first piece leaves them to their watchers).
+          if (fetches_held_by_ != raw->number) {
+            ReleaseFetches();
+            fetches_held_by_ = raw->number;
+          }
           *AppendEvent(raw, /*fetched=*/true)->mutable_fetched() = std::move(fetched);
         });
     for (const std::string& sink : fetch_stream->sinks()) {
@@ -490,10 +496,6 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     for (int node : participants) record->nodes[node] = JobRecord::NodeProgress{};
     tracker_ = tracker;
     fetch_stream_ = fetch_stream;
-    if (fetch_stream != nullptr) {
-      ReleaseFetches();
-      fetches_held_by_ = record->number;
-    }
   }
   cluster_->SetRunningJob(record->id, participants);
   LOG(INFO) << "launching job " << record->id << " ('" << plan.job_name()

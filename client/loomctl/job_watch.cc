@@ -135,7 +135,7 @@ int WatchJobAndReport(const char* command, ClusterClient& client, const std::str
                   ? "it was not submitted to stream them (loomctl submit --fetch-dir, "
                     "SubmitJobRequest.stream_fetches)"
               : info->fetches_released()
-                  ? "the coordinator released them when a later job that streams its own started"
+                  ? "the coordinator released them when a later job streamed its own"
                   : "none came")
           << "\n";
     return kExitFailure;

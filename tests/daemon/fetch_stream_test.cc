@@ -175,6 +175,41 @@ TEST_F(FetchStreamTest, TheNextJobThatStreamsReleasesTheFetchedTensorsOfTheLast)
   WatchToEnd(plain);
   EXPECT_THAT(FetchedOf(WatchToEnd(first))["ones_total"], SizeIs(4));
 
+  // Nor does one that fails before its first piece (its embedding's first act: ids out of range).
+  const std::string failed = SubmitStreamingOrDie(ParseJob(R"pb(
+    name: "bad-ids"
+    placement { devices: [ "cpu:0", "cpu:1" ] }
+    optimizer { sgd { learning_rate: 0.01 } }
+    loss: "loss"
+    inputs {
+      name: "ids"
+      shape: [ 8, 4 ]
+      data_type: INT32
+      random_integers_below: 100
+      seed: 1
+    }
+    variables {
+      name: "table"
+      shape: [ 10, 4 ]
+      initializer { normal { std: 0.5 seed: 2 } }
+    }
+    ops {
+      name: "emb"
+      type: "embedding"
+      inputs: [ "table", "ids" ]
+      outputs: "e"
+    }
+    ops { name: "loss" type: "reduce_mean" inputs: "e" outputs: "loss" }
+  )pb"));
+  const std::vector<v1::JobEvent> failed_events = WatchToEnd(failed);
+  ASSERT_FALSE(failed_events.empty());
+  EXPECT_EQ(failed_events.back().state_change().state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(FetchedOf(failed_events), IsEmpty());
+  EXPECT_THAT(FetchedOf(WatchToEnd(first))["ones_total"], SizeIs(4));
+  v1::JobInfo info;
+  ASSERT_TRUE(GetJob(first, &info).ok());
+  EXPECT_FALSE(info.fetches_released());
+
   const std::string second = SubmitStreamingOrDie(CountingJob(2, "ones_total", "ones_per_column"));
   EXPECT_THAT(FetchedOf(WatchToEnd(second))["ones_total"], SizeIs(4));
 
@@ -183,7 +218,6 @@ TEST_F(FetchStreamTest, TheNextJobThatStreamsReleasesTheFetchedTensorsOfTheLast)
   EXPECT_THAT(FetchedOf(replay), IsEmpty());
   EXPECT_EQ(StatesOf(replay), StatesOf(first_events));
   EXPECT_EQ(StepsOf(replay).size(), StepsOf(first_events).size());
-  v1::JobInfo info;
   ASSERT_TRUE(GetJob(first, &info).ok());
   EXPECT_TRUE(info.streams_fetches());
   EXPECT_TRUE(info.fetches_released());
