@@ -119,6 +119,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "the largest gRPC message received or sent (larger: RESOURCE_EXHAUSTED). Between a "
                "worker and its coordinator the smaller of their two applies: a job whose part of "
                "the plan or streamed piece would not fit is refused at submit")
+      .AddFlag("max-pending-jobs", "N", "1000",
+               "jobs that may wait in the queue; a submission beyond them is refused "
+               "(RESOURCE_EXHAUSTED) until some have started or been cancelled")
       .AddFlag("max-finished-jobs", "N", "1000",
                "finished jobs remembered for GetJob, ListJobs, WatchJob and GetPlan")
       .AddFlag("max-events-per-job", "N", "10000",
@@ -212,6 +215,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
     *target = *duration;
   }
   for (auto [flag, target] : std::vector<std::pair<const char*, int*>>{
+           {"max-pending-jobs", &options.max_pending_jobs},
            {"max-finished-jobs", &options.max_finished_jobs},
            {"max-events-per-job", &options.max_events_per_job},
            {"blas-threads", &options.blas_threads}}) {

@@ -147,6 +147,12 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
   const std::string name = job.name();
+  {
+    // Before compiling: a full queue refuses cheaply (and again below, as others may queue
+    // meanwhile).
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (absl::Status room = QueueRoomLocked(name); !room.ok()) return room;
+  }
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
       AdmitJob(std::move(job), cluster_->Devices());
   if (compiled.ok()) {
@@ -193,12 +199,21 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!accepting_) return absl::UnavailableError("loomd is shutting down and takes no new jobs");
+    if (absl::Status room = QueueRoomLocked(name); !room.ok()) return room;
     submitted = QueueJob(*std::move(compiled), options);
     written = last_write_;
   }
   // The job is on disk before its id reaches the client.
   if (writer_ != nullptr) writer_->WaitFor(written);
   return submitted;
+}
+
+absl::Status JobManager::QueueRoomLocked(const std::string& name) const {
+  if (static_cast<int64_t>(queue_.size()) < options_.max_pending_jobs) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("job '", name, "' cannot be queued: ", queue_.size(),
+                   " jobs are waiting to run, as many as loomd takes (--max-pending-jobs); submit "
+                   "it once some have started, or cancel some"));
 }
 
 v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,

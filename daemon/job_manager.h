@@ -63,6 +63,8 @@ class JobManager {
     absl::Duration probe_timeout = absl::Seconds(5);
     // After a failure, how long the other nodes may take to end their part.
     absl::Duration abort_timeout = absl::Seconds(10);
+    // Jobs that may wait in the queue (each holds its compiled plans); Submit refuses more.
+    int max_pending_jobs = 1000;
     int max_finished_jobs = 1000;
     // Step and checkpoint events held per job (the oldest go first; state changes and fetched
     // tensors do not count).
@@ -172,6 +174,9 @@ class JobManager {
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
   void Restore();
+  // OK while the queue has room for job `name` (options.max_pending_jobs), RESOURCE_EXHAUSTED
+  // saying so otherwise.
+  absl::Status QueueRoomLocked(const std::string& name) const;
   // Queues the admitted job: a record, pending, written to the store.
   v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
                        const SubmitOptions& options);

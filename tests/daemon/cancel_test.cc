@@ -27,6 +27,28 @@ grpc::Status Cancel(v1::JobService::Stub& jobs, const std::string& id, v1::JobIn
   return status;
 }
 
+TEST_F(CancelTest, AFullQueueRefusesJobsUntilOneLeavesIt) {
+  DaemonOptions options = TestOptions();
+  options.max_pending_jobs = 2;
+  StartDaemon(options);
+  // 10000 steps of 2 ms: far longer than the test.
+  const std::string running = SubmitOrDie(SlowJob(10000, 2000));
+  ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
+  const std::string first = SubmitOrDie(SlowJob(1, 0));
+  SubmitOrDie(SlowJob(1, 0));
+  v1::SubmitJobResponse response;
+  grpc::Status refused = Submit(SlowJob(1, 0), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("job 'slow' cannot be queued: 2 jobs are waiting"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-pending-jobs"));
+  // A cancelled pending job leaves room.
+  v1::JobInfo info;
+  ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
+  grpc::Status queued = Submit(SlowJob(1, 0), &response);
+  EXPECT_TRUE(queued.ok()) << queued.error_message();
+}
+
 TEST_F(CancelTest, CancelsAPendingAndARunningJob) {
   // 10000 steps of 2 ms: far longer than the test.
   const std::string running = SubmitOrDie(SlowJob(10000, 2000));
