@@ -122,6 +122,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("max-pending-jobs", "N", "1000",
                "jobs that may wait in the queue; a submission beyond them is refused "
                "(RESOURCE_EXHAUSTED) until some have started or been cancelled")
+      .AddFlag("max-watches", "N", "1000",
+               "WatchJob streams served at once (each holds a thread while it waits); more are "
+               "refused (RESOURCE_EXHAUSTED)")
       .AddFlag("max-finished-jobs", "N", "1000",
                "finished jobs remembered for GetJob, ListJobs, WatchJob and GetPlan")
       .AddFlag("max-events-per-job", "N", "10000",
@@ -216,6 +219,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   }
   for (auto [flag, target] : std::vector<std::pair<const char*, int*>>{
            {"max-pending-jobs", &options.max_pending_jobs},
+           {"max-watches", &options.max_watches},
            {"max-finished-jobs", &options.max_finished_jobs},
            {"max-events-per-job", &options.max_events_per_job},
            {"blas-threads", &options.blas_threads}}) {

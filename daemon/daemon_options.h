@@ -49,6 +49,7 @@ struct DaemonOptions {
   int max_message_bytes = 64 << 20;
   // Finished jobs kept for GetJob / ListJobs / WatchJob / GetPlan (the oldest are forgotten).
   int max_pending_jobs = 1000;
+  int max_watches = 1000;
   int max_finished_jobs = 1000;
   // Step events kept per job for late watchers (the oldest are dropped; state changes are kept).
   int max_events_per_job = 10000;

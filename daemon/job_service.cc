@@ -122,6 +122,12 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
   if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (watches_ >= max_watches_) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat(watches_, " WatchJob streams are open, as many as loomd serves ",
+                       "(--max-watches): close one, or poll GetJob"));
+    }
     ++watches_;
   }
   absl::Cleanup ended = [this] {

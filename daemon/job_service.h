@@ -14,8 +14,10 @@ namespace loom::daemon {
 // does and its status codes).
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // `manager` must outlive the service.
-  explicit JobServiceImpl(JobManager* manager) : manager_(manager) {}
+  // `manager` must outlive the service. At most `max_watches` WatchJob streams are open at once
+  // (each holds a server thread while it waits); more are RESOURCE_EXHAUSTED.
+  explicit JobServiceImpl(JobManager* manager, int max_watches = 1000)
+      : manager_(manager), max_watches_(max_watches) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -38,6 +40,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   JobManager* const manager_;
+  const int max_watches_;
 
   std::mutex mutex_;
   std::condition_variable watch_ended_;

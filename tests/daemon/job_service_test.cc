@@ -377,6 +377,47 @@ TEST_F(JobServiceTest, AJobWhoseCheckpointCannotBeWrittenFailsSayingWhy) {
   EXPECT_FALSE(std::filesystem::exists(absl::StrCat(path, ".node-0")));  // the part is gone
 }
 
+TEST_F(JobServiceTest, WatchesBeyondTheLimitAreRefusedUntilOneCloses) {
+  DaemonOptions options = TestOptions();
+  options.max_watches = 2;
+  StartDaemon(options);
+  // 10000 steps of 2 ms: far longer than the test.
+  const std::string id = SubmitOrDie(SlowJob(10000, 2000));
+  v1::WatchJobRequest request;
+  request.set_job_id(id);
+  // Two watches open (each has received an event, so its handler runs).
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches;
+  for (int index = 0; index < 2; ++index) {
+    contexts.push_back(ContextWithDeadline(absl::Seconds(30)));
+    watches.push_back(jobs_->WatchJob(contexts.back().get(), request));
+    v1::JobEvent event;
+    ASSERT_TRUE(watches.back()->Read(&event));
+  }
+  grpc::Status refused;
+  EXPECT_THAT(WatchToEnd(id, absl::Seconds(10), &refused), SizeIs(0));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("2 WatchJob streams are open"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-watches"));
+  // One closes: a new watch gets the job's events.
+  contexts[0]->TryCancel();
+  (void)watches[0]->Finish();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  bool watched = false;
+  while (!watched && absl::Now() < deadline) {
+    auto context = ContextWithDeadline(absl::Seconds(10));
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> watch =
+        jobs_->WatchJob(context.get(), request);
+    v1::JobEvent event;
+    watched = watch->Read(&event);
+    context->TryCancel();
+    (void)watch->Finish();
+  }
+  EXPECT_TRUE(watched);
+  contexts[1]->TryCancel();
+  (void)watches[1]->Finish();
+}
+
 TEST_F(JobServiceTest, UnknownIdsAreNotFound) {
   v1::JobInfo info;
   EXPECT_EQ(GetJob("job-42", &info).error_code(), grpc::StatusCode::NOT_FOUND);
