@@ -104,8 +104,8 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node,
-                                                        Sender sender) {
+absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node, Sender sender,
+                                                        SessionCanceller cancel_session) {
   if (absl::Status valid = ValidateRegistration(node); !valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mutex_);
   int index = -1;
@@ -149,6 +149,7 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   }
   entry.info.clear_running_job_id();
   entry.sender = std::move(sender);
+  entry.cancel_session = std::move(cancel_session);
   entry.generation = next_generation_++;
   entry.last_heard = absl::Now();
   entry.max_message_bytes =
@@ -170,6 +171,7 @@ bool Cluster::MarkMissingLocked(Node& node) {
   if (node.info.state() == v1::NODE_STATE_MISSING) return false;
   node.info.set_state(v1::NODE_STATE_MISSING);
   node.sender = nullptr;
+  node.cancel_session = nullptr;
   return true;
 }
 
@@ -196,22 +198,32 @@ void Cluster::MonitorLoop() {
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.heartbeat_interval / 2));
     if (stopping_) break;
     const absl::Time now = absl::Now();
-    std::vector<std::pair<int, absl::Status>> lost;
+    struct Lost {
+      int index;
+      absl::Status status;
+      SessionCanceller cancel_session;
+    };
+    std::vector<Lost> lost;
     for (auto& [index, node] : nodes_) {
       if (node.info.state() != v1::NODE_STATE_READY || index == 0) continue;
       if (now - node.last_heard <= options_.node_timeout) continue;
+      lost.push_back(
+          Lost{index,
+               absl::UnavailableError(absl::StrCat(
+                   "node ", index, " ('", node.info.name(), "') was lost: no heartbeat for ",
+                   absl::FormatDuration(now - node.last_heard), " (timeout ",
+                   absl::FormatDuration(options_.node_timeout), ")")),
+               node.cancel_session});
       MarkMissingLocked(node);
-      lost.emplace_back(
-          index, absl::UnavailableError(absl::StrCat(
-                     "node ", index, " ('", node.info.name(), "') was lost: no heartbeat for ",
-                     absl::FormatDuration(now - node.last_heard), " (timeout ",
-                     absl::FormatDuration(options_.node_timeout), ")")));
     }
     if (lost.empty()) continue;
     lock.unlock();
-    for (const auto& [index, status] : lost) {
-      LOG(WARNING) << status.message();
-      if (lost_handler_) lost_handler_(index, status);
+    for (const Lost& node : lost) {
+      LOG(WARNING) << node.status.message();
+      if (lost_handler_) lost_handler_(node.index, node.status);
+      // After the handler, so that the job's error is the loss: a command the job's thread is
+      // writing to the silent worker (waiting for it to read) now fails and frees that thread.
+      if (node.cancel_session) node.cancel_session();
     }
     lock.lock();
   }

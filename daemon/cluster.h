@@ -38,6 +38,9 @@ class Cluster {
  public:
   // Delivers a command to a node; false when it cannot (the session is gone).
   using Sender = std::function<bool(const v1::NodeCommand& command)>;
+  // Ends a worker's session (its call), so that a Sender waiting for a worker that stopped
+  // reading returns; called when the node is lost for want of heartbeats.
+  using SessionCanceller = std::function<void()>;
   using LostHandler = std::function<void(int index, const absl::Status& reason)>;
 
   struct Options {
@@ -60,12 +63,13 @@ class Cluster {
   // A worker's session registered: its index, and the session's generation (for Heartbeat and
   // Disconnected). INVALID_ARGUMENT for a bad registration (ValidateRegistration, or a rank
   // another node holds), ALREADY_EXISTS when a node of that name is connected, RESOURCE_EXHAUSTED
-  // when no index is left.
+  // when no index is left. `cancel_session` (may be null) must stay callable until Disconnected.
   struct Registration {
     int index;
     int64_t generation;
   };
-  absl::StatusOr<Registration> Register(const v1::RegisterNode& node, Sender sender);
+  absl::StatusOr<Registration> Register(const v1::RegisterNode& node, Sender sender,
+                                        SessionCanceller cancel_session = nullptr);
   void Heartbeat(int index, int64_t generation);
   // The session ended (`reason` says how).
   void Disconnected(int index, int64_t generation, const absl::Status& reason);
@@ -102,6 +106,7 @@ class Cluster {
   struct Node {
     v1::NodeInfo info;
     Sender sender;
+    SessionCanceller cancel_session;
     int64_t generation = 0;
     absl::Time last_heard;
     // Its --max-message-size (the coordinator's for itself and for workers that did not say).

@@ -10,24 +10,37 @@
 namespace loom::daemon {
 namespace {
 
-// Serialises writes to a session stream, and refuses them once the handler has returned.
+// Serialises writes to a session stream, refuses them once the handler has returned, and cancels
+// the call on request until then.
 class SessionWriter {
  public:
-  explicit SessionWriter(
-      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream)
-      : stream_(stream) {}
+  SessionWriter(grpc::ServerContext* context,
+                grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream)
+      : context_(context), stream_(stream) {}
 
   bool Write(const v1::CoordinatorMessage& message) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(write_mutex_);
     return stream_ != nullptr && stream_->Write(message);
   }
+  // Ends the call: a Write waiting for a worker that reads nothing returns false (its own lock,
+  // since that Write holds write_mutex_).
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(context_mutex_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
   void Close() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    {
+      std::lock_guard<std::mutex> lock(context_mutex_);
+      context_ = nullptr;
+    }
+    std::lock_guard<std::mutex> lock(write_mutex_);
     stream_ = nullptr;
   }
 
  private:
-  std::mutex mutex_;
+  std::mutex context_mutex_;
+  grpc::ServerContext* context_;
+  std::mutex write_mutex_;
   grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream_;
 };
 
@@ -43,13 +56,15 @@ grpc::Status NodeServiceImpl::Session(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a node session starts with RegisterNode");
   }
-  auto writer = std::make_shared<SessionWriter>(stream);
-  absl::StatusOr<Cluster::Registration> registration =
-      cluster_->Register(message.register_(), [writer](const v1::NodeCommand& command) {
+  auto writer = std::make_shared<SessionWriter>(context, stream);
+  absl::StatusOr<Cluster::Registration> registration = cluster_->Register(
+      message.register_(),
+      [writer](const v1::NodeCommand& command) {
         v1::CoordinatorMessage out;
         *out.mutable_command() = command;
         return writer->Write(out);
-      });
+      },
+      [writer] { writer->Cancel(); });
   if (!registration.ok()) {
     LOG(WARNING) << "refused a node from " << context->peer() << ": " << registration.status();
     return ToGrpcStatus(registration.status());

@@ -1,0 +1,86 @@
+// A worker that froze (SIGSTOP, a hung host, a network that drops its packets) keeps its
+// connection open but reads nothing: the coordinator's write of a command larger than gRPC's
+// flow-control window waits for it. When the worker is lost (no heartbeat for --node-timeout),
+// its session is cancelled, so the write returns and the job fails naming the node, instead of
+// the coordinator's job thread waiting for TCP to give up (many minutes) with every later job
+// queued behind it.
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "proto/loom/v1/node_service.grpc.pb.h"
+#include "tests/daemon/daemon_test_util.h"
+
+namespace loom::daemon::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FrozenWorkerTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonOptions options = TestOptions();
+    options.heartbeat_interval = absl::Milliseconds(200);
+    options.node_timeout = absl::Seconds(2);
+    StartDaemon(options);
+  }
+};
+
+// A forward job whose plan takes megabytes: `ops` relu ops in a chain on `device`, with names of
+// 2,000 characters.
+job::Job LargePlanJob(int ops, const std::string& device) {
+  job::Job job = ParseJob(R"pb(name: "large-plan"
+                               inputs {
+                                 name: "x"
+                                 shape: [ 4 ]
+                                 random_normal { std: 1 }
+                               })pb");
+  job.mutable_placement()->add_devices(device);
+  std::string previous = "x";
+  for (int index = 0; index < ops; ++index) {
+    job::Op* op = job.add_ops();
+    op->set_name(absl::StrCat(std::string(2000, 'r'), index));
+    op->set_type("relu");
+    op->add_inputs(previous);
+    previous = absl::StrCat(std::string(2000, 'y'), index);
+    op->add_outputs(previous);
+  }
+  job.add_fetch(previous);
+  return job;
+}
+
+TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) {
+  // The frozen worker: registers, then neither reads nor sends anything, with its connection open.
+  std::unique_ptr<v1::NodeService::Stub> nodes = v1::NodeService::NewStub(channel_);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> session =
+      nodes->Session(&context);
+  v1::WorkerMessage hello;
+  hello.mutable_register_()->set_name("frozen");
+  hello.mutable_register_()->set_rank(-1);
+  v1::DeviceInfo* device = hello.mutable_register_()->add_devices();
+  device->set_type("cpu");
+  device->set_index(0);
+  ASSERT_TRUE(session->Write(hello));
+  v1::CoordinatorMessage registered;
+  ASSERT_TRUE(session->Read(&registered));
+  ASSERT_TRUE(registered.has_registered());
+  ASSERT_EQ(registered.registered().index(), 1);
+
+  const std::string frozen_job = SubmitOrDie(LargePlanJob(2000, "node1/cpu:0"));
+  ASSERT_TRUE(WaitForState(frozen_job, v1::JOB_STATE_FAILED, absl::Seconds(20)));
+  v1::JobInfo info;
+  ASSERT_TRUE(GetJob(frozen_job, &info).ok());
+  EXPECT_THAT(info.error().message(), HasSubstr("node 1 ('frozen') was lost"));
+  // The coordinator's job thread is free: the next job runs.
+  const std::string next = SubmitOrDie(TrainingJob(1));
+  EXPECT_TRUE(WaitForState(next, v1::JOB_STATE_SUCCEEDED));
+  context.TryCancel();
+}
+
+}  // namespace
+}  // namespace loom::daemon::testing
