@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "google/protobuf/descriptor.h"
 #include "runtime/actor_id.h"
 
 namespace loom::daemon {
@@ -230,25 +231,13 @@ void Cluster::MonitorLoop() {
 }
 
 absl::Status Cluster::Send(int index, const v1::NodeCommand& command) {
-  const auto kind = [&] {
-    switch (command.kind_case()) {
-      case v1::NodeCommand::kLaunch:
-        return "launch";
-      case v1::NodeCommand::kConnect:
-        return "connect";
-      case v1::NodeCommand::kStart:
-        return "start";
-      case v1::NodeCommand::kAbort:
-        return "abort";
-      case v1::NodeCommand::kRelease:
-        return "release";
-      default:
-        return "command";
-    }
-  };
+  // The command's kind by its oneof field's name: "launch", "connect", ...
+  const google::protobuf::FieldDescriptor* kind =
+      v1::NodeCommand::descriptor()->FindFieldByNumber(command.kind_case());
   if (absl::Status fits = CheckMessageFits(
           index, static_cast<int64_t>(command.ByteSizeLong()) + kCommandEnvelopeBytes,
-          absl::StrCat("the ", kind(), " of job ", command.job_id()));
+          absl::StrCat("the ", kind != nullptr ? kind->name() : "command", " of job ",
+                       command.job_id()));
       !fits.ok()) {
     return fits;
   }
