@@ -47,9 +47,11 @@ struct DaemonOptions {
   absl::Duration shutdown_grace = absl::Seconds(20);
   // The largest gRPC message received or sent.
   int max_message_bytes = 64 << 20;
-  // Finished jobs kept for GetJob / ListJobs / WatchJob / GetPlan (the oldest are forgotten).
+  // Jobs that may wait in the queue (more: SubmitJob is RESOURCE_EXHAUSTED).
   int max_pending_jobs = 1000;
+  // WatchJob streams served at once (more: RESOURCE_EXHAUSTED).
   int max_watches = 1000;
+  // Finished jobs kept for GetJob / ListJobs / WatchJob / GetPlan (the oldest are forgotten).
   int max_finished_jobs = 1000;
   // Step events kept per job for late watchers (the oldest are dropped; state changes are kept).
   int max_events_per_job = 10000;
