@@ -126,6 +126,32 @@ job::Job FetchingJob(int steps) {
   return job;
 }
 
+job::Job ReluChain(int length, const std::string& device, int name_bytes) {
+  job::Job job = ParseJob(R"pb(name: "relu-chain"
+                               inputs {
+                                 name: "x"
+                                 shape: [ 4 ]
+                                 random_normal { std: 1 }
+                               })pb");
+  job.mutable_placement()->add_devices(device);
+  auto name = [&](const char* prefix, int index) {
+    std::string name = absl::StrCat(prefix, index);
+    if (static_cast<int>(name.size()) < name_bytes) name.insert(0, name_bytes - name.size(), '_');
+    return name;
+  };
+  std::string previous = "x";
+  for (int index = 0; index < length; ++index) {
+    job::Op* op = job.add_ops();
+    op->set_name(name("relu", index));
+    op->set_type("relu");
+    op->add_inputs(previous);
+    previous = name("y", index);
+    op->add_outputs(previous);
+  }
+  job.add_fetch(previous);
+  return job;
+}
+
 std::string HealthCheckRequest(const std::string& service) {
   if (service.empty()) return "";
   return std::string("\x0a") + static_cast<char>(service.size()) + service;

@@ -30,6 +30,10 @@ job::Job CountingJob(int steps, const std::string& total, const std::string& per
 // per step (two micro-batches): 8 KiB per device per step.
 job::Job FetchingJob(int steps);
 job::Job ParseJob(const std::string& text);
+// A forward job, 'relu-chain', of `length` relu ops in a chain from a [4] input on `device`,
+// fetching the last; with `name_bytes`, each op and tensor name is padded to that many characters.
+// Its plan grows with both.
+job::Job ReluChain(int length, const std::string& device, int name_bytes = 0);
 
 // grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
 inline constexpr char kHealthServing[] = "\x08\x01";

@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
@@ -30,29 +29,6 @@ class FrozenWorkerTest : public DaemonTest {
   }
 };
 
-// A forward job whose plan takes megabytes: `ops` relu ops in a chain on `device`, with names of
-// 2,000 characters.
-job::Job LargePlanJob(int ops, const std::string& device) {
-  job::Job job = ParseJob(R"pb(name: "large-plan"
-                               inputs {
-                                 name: "x"
-                                 shape: [ 4 ]
-                                 random_normal { std: 1 }
-                               })pb");
-  job.mutable_placement()->add_devices(device);
-  std::string previous = "x";
-  for (int index = 0; index < ops; ++index) {
-    job::Op* op = job.add_ops();
-    op->set_name(absl::StrCat(std::string(2000, 'r'), index));
-    op->set_type("relu");
-    op->add_inputs(previous);
-    previous = absl::StrCat(std::string(2000, 'y'), index);
-    op->add_outputs(previous);
-  }
-  job.add_fetch(previous);
-  return job;
-}
-
 TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) {
   // The frozen worker: registers, then neither reads nor sends anything, with its connection open.
   std::unique_ptr<v1::NodeService::Stub> nodes = v1::NodeService::NewStub(channel_);
@@ -71,7 +47,8 @@ TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) 
   ASSERT_TRUE(registered.has_registered());
   ASSERT_EQ(registered.registered().index(), 1);
 
-  const std::string frozen_job = SubmitOrDie(LargePlanJob(2000, "node1/cpu:0"));
+  // Megabytes of plan: far more than the flow-control window.
+  const std::string frozen_job = SubmitOrDie(ReluChain(2000, "node1/cpu:0", /*name_bytes=*/2000));
   ASSERT_TRUE(WaitForState(frozen_job, v1::JOB_STATE_FAILED, absl::Seconds(20)));
   v1::JobInfo info;
   ASSERT_TRUE(GetJob(frozen_job, &info).ok());

@@ -62,44 +62,22 @@ class MessageLimitsTest : public DaemonTest {
   std::unique_ptr<Daemon> worker_;
 };
 
-// A forward job of `length` relu ops in a chain on `device`: a plan that grows with `length`.
-job::Job LongChain(int length, const std::string& device) {
-  job::Job job = ParseJob(R"pb(name: "long-chain"
-                               inputs {
-                                 name: "x"
-                                 shape: [ 4 ]
-                                 random_normal { std: 1 }
-                               })pb");
-  job.mutable_placement()->add_devices(device);
-  std::string previous = "x";
-  for (int index = 0; index < length; ++index) {
-    job::Op* op = job.add_ops();
-    op->set_name(absl::StrCat("relu", index));
-    op->set_type("relu");
-    op->add_inputs(previous);
-    previous = absl::StrCat("y", index);
-    op->add_outputs(previous);
-  }
-  job.add_fetch(previous);
-  return job;
-}
-
 TEST_F(MessageLimitsTest, AJobWhosePartOnAWorkerIsOverItsMessageLimitIsRefusedAtSubmit) {
   v1::SubmitJobResponse response;
-  grpc::Status status = Submit(LongChain(300, "node1/cpu:0"), &response);
+  grpc::Status status = Submit(ReluChain(300, "node1/cpu:0"), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_THAT(status.error_message(),
-              HasSubstr("the part of job 'long-chain' that runs on node 1"));
+              HasSubstr("the part of job 'relu-chain' that runs on node 1"));
   EXPECT_THAT(status.error_message(),
               HasSubstr(absl::StrCat("over the ", kWorkerMessageBytes,
                                      " bytes a message between the coordinator and node 1 "
                                      "('small-messages') may carry")));
   EXPECT_TRUE(WorkerReady());
   // The coordinator's own node gets its part in the process: no message limit.
-  const std::string id = SubmitOrDie(LongChain(300, "node0/cpu:0"));
+  const std::string id = SubmitOrDie(ReluChain(300, "node0/cpu:0"));
   EXPECT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
   // A short chain fits the worker's messages and runs there.
-  const std::string short_id = SubmitOrDie(LongChain(2, "node1/cpu:0"));
+  const std::string short_id = SubmitOrDie(ReluChain(2, "node1/cpu:0"));
   EXPECT_TRUE(WaitForState(short_id, v1::JOB_STATE_SUCCEEDED));
 }
 
