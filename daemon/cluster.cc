@@ -160,6 +160,18 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   return Registration{index, entry.generation};
 }
 
+int64_t Cluster::AddUnregisteredSession(SessionCanceller cancel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t id = next_unregistered_++;
+  unregistered_[id] = UnregisteredSession{absl::Now(), std::move(cancel)};
+  return id;
+}
+
+void Cluster::RemoveUnregisteredSession(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  unregistered_.erase(id);
+}
+
 void Cluster::Heartbeat(int index, int64_t generation) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto node = nodes_.find(index);
@@ -217,8 +229,18 @@ void Cluster::MonitorLoop() {
                node.cancel_session});
       MarkMissingLocked(node);
     }
-    if (lost.empty()) continue;
+    std::vector<SessionCanceller> silent;
+    for (auto session = unregistered_.begin(); session != unregistered_.end();) {
+      if (now - session->second.opened <= options_.node_timeout) {
+        ++session;
+        continue;
+      }
+      silent.push_back(std::move(session->second.cancel));
+      session = unregistered_.erase(session);
+    }
+    if (lost.empty() && silent.empty()) continue;
     lock.unlock();
+    for (const SessionCanceller& cancel : silent) cancel();
     for (const Lost& node : lost) {
       LOG(WARNING) << node.status.message();
       if (lost_handler_) lost_handler_(node.index, node.status);

@@ -38,8 +38,9 @@ class Cluster {
  public:
   // Delivers a command to a node; false when it cannot (the session is gone).
   using Sender = std::function<bool(const v1::NodeCommand& command)>;
-  // Ends a worker's session (its call), so that a Sender waiting for a worker that stopped
-  // reading returns; called when the node is lost for want of heartbeats.
+  // Ends a session (its call): for a registered worker lost for want of heartbeats, so that a
+  // Sender waiting for it to read returns; for a session that never registered, so that it holds
+  // no thread beyond the node timeout.
   using SessionCanceller = std::function<void()>;
   using LostHandler = std::function<void(int index, const absl::Status& reason)>;
 
@@ -71,6 +72,11 @@ class Cluster {
   absl::StatusOr<Registration> Register(const v1::RegisterNode& node, Sender sender,
                                         SessionCanceller cancel_session = nullptr);
   void Heartbeat(int index, int64_t generation);
+  // A session that has not registered yet: `cancel` is called once it has been open for the node
+  // timeout, unless RemoveUnregisteredSession(returned id) came first (the monitor may still be
+  // calling it as that returns, so `cancel` must outlive the session).
+  int64_t AddUnregisteredSession(SessionCanceller cancel);
+  void RemoveUnregisteredSession(int64_t id);
   // The session ended (`reason` says how).
   void Disconnected(int index, int64_t generation, const absl::Status& reason);
 
@@ -125,6 +131,12 @@ class Cluster {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<int, Node> nodes_;  // guarded by mutex_
+  struct UnregisteredSession {
+    absl::Time opened;
+    SessionCanceller cancel;
+  };
+  std::map<int64_t, UnregisteredSession> unregistered_;  // guarded by mutex_, by id
+  int64_t next_unregistered_ = 1;                        // guarded by mutex_
   int64_t next_generation_ = 1;
   bool stopping_ = false;
   std::thread monitor_;

@@ -49,14 +49,20 @@ class SessionWriter {
 grpc::Status NodeServiceImpl::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  auto writer = std::make_shared<SessionWriter>(context, stream);
   v1::WorkerMessage message;
+  // A worker registers as soon as it connects: a session silent for the node timeout is cancelled
+  // (it would hold this thread for as long as its client keeps it open).
+  const int64_t unregistered = cluster_->AddUnregisteredSession([writer] { writer->Cancel(); });
+  const bool read = stream->Read(&message);
+  cluster_->RemoveUnregisteredSession(unregistered);
   // A session without a first message that parses (bytes that are no WorkerMessage, or nothing)
   // is refused like one that starts with anything but RegisterNode.
-  if (!stream->Read(&message) || !message.has_register_()) {
+  if (!read || !message.has_register_()) {
+    writer->Close();
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a node session starts with RegisterNode");
   }
-  auto writer = std::make_shared<SessionWriter>(context, stream);
   absl::StatusOr<Cluster::Registration> registration = cluster_->Register(
       message.register_(),
       [writer](const v1::NodeCommand& command) {

@@ -1,9 +1,10 @@
-// A worker that froze (SIGSTOP, a hung host, a network that drops its packets) keeps its
-// connection open but reads nothing: the coordinator's write of a command larger than gRPC's
-// flow-control window waits for it. When the worker is lost (no heartbeat for --node-timeout),
-// its session is cancelled, so the write returns and the job fails naming the node, instead of
-// the coordinator's job thread waiting for TCP to give up (many minutes) with every later job
-// queued behind it.
+// Sessions that would hold a coordinator thread for good. A worker that froze (SIGSTOP, a hung
+// host, a network that drops its packets) keeps its connection open but reads nothing: the
+// coordinator's write of a command larger than gRPC's flow-control window waits for it. When the
+// worker is lost (no heartbeat for --node-timeout), its session is cancelled, so the write returns
+// and the job fails naming the node, instead of the coordinator's job thread waiting for TCP to
+// give up (many minutes) with every later job queued behind it. A session that never registers is
+// ended after the node timeout too.
 #include <memory>
 #include <string>
 
@@ -57,6 +58,20 @@ TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) 
   const std::string next = SubmitOrDie(TrainingJob(1));
   EXPECT_TRUE(WaitForState(next, v1::JOB_STATE_SUCCEEDED));
   context.TryCancel();
+}
+
+TEST_F(FrozenWorkerTest, ASessionThatNeverRegistersEndsAfterTheNodeTimeout) {
+  std::unique_ptr<v1::NodeService::Stub> nodes = v1::NodeService::NewStub(channel_);
+  std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(absl::Seconds(30));
+  const absl::Time opened = absl::Now();
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> session =
+      nodes->Session(context.get());
+  v1::CoordinatorMessage message;
+  EXPECT_FALSE(session->Read(&message));
+  const grpc::Status status = session->Finish();
+  EXPECT_LT(absl::Now() - opened, absl::Seconds(10));
+  // Cancelled by the coordinator (the client sees no other status of a cancelled call).
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
 }
 
 }  // namespace
