@@ -81,12 +81,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   // The node's agent reports to the coordinator: in this process, or over the session.
   daemon->agent_ = std::make_unique<NodeAgent>(
       &daemon->kernels_,
-      [self, coordinator](const v1::NodeJobUpdate& update) {
+      [self, coordinator, limit = options.max_message_bytes](const v1::NodeJobUpdate& update) {
         if (!coordinator) return self->session_->Report(update);
+        // In the process, but held by the coordinator as any node's: the same bound.
+        if (absl::Status fits = CheckUpdateFits(update.job_id(), update.ByteSizeLong(), limit);
+            !fits.ok()) {
+          return fits;
+        }
         self->manager_->OnNodeUpdate(0, update);
         return absl::OkStatus();
       },
-      daemon->metrics_.get(), options.max_message_bytes / 2);
+      daemon->metrics_.get());
   if (coordinator) {
     v1::NodeInfo node;
     node.set_name(options.node_name);

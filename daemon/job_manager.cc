@@ -157,9 +157,8 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
       AdmitJob(std::move(job), cluster_->Devices());
   if (compiled.ok()) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
-      if (absl::Status ready = cluster_->CheckReady(NodesOf((*compiled)->result)); !ready.ok()) {
-        return ready;
-      }
+      const std::vector<int> nodes = NodesOf((*compiled)->result);
+      if (absl::Status ready = cluster_->CheckReady(nodes); !ready.ok()) return ready;
       const plan::Plan& plan = (*compiled)->result.plan;
       if (absl::Status checkpoint =
               CheckCheckpointPath(options.checkpoint_path, options.checkpoint_every_steps, plan);
@@ -170,7 +169,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
       // of the plan (the launch), and the pieces they forward (a fetched tensor's, whole, with
       // room for its event's other fields, is at most half the smallest limit).
       int64_t max_piece_bytes = cluster_->MessageLimit(0) / 2;
-      for (int node : NodesOf((*compiled)->result)) {
+      for (int node : nodes) {
         if (absl::Status fits = cluster_->CheckMessageFits(
                 node, static_cast<int64_t>((*compiled)->result.node_plans[node].ByteSizeLong()),
                 absl::StrCat("the part of job '", name, "' that runs on node ", node));

@@ -23,12 +23,16 @@ constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(30);
 
 }  // namespace
 
-NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics,
-                     int64_t max_trace_bytes)
-    : kernels_(kernels),
-      metrics_(metrics),
-      max_trace_bytes_(max_trace_bytes),
-      report_(std::move(report)) {
+absl::Status CheckUpdateFits(const std::string& job_id, size_t bytes, int64_t limit) {
+  if (static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "an update on job ", job_id, " takes ", bytes, " bytes, over the ", limit,
+      " bytes a message from this node to the coordinator may carry (--max-message-size; between ",
+      "a worker and its coordinator, the smaller of the two)"));
+}
+
+NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics)
+    : kernels_(kernels), metrics_(metrics), report_(std::move(report)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -188,22 +192,15 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       if (traced) {
         v1::NodeJobUpdate trace;
         trace.set_job_id(job_id);
-        std::string events = ChromeTraceEvents(job->runtime());
         const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
         trace.mutable_trace()->set_acts(acts);
-        const std::string what = absl::StrCat("node ", job->node(), "'s trace of ", acts, " acts");
-        if (static_cast<int64_t>(events.size()) > max_trace_bytes_) {
-          trace.mutable_trace()->set_error(absl::StrCat(
-              what, " takes ", events.size(), " bytes, over the ", max_trace_bytes_,
-              " a message may carry (half of --max-message-size): trace a shorter job"));
-        } else {
-          trace.mutable_trace()->set_events(std::move(events));
-        }
+        trace.mutable_trace()->set_events(ChromeTraceEvents(job->runtime()));
         if (absl::Status reported = Report(trace); absl::IsResourceExhausted(reported)) {
-          // Over the coordinator's limit, which may be smaller than this node's.
+          // Too large for a message to the coordinator: its error instead.
           trace.mutable_trace()->clear_events();
-          trace.mutable_trace()->set_error(
-              absl::StrCat(what, ": ", reported.message(), ": trace a shorter job"));
+          trace.mutable_trace()->set_error(absl::StrCat("node ", job->node(), "'s trace of ", acts,
+                                                        " acts: ", reported.message(),
+                                                        ": trace a shorter job"));
           Report(trace).IgnoreError();
         }
       }

@@ -21,6 +21,10 @@
 
 namespace loom::daemon {
 
+// What a Reporter checks: OK when an update of `bytes` (as sent) on job `job_id` fits `limit`, the
+// largest message from this node to the coordinator; RESOURCE_EXHAUSTED saying so otherwise.
+absl::Status CheckUpdateFits(const std::string& job_id, size_t bytes, int64_t limit);
+
 // The worker half of every loomd (the coordinator has one for its own node): runs this node's part
 // of jobs on the coordinator's commands (launch, connect, start, abort, release) and reports what
 // happens (launched with its UCX address, connected, forwarded sink pieces, ended). One job at a
@@ -36,10 +40,9 @@ class NodeAgent {
 
   // `kernels` must outlive the agent; `report` is called from the agent's threads.
   // `metrics` (may be null) receives the runtime's live metrics of every job; it must outlive
-  // the agent. A traced job's events larger than `max_trace_bytes` are not sent (the update says
-  // so instead): they would not fit in a message to the coordinator.
-  NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics = nullptr,
-            int64_t max_trace_bytes = int64_t{32} << 20);
+  // the agent. A traced job's events that `report` refuses as too large are not sent (the update
+  // says so instead).
+  NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics = nullptr);
   // Aborts and releases the job, joins the threads.
   ~NodeAgent();
 
@@ -68,7 +71,6 @@ class NodeAgent {
   // The current job's periodic checkpoint parts (agent thread only; null: none).
   std::shared_ptr<CheckpointSnapshots> snapshots_;
   RuntimeMetrics* const metrics_;
-  const int64_t max_trace_bytes_;
   const Reporter report_;
 
   mutable std::mutex mutex_;

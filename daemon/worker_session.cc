@@ -34,11 +34,9 @@ absl::Status WorkerSession::Report(const v1::NodeJobUpdate& update) {
   v1::WorkerMessage message;
   *message.mutable_job() = update;
   const size_t bytes = message.ByteSizeLong();
-  if (static_cast<int64_t>(bytes) > message_limit_.load()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "an update on job ", update.job_id(), " takes ", bytes, " bytes, over the ",
-        message_limit_.load(), " bytes a message between this node and the coordinator may carry ",
-        "(the smaller of the two daemons' --max-message-size)"));
+  if (absl::Status fits = CheckUpdateFits(update.job_id(), bytes, message_limit_.load());
+      !fits.ok()) {
+    return fits;
   }
   std::unique_lock<std::mutex> lock(mutex_);
   // Room for it, unless nothing else is queued (a larger update goes alone).

@@ -27,15 +27,18 @@ class FrozenWorkerTest : public DaemonTest {
     options.heartbeat_interval = absl::Milliseconds(200);
     options.node_timeout = absl::Seconds(2);
     StartDaemon(options);
+    nodes_ = v1::NodeService::NewStub(channel_);
   }
+
+  // The coordinator's NodeService, as a worker sees it.
+  std::unique_ptr<v1::NodeService::Stub> nodes_;
 };
 
 TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) {
   // The frozen worker: registers, then neither reads nor sends anything, with its connection open.
-  std::unique_ptr<v1::NodeService::Stub> nodes = v1::NodeService::NewStub(channel_);
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> session =
-      nodes->Session(&context);
+      nodes_->Session(&context);
   v1::WorkerMessage hello;
   hello.mutable_register_()->set_name("frozen");
   hello.mutable_register_()->set_rank(-1);
@@ -61,11 +64,10 @@ TEST_F(FrozenWorkerTest, ALaunchWaitingForAFrozenWorkerEndsWhenTheWorkerIsLost) 
 }
 
 TEST_F(FrozenWorkerTest, ASessionThatNeverRegistersEndsAfterTheNodeTimeout) {
-  std::unique_ptr<v1::NodeService::Stub> nodes = v1::NodeService::NewStub(channel_);
   std::unique_ptr<grpc::ClientContext> context = ContextWithDeadline(absl::Seconds(30));
   const absl::Time opened = absl::Now();
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> session =
-      nodes->Session(context.get());
+      nodes_->Session(context.get());
   v1::CoordinatorMessage message;
   EXPECT_FALSE(session->Read(&message));
   const grpc::Status status = session->Finish();

@@ -501,7 +501,7 @@ TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
 
 TEST_F(JobServiceTest, ATraceTooLargeForAMessageIsResourceExhaustedNamingTheNode) {
   DaemonOptions options = TestOptions();
-  options.max_message_bytes = 16 << 10;  // traces up to 8 KiB
+  options.max_message_bytes = 16 << 10;  // node 0's trace too: updates up to 16 KiB
   StartDaemon(options);
   v1::SubmitJobRequest request;
   *request.mutable_job() = TrainingJob(20);

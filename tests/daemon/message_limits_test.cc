@@ -164,7 +164,7 @@ TEST_F(SmallCoordinatorMessagesTest, AWorkersTraceOverTheCoordinatorsLimitIsAnEr
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("node 1's trace of"));
   EXPECT_THAT(status.error_message(),
-              HasSubstr("over the 65536 bytes a message between this node and the coordinator"));
+              HasSubstr("over the 65536 bytes a message from this node to the coordinator"));
   EXPECT_TRUE(WorkerReady());
 }
 
