@@ -32,6 +32,11 @@ class SlowCoordinator final : public v1::NodeService::Service {
       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
     v1::WorkerMessage hello;
     if (!stream->Read(&hello) || !hello.has_register_()) return grpc::Status::OK;
+    {
+      // Before answering: the worker is connected once it has the answer.
+      std::lock_guard<std::mutex> lock(mutex_);
+      worker_max_message_bytes_ = hello.register_().max_message_bytes();
+    }
     v1::CoordinatorMessage registered;
     registered.mutable_registered()->set_index(1);
     registered.mutable_registered()->set_heartbeat_interval_milliseconds(10);
@@ -40,7 +45,6 @@ class SlowCoordinator final : public v1::NodeService::Service {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sessions_;
-      worker_max_message_bytes_ = hello.register_().max_message_bytes();
       changed_.notify_all();
       changed_.wait(lock, [this] { return reading_ || ending_; });
       if (ending_) {
