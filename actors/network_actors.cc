@@ -1,5 +1,6 @@
 #include "actors/network_actors.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -190,6 +191,9 @@ absl::Status ReceiveActor::PostReceive(int32_t slot) {
 
 absl::Status ReceiveActor::DoAct() {
   if (failed_slot_ >= 0) return FailedReceive();
+  // An act that only grants credits belongs with the last piece published (the first with the
+  // first piece), not with its act count: its trace event and step say so.
+  set_current_piece(std::max<int64_t>(received_ - 1, 0));
   // Publish what arrived, in the order it was sent.
   while (FrontArrived()) {
     Announced front = announced_.front();

@@ -44,8 +44,10 @@ struct ClusterClientOptions {
 
 // SubmitJobRequest's fields besides the job.
 struct SubmitJobOptions {
-  // Every node records every act, for GetTrace once the job ended (short jobs).
+  // Every node records every act, for GetTrace once the job ended.
   bool trace = false;
+  // With trace: only the acts of these steps (1-based, both included); unset: of every step.
+  std::optional<v1::StepRange> trace_steps;
   // When the job succeeds, its variables are saved to this safetensors file: an absolute path
   // whose directory the coordinator and every node of the job reach (SubmitJobRequest).
   std::string checkpoint_path;

@@ -11,6 +11,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/mixed_precision.h"
 #include "compiler/node_split.h"
+#include "compiler/pieces_per_step.h"
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -51,6 +52,7 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices);
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
+  SetPiecesPerStep(result.plan);
   result.node_plans = SplitByNode(result.plan);
   if (absl::Status status = CheckMemory(result.node_plans); !status.ok()) return status;
   return result;

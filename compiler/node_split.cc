@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "compiler/pieces_per_step.h"
 #include "runtime/device_name.h"
 
 namespace loom::compiler {
@@ -139,6 +140,12 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     if (producer == producer_position.end() || readers == readers_of.end()) continue;
     const plan::Device& producer_device = plan.tasks(producer->second).stream().device();
     const int producer_node = producer_device.node();
+    // The tasks moving the register act on its pieces.
+    const int64_t pieces_per_step = OutputPiecesPerStep(plan.tasks(producer->second));
+    auto add_network_task = [&](int node, plan::Task task) {
+      if (pieces_per_step > 1) task.set_pieces_per_step(static_cast<int32_t>(pieces_per_step));
+      network_tasks.emplace_back(node, std::move(task));
+    };
     absl::InlinedVector<Reader, 4> remote;
     for (const Reader& reader : readers->second) {
       if (reader.node != producer_node) remote.push_back(reader);
@@ -159,7 +166,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
                                  sent, next_index++);
       to_host = copy.name();
       network_readers_of[reg.name()].push_back(to_host);
-      network_tasks.emplace_back(producer_node, std::move(copy));
+      add_network_task(producer_node, std::move(copy));
     }
     std::vector<std::string> sends;
     for (const Reader& reader : remote) {
@@ -201,8 +208,8 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       renamed[{node, absl::string_view(reg.name())}] = copy_name;
       sends.push_back(send.name());
       const std::string receive_name = receive.name();
-      network_tasks.emplace_back(producer_node, std::move(send));
-      network_tasks.emplace_back(node, std::move(receive));
+      add_network_task(producer_node, std::move(send));
+      add_network_task(node, std::move(receive));
       if (stage_in) {
         AddHostDevice(result[node], receive_device, *reader_device);
         plan::Task to_device = CopyTask(absl::StrCat("to-device:", copy_name),
@@ -211,7 +218,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
         if (!reg.producer().empty()) copy.set_producer(to_device.name());
         added_registers.emplace_back(node,
                                      RegisterLike(reg, received, receive_name, {to_device.name()}));
-        network_tasks.emplace_back(node, std::move(to_device));
+        add_network_task(node, std::move(to_device));
       }
       added_registers.emplace_back(node, std::move(copy));
     }

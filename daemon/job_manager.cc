@@ -94,6 +94,24 @@ std::string MergedTrace(const JobRecord& record) {
   return ChromeTraceDocument(record.info.name(), event_lists);
 }
 
+// A trace window names steps of the job, and only a traced job has one.
+absl::Status CheckTraceSteps(const SubmitOptions& options, const job::Job& job) {
+  if (!options.trace_steps.has_value()) return absl::OkStatus();
+  const v1::StepRange& steps = *options.trace_steps;
+  const int64_t num_steps = std::max<int64_t>(job.num_steps(), 1);
+  const std::string window = absl::StrCat("trace_steps ", steps.first(), "-", steps.last());
+  if (!options.trace) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "': ", window,
+                                                   " without trace: set trace to record them"));
+  }
+  if (steps.first() < 1 || steps.last() < steps.first() || steps.last() > num_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", job.name(), "': ", window, " is not a range of the job's steps 1-",
+                     num_steps, " (first >= 1, last >= first, last <= num_steps)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 JobManager::JobManager(Options options, Cluster* cluster)
@@ -147,6 +165,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     return absl::UnavailableError("loomd is shutting down and takes no new jobs");
   }
   const std::string name = job.name();
+  if (absl::Status window = CheckTraceSteps(options, job); !window.ok()) return window;
   {
     // Before compiling: a full queue refuses cheaply (and again below, as others may queue
     // meanwhile).
@@ -228,6 +247,7 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
   info.set_traced(options.trace);
+  if (options.trace_steps.has_value()) *info.mutable_trace_steps() = *options.trace_steps;
   info.set_checkpoint_path(options.checkpoint_path);
   info.set_checkpoint_every_steps(options.checkpoint_every_steps);
   info.set_streams_fetches(options.stream_fetches);
@@ -537,6 +557,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
           for (const std::string& sink : forwarded_sinks) launch->add_forward_sinks(sink);
           launch->set_stall_timeout_milliseconds(absl::ToInt64Milliseconds(options_.stall_timeout));
           launch->set_record_events(record->trace);
+          if (record->info.has_trace_steps()) {
+            *launch->mutable_recorded_steps() = record->info.trace_steps();
+          }
           launch->set_checkpoint_path(record->checkpoint_path);
           launch->set_checkpoint_every_steps(record->checkpoint_every_steps);
         }));

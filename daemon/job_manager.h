@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,8 @@ namespace loom::daemon {
 struct SubmitOptions {
   // Every node records every act, for GetTrace.
   bool trace = false;
+  // With trace: only the acts of these steps (SubmitJobRequest.trace_steps); unset: every step.
+  std::optional<v1::StepRange> trace_steps;
   // When the job succeeds its variables are saved here (job_checkpoint.h); empty: nowhere.
   std::string checkpoint_path;
   // With checkpoint_path: also every this many steps while the job runs; 0: only at the end.

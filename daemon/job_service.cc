@@ -58,6 +58,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   }
   SubmitOptions options;
   options.trace = request->trace();
+  if (request->has_trace_steps()) options.trace_steps = request->trace_steps();
   options.checkpoint_path = request->checkpoint_path();
   options.checkpoint_every_steps = request->checkpoint_every_steps();
   options.stream_fetches = request->stream_fetches();

@@ -200,7 +200,7 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
           trace.mutable_trace()->clear_events();
           trace.mutable_trace()->set_error(absl::StrCat("node ", job->node(), "'s trace of ", acts,
                                                         " acts: ", reported.message(),
-                                                        ": trace a shorter job"));
+                                                        ": trace fewer steps (trace_steps)"));
           Report(trace).IgnoreError();
         }
       }
@@ -253,6 +253,11 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
   // sinks keep no pieces: the coordinator gets those it needs (the forwarded sinks) through the
   // callback below, and the other sinks copy nothing.
   options.record_events = launch.record_events();
+  if (launch.has_recorded_steps()) {
+    // The runtime counts steps from 0.
+    options.recorded_steps = {launch.recorded_steps().first() - 1,
+                              launch.recorded_steps().last() - 1};
+  }
   options.keep_sink_pieces = false;
   options.reported_sinks.emplace(launch.forward_sinks().begin(), launch.forward_sinks().end());
   options.metrics = metrics_;

@@ -17,6 +17,7 @@
 #include "runtime/job_runtime.h"
 #include "runtime/json_string.h"
 #include "runtime/plan_validation.h"
+#include "runtime/recorded_steps.h"
 
 namespace loom {
 namespace {
@@ -97,17 +98,20 @@ std::string ChromeTraceEvents(const JobRuntime& job) {
     std::string name = absl::StrCat("task #", event.task_index);
     std::string kind = "unknown";
     TraceLane lane;
+    int64_t step = event.piece;
     if (found != task_of_index.end()) {
       const plan::Task& task = plan.tasks(found->second.first);
       name = task.name();
       kind = absl::AsciiStrToLower(plan::TaskKind_Name(task.kind()));
       lane = found->second.second;
+      step = StepOfPiece(task, event.piece);
     }
     events.push_back(absl::StrCat(
         "{\"ph\":\"X\",\"name\":", JsonString(name), ",\"cat\":", JsonString(kind), ",\"pid\":",
         lane.pid, ",\"tid\":", lane.tid, ",\"ts\":", Microseconds(event.start_nanoseconds),
         ",\"dur\":", Microseconds(event.end_nanoseconds - event.start_nanoseconds),
-        ",\"args\":{\"piece\":", event.piece, ",\"kind\":", JsonString(kind), "}}"));
+        ",\"args\":{\"piece\":", event.piece, ",\"step\":", step + 1,
+        ",\"kind\":", JsonString(kind), "}}"));
   }
 
   return absl::StrJoin(events, ",\n");

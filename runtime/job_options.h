@@ -15,6 +15,7 @@
 #include "runtime/collective_backend.h"
 #include "runtime/memory_resource.h"
 #include "runtime/network.h"
+#include "runtime/recorded_steps.h"
 #include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 #include "runtime/tensor.h"
@@ -50,6 +51,9 @@ struct JobOptions {
   absl::Duration spin_before_park = absl::Microseconds(50);
   // Keep an ActEvent per act (for traces and tests). Costs a few bytes per act.
   bool record_events = true;
+  // With record_events: only the acts of these steps (a window of a long job; the steps of an
+  // act's piece as Task.pieces_per_step says).
+  RecordedSteps recorded_steps;
   // Builds the context of each stream. Unset: CPU streams are synchronous; other device types are
   // rejected. The CUDA backend (and tests of the asynchronous path) supply their own.
   std::function<std::unique_ptr<StreamContext>(const plan::Stream&)> stream_context_factory;

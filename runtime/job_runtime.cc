@@ -139,7 +139,7 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
   absl::flat_hash_map<uint64_t, StreamThread*> thread_of_stream;
   thread_of_task_.assign(max_index + 1, nullptr);
   StreamThread::Options thread_options{options_.spin_before_park, options_.record_events,
-                                       options_.metrics};
+                                       options_.recorded_steps, options_.metrics};
   for (int i = 0; i < plan_.tasks_size(); ++i) {
     const plan::Task& task = plan_.tasks(i);
     uint64_t key = actor_ids[i].stream_key();

@@ -650,6 +650,9 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     }
   }
   for (const plan::Task& task : plan.tasks()) {
+    if (task.pieces_per_step() < 0) {
+      return Invalid(absl::StrCat("task '", task.name(), "': pieces_per_step is negative"));
+    }
     if (absl::Status status = CheckKind(task, plan, register_position); !status.ok()) {
       return status;
     }

@@ -142,7 +142,8 @@ void StreamThread::ActOnce(Actor* actor) {
   busy_.store(false, std::memory_order_relaxed);
   int64_t end = job_->NowNanoseconds();
   progress_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.record_events) {
+  if (options_.record_events &&
+      options_.recorded_steps.Contains(StepOfPiece(actor->task(), actor->current_piece()))) {
     events_.push_back(ActEvent{actor->id().task_index(), actor->current_piece(), start, end});
   }
   if (!act_remote_.empty()) {

@@ -17,6 +17,7 @@
 #include "runtime/actor.h"
 #include "runtime/event_record.h"
 #include "runtime/message_queue.h"
+#include "runtime/recorded_steps.h"
 #include "runtime/runtime_metrics.h"
 #include "runtime/stream_context.h"
 
@@ -47,6 +48,8 @@ class StreamThread final : public MessageSender {
   struct Options {
     absl::Duration spin_before_park = absl::Microseconds(50);
     bool record_events = true;
+    // With record_events: the steps whose acts are recorded (JobOptions::recorded_steps).
+    RecordedSteps recorded_steps;
     // JobOptions::metrics (null: none), and the kind of this thread's stream for its queue depth.
     RuntimeMetrics* metrics = nullptr;
     plan::StreamKind kind = plan::STREAM_COMPUTE;

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """scripts/trace_overlap.py TRACE.json: in a Chrome trace of a Loom job (loomctl run --trace,
-loomctl submit --trace), the MoE token exchange (the all-to-all boxing of each MoE layer's
+loomctl submit --trace, of every step or of --trace-steps), the MoE token exchange (the all-to-all boxing of each MoE layer's
 dispatched slots and expert outputs) that overlaps compute of another micro-batch on the same
 device: how many of those collectives do, and the longest overlaps. Pipeline parallelism makes
 this overlap: while one micro-batch's tokens move between the expert-parallel ranks on the
-communication stream, the device's compute stream works on another micro-batch."""
+communication stream, the device's compute stream works on another micro-batch. (A piece is a
+micro-batch counted over the job: piece p is micro-batch p mod M of step p div M + 1.)"""
 import json
 import re
 import sys
@@ -36,8 +37,8 @@ def main(path):
     print(f"MoE token exchanges (all-to-all boxing): {len(exchanges)}; overlapping compute of "
           f"another micro-batch on their device: {len(overlaps)}")
     for shared, c, k in sorted(overlaps, key=lambda o: -o[0])[:5]:
-        print(f"  {c['name']} (micro-batch {c['args'].get('piece')}) overlaps "
-              f"{k['name']} (micro-batch {k['args'].get('piece')}) for {shared:.0f} us")
+        print(f"  {c['name']} (piece {c['args'].get('piece')}) overlaps "
+              f"{k['name']} (piece {k['args'].get('piece')}) for {shared:.0f} us")
     return 0 if exchanges else 1
 
 

@@ -454,6 +454,8 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
 
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
+    // Acts are recorded for the trace only: a long run would keep a record of every act.
+    job_options.record_events = !options.trace_path.empty();
     // A training run prints its steps and writes its fetches from the sinks' callback, so its
     // memory does not grow with its steps (and the sinks nobody reads copy nothing).
     job_options.keep_sink_pieces = !training;

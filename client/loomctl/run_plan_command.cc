@@ -95,6 +95,8 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
 
   JobOptions job_options;
   job_options.stall_timeout = options.stall_timeout;
+  // Acts are recorded for the trace only: a long run would keep a record of every act.
+  job_options.record_events = !options.trace_path.empty();
   if (absl::Status status = SetUpDevices(*plan, &job_options); !status.ok()) {
     error << kCommand << ": " << status.message() << "\n";
     return kExitFailure;

@@ -14,6 +14,7 @@
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/step_range.h"
 #include "compiler/compiler.h"
 
 namespace loom::loomctl {
@@ -48,6 +49,20 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
                  .message()
           << "\n";
     return kExitUsage;
+  }
+
+  std::optional<v1::StepRange> trace_steps;
+  if (parsed->Has("trace-steps")) {
+    absl::StatusOr<v1::StepRange> range = ParseStepRange(parsed->Value("trace-steps"));
+    if (!range.ok() || trace_path.empty()) {
+      error << UsageError(kCommand, range.ok()
+                                        ? "--trace-steps needs --trace"
+                                        : absl::StrCat("--trace-steps: ", range.status().message()))
+                   .message()
+            << "\n";
+      return kExitUsage;
+    }
+    trace_steps = *range;
   }
 
   const std::string fetch_directory = parsed->Value("fetch-dir");
@@ -112,6 +127,7 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   SubmitJobOptions submit_options;
   submit_options.stream_fetches = !fetch_directory.empty();
   submit_options.trace = !trace_path.empty();
+  submit_options.trace_steps = trace_steps;
   submit_options.checkpoint_every_steps = checkpoint_every;
   if (parsed->Has("checkpoint")) {
     // The daemons resolve the path: a relative one means this directory (a cluster on this host).
@@ -193,7 +209,11 @@ ArgumentSpec SubmitArgumentSpec() {
       .AddFlag("steps", "S", "", "run S steps (default: the job's num_steps)")
       .AddFlag("trace", "PATH", "",
                "with --watch: every node records every act, and once the job ended its Chrome "
-               "trace is written to PATH (for short jobs: a few bytes per act)")
+               "trace is written to PATH (a few bytes per act: for a long job, trace a few steps "
+               "with --trace-steps)")
+      .AddFlag("trace-steps", "K[-L]", "",
+               "with --trace: record only the acts of step K (to step L), counted from 1 as the "
+               "progress lines count them, e.g. --trace-steps 100-101")
       .AddFlag("fetch-dir", "DIR", "",
                "with --watch: the job's fetched tensors (its 'fetch' list) come to this client "
                "as they are computed, and are written to DIR as <tensor>_step<k>.npy, one file "

@@ -1,7 +1,9 @@
 // loom.v1.JobService and ClusterService through a real gRPC client: submit, watch, get, list,
 // plans, and the status codes of bad requests.
 #include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -499,6 +501,81 @@ TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
   EXPECT_THAT(refused.error_message(), HasSubstr("--trace"));
 }
 
+// The 1-based step of each act of a Chrome trace (its events' args.step).
+std::vector<int64_t> StepsOfActs(const std::string& json) {
+  std::vector<int64_t> steps;
+  const std::string key = "\"step\":";
+  for (size_t at = json.find(key); at != std::string::npos; at = json.find(key, at + 1)) {
+    steps.push_back(std::stoll(json.substr(at + key.size(), 20)));
+  }
+  return steps;
+}
+
+TEST_F(JobServiceTest, TraceStepsRecordOnlyTheActsOfThoseSteps) {
+  job::Job job = TrainingJob(6);
+  job.set_num_micro_batches(2);
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = job;
+  request.set_trace(true);
+  request.mutable_trace_steps()->set_first(3);
+  request.mutable_trace_steps()->set_last(4);
+  v1::SubmitJobResponse submitted;
+  grpc::Status status = jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(submitted.job().trace_steps().first(), 3);
+  EXPECT_EQ(submitted.job().trace_steps().last(), 4);
+  const std::string windowed = submitted.job().job_id();
+  WatchToEnd(windowed);
+  ASSERT_TRUE(WaitForState(windowed, v1::JOB_STATE_SUCCEEDED));
+  request.clear_trace_steps();
+  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
+  const std::string whole = submitted.job().job_id();
+  WatchToEnd(whole);
+  ASSERT_TRUE(WaitForState(whole, v1::JOB_STATE_SUCCEEDED));
+
+  std::map<int64_t, int> acts_of_whole;
+  std::map<int64_t, int> acts_of_window;
+  for (const auto& [id, acts] : {std::pair{whole, &acts_of_whole}, {windowed, &acts_of_window}}) {
+    v1::GetTraceRequest trace_request;
+    trace_request.set_job_id(id);
+    v1::GetTraceResponse trace;
+    status = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<int64_t> steps = StepsOfActs(trace.chrome_trace_json());
+    EXPECT_EQ(steps.size(), static_cast<size_t>(trace.acts()));
+    for (int64_t step : steps) ++(*acts)[step];
+  }
+  EXPECT_THAT(acts_of_whole, SizeIs(6));
+  // The window's acts are the whole job's acts of steps 3 and 4.
+  EXPECT_THAT(acts_of_window, SizeIs(2));
+  EXPECT_GT(acts_of_window[3], 0);
+  EXPECT_EQ(acts_of_window[3], acts_of_whole[3]);
+  EXPECT_EQ(acts_of_window[4], acts_of_whole[4]);
+}
+
+TEST_F(JobServiceTest, TraceStepsOutsideTheJobOrWithoutTraceAreInvalid) {
+  struct Case {
+    bool trace;
+    int64_t first, last;
+    const char* says;
+  } cases[] = {{false, 1, 1, "without trace"},
+               {true, 0, 2, "not a range of the job's steps 1-3"},
+               {true, 2, 1, "not a range"},
+               {true, 3, 4, "not a range of the job's steps 1-3"}};
+  for (const Case& bad : cases) {
+    v1::SubmitJobRequest request;
+    *request.mutable_job() = TrainingJob(3);
+    request.set_trace(bad.trace);
+    request.mutable_trace_steps()->set_first(bad.first);
+    request.mutable_trace_steps()->set_last(bad.last);
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.says;
+    EXPECT_THAT(status.error_message(), HasSubstr(bad.says));
+    EXPECT_THAT(status.error_message(), HasSubstr("mlp_regression"));
+  }
+}
+
 TEST_F(JobServiceTest, ATraceTooLargeForAMessageIsResourceExhaustedNamingTheNode) {
   DaemonOptions options = TestOptions();
   options.max_message_bytes = 16 << 10;  // node 0's trace too: updates up to 16 KiB
@@ -517,7 +594,7 @@ TEST_F(JobServiceTest, ATraceTooLargeForAMessageIsResourceExhaustedNamingTheNode
   grpc::Status status = jobs_->GetTrace(ContextWithDeadline().get(), trace_request, &trace);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(status.error_message(), HasSubstr("node 0's trace"));
-  EXPECT_THAT(status.error_message(), HasSubstr("trace a shorter job"));
+  EXPECT_THAT(status.error_message(), HasSubstr("trace fewer steps (trace_steps)"));
 }
 
 TEST_F(JobServiceTest, ListNodesDescribesThisNode) {
