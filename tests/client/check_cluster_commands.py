@@ -85,6 +85,27 @@ try:
     states = [o["state_change"]["state"] for o in objects[1:] if "state_change" in o]
     check(states and states[-1] == "JOB_STATE_SUCCEEDED", f"ends SUCCEEDED: {states}")
 
+    # --trace with --trace-steps: the trace holds the acts of those steps only.
+    with tempfile.TemporaryDirectory() as scratch:
+        trace_path = os.path.join(scratch, "trace.json")
+        result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "6",
+                         "--trace", trace_path, "--trace-steps", "3-4", *coordinator)
+        check(result.returncode == 0, f"submit --trace-steps exited {result.returncode}")
+        with open(trace_path) as trace_file:
+            acts = [event for event in json.load(trace_file)["traceEvents"]
+                    if event.get("ph") == "X"]
+        check(acts and {event["args"]["step"] for event in acts} == {3, 4},
+              f"the trace holds steps 3 and 4 only: {sorted({e['args']['step'] for e in acts})}")
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--trace-steps", "3",
+                     *coordinator)
+    check(result.returncode == 2 and "--trace-steps needs --trace" in result.stderr,
+          f"--trace-steps without --trace: exit 2, not {result.returncode}")
+    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--watch", "--steps", "2",
+                     "--trace", "/tmp/unused.json", "--trace-steps", "2-5", *coordinator)
+    check(result.returncode == 4 and "INVALID_ARGUMENT" in result.stderr
+          and "trace_steps 2-5" in result.stderr,
+          f"a window beyond the job's steps: exit 4 naming it, not {result.returncode}")
+
     # A job that fails while running: exit 1, its error on stderr.
     result = loomctl("submit", "tests/client/jobs/allocation_failure.pbtxt", "--watch",
                      *coordinator)
@@ -170,8 +191,8 @@ try:
     result = loomctl("jobs", "--output", "json", "--state", "succeeded", *coordinator)
     listed = json_lines(result.stdout, "jobs --output json")
     ids = [job["job_id"] for job in listed[0]["jobs"]] if listed else []
-    check(len(ids) == 4 and job_id in ids,
-          f"four jobs succeeded (text, JSON, checkpoint, resumed): {ids}")
+    check(len(ids) == 5 and job_id in ids,
+          f"five jobs succeeded (text, JSON, traced, checkpoint, resumed): {ids}")
     result = loomctl("jobs", "--state", "finished", *coordinator)
     check(result.returncode == 2 and "succeeded" in result.stderr, "a bad --state lists states")
 
