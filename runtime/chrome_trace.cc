@@ -42,7 +42,7 @@ struct TraceLane {
 
 }  // namespace
 
-std::string ChromeTraceEvents(const JobRuntime& job) {
+std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets) {
   const plan::Plan& plan = job.plan();
   std::vector<std::string> events;
 
@@ -106,12 +106,13 @@ std::string ChromeTraceEvents(const JobRuntime& job) {
       lane = found->second.second;
       step = StepOfPiece(task, event.piece);
     }
-    events.push_back(absl::StrCat(
-        "{\"ph\":\"X\",\"name\":", JsonString(name), ",\"cat\":", JsonString(kind), ",\"pid\":",
-        lane.pid, ",\"tid\":", lane.tid, ",\"ts\":", Microseconds(event.start_nanoseconds),
-        ",\"dur\":", Microseconds(event.end_nanoseconds - event.start_nanoseconds),
-        ",\"args\":{\"piece\":", event.piece, ",\"step\":", step + 1,
-        ",\"kind\":", JsonString(kind), "}}"));
+    events.push_back(
+        absl::StrCat("{\"ph\":\"X\",\"name\":", JsonString(name), ",\"cat\":", JsonString(kind),
+                     ",\"pid\":", lane.pid, ",\"tid\":", lane.tid,
+                     ",\"ts\":", Microseconds(offsets.nanoseconds + event.start_nanoseconds),
+                     ",\"dur\":", Microseconds(event.end_nanoseconds - event.start_nanoseconds),
+                     ",\"args\":{\"piece\":", event.piece, ",\"step\":", offsets.steps + step + 1,
+                     ",\"kind\":", JsonString(kind), "}}"));
   }
 
   return absl::StrJoin(events, ",\n");
@@ -137,7 +138,10 @@ std::string ChromeTraceJson(const JobRuntime& job) {
 }
 
 absl::Status WriteChromeTrace(const JobRuntime& job, const std::string& path) {
-  std::string json = ChromeTraceJson(job);
+  return WriteChromeTraceFile(ChromeTraceJson(job), path);
+}
+
+absl::Status WriteChromeTraceFile(absl::string_view json, const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
     return absl::UnavailableError(

@@ -1,6 +1,7 @@
 #ifndef LOOM_RUNTIME_CHROME_TRACE_H_
 #define LOOM_RUNTIME_CHROME_TRACE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,8 @@ class JobRuntime;
 
 // Writes what a finished job did (JobRuntime::events()) as a Chrome trace: a JSON object whose
 // "traceEvents" hold one complete event ("ph": "X") per act, with "ts" and "dur" in microseconds,
-// "pid" the device, "tid" the stream thread, "name" the task and "args" {"piece", "kind"}; plus
+// "pid" the device, "tid" the stream thread, "name" the task and "args" {"piece", "step" (from 1:
+// the piece's step, Task.pieces_per_step), "kind"}; plus
 // metadata events ("ph": "M") naming every device and stream, so that the file reads well in
 // Perfetto (ui.perfetto.dev) and chrome://tracing. Call after JobRuntime::Wait. A failed job
 // writes the acts it made. Errors name `path`.
@@ -26,11 +28,22 @@ std::string ChromeTraceJson(const JobRuntime& job);
 // part of a multi-node job's trace. Device pids start at node * kTracePidsPerNode + 1, so that the
 // parts of a job's nodes never share a process.
 inline constexpr int kTracePidsPerNode = 1000;
-std::string ChromeTraceEvents(const JobRuntime& job);
+// What the events of a job that continues others add to their times and steps, so that the traces
+// of jobs run one after another share one time axis and one count of steps.
+struct TraceOffsets {
+  // Added to the acts' times, which count from the job's start.
+  int64_t nanoseconds = 0;
+  // Added to the acts' steps, which count from the job's first (as 1).
+  int64_t steps = 0;
+};
+std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets = {});
 
 // A whole trace from event lists (ChromeTraceEvents of each node; empty lists are skipped).
 std::string ChromeTraceDocument(absl::string_view job_name,
                                 const std::vector<std::string>& event_lists);
+
+// Writes a trace document (ChromeTraceDocument's) to `path`. Errors name `path`.
+absl::Status WriteChromeTraceFile(absl::string_view json, const std::string& path);
 
 }  // namespace loom
 

@@ -96,6 +96,8 @@ class JobRuntime final : public JobControl {
   // fails the job (the peer's plan does not match this one).
   void DeliverFromNetwork(const ActorMessage& message);
   int64_t NowNanoseconds() const override;
+  // The instant NowNanoseconds (and the events' times) count from: Start's.
+  std::chrono::steady_clock::time_point start_time() const { return start_time_; }
   void ThreadExited() override;
 
  private:

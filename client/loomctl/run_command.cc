@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -25,6 +27,7 @@
 #include "client/loomctl/fetch_writer.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/step_range.h"
 #include "client/loomctl/step_reporter.h"
 #include "client/tensor_statistics.h"
 #include "compiler/logical_graph.h"
@@ -38,6 +41,7 @@
 #include "runtime/device_backends.h"
 #include "runtime/job_options.h"
 #include "runtime/json_string.h"
+#include "runtime/recorded_steps.h"
 
 namespace loom::loomctl {
 namespace {
@@ -101,6 +105,9 @@ ArgumentSpec RunArgumentSpec() {
       .AddFlag("trace", "PATH", "",
                "write a Chrome trace of every act to PATH when the job succeeds (open in "
                "ui.perfetto.dev or chrome://tracing)")
+      .AddFlag("trace-steps", "K[-L]", "",
+               "with --trace: record only the acts of step K (to step L), as the step lines "
+               "count them, e.g. --trace-steps 100-101")
       .AddFlag("output", "text|json", "text",
                "output format; json: one object per step and line, then the summary")
       .AddFlag("init", "PATH", "",
@@ -143,6 +150,14 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   }
   if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
     return status;
+  }
+  if (arguments.Has("trace-steps")) {
+    if (options.trace_path.empty()) return UsageError(kCommand, "--trace-steps needs --trace");
+    absl::StatusOr<v1::StepRange> range = ParseStepRange(arguments.Value("trace-steps"));
+    if (!range.ok()) {
+      return UsageError(kCommand, absl::StrCat("--trace-steps: ", range.status().message()));
+    }
+    options.trace_steps = *range;
   }
   if (arguments.Has("init")) {
     options.init_path = arguments.Value("init");
@@ -273,13 +288,48 @@ absl::StatusOr<std::string> SaveSegmentCheckpoint(const job::Job& job, const pla
   return path;
 }
 
+// The Chrome trace of a run: the acts of each checkpoint segment it records, on one time axis
+// (each segment's times offset by its start after the first traced segment's) and with the run's
+// step numbers.
+struct RunTrace {
+  std::vector<std::string> event_lists;
+  int64_t acts = 0;
+  std::optional<std::chrono::steady_clock::time_point> origin;
+
+  // `steps_before`: the steps before the segment's first, as the step lines count them.
+  void Add(const JobRuntime& segment, int64_t steps_before) {
+    if (!origin.has_value()) origin = segment.start_time();
+    TraceOffsets offsets;
+    offsets.nanoseconds =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(segment.start_time() - *origin)
+            .count();
+    offsets.steps = steps_before;
+    event_lists.push_back(ChromeTraceEvents(segment, offsets));
+    acts += static_cast<int64_t>(segment.events().size());
+  }
+};
+
+// What the segment running the run's steps [done, done + length) (from 0, after the initial
+// state's `first_step`) records for the trace: nothing without --trace or when --trace-steps
+// (counted as the step lines count them) holds none of its steps.
+std::optional<RecordedSteps> SegmentTraceSteps(const RunOptions& options, int64_t first_step,
+                                               int64_t done, int64_t length) {
+  if (options.trace_path.empty()) return std::nullopt;
+  if (!options.trace_steps.has_value()) return RecordedSteps{};
+  const int64_t first = options.trace_steps->first() - 1 - first_step - done;
+  const int64_t last = options.trace_steps->last() - 1 - first_step - done;
+  if (last < 0 || first >= length) return std::nullopt;
+  return RecordedSteps{std::max<int64_t>(first, 0), std::min(last, length - 1)};
+}
+
 // After the last segment: the latest-checkpoint link, the trace, the fetched tensors' files, the
 // steps of a job that does not train, and the summary. Returns the exit code.
 // `written_files`: what a training run's FetchWriter wrote (a run without one writes `fetched`
 // to --fetch-dir here).
 int PrintResults(const RunOptions& options, bool training, const FetchedTensors& fetched,
                  std::vector<std::string> written_files, const JobRuntime& job_runtime,
-                 const std::string& last_checkpoint, std::ostream& out, std::ostream& error) {
+                 const RunTrace& trace, const std::string& last_checkpoint, std::ostream& out,
+                 std::ostream& error) {
   const bool json = options.output == OutputFormat::kJson;
 
   int exit_code = kExitSuccess;
@@ -292,12 +342,14 @@ int PrintResults(const RunOptions& options, bool training, const FetchedTensors&
   }
   std::string trace_path;
   if (!options.trace_path.empty()) {
-    if (absl::Status trace = WriteChromeTrace(job_runtime, options.trace_path); trace.ok()) {
+    if (absl::Status written = WriteChromeTraceFile(
+            ChromeTraceDocument(job_runtime.plan().job_name(), trace.event_lists),
+            options.trace_path);
+        written.ok()) {
       trace_path = options.trace_path;
-      LOG(INFO) << "wrote a Chrome trace of " << job_runtime.events().size() << " acts to "
-                << trace_path;
+      LOG(INFO) << "wrote a Chrome trace of " << trace.acts << " acts to " << trace_path;
     } else {
-      error << kCommand << ": " << trace.message() << "\n";
+      error << kCommand << ": " << written.message() << "\n";
       exit_code = kExitFailure;
     }
   }
@@ -377,6 +429,13 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     initial = *std::move(read);
   }
   const int64_t first_step = job->initial_state().first_step();
+  if (options.trace_steps.has_value() && (options.trace_steps->first() <= first_step ||
+                                          options.trace_steps->last() > first_step + steps)) {
+    error << kCommand << ": --trace-steps " << options.trace_steps->first() << "-"
+          << options.trace_steps->last() << " is not within the run's steps " << first_step + 1
+          << "-" << first_step + steps << "\n";
+    return kExitUsage;
+  }
 
   if (!options.save_directory.empty()) {
     std::error_code error_code;
@@ -415,6 +474,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   const int64_t segment_steps =
       options.save_every > 0 ? std::min(options.save_every, steps) : steps;
   FetchedTensors fetched;
+  RunTrace trace;
   std::unique_ptr<CompiledJob> compiled;
   LocalRunResult run;
   std::string last_checkpoint;
@@ -455,7 +515,10 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     JobOptions job_options;
     job_options.stall_timeout = options.stall_timeout;
     // Acts are recorded for the trace only: a long run would keep a record of every act.
-    job_options.record_events = !options.trace_path.empty();
+    const std::optional<RecordedSteps> traced =
+        SegmentTraceSteps(options, first_step, done, length);
+    job_options.record_events = traced.has_value();
+    if (traced.has_value()) job_options.recorded_steps = *traced;
     // A training run prints its steps and writes its fetches from the sinks' callback, so its
     // memory does not grow with its steps (and the sinks nobody reads copy nothing).
     job_options.keep_sink_pieces = !training;
@@ -509,6 +572,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
       return kExitFailure;
     }
     run = std::move(*segment_run);
+    if (traced.has_value()) trace.Add(*run.runtime, first_step + done);
     for (auto& [name, tensors] : run.fetched) {
       std::vector<HostTensor>& all = fetched[name];
       for (HostTensor& tensor : tensors) all.push_back(std::move(tensor));
@@ -528,7 +592,7 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
   }
   return PrintResults(options, training, fetched,
                       writer != nullptr ? writer->paths() : std::vector<std::string>(),
-                      *run.runtime, last_checkpoint, out, error);
+                      *run.runtime, trace, last_checkpoint, out, error);
 }
 
 }  // namespace loom::loomctl

@@ -6,7 +6,9 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -29,10 +31,13 @@ using ::loom::testing::JsonValue;
 using ::loom::testing::ParseJson;
 using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
+using ::testing::Gt;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::MatchesRegex;
 using ::testing::Not;
+using ::testing::Pair;
+using ::testing::SizeIs;
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
@@ -432,6 +437,93 @@ TEST(TrainingRunTest, ParametersWithoutOptimizerStateStartAFreshOptimizer) {
 }
 
 // A checkpoint of the training job's variables, with `change` applied.
+// Per step (args.step), the acts of a Chrome trace file, and whether their times increase with
+// the steps (every act of a step starts after every act of the step before it began).
+struct TracedSteps {
+  std::map<int64_t, int> acts;
+  bool ordered = true;
+};
+
+TracedSteps ReadTracedSteps(const std::string& path) {
+  TracedSteps traced;
+  std::ifstream file(path);
+  absl::StatusOr<JsonValue> trace =
+      ParseJson(std::string((std::istreambuf_iterator<char>(file)), {}));
+  EXPECT_TRUE(trace.ok()) << path << ": " << trace.status();
+  if (!trace.ok()) return traced;
+  std::map<int64_t, std::pair<double, double>> first_and_last_start;
+  for (const JsonValue& event : trace->Find("traceEvents")->array) {
+    if (event.Find("ph")->string != "X") continue;
+    const int64_t step = static_cast<int64_t>(event.Find("args")->Find("step")->number);
+    ++traced.acts[step];
+    const double start = event.Find("ts")->number;
+    auto [range, added] = first_and_last_start.try_emplace(step, start, start);
+    range->second.first = std::min(range->second.first, start);
+    range->second.second = std::max(range->second.second, start);
+  }
+  for (auto it = first_and_last_start.begin(); it != first_and_last_start.end(); ++it) {
+    auto next = std::next(it);
+    if (next != first_and_last_start.end() && next->second.second < it->second.first) {
+      traced.ordered = false;
+    }
+  }
+  return traced;
+}
+
+TEST(TrainingRunTest, TraceStepsRecordThoseStepsAcrossSavedSegments) {
+  const std::string trace = TempPath("trace_steps.json");
+  // Steps 3 and 4 lie in the second and third segments of two steps.
+  CommandResult run = RunTraining({"--save-dir", FreshDirectory("trace_steps_checkpoints"),
+                                   "--save-every", "2", "--trace", trace, "--trace-steps", "3-4"});
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  TracedSteps windowed = ReadTracedSteps(trace);
+  EXPECT_THAT(windowed.acts, SizeIs(2));
+  EXPECT_GT(windowed.acts[3], 0);
+  EXPECT_GT(windowed.acts[4], 0);
+  EXPECT_TRUE(windowed.ordered);
+
+  // Without a window: every step of every segment (and as many acts for steps 3 and 4).
+  run = RunTraining({"--save-dir", FreshDirectory("trace_all_checkpoints"), "--save-every", "2",
+                     "--trace", trace});
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  TracedSteps every = ReadTracedSteps(trace);
+  EXPECT_THAT(every.acts, SizeIs(6));
+  EXPECT_EQ(every.acts[3], windowed.acts[3]);
+  EXPECT_EQ(every.acts[4], windowed.acts[4]);
+  EXPECT_TRUE(every.ordered);
+
+  // After --init, steps count on from the checkpoint's, as the step lines do.
+  const std::string first = FreshDirectory("trace_first_three");
+  ASSERT_EQ(RunTraining({"--steps", "3", "--save-dir", first}).exit_code, 0);
+  run = RunTraining(
+      {"--steps", "3", "--init", CheckpointPath(first, 3), "--trace", trace, "--trace-steps", "5"});
+  ASSERT_EQ(run.exit_code, 0) << run.error;
+  EXPECT_THAT(ReadTracedSteps(trace).acts, ElementsAre(Pair(5, Gt(0))));
+  run = RunTraining(
+      {"--steps", "3", "--init", CheckpointPath(first, 3), "--trace", trace, "--trace-steps", "3"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.error, HasSubstr("--trace-steps 3-3 is not within the run's steps 4-6"));
+}
+
+TEST(TrainingRunOptionsTest, TraceStepsNeedTraceAndARange) {
+  absl::StatusOr<ParsedArguments> parsed =
+      RunArgumentSpec().Parse({"job", "--devices", "cpu:1", "--trace-steps", "2"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(RunOptionsFrom(*parsed).status().message(), HasSubstr("--trace-steps needs --trace"));
+  parsed = RunArgumentSpec().Parse(
+      {"job", "--devices", "cpu:1", "--trace", "t.json", "--trace-steps", "4-2"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(RunOptionsFrom(*parsed).status().message(), HasSubstr("--trace-steps: '4-2'"));
+  parsed = RunArgumentSpec().Parse(
+      {"job", "--devices", "cpu:1", "--trace", "t.json", "--trace-steps", "2-4"});
+  ASSERT_TRUE(parsed.ok());
+  absl::StatusOr<RunOptions> options = RunOptionsFrom(*parsed);
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->trace_steps.has_value());
+  EXPECT_EQ(options->trace_steps->first(), 2);
+  EXPECT_EQ(options->trace_steps->last(), 4);
+}
+
 std::string WriteBadCheckpoint(const std::string& name,
                                const std::function<void(checkpoint::Checkpoint*)>& change) {
   auto zeros = [](Shape shape) {
