@@ -23,7 +23,7 @@
 namespace loom::compiler {
 
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
-                                      const DeviceSet& devices) {
+                                      const DeviceSet& devices, const CompileOptions& options) {
   CompileResult result;
   const job::Job* compiled = &job;
   if (job.matmul_data_type() != plan::DATA_TYPE_UNSPECIFIED &&
@@ -49,7 +49,7 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   if (!graph.ok()) return graph.status();
   result.graph = std::move(*graph);
   if (absl::Status status = InferSbp(&result.graph); !status.ok()) return status;
-  absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices);
+  absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices, options.max_tasks);
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
   SetPiecesPerStep(result.plan);

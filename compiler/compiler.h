@@ -26,11 +26,18 @@ struct CompileResult {
   std::vector<plan::Plan> node_plans;
 };
 
+struct CompileOptions {
+  // The most tasks the whole plan may have; 0: no limit. Beyond it the compile stops with
+  // RESOURCE_EXHAUSTED (naming the op that crossed it) before the plans take more memory: a
+  // plan and its node plans take about 4 KiB per task while they are built.
+  int64_t max_tasks = 0;
+};
+
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
 // job names a loss; mixed-precision casts before it), SBP inference, boxing and lowering, the
 // split per node, the memory check (on the node plans).
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
-                                      const DeviceSet& devices);
+                                      const DeviceSet& devices, const CompileOptions& options = {});
 
 // Per op: the chosen SBP signature, and every boxing inserted for its inputs with its collective
 // and bytes; then the memory per device.

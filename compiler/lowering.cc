@@ -55,8 +55,8 @@ void SetUniform(plan::KernelConf* conf, const job::UniformInitializer& uniform) 
 
 class Lowering {
  public:
-  Lowering(const LogicalGraph& graph, const DeviceSet& devices)
-      : graph_(graph), devices_(devices) {}
+  Lowering(const LogicalGraph& graph, const DeviceSet& devices, int64_t max_tasks)
+      : graph_(graph), devices_(devices), max_tasks_(max_tasks) {}
 
   absl::StatusOr<plan::Plan> Run() {
     plan_.set_job_name(graph_.job_name);
@@ -78,6 +78,7 @@ class Lowering {
           status = LowerOp(node);
           break;
       }
+      if (status.ok()) status = CheckTaskCount(absl::StrCat("'", node.name, "'"));
       if (!status.ok()) return status;
     }
     if (absl::Status status = BucketGradients(); !status.ok()) return status;
@@ -86,8 +87,15 @@ class Lowering {
         if (absl::Status status = ConnectGradient(node); !status.ok()) return status;
       }
     }
+    if (absl::Status status = CheckTaskCount("the variables' gradient updates"); !status.ok()) {
+      return status;
+    }
     for (int tensor : graph_.fetches) {
-      if (absl::Status status = LowerFetch(tensor); !status.ok()) return status;
+      absl::Status status = LowerFetch(tensor);
+      if (status.ok()) {
+        status = CheckTaskCount(absl::StrCat("the fetch of '", graph_.tensors[tensor].name, "'"));
+      }
+      if (!status.ok()) return status;
     }
     const Producers producers = ProducersOf();
     if (!graph_.register_slots_given) SetSameStreamSlots(producers);
@@ -103,6 +111,16 @@ class Lowering {
   }
 
  private:
+  // RESOURCE_EXHAUSTED once the plan has more than max_tasks_ tasks: `what` (an op, variable,
+  // input or fetch, quoted, or a phrase) added the last ones.
+  absl::Status CheckTaskCount(absl::string_view what) const {
+    if (max_tasks_ <= 0 || plan_.tasks_size() <= max_tasks_) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", graph_.job_name, "' lowers to more than ", max_tasks_,
+        " tasks, the most this compiler takes (loomd --max-plan-tasks): ", plan_.tasks_size(),
+        " after ", what, ". Place it on fewer devices or split it into smaller jobs"));
+  }
+
   // Devices that tasks use beyond the job's (the hosts of GPUs that read token files: see
   // Placement::OnHosts), with the same memory budget.
   void AddHostDevices() {
@@ -919,6 +937,7 @@ class Lowering {
 
   const LogicalGraph& graph_;
   const DeviceSet& devices_;
+  const int64_t max_tasks_;  // 0: no limit
   plan::Plan plan_;
   std::vector<std::vector<std::string>> local_registers_;  // by tensor: register per rank
   absl::flat_hash_map<std::string, std::vector<std::string>> materialized_;
@@ -939,8 +958,9 @@ class Lowering {
 
 }  // namespace
 
-absl::StatusOr<plan::Plan> LowerToPlan(const LogicalGraph& graph, const DeviceSet& devices) {
-  return Lowering(graph, devices).Run();
+absl::StatusOr<plan::Plan> LowerToPlan(const LogicalGraph& graph, const DeviceSet& devices,
+                                       int64_t max_tasks) {
+  return Lowering(graph, devices, max_tasks).Run();
 }
 
 }  // namespace loom::compiler

@@ -13,7 +13,10 @@ namespace loom::compiler {
 // per fetch a sink on every rank; boxing as local slice / pad / zero-fill tasks, collectives on a
 // communication stream per communicator (with one global order per communicator), and copies at
 // placement boundaries. Every register gets the job's slot count.
-absl::StatusOr<plan::Plan> LowerToPlan(const LogicalGraph& graph, const DeviceSet& devices);
+// With `max_tasks` > 0: RESOURCE_EXHAUSTED, naming the op (or variable, input, fetch) whose tasks
+// took the plan beyond that many, as soon as they do.
+absl::StatusOr<plan::Plan> LowerToPlan(const LogicalGraph& graph, const DeviceSet& devices,
+                                       int64_t max_tasks = 0);
 
 }  // namespace loom::compiler
 

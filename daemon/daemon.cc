@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.stall_timeout = options.stall_timeout;
     manager_options.probe_timeout = options.peer_probe_timeout;
     manager_options.max_pending_jobs = options.max_pending_jobs;
+    manager_options.max_plan_tasks = options.max_plan_tasks;
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;

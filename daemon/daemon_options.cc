@@ -122,6 +122,10 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("max-pending-jobs", "N", "1000",
                "jobs that may wait in the queue; a submission beyond them is refused "
                "(RESOURCE_EXHAUSTED) until some have started or been cancelled")
+      .AddFlag("max-plan-tasks", "N", "2000000",
+               "the most tasks a submitted job may compile into (a plan takes about 4 KiB of the "
+               "coordinator's memory per task while it is built; jobs compile one at a time); a "
+               "larger one is refused (RESOURCE_EXHAUSTED, naming the op that crossed it)")
       .AddFlag("max-watches", "N", "1000",
                "WatchJob streams served at once (each holds a thread while it waits); more are "
                "refused (RESOURCE_EXHAUSTED)")
@@ -219,6 +223,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   }
   for (auto [flag, target] : std::vector<std::pair<const char*, int*>>{
            {"max-pending-jobs", &options.max_pending_jobs},
+           {"max-plan-tasks", &options.max_plan_tasks},
            {"max-watches", &options.max_watches},
            {"max-finished-jobs", &options.max_finished_jobs},
            {"max-events-per-job", &options.max_events_per_job},

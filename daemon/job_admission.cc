@@ -89,8 +89,8 @@ absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet&
       ". Place the job on the cluster's devices, or start loomd with more (--devices)"));
 }
 
-absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
-                                                               const compiler::DeviceSet& devices) {
+absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(
+    job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options) {
   if (absl::Status status = CheckJobShapes(job); !status.ok()) return status;
   if (absl::Status status = CheckJobFitsCluster(job, devices); !status.ok()) return status;
   if (!job.loss().empty() &&
@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
   }
   const std::string name = job.name();
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      loomctl::CompileJobWithStandardOps(std::move(job), devices);
+      loomctl::CompileJobWithStandardOps(std::move(job), devices, options);
   if (!compiled.ok()) return compiled.status();
   // What the runtime would refuse when the job's turn comes is refused now.
   const plan::Plan& plan = (*compiled)->result.plan;

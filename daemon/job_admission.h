@@ -25,11 +25,11 @@ absl::Status CheckJobShapes(const job::Job& job);
 // cluster, fetches the loss of a training job, and compiles it with the standard ops; each device
 // gets the tighter of the job's memory budget and its own (`devices`' budgets: each node's
 // --memory-budget-per-device). Errors: the compiler's (INVALID_ARGUMENT naming the op;
-// RESOURCE_EXHAUSTED for a device over its memory budget),
-// CheckJobShapes' and CheckJobFitsCluster's; INVALID_ARGUMENT for a job with nothing to run;
-// INTERNAL for a plan the runtime would refuse (runtime/plan_validation.h).
-absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(job::Job job,
-                                                               const compiler::DeviceSet& devices);
+// RESOURCE_EXHAUSTED for a device over its memory budget, or a plan of more than `options`'
+// max_tasks), CheckJobShapes' and CheckJobFitsCluster's; INVALID_ARGUMENT for a job with nothing
+// to run; INTERNAL for a plan the runtime would refuse (runtime/plan_validation.h).
+absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(
+    job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options = {});
 
 }  // namespace loom::daemon
 

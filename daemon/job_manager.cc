@@ -172,8 +172,13 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     std::lock_guard<std::mutex> lock(mutex_);
     if (absl::Status room = QueueRoomLocked(name); !room.ok()) return room;
   }
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      AdmitJob(std::move(job), cluster_->Devices());
+  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = [&] {
+    // One compile at a time: a large plan takes much of the coordinator's memory while it is
+    // built, and submissions at once must not multiply that.
+    std::lock_guard<std::mutex> compiling(compile_mutex_);
+    return AdmitJob(std::move(job), cluster_->Devices(),
+                    compiler::CompileOptions{.max_tasks = options_.max_plan_tasks});
+  }();
   if (compiled.ok()) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
       const std::vector<int> nodes = NodesOf((*compiled)->result);

@@ -68,6 +68,8 @@ class JobManager {
     absl::Duration abort_timeout = absl::Seconds(10);
     // Jobs that may wait in the queue (each holds its compiled plans); Submit refuses more.
     int max_pending_jobs = 1000;
+    // The most tasks a job's plan may have (compiler::CompileOptions::max_tasks; 0: no limit).
+    int64_t max_plan_tasks = 2'000'000;
     int max_finished_jobs = 1000;
     // Step and checkpoint events held per job (the oldest go first; state changes and fetched
     // tensors do not count).
@@ -195,6 +197,8 @@ class JobManager {
   // Makes the store's writes off mutex_ (null without a store); destroyed after every write.
   std::unique_ptr<JobStoreWriter> writer_;
 
+  // Held while a submitted job compiles (Submit), apart from mutex_: one compile at a time.
+  std::mutex compile_mutex_;
   mutable std::mutex mutex_;
   // Notified on every event, state change and queue change.
   mutable std::condition_variable changed_;

@@ -226,7 +226,7 @@ absl::StatusOr<job::Job> ReadJobForDevices(const std::string& path,
 }
 
 absl::StatusOr<std::unique_ptr<CompiledJob>> CompileJobWithStandardOps(
-    job::Job job, const compiler::DeviceSet& devices) {
+    job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options) {
   auto compiled = std::make_unique<CompiledJob>();
   compiled->job = std::move(job);
   if (absl::Status status = compiler::RegisterStandardOps(&compiled->registry); !status.ok()) {
@@ -234,7 +234,7 @@ absl::StatusOr<std::unique_ptr<CompiledJob>> CompileJobWithStandardOps(
         absl::StrCat("cannot register the standard ops: ", status.message()));
   }
   absl::StatusOr<compiler::CompileResult> result =
-      compiler::Compile(compiled->job, compiled->registry, devices);
+      compiler::Compile(compiled->job, compiled->registry, devices, options);
   if (!result.ok()) return result.status();
   compiled->result = std::move(*result);
   return compiled;

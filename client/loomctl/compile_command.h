@@ -76,7 +76,7 @@ absl::StatusOr<job::Job> ReadJobForDevices(const std::string& path,
                                            const compiler::DeviceSet& devices, int64_t steps,
                                            std::string* note);
 absl::StatusOr<std::unique_ptr<CompiledJob>> CompileJobWithStandardOps(
-    job::Job job, const compiler::DeviceSet& devices);
+    job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options = {});
 
 // One paragraph: ops, tasks by kind (compute, source, sink, copy, collective, and any other kind
 // present), communicators, registers and their total memory (every slot counted), ending with a

@@ -39,6 +39,38 @@ std::string Base() {
   )pb";
 }
 
+TEST(CompilerValidationTest, APlanOverTheTaskLimitIsRefusedNamingWhereItCrossedIt) {
+  // A chain of 40 relus on 2 devices: 2 tasks per op, and the source's, the fetch's.
+  std::string text = R"pb(name: "long_chain"
+                          placement { devices: [ "cpu:0", "cpu:1" ] }
+                          inputs {
+                            name: "r0"
+                            shape: [ 4, 6 ]
+                            random_normal { std: 1 seed: 1 }
+                          }
+                          fetch: "r40")pb";
+  for (int i = 1; i <= 40; ++i) {
+    absl::StrAppend(&text, " ops { name: \"relu", i, "\" type: \"relu\" inputs: \"r", i - 1,
+                    "\" outputs: \"r", i, "\" }");
+  }
+  const job::Job job = ParseJob(text);
+  const DeviceSet devices = DeviceSet::Cpus(2, 1);
+  absl::StatusOr<CompileResult> unlimited = Compile(job, StandardOps(), devices);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+  const int tasks = unlimited->plan.tasks_size();
+  ASSERT_GT(tasks, 80);
+  EXPECT_TRUE(Compile(job, StandardOps(), devices, CompileOptions{.max_tasks = tasks}).ok());
+  absl::StatusOr<CompileResult> refused =
+      Compile(job, StandardOps(), devices, CompileOptions{.max_tasks = 50});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("job 'long_chain' lowers to more than 50 tasks"));
+  // The source's 2 tasks, then 2 per relu: the 25th takes the plan to 52.
+  EXPECT_THAT(refused.status().message(), HasSubstr("52 after 'relu25'"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max-plan-tasks"));
+}
+
 TEST(CompilerValidationTest, UnknownOp) {
   ExpectError(Base() + R"pb(ops { name: "boom" type: "explode" inputs: "x" outputs: "y" })pb",
               "op 'boom': unknown op type 'explode'");

@@ -29,6 +29,7 @@ TEST(DaemonOptionsTest, Defaults) {
   EXPECT_EQ(options->memory_budget_per_device_bytes, std::nullopt);  // auto
   EXPECT_FALSE(options->node_name.empty());                          // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
+  EXPECT_EQ(options->max_plan_tasks, 2'000'000);
   EXPECT_FALSE(options->metrics_plaintext);
   EXPECT_EQ(options->health_listen_address, "");
 }
@@ -48,6 +49,8 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
                                                  "500ms",
                                                  "--max-message-size",
                                                  "1MiB",
+                                                 "--max-plan-tasks",
+                                                 "5000",
                                                  "--verbose",
                                                  "--metrics-plaintext",
                                                  "--metrics-listen",
@@ -62,6 +65,7 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->stall_timeout, absl::Seconds(3));
   EXPECT_EQ(options->shutdown_grace, absl::Milliseconds(500));
   EXPECT_EQ(options->max_message_bytes, 1 << 20);
+  EXPECT_EQ(options->max_plan_tasks, 5000);
   EXPECT_TRUE(options->verbose);
   EXPECT_TRUE(options->metrics_plaintext);
   EXPECT_EQ(options->metrics_listen_address, "0.0.0.0:9400");
@@ -111,6 +115,8 @@ TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
   EXPECT_THAT(Parse({"--health-listen", "7071"}).status().message(),
               HasSubstr("--health-listen must be HOST:PORT, not '7071'"));
   EXPECT_THAT(Parse({"--stall-timeout", "soon"}).status().message(), HasSubstr("--stall-timeout"));
+  EXPECT_THAT(Parse({"--max-plan-tasks", "0"}).status().message(),
+              HasSubstr("--max-plan-tasks must be a whole number >= 1, not '0'"));
   EXPECT_THAT(Parse({"--coordinator", "somewhere"}).status().message(), HasSubstr("--coordinator"));
   EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "0"}).status().message(),
               HasSubstr("--node-rank"));

@@ -576,6 +576,22 @@ TEST_F(JobServiceTest, TraceStepsOutsideTheJobOrWithoutTraceAreInvalid) {
   }
 }
 
+TEST_F(JobServiceTest, AJobOverThePlanTaskLimitIsRefusedAndSmallerOnesRun) {
+  DaemonOptions options = TestOptions();
+  options.max_plan_tasks = 40;
+  StartDaemon(options);
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = ReluChain(60, "cpu:0");
+  v1::SubmitJobResponse response;
+  grpc::Status refused = jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("lowers to more than 40 tasks"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-plan-tasks"));
+  const std::string id = SubmitOrDie(ReluChain(10, "cpu:0"));
+  WatchToEnd(id);
+  EXPECT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+}
+
 TEST_F(JobServiceTest, ATraceTooLargeForAMessageIsResourceExhaustedNamingTheNode) {
   DaemonOptions options = TestOptions();
   options.max_message_bytes = 16 << 10;  // node 0's trace too: updates up to 16 KiB
