@@ -330,6 +330,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
     if (state == v1::JOB_STATE_PENDING) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), record->number));
       Finish(record.get(), v1::JOB_STATE_CANCELLED, cancelled);
+      ReleaseCompiledLocked(record.get());
       LOG(INFO) << cancelled.message() << " (it was pending)";
       return InfoOf(*record);
     }
@@ -350,6 +351,13 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   JobRecord* record = Find(job_id);
   if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
   if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
+  if (!record->restored) {
+    v1::GetPlanResponse response;
+    if (!response.ParseFromString(record->plan_bytes)) {
+      return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
+    }
+    return response;
+  }
   // A job restored from the data directory.
   absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(record->number);
   if (!stored.ok()) {
@@ -379,7 +387,7 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
   }
   v1::GetTraceResponse response;
   response.set_acts(record->trace_acts);
-  if (record->compiled != nullptr) {
+  if (!record->restored) {
     response.set_chrome_trace_json(MergedTrace(*record));
     return response;
   }
@@ -443,13 +451,15 @@ void JobManager::WorkerLoop() {
     }
     RunJob(record);
     std::lock_guard<std::mutex> lock(mutex_);
+    ReleaseCompiledLocked(record.get());
     running_.reset();
     changed_.notify_all();
   }
 }
 
 void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
-  // Read without the lock: the compiled job never changes after Submit.
+  // Read without the lock: the compiled job never changes after Submit, and goes only after this
+  // returns (WorkerLoop).
   const loomctl::CompiledJob& compiled = *record->compiled;
   const plan::Plan& plan = compiled.result.plan;
   const std::vector<plan::Plan>& node_plans = compiled.result.node_plans;
@@ -1009,8 +1019,7 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
 
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
-  if (writer_ != nullptr && record->trace && record->trace_error.empty() &&
-      record->compiled != nullptr) {
+  if (writer_ != nullptr && record->trace && record->trace_error.empty() && !record->restored) {
     // Written before the job's record, which says it was (a failed write is logged; after a
     // restart the trace is then reported lost, as a deleted file would be).
     Write(absl::StrCat("the trace of job ", record->id),
@@ -1023,6 +1032,12 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
   if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
   finished_.push_back(record->number);
   ForgetOldFinishedJobs();
+}
+
+void JobManager::ReleaseCompiledLocked(JobRecord* record) {
+  if (record->compiled == nullptr) return;
+  record->plan_bytes = PlanResponseOf(*record->compiled).SerializeAsString();
+  record->compiled.reset();
 }
 
 void JobManager::ForgetOldFinishedJobs() {
@@ -1081,6 +1096,7 @@ void JobManager::Restore() {
     }
     record->next_sequence = stored.next_sequence();
     record->trace = record->info.traced();
+    record->restored = true;
     // Fetched tensors are held in memory only.
     if (record->info.streams_fetches()) record->info.set_fetches_released(true);
     record->trace_stored = stored.has_trace();

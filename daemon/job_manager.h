@@ -182,6 +182,9 @@ class JobManager {
   // OK while the queue has room for job `name` (options.max_pending_jobs), RESOURCE_EXHAUSTED
   // saying so otherwise.
   absl::Status QueueRoomLocked(const std::string& name) const;
+  // A job that ended (its run over, or cancelled while pending) keeps its plan serialized for
+  // GetPlan and drops the rest of its compilation.
+  void ReleaseCompiledLocked(JobRecord* record);
   // Queues the admitted job: a record, pending, written to the store.
   v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
                        const SubmitOptions& options);

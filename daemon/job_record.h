@@ -21,9 +21,14 @@ struct JobRecord {
   // "job-<number>"; numbers grow from 1 in submission order.
   std::string id;
   int64_t number = 0;
-  // Null for a job restored from the data directory (it ended before the restart; its plan and
-  // trace are read from there).
+  // Until the job ended (then it goes, with the job and logical graph it holds: several MB for a
+  // small model, which the finished jobs kept would hold), and null for a restored job.
   std::unique_ptr<loomctl::CompiledJob> compiled;
+  // Once `compiled` went: its GetPlanResponse, serialized (a fraction of the parsed size).
+  std::string plan_bytes;
+  // Restored from the data directory (it ended before the restart; its plan and trace are read
+  // from there).
+  bool restored = false;
   // Kept current; queue_position is filled in when the record is read.
   v1::JobInfo info;
   // The events still held (state changes always; the newest step events; fetched tensors until

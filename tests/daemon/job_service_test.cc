@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -460,6 +461,26 @@ TEST_F(JobServiceTest, GetPlanReturnsTheCompiledPlan) {
   EXPECT_GT(response.plan().tasks_size(), 0);
   EXPECT_THAT(response.node_plans(), SizeIs(1));
   WatchToEnd(id);
+  // Once the job ended the coordinator keeps the plan only serialized: the same plan.
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+  v1::GetPlanResponse after;
+  status = jobs_->GetPlan(ContextWithDeadline().get(), request, &after);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(after, response));
+
+  // And of a job cancelled while it waited.
+  const std::string running = SubmitOrDie(SlowJob(1000, 10000));
+  const std::string pending = SubmitOrDie(TrainingJob(2));
+  v1::CancelJobRequest cancel;
+  v1::CancelJobResponse cancelled;
+  for (const std::string& job : {pending, running}) {
+    cancel.set_job_id(job);
+    ASSERT_TRUE(jobs_->CancelJob(ContextWithDeadline().get(), cancel, &cancelled).ok());
+  }
+  request.set_job_id(pending);
+  status = jobs_->GetPlan(ContextWithDeadline().get(), request, &after);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(after, response));
 }
 
 TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
