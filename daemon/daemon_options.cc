@@ -123,9 +123,10 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "jobs that may wait in the queue; a submission beyond them is refused "
                "(RESOURCE_EXHAUSTED) until some have started or been cancelled")
       .AddFlag("max-plan-tasks", "N", "2000000",
-               "the most tasks a submitted job may compile into (a plan takes about 4 KiB of the "
-               "coordinator's memory per task while it is built; jobs compile one at a time); a "
-               "larger one is refused (RESOURCE_EXHAUSTED, naming the op that crossed it)")
+               "the most tasks a submitted job may compile into, and the plans of the jobs "
+               "waiting in the queue together (a plan takes about 4 KiB of the coordinator's "
+               "memory per task; jobs compile one at a time); beyond it a job is refused "
+               "(RESOURCE_EXHAUSTED, naming the op that crossed it, or the waiting plans)")
       .AddFlag("max-watches", "N", "1000",
                "WatchJob streams served at once (each holds a thread while it waits); more are "
                "refused (RESOURCE_EXHAUSTED)")

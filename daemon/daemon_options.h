@@ -49,7 +49,8 @@ struct DaemonOptions {
   int max_message_bytes = 64 << 20;
   // Jobs that may wait in the queue (more: SubmitJob is RESOURCE_EXHAUSTED).
   int max_pending_jobs = 1000;
-  // The most tasks a submitted job may compile into (more: RESOURCE_EXHAUSTED).
+  // The most tasks a submitted job may compile into, and the waiting jobs' plans together (more:
+  // RESOURCE_EXHAUSTED).
   int max_plan_tasks = 2'000'000;
   // WatchJob streams served at once (more: RESOURCE_EXHAUSTED).
   int max_watches = 1000;

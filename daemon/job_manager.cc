@@ -170,7 +170,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     // Before compiling: a full queue refuses cheaply (and again below, as others may queue
     // meanwhile).
     std::lock_guard<std::mutex> lock(mutex_);
-    if (absl::Status room = QueueRoomLocked(name); !room.ok()) return room;
+    if (absl::Status room = QueueRoomLocked(name, 0); !room.ok()) return room;
   }
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = [&] {
     // One compile at a time: a large plan takes much of the coordinator's memory while it is
@@ -222,7 +222,10 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!accepting_) return absl::UnavailableError("loomd is shutting down and takes no new jobs");
-    if (absl::Status room = QueueRoomLocked(name); !room.ok()) return room;
+    if (absl::Status room = QueueRoomLocked(name, (*compiled)->result.plan.tasks_size());
+        !room.ok()) {
+      return room;
+    }
     submitted = QueueJob(*std::move(compiled), options);
     written = last_write_;
   }
@@ -231,12 +234,25 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
   return submitted;
 }
 
-absl::Status JobManager::QueueRoomLocked(const std::string& name) const {
-  if (static_cast<int64_t>(queue_.size()) < options_.max_pending_jobs) return absl::OkStatus();
+absl::Status JobManager::QueueRoomLocked(const std::string& name, int64_t tasks) const {
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_pending_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", name, "' cannot be queued: ", queue_.size(),
+        " jobs are waiting to run, as many as loomd takes (--max-pending-jobs); submit it once "
+        "some have started, or cancel some"));
+  }
+  if (options_.max_plan_tasks <= 0 || tasks == 0) return absl::OkStatus();
+  int64_t waiting_tasks = 0;
+  for (int64_t number : queue_) {
+    const JobRecord& waiting = *records_.at(number);
+    if (waiting.compiled != nullptr) waiting_tasks += waiting.compiled->result.plan.tasks_size();
+  }
+  if (waiting_tasks + tasks <= options_.max_plan_tasks) return absl::OkStatus();
   return absl::ResourceExhaustedError(
-      absl::StrCat("job '", name, "' cannot be queued: ", queue_.size(),
-                   " jobs are waiting to run, as many as loomd takes (--max-pending-jobs); submit "
-                   "it once some have started, or cancel some"));
+      absl::StrCat("job '", name, "' (", tasks, " tasks) cannot be queued: the ", queue_.size(),
+                   " jobs waiting to run hold plans of ", waiting_tasks,
+                   " tasks, and with it they would exceed --max-plan-tasks (",
+                   options_.max_plan_tasks, "); submit it once some have started, or cancel some"));
 }
 
 v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,

@@ -68,7 +68,8 @@ class JobManager {
     absl::Duration abort_timeout = absl::Seconds(10);
     // Jobs that may wait in the queue (each holds its compiled plans); Submit refuses more.
     int max_pending_jobs = 1000;
-    // The most tasks a job's plan may have (compiler::CompileOptions::max_tasks; 0: no limit).
+    // The most tasks a job's plan may have (compiler::CompileOptions::max_tasks), and the waiting
+    // jobs' plans together; 0: no limit.
     int64_t max_plan_tasks = 2'000'000;
     int max_finished_jobs = 1000;
     // Step and checkpoint events held per job (the oldest go first; state changes and fetched
@@ -179,9 +180,10 @@ class JobManager {
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
   void ForgetOldFinishedJobs();
   void Restore();
-  // OK while the queue has room for job `name` (options.max_pending_jobs), RESOURCE_EXHAUSTED
-  // saying so otherwise.
-  absl::Status QueueRoomLocked(const std::string& name) const;
+  // OK while the queue has room for job `name` (options.max_pending_jobs), and, for its plan of
+  // `tasks` tasks (0: not compiled yet), while the waiting jobs' plans and it hold at most
+  // options.max_plan_tasks; RESOURCE_EXHAUSTED saying which otherwise.
+  absl::Status QueueRoomLocked(const std::string& name, int64_t tasks) const;
   // A job that ended (its run over, or cancelled while pending) keeps its plan serialized for
   // GetPlan and drops the rest of its compilation.
   void ReleaseCompiledLocked(JobRecord* record);

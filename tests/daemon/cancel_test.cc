@@ -3,6 +3,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/job_admission.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -43,6 +45,34 @@ TEST_F(CancelTest, AFullQueueRefusesJobsUntilOneLeavesIt) {
               HasSubstr("job 'slow' cannot be queued: 2 jobs are waiting"));
   EXPECT_THAT(refused.error_message(), HasSubstr("--max-pending-jobs"));
   // A cancelled pending job leaves room.
+  v1::JobInfo info;
+  ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
+  grpc::Status queued = Submit(SlowJob(1, 0), &response);
+  EXPECT_TRUE(queued.ok()) << queued.error_message();
+}
+
+TEST_F(CancelTest, WaitingPlansBeyondThePlanTaskLimitRefuseJobsUntilOneLeaves) {
+  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
+      AdmitJob(SlowJob(1, 0), compiler::DeviceSet::Cpus(2, 1));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const int tasks = (*compiled)->result.plan.tasks_size();
+  DaemonOptions options = TestOptions();
+  options.max_plan_tasks = 2 * tasks;  // the plans of two waiting jobs
+  StartDaemon(options);
+  // 10000 steps of 2 ms: far longer than the test.
+  const std::string running = SubmitOrDie(SlowJob(10000, 2000));
+  ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
+  const std::string first = SubmitOrDie(SlowJob(1, 0));
+  SubmitOrDie(SlowJob(1, 0));
+  v1::SubmitJobResponse response;
+  grpc::Status refused = Submit(SlowJob(1, 0), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr(absl::StrCat("job 'slow' (", tasks,
+                                     " tasks) cannot be queued: the 2 jobs "
+                                     "waiting to run hold plans of ",
+                                     2 * tasks, " tasks")));
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-plan-tasks"));
   v1::JobInfo info;
   ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
   grpc::Status queued = Submit(SlowJob(1, 0), &response);
