@@ -73,6 +73,14 @@ std::string FormatJobStatus(const v1::JobInfo& job) {
             ? absl::StrCat(job.checkpoint_path(), " (after step ", job.checkpoint_step(), ")")
             : absl::StrCat(job.checkpoint_path(), " (none saved yet)"));
   }
+  if (job.traced()) {
+    fields.emplace_back(
+        "trace",
+        absl::StrCat(job.has_trace_steps() ? absl::StrCat("steps ", job.trace_steps().first(), "-",
+                                                          job.trace_steps().last())
+                                           : "every step",
+                     " (GetTrace once the job ended)"));
+  }
   if (job.streams_fetches()) {
     fields.emplace_back("fetches", job.fetches_released()
                                        ? "streamed; released (a later job streamed its own)"

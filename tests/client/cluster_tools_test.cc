@@ -271,6 +271,13 @@ TEST(ClusterTablesTest, JobsAndNodes) {
               HasSubstr("error:     RESOURCE_EXHAUSTED: device node0/cpu:0 over budget"));
   EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("fetches:")));
   EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("checkpoint:")));
+  EXPECT_THAT(FormatJobStatus(job), Not(HasSubstr("trace:")));
+  job.set_traced(true);
+  EXPECT_THAT(FormatJobStatus(job),
+              HasSubstr("trace:     every step (GetTrace once the job ended)"));
+  job.mutable_trace_steps()->set_first(100);
+  job.mutable_trace_steps()->set_last(101);
+  EXPECT_THAT(FormatJobStatus(job), HasSubstr("trace:     steps 100-101"));
   job.set_checkpoint_path("/shared/m.safetensors");
   job.set_checkpoint_step(40);
   job.set_streams_fetches(true);
