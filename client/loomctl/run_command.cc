@@ -151,14 +151,10 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
     return status;
   }
-  if (arguments.Has("trace-steps")) {
-    if (options.trace_path.empty()) return UsageError(kCommand, "--trace-steps needs --trace");
-    absl::StatusOr<v1::StepRange> range = ParseStepRange(arguments.Value("trace-steps"));
-    if (!range.ok()) {
-      return UsageError(kCommand, absl::StrCat("--trace-steps: ", range.status().message()));
-    }
-    options.trace_steps = *range;
-  }
+  absl::StatusOr<std::optional<v1::StepRange>> trace_steps =
+      TraceStepsFlag(kCommand, arguments, !options.trace_path.empty());
+  if (!trace_steps.ok()) return trace_steps.status();
+  options.trace_steps = *trace_steps;
   if (arguments.Has("init")) {
     options.init_path = arguments.Value("init");
     if (options.init_path.empty()) return UsageError(kCommand, "--init needs a checkpoint path");

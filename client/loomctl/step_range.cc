@@ -32,4 +32,16 @@ absl::StatusOr<v1::StepRange> ParseStepRange(absl::string_view text) {
   return range;
 }
 
+absl::StatusOr<std::optional<v1::StepRange>> TraceStepsFlag(absl::string_view command,
+                                                            const ParsedArguments& arguments,
+                                                            bool traced) {
+  if (!arguments.Has("trace-steps")) return std::nullopt;
+  if (!traced) return UsageError(command, "--trace-steps needs --trace");
+  absl::StatusOr<v1::StepRange> range = ParseStepRange(arguments.Value("trace-steps"));
+  if (!range.ok()) {
+    return UsageError(command, absl::StrCat("--trace-steps: ", range.status().message()));
+  }
+  return *range;
+}
+
 }  // namespace loom::loomctl

@@ -1,8 +1,11 @@
 #ifndef LOOM_CLIENT_LOOMCTL_STEP_RANGE_H_
 #define LOOM_CLIENT_LOOMCTL_STEP_RANGE_H_
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/loomctl/arguments.h"
 #include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::loomctl {
@@ -11,6 +14,12 @@ namespace loom::loomctl {
 // both included), counted from 1. INVALID_ARGUMENT naming the text when it is not one, or when
 // K < 1 or L < K. Whether the job has those steps is the daemon's check.
 absl::StatusOr<v1::StepRange> ParseStepRange(absl::string_view text);
+
+// The --trace-steps flag of `command` (run, submit): unset when absent; a usage error naming the
+// flag when it is given without --trace (`traced` false) or its value is not a range.
+absl::StatusOr<std::optional<v1::StepRange>> TraceStepsFlag(absl::string_view command,
+                                                            const ParsedArguments& arguments,
+                                                            bool traced);
 
 }  // namespace loom::loomctl
 

@@ -51,18 +51,11 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
     return kExitUsage;
   }
 
-  std::optional<v1::StepRange> trace_steps;
-  if (parsed->Has("trace-steps")) {
-    absl::StatusOr<v1::StepRange> range = ParseStepRange(parsed->Value("trace-steps"));
-    if (!range.ok() || trace_path.empty()) {
-      error << UsageError(kCommand, range.ok()
-                                        ? "--trace-steps needs --trace"
-                                        : absl::StrCat("--trace-steps: ", range.status().message()))
-                   .message()
-            << "\n";
-      return kExitUsage;
-    }
-    trace_steps = *range;
+  absl::StatusOr<std::optional<v1::StepRange>> trace_steps =
+      TraceStepsFlag(kCommand, *parsed, !trace_path.empty());
+  if (!trace_steps.ok()) {
+    error << trace_steps.status().message() << "\n";
+    return kExitUsage;
   }
 
   const std::string fetch_directory = parsed->Value("fetch-dir");
@@ -127,7 +120,7 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   SubmitJobOptions submit_options;
   submit_options.stream_fetches = !fetch_directory.empty();
   submit_options.trace = !trace_path.empty();
-  submit_options.trace_steps = trace_steps;
+  submit_options.trace_steps = *trace_steps;
   submit_options.checkpoint_every_steps = checkpoint_every;
   if (parsed->Has("checkpoint")) {
     // The daemons resolve the path: a relative one means this directory (a cluster on this host).

@@ -17,8 +17,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-using CancelTest = DaemonTest;
-
 grpc::Status Cancel(v1::JobService::Stub& jobs, const std::string& id, v1::JobInfo* info) {
   v1::CancelJobRequest request;
   request.set_job_id(id);
@@ -29,26 +27,35 @@ grpc::Status Cancel(v1::JobService::Stub& jobs, const std::string& id, v1::JobIn
   return status;
 }
 
+class CancelTest : public DaemonTest {
+ protected:
+  // Behind a running job two short jobs wait, and a third is refused (RESOURCE_EXHAUSTED, its
+  // message holding each of `says`) until one of the two is cancelled.
+  void ExpectAThirdWaitingJobRefusedUntilOneLeaves(const std::vector<std::string>& says) {
+    // 10000 steps of 2 ms: far longer than the test.
+    const std::string running = SubmitOrDie(SlowJob(10000, 2000));
+    ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
+    const std::string first = SubmitOrDie(SlowJob(1, 0));
+    SubmitOrDie(SlowJob(1, 0));
+    v1::SubmitJobResponse response;
+    grpc::Status refused = Submit(SlowJob(1, 0), &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    for (const std::string& said : says) EXPECT_THAT(refused.error_message(), HasSubstr(said));
+    // A cancelled pending job leaves room.
+    v1::JobInfo info;
+    ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
+    grpc::Status queued = Submit(SlowJob(1, 0), &response);
+    EXPECT_TRUE(queued.ok()) << queued.error_message();
+  }
+};
+
 TEST_F(CancelTest, AFullQueueRefusesJobsUntilOneLeavesIt) {
   DaemonOptions options = TestOptions();
   options.max_pending_jobs = 2;
   StartDaemon(options);
-  // 10000 steps of 2 ms: far longer than the test.
-  const std::string running = SubmitOrDie(SlowJob(10000, 2000));
-  ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
-  const std::string first = SubmitOrDie(SlowJob(1, 0));
-  SubmitOrDie(SlowJob(1, 0));
-  v1::SubmitJobResponse response;
-  grpc::Status refused = Submit(SlowJob(1, 0), &response);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_THAT(refused.error_message(),
-              HasSubstr("job 'slow' cannot be queued: 2 jobs are waiting"));
-  EXPECT_THAT(refused.error_message(), HasSubstr("--max-pending-jobs"));
-  // A cancelled pending job leaves room.
-  v1::JobInfo info;
-  ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
-  grpc::Status queued = Submit(SlowJob(1, 0), &response);
-  EXPECT_TRUE(queued.ok()) << queued.error_message();
+  ExpectAThirdWaitingJobRefusedUntilOneLeaves(
+      {"job 'slow' cannot be queued: 2 jobs are waiting", "--max-pending-jobs"});
 }
 
 TEST_F(CancelTest, WaitingPlansBeyondThePlanTaskLimitRefuseJobsUntilOneLeaves) {
@@ -59,24 +66,10 @@ TEST_F(CancelTest, WaitingPlansBeyondThePlanTaskLimitRefuseJobsUntilOneLeaves) {
   DaemonOptions options = TestOptions();
   options.max_plan_tasks = 2 * tasks;  // the plans of two waiting jobs
   StartDaemon(options);
-  // 10000 steps of 2 ms: far longer than the test.
-  const std::string running = SubmitOrDie(SlowJob(10000, 2000));
-  ASSERT_TRUE(WaitForState(running, v1::JOB_STATE_RUNNING));
-  const std::string first = SubmitOrDie(SlowJob(1, 0));
-  SubmitOrDie(SlowJob(1, 0));
-  v1::SubmitJobResponse response;
-  grpc::Status refused = Submit(SlowJob(1, 0), &response);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_THAT(refused.error_message(),
-              HasSubstr(absl::StrCat("job 'slow' (", tasks,
-                                     " tasks) cannot be queued: the 2 jobs "
-                                     "waiting to run hold plans of ",
-                                     2 * tasks, " tasks")));
-  EXPECT_THAT(refused.error_message(), HasSubstr("--max-plan-tasks"));
-  v1::JobInfo info;
-  ASSERT_TRUE(Cancel(*jobs_, first, &info).ok());
-  grpc::Status queued = Submit(SlowJob(1, 0), &response);
-  EXPECT_TRUE(queued.ok()) << queued.error_message();
+  ExpectAThirdWaitingJobRefusedUntilOneLeaves(
+      {absl::StrCat("job 'slow' (", tasks, " tasks) cannot be queued: the 2 jobs waiting to run ",
+                    "hold plans of ", 2 * tasks, " tasks"),
+       "--max-plan-tasks"});
 }
 
 TEST_F(CancelTest, CancelsAPendingAndARunningJob) {

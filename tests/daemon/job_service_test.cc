@@ -601,10 +601,8 @@ TEST_F(JobServiceTest, AJobOverThePlanTaskLimitIsRefusedAndSmallerOnesRun) {
   DaemonOptions options = TestOptions();
   options.max_plan_tasks = 40;
   StartDaemon(options);
-  v1::SubmitJobRequest request;
-  *request.mutable_job() = ReluChain(60, "cpu:0");
   v1::SubmitJobResponse response;
-  grpc::Status refused = jobs_->SubmitJob(ContextWithDeadline().get(), request, &response);
+  grpc::Status refused = Submit(ReluChain(60, "cpu:0"), &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("lowers to more than 40 tasks"));
   EXPECT_THAT(refused.error_message(), HasSubstr("--max-plan-tasks"));
