@@ -1,5 +1,7 @@
 #include "daemon/job_manager.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -11,6 +13,7 @@
 #include "client/step_losses.h"
 #include "daemon/grpc_status.h"
 #include "daemon/job_checkpoint.h"
+#include "daemon/packed_events.h"
 #include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
@@ -440,6 +443,13 @@ absl::StatusOr<JobManager::EventBatch> JobManager::WaitForEvents(const std::stri
                                 });
   batch.events.assign(first, held->events.end());
   batch.ended = IsTerminal(held->info.state());
+  // A finished job's packed events are parsed outside the lock, unless none is asked for.
+  const std::shared_ptr<const std::string> packed =
+      from_sequence < held->next_sequence ? held->packed_events : nullptr;
+  lock.unlock();
+  if (packed != nullptr) {
+    batch.events = WithPackedEvents(*packed, std::move(batch.events), from_sequence);
+  }
   return batch;
 }
 
@@ -466,10 +476,18 @@ void JobManager::WorkerLoop() {
       ChangeState(record.get(), v1::JOB_STATE_LAUNCHING, absl::OkStatus());
     }
     RunJob(record);
-    std::lock_guard<std::mutex> lock(mutex_);
-    ReleaseCompiledLocked(record.get());
-    running_.reset();
-    changed_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ReleaseCompiledLocked(record.get());
+      running_.reset();
+      changed_.notify_all();
+    }
+    record.reset();
+    // The job's compilation and parsed events are freed, between the records of the jobs kept:
+    // give the allocator's free pages back to the system, else a coordinator's resident memory
+    // grows with every job by about twice what the finished job keeps (measured:
+    // docs/ARCHITECTURE.md, "What the coordinator holds").
+    malloc_trim(0);
   }
 }
 
@@ -1045,9 +1063,18 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
     record->trace_stored = true;
   }
   ChangeState(record, state, error);
+  PackEventsOf(record);
   if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
   finished_.push_back(record->number);
   ForgetOldFinishedJobs();
+}
+
+void JobManager::PackEventsOf(JobRecord* record) {
+  std::string packed = PackEvents(&record->events);
+  // Packed once, when the job ends; were it packed again (an event appended since), the later
+  // events follow the earlier ones, as serialized repeated fields concatenate.
+  if (record->packed_events != nullptr) packed.insert(0, *record->packed_events);
+  record->packed_events = std::make_shared<const std::string>(std::move(packed));
 }
 
 void JobManager::ReleaseCompiledLocked(JobRecord* record) {
@@ -1083,7 +1110,11 @@ void JobManager::Persist(JobRecord* record, bool with_step_events) {
   StoredJob stored;
   stored.set_number(record->number);
   *stored.mutable_info() = record->info;
-  for (const std::shared_ptr<v1::JobEvent>& event : record->events) {
+  EventList events(record->events.begin(), record->events.end());
+  if (record->packed_events != nullptr) {
+    events = WithPackedEvents(*record->packed_events, std::move(events), 0);
+  }
+  for (const std::shared_ptr<const v1::JobEvent>& event : events) {
     if (event->has_fetched() || (!with_step_events && event->has_step())) continue;
     *stored.add_events() = *event;
   }
@@ -1121,6 +1152,7 @@ void JobManager::Restore() {
     records_[record->number] = record;
     number_of_id_[record->id] = record->number;
     if (IsTerminal(record->info.state())) {
+      PackEventsOf(record.get());
       finished_.push_back(record->number);
     } else {
       // It was pending or running when the coordinator stopped: nothing runs it any more, and

@@ -178,6 +178,8 @@ class JobManager {
   void ReleaseFetches();
   void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
+  // A job that ended keeps its events (but fetched tensors) serialized (packed_events.h).
+  void PackEventsOf(JobRecord* record);
   void ForgetOldFinishedJobs();
   void Restore();
   // OK while the queue has room for job `name` (options.max_pending_jobs), and, for its plan of

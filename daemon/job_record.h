@@ -2,7 +2,6 @@
 #define LOOM_DAEMON_JOB_RECORD_H_
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -12,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/loomctl/compile_command.h"
+#include "daemon/packed_events.h"
 #include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::daemon {
@@ -33,8 +33,12 @@ struct JobRecord {
   v1::JobInfo info;
   // The events still held (state changes always; the newest step events; fetched tensors until
   // released), in sequence order. Shared with the watchers' batches (JobManager::EventBatch): an
-  // event does not change once the caller of AppendEvent filled it in.
-  std::deque<std::shared_ptr<v1::JobEvent>> events;
+  // event does not change once the caller of AppendEvent filled it in. Once the job ended, only
+  // its fetched tensors: the others are in `packed_events`.
+  HeldEvents events;
+  // Once the job ended: its other events, serialized (PackEvents). Shared with the watchers
+  // reading them outside the lock.
+  std::shared_ptr<const std::string> packed_events;
   // Of `events`, the fetched tensors.
   int64_t fetched_events = 0;
   int64_t next_sequence = 0;

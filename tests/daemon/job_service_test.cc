@@ -65,9 +65,13 @@ TEST_F(JobServiceTest, TrainsAJobToSucceededWithOneStepEventPerStep) {
   EXPECT_TRUE(info.has_end_time());
   EXPECT_FALSE(info.has_error());
 
-  // A late watcher gets the whole story again, and the stream ends.
+  // A late watcher gets the whole story again (from the finished job's packed events), and the
+  // stream ends.
   std::vector<v1::JobEvent> replay = WatchToEnd(id);
-  EXPECT_EQ(replay.size(), events.size());
+  ASSERT_EQ(replay.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(replay[i], events[i])) << i;
+  }
 }
 
 TEST_F(JobServiceTest, StepEventsCarryTheJobsOtherScalarFetches) {
