@@ -28,6 +28,16 @@ inline int64_t StepOfPiece(const plan::Task& task, int64_t piece) {
   return piece / PiecesPerStep(task);
 }
 
+// The training steps `plan` runs: the most of its tasks' num_pieces (SOURCE, VARIABLE) over
+// their pieces per step; 0 when no task counts pieces.
+inline int64_t StepsOfPlan(const plan::Plan& plan) {
+  int64_t steps = 0;
+  for (const plan::Task& task : plan.tasks()) {
+    steps = std::max(steps, task.num_pieces() / PiecesPerStep(task));
+  }
+  return steps;
+}
+
 }  // namespace loom
 
 #endif  // LOOM_RUNTIME_RECORDED_STEPS_H_

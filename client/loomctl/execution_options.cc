@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/loomctl/step_range.h"
 
 namespace loom::loomctl {
 
@@ -12,6 +13,10 @@ absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arg
     options->trace_path = arguments.Value("trace");
     if (options->trace_path.empty()) return UsageError(command, "--trace needs a file path");
   }
+  absl::StatusOr<std::optional<v1::StepRange>> trace_steps =
+      TraceStepsFlag(command, arguments, !options->trace_path.empty());
+  if (!trace_steps.ok()) return trace_steps.status();
+  options->trace_steps = *trace_steps;
   if (arguments.Has("fetch-dir")) {
     options->fetch_directory = arguments.Value("fetch-dir");
     if (options->fetch_directory.empty())

@@ -1,12 +1,14 @@
 #ifndef LOOM_CLIENT_LOOMCTL_EXECUTION_OPTIONS_H_
 #define LOOM_CLIENT_LOOMCTL_EXECUTION_OPTIONS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/loomctl/arguments.h"
 #include "client/loomctl/job_summary.h"
+#include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::loomctl {
 
@@ -14,6 +16,8 @@ namespace loom::loomctl {
 struct ExecutionOptions {
   // Empty: no trace.
   std::string trace_path;
+  // With a trace: only these steps' acts (1-based, as the step lines count); unset: every act.
+  std::optional<v1::StepRange> trace_steps;
   // Empty: write nothing to files.
   std::string fetch_directory;
   absl::Duration stall_timeout = absl::Seconds(10);
@@ -22,7 +26,8 @@ struct ExecutionOptions {
   bool verbose = false;
 };
 
-// Reads --trace, --fetch-dir, --stall-timeout, --blas-threads, --output and --verbose into
+// Reads --trace, --trace-steps, --fetch-dir, --stall-timeout, --blas-threads, --output and
+// --verbose into
 // `options`. INVALID_ARGUMENT naming the flag (and `command`) when a value is malformed.
 absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arguments,
                                  ExecutionOptions* options);

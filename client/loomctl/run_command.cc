@@ -27,7 +27,6 @@
 #include "client/loomctl/fetch_writer.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
-#include "client/loomctl/step_range.h"
 #include "client/loomctl/step_reporter.h"
 #include "client/tensor_statistics.h"
 #include "compiler/logical_graph.h"
@@ -151,10 +150,6 @@ absl::StatusOr<RunOptions> RunOptionsFrom(const ParsedArguments& arguments) {
   if (absl::Status status = ParseExecutionFlags(kCommand, arguments, &options); !status.ok()) {
     return status;
   }
-  absl::StatusOr<std::optional<v1::StepRange>> trace_steps =
-      TraceStepsFlag(kCommand, arguments, !options.trace_path.empty());
-  if (!trace_steps.ok()) return trace_steps.status();
-  options.trace_steps = *trace_steps;
   if (arguments.Has("init")) {
     options.init_path = arguments.Value("init");
     if (options.init_path.empty()) return UsageError(kCommand, "--init needs a checkpoint path");

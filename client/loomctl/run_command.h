@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,7 +13,6 @@
 #include "client/loomctl/device_spec.h"
 #include "client/loomctl/execution_options.h"
 #include "client/loomctl/job_summary.h"
-#include "proto/loom/v1/job_service.pb.h"
 #include "runtime/tensor.h"
 
 namespace loom::loomctl {
@@ -52,8 +50,6 @@ struct RunOptions : ExecutionOptions {
   std::string save_directory;
   // --save-every: also checkpoint every this many steps (0: only at the end).
   int64_t save_every = 0;
-  // --trace-steps: with --trace, only the acts of these steps (as the step lines count them).
-  std::optional<v1::StepRange> trace_steps;
 };
 
 // The flags of run.

@@ -20,6 +20,7 @@
 #include "runtime/device_backends.h"
 #include "runtime/plan_text.h"
 #include "runtime/plan_validation.h"
+#include "runtime/recorded_steps.h"
 
 namespace loom::loomctl {
 namespace {
@@ -51,6 +52,9 @@ ArgumentSpec RunPlanArgumentSpec() {
       .AddFlag("trace", "PATH", "",
                "write a Chrome trace of every act to PATH (open in ui.perfetto.dev or "
                "chrome://tracing)")
+      .AddFlag("trace-steps", "K[-L]", "",
+               "with --trace: record only the acts of step K (to step L), counted from 1, e.g. "
+               "--trace-steps 100-101 (the plan's steps: its sources' and variables' pieces)")
       .AddFlag("stall-timeout", "DURATION", "10s",
                "fail the job when no actor acts for this long (e.g. 500ms, 10s, 2m)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
@@ -97,6 +101,16 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
   job_options.stall_timeout = options.stall_timeout;
   // Acts are recorded for the trace only: a long run would keep a record of every act.
   job_options.record_events = !options.trace_path.empty();
+  if (options.trace_steps.has_value()) {
+    const int64_t steps = StepsOfPlan(*plan);
+    if (options.trace_steps->last() > steps) {
+      error << kCommand << ": --trace-steps " << options.trace_steps->first() << "-"
+            << options.trace_steps->last() << " is not within the plan's steps 1-" << steps << "\n";
+      return kExitUsage;
+    }
+    job_options.recorded_steps = {options.trace_steps->first() - 1,
+                                  options.trace_steps->last() - 1};
+  }
   if (absl::Status status = SetUpDevices(*plan, &job_options); !status.ok()) {
     error << kCommand << ": " << status.message() << "\n";
     return kExitFailure;

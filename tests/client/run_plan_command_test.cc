@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -113,8 +115,9 @@ TEST(RunPlanOptionsTest, BadValuesNameTheFlag) {
 TEST(RunPlanCommandTest, HelpListsTheFlags) {
   CommandResult result = RunCommand({"--help"});
   EXPECT_EQ(result.exit_code, kExitSuccess);
-  for (const char* flag : {"--trace PATH", "--stall-timeout DURATION", "--blas-threads N",
-                           "--output text|json", "--fetch-dir DIR", "--verbose"}) {
+  for (const char* flag :
+       {"--trace PATH", "--trace-steps K[-L]", "--stall-timeout DURATION", "--blas-threads N",
+        "--output text|json", "--fetch-dir DIR", "--verbose"}) {
     EXPECT_THAT(result.out, HasSubstr(flag));
   }
 }
@@ -221,6 +224,35 @@ TEST(RunPlanCommandTest, JsonOutputTraceAndFetchedPieces) {
     std::memcpy(values.data(), file.data() + data_offset, 16 * sizeof(float));
     for (float value : values) EXPECT_EQ(value, 6.0f) << path;
   }
+}
+
+TEST(RunPlanCommandTest, TraceStepsRecordsOnlyThoseStepsActs) {
+  // Five steps of one piece each (the plan's tasks have no pieces_per_step).
+  std::string plan = WritePlan(ScalePlan(5), "run_plan_trace_steps.pbtxt");
+  std::string trace = TempPath("run_plan_trace_steps.json");
+  CommandResult result = RunCommand({plan, "--trace", trace, "--trace-steps", "2-3"});
+  ASSERT_EQ(result.exit_code, kExitSuccess) << result.error;
+  absl::StatusOr<JsonValue> trace_json = ParseJson(ReadFile(trace));
+  ASSERT_TRUE(trace_json.ok()) << trace_json.status();
+  std::vector<std::pair<double, double>> steps_and_pieces;
+  for (const JsonValue& event : trace_json->Find("traceEvents")->array) {
+    if (event.Find("ph")->string != "X") continue;
+    steps_and_pieces.emplace_back(event.Find("args")->Find("step")->number,
+                                  event.Find("args")->Find("piece")->number);
+  }
+  // The source's, the scale's and the sink's acts on pieces 1 and 2, steps 2 and 3.
+  ASSERT_EQ(steps_and_pieces.size(), 6u);
+  for (const auto& [step, piece] : steps_and_pieces) {
+    EXPECT_EQ(step, piece + 1);
+    EXPECT_TRUE(step == 2 || step == 3) << step;
+  }
+
+  result = RunCommand({plan, "--trace", trace, "--trace-steps", "5-6"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.error, HasSubstr("--trace-steps 5-6 is not within the plan's steps 1-5"));
+  result = RunCommand({plan, "--trace-steps", "2"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.error, HasSubstr("--trace-steps needs --trace"));
 }
 
 TEST(RunPlanCommandTest, InvalidPlanExitsWithTwoAndNamesTheCulprit) {
