@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/step_losses.h"
+#include "daemon/compressed_message.h"
 #include "daemon/grpc_status.h"
 #include "daemon/job_checkpoint.h"
 #include "daemon/packed_events.h"
@@ -372,7 +373,7 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
   if (!record->restored) {
     v1::GetPlanResponse response;
-    if (!response.ParseFromString(record->plan_bytes)) {
+    if (!ParseCompressedMessage(record->plan_bytes, &response)) {
       return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
     }
     return response;
@@ -1070,16 +1071,15 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
 }
 
 void JobManager::PackEventsOf(JobRecord* record) {
-  std::string packed = PackEvents(&record->events);
   // Packed once, when the job ends; were it packed again (an event appended since), the later
-  // events follow the earlier ones, as serialized repeated fields concatenate.
-  if (record->packed_events != nullptr) packed.insert(0, *record->packed_events);
-  record->packed_events = std::make_shared<const std::string>(std::move(packed));
+  // events would follow the earlier ones.
+  record->packed_events = std::make_shared<const std::string>(
+      PackEvents(&record->events, record->packed_events == nullptr ? "" : *record->packed_events));
 }
 
 void JobManager::ReleaseCompiledLocked(JobRecord* record) {
   if (record->compiled == nullptr) return;
-  record->plan_bytes = PlanResponseOf(*record->compiled).SerializeAsString();
+  record->plan_bytes = CompressedMessage(PlanResponseOf(*record->compiled));
   record->compiled.reset();
 }
 

@@ -24,7 +24,8 @@ struct JobRecord {
   // Until the job ended (then it goes, with the job and logical graph it holds: several MB for a
   // small model, which the finished jobs kept would hold), and null for a restored job.
   std::unique_ptr<loomctl::CompiledJob> compiled;
-  // Once `compiled` went: its GetPlanResponse, serialized (a fraction of the parsed size).
+  // Once `compiled` went: its GetPlanResponse, compressed (compressed_message.h: a fraction of
+  // the parsed size).
   std::string plan_bytes;
   // Restored from the data directory (it ended before the restart; its plan and trace are read
   // from there).
@@ -36,8 +37,8 @@ struct JobRecord {
   // event does not change once the caller of AppendEvent filled it in. Once the job ended, only
   // its fetched tensors: the others are in `packed_events`.
   HeldEvents events;
-  // Once the job ended: its other events, serialized (PackEvents). Shared with the watchers
-  // reading them outside the lock.
+  // Once the job ended: its other events, packed (PackEvents). Shared with the watchers reading
+  // them outside the lock.
   std::shared_ptr<const std::string> packed_events;
   // Of `events`, the fetched tensors.
   int64_t fetched_events = 0;

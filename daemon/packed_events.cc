@@ -4,13 +4,19 @@
 #include <iterator>
 #include <utility>
 
+#include "daemon/compressed_message.h"
 #include "glog/logging.h"
 #include "proto/loom/daemon/stored_job.pb.h"
 
 namespace loom::daemon {
 
-std::string PackEvents(HeldEvents* events) {
+std::string PackEvents(HeldEvents* events, const std::string& packed_before) {
   PackedJobEvents packed;
+  if (!packed_before.empty() && !ParseCompressedMessage(packed_before, &packed)) {
+    LOG(ERROR) << "a finished job's packed events (" << packed_before.size()
+               << " bytes) do not parse; they are left out";
+    packed.Clear();
+  }
   HeldEvents kept;
   for (std::shared_ptr<v1::JobEvent>& event : *events) {
     if (event->has_fetched()) {
@@ -21,12 +27,12 @@ std::string PackEvents(HeldEvents* events) {
     }
   }
   *events = std::move(kept);
-  return packed.SerializeAsString();
+  return CompressedMessage(packed);
 }
 
 EventList WithPackedEvents(const std::string& packed, EventList events, int64_t from_sequence) {
   PackedJobEvents parsed;
-  if (!parsed.ParseFromString(packed)) {
+  if (!ParseCompressedMessage(packed, &parsed)) {
     LOG(ERROR) << "a finished job's packed events (" << packed.size()
                << " bytes) do not parse; they are left out";
     return events;

@@ -14,12 +14,13 @@ namespace loom::daemon {
 // A job's events as the coordinator holds them: each parsed, in sequence order.
 using HeldEvents = std::deque<std::shared_ptr<v1::JobEvent>>;
 
-// A finished job's events take a fraction of their parsed size serialized (a step event: about
-// 60 bytes against 300 and more, the messages, their timestamps and the shared pointers'
-// blocks), and a coordinator remembers up to --max-finished-jobs jobs of up to
-// --max-events-per-job events each. Moves every event but the fetched tensors (large, and
-// released as a whole later) out of `events` into the returned PackedJobEvents, serialized.
-std::string PackEvents(HeldEvents* events);
+// A finished job's events take a fraction of their parsed size serialized and compressed
+// (compressed_message.h; a step event: about 30 bytes against 290, the messages, their
+// timestamps and the shared pointers' blocks), and a coordinator remembers up to
+// --max-finished-jobs jobs of up to --max-events-per-job events each. Returns the events of
+// `packed_before` (packed by an earlier call; empty: none) followed by every event of `events`
+// but the fetched tensors (large, and released as a whole later), packed; those leave `events`.
+std::string PackEvents(HeldEvents* events, const std::string& packed_before = "");
 
 // `events` (in sequence order) with the events of `packed` (from PackEvents) from
 // `from_sequence` on merged in, in sequence order. Packed bytes that do not parse (the coordinator

@@ -2,7 +2,9 @@
 // gives every event back in sequence order, from any sequence on.
 #include "daemon/packed_events.h"
 
+#include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,14 +30,18 @@ std::shared_ptr<v1::JobEvent> EventOf(int64_t sequence) {
   return event;
 }
 
+// With a loss, step time and throughput that vary as measured ones do (they would compress far
+// better if they did not).
 std::shared_ptr<v1::JobEvent> StepEventOf(int64_t sequence, int64_t step) {
+  static std::mt19937_64 random(7);
+  std::uniform_real_distribution<double> noise(0.9, 1.1);
   std::shared_ptr<v1::JobEvent> event = EventOf(sequence);
   v1::StepEvent* step_event = event->mutable_step();
   step_event->set_step(step);
   step_event->set_num_steps(10000);
-  step_event->set_loss(2.5 + step * 1e-3);
-  step_event->set_step_time_seconds(0.0123);
-  step_event->set_tokens_per_second(123456.5);
+  step_event->set_loss(5.5 * noise(random) / std::sqrt(step));
+  step_event->set_step_time_seconds(0.0123 * noise(random));
+  step_event->set_tokens_per_second(123456.5 * noise(random));
   return event;
 }
 
@@ -90,12 +96,12 @@ TEST(PackedEventsTest, UnpackingStartsAtTheSequenceAskedFor) {
   EXPECT_THAT(SequencesOf(WithPackedEvents(packed, {}, 8)), IsEmpty());
 }
 
-TEST(PackedEventsTest, EventsPackedLaterFollowTheEarlierOnesWhenTheBytesAreJoined) {
+TEST(PackedEventsTest, EventsPackedLaterFollowTheEarlierOnes) {
   HeldEvents first = MixedEvents();
   HeldEvents later;
   later.push_back(StepEventOf(8, 4));
   later.push_back(StepEventOf(9, 5));
-  const std::string packed = PackEvents(&first) + PackEvents(&later);
+  const std::string packed = PackEvents(&later, PackEvents(&first));
   EXPECT_THAT(SequencesOf(WithPackedEvents(packed, {}, 0)), ElementsAre(0, 1, 2, 4, 5, 7, 8, 9));
 }
 
@@ -104,7 +110,9 @@ TEST(PackedEventsTest, AStepEventPacksIntoAFewDozenBytes) {
   for (int64_t step = 1; step <= 10000; ++step) events.push_back(StepEventOf(step, step));
   const std::string packed = PackEvents(&events);
   EXPECT_THAT(events, IsEmpty());
-  EXPECT_THAT(packed.size() / 10000.0, Lt(80));
+  // Serialized, a step event takes about 60 bytes; compressed about 30 (the timestamps, losses
+  // and times vary, the rest repeats).
+  EXPECT_THAT(packed.size() / 10000.0, Lt(40));
   EXPECT_EQ(WithPackedEvents(packed, {}, 0).size(), 10000);
 }
 
