@@ -406,11 +406,13 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
         absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
   }
   v1::GetTraceResponse response;
-  response.set_acts(record->trace_acts);
   if (!record->restored) {
-    response.set_chrome_trace_json(MergedTrace(*record));
+    if (!ParseCompressedMessage(record->packed_trace, &response)) {
+      return absl::InternalError(absl::StrCat("the kept trace of job '", job_id, "' is corrupt"));
+    }
     return response;
   }
+  response.set_acts(record->trace_acts);
   // A job restored from the data directory.
   absl::StatusOr<std::string> stored = record->trace_stored
                                            ? options_.store->LoadTrace(record->number)
@@ -895,8 +897,10 @@ void JobManager::NameUnreachableNodes(JobRecord* record, const std::vector<int>&
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   if (update.has_trace()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Only from a node of the traced job still running it.
-    if (running_ == nullptr || running_->id != update.job_id() || !running_->trace || node < 0 ||
+    // Only from a node of the traced job still running it (not after the job ended, when its
+    // trace was packed).
+    if (running_ == nullptr || running_->id != update.job_id() || !running_->trace ||
+        IsTerminal(running_->info.state()) || node < 0 ||
         node >= static_cast<int>(running_->nodes.size()) || running_->nodes[node].ended ||
         running_->trace_events.contains(node)) {
       return;
@@ -1054,14 +1058,21 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
 
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
-  if (writer_ != nullptr && record->trace && record->trace_error.empty() && !record->restored) {
-    // Written before the job's record, which says it was (a failed write is logged; after a
-    // restart the trace is then reported lost, as a deleted file would be).
-    Write(absl::StrCat("the trace of job ", record->id),
-          [number = record->number, trace = MergedTrace(*record)](const JobStore& store) {
-            return store.SaveTrace(number, trace);
-          });
-    record->trace_stored = true;
+  if (record->trace && record->trace_error.empty() && !record->restored) {
+    // Kept compressed (a few bytes an act instead of a hundred), the nodes' parts merged.
+    v1::GetTraceResponse trace;
+    trace.set_chrome_trace_json(MergedTrace(*record));
+    trace.set_acts(record->trace_acts);
+    record->packed_trace = CompressedMessage(trace);
+    record->trace_events.clear();
+    if (writer_ != nullptr) {
+      // Written before the job's record, which says it was (a failed write is logged; after a
+      // restart the trace is then reported lost, as a deleted file would be).
+      Write(absl::StrCat("the trace of job ", record->id),
+            [number = record->number, json = std::move(*trace.mutable_chrome_trace_json())](
+                const JobStore& store) { return store.SaveTrace(number, json); });
+      record->trace_stored = true;
+    }
   }
   ChangeState(record, state, error);
   PackEventsOf(record);

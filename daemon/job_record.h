@@ -74,7 +74,10 @@ struct JobRecord {
   // While it runs: the nodes that reported their part of the periodic checkpoint after a step, by
   // step (JobManager::RunAndSaveCheckpoints assembles a step once every node with variables did).
   std::map<int64_t, std::set<int>> checkpoint_parts;
-  std::map<int, std::string> trace_events;  // by node
+  // While it runs: each node's trace events (by node). Once it ended: the merged trace, as a
+  // GetTraceResponse compressed (compressed_message.h), in `packed_trace`.
+  std::map<int, std::string> trace_events;
+  std::string packed_trace;
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).
   std::string trace_error;
