@@ -284,6 +284,18 @@ void Daemon::AddScrapeGauges() {
           for (const auto& [state, value] : count) samples.push_back({{{"state", state}}, value});
           return samples;
         });
+    scrape_gauges_->Add(
+        "loom_job_history_bytes",
+        "Bytes the coordinator keeps for the finished jobs it remembers (--max-finished-jobs), by "
+        "part: plan, events and trace (compressed), fetched (tensors of a job that streamed its "
+        "fetches, until the next such job releases them).",
+        [manager = manager_.get()] {
+          const JobManager::HistoryBytes bytes = manager->FinishedJobsBytes();
+          return Samples{{{{"part", "plan"}}, static_cast<double>(bytes.plans)},
+                         {{{"part", "events"}}, static_cast<double>(bytes.events)},
+                         {{{"part", "trace"}}, static_cast<double>(bytes.traces)},
+                         {{{"part", "fetched"}}, static_cast<double>(bytes.fetched)}};
+        });
   } else {
     scrape_gauges_->Add("loom_coordinator_connected",
                         "Workers: 1 while the session with the coordinator is up, else 0.",

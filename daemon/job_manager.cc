@@ -426,6 +426,24 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
   return response;
 }
 
+JobManager::HistoryBytes JobManager::FinishedJobsBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  HistoryBytes bytes;
+  for (const auto& [number, record] : records_) {
+    if (!IsTerminal(record->info.state())) continue;
+    bytes.plans += static_cast<int64_t>(record->plan_bytes.size());
+    if (record->packed_events != nullptr) {
+      bytes.events += static_cast<int64_t>(record->packed_events->size());
+    }
+    bytes.traces += static_cast<int64_t>(record->packed_trace.size());
+    // What is left in `events` once they were packed: the fetched tensors.
+    for (const std::shared_ptr<v1::JobEvent>& event : record->events) {
+      bytes.fetched += static_cast<int64_t>(event->fetched().data().size());
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<JobManager::EventBatch> JobManager::WaitForEvents(const std::string& job_id,
                                                                  int64_t from_sequence,
                                                                  absl::Duration timeout) const {

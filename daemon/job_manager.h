@@ -108,6 +108,16 @@ class JobManager {
   // not null) says whether jobs in `states` follow the last one returned.
   std::vector<v1::JobInfo> List(const std::vector<v1::JobState>& states, int64_t after = 0,
                                 int limit = 0, bool* more = nullptr) const;
+  // The bytes kept for the finished jobs remembered (--max-finished-jobs), by what they hold:
+  // their plans, events and traces (compressed), and the fetched tensors of a job that streamed
+  // them, until released. What a metric shows operators of the coordinator's job history.
+  struct HistoryBytes {
+    int64_t plans = 0;
+    int64_t events = 0;
+    int64_t traces = 0;
+    int64_t fetched = 0;
+  };
+  HistoryBytes FinishedJobsBytes() const;
   // A pending job ends CANCELLED at once; a running one is aborted, and the call waits up to
   // `timeout` for it to end. Cancelling a cancelled job returns it; a succeeded or failed one is
   // FAILED_PRECONDITION; an unknown id NOT_FOUND.

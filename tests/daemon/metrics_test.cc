@@ -190,6 +190,44 @@ TEST_F(DaemonMetricsJobTest, ATrainingJobMovesTheCounters) {
   EXPECT_EQ(queued, "") << "messages still counted as queued 10 s after the job";
 }
 
+TEST_F(DaemonMetricsJobTest, TheJobHistorysBytesArePlansEventsAndTraces) {
+  std::map<std::string, double> before = Samples(Scrape(daemon_->metrics_address()));
+  for (const char* part : {"plan", "events", "trace", "fetched"}) {
+    EXPECT_EQ(before[absl::StrCat("loom_job_history_bytes{part=\"", part, "\"}")], 0) << part;
+  }
+  constexpr int kSteps = 40;
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = testing::TrainingJob(kSteps);
+  request.set_trace(true);
+  v1::SubmitJobResponse response;
+  ASSERT_TRUE(SubmitRequest(request, &response).ok());
+  ASSERT_TRUE(WaitForState(response.job().job_id(), v1::JOB_STATE_SUCCEEDED));
+
+  // The plan is kept once the job's run is over, just after it ended.
+  std::map<std::string, double> after;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    after = Samples(Scrape(daemon_->metrics_address()));
+  } while (after["loom_job_history_bytes{part=\"plan\"}"] == 0 && absl::Now() < deadline);
+  EXPECT_GT(after["loom_job_history_bytes{part=\"plan\"}"], 0);
+  // 40 step events and 4 state changes, compressed: a few dozen bytes each at most.
+  EXPECT_GT(after["loom_job_history_bytes{part=\"events\"}"], 0);
+  EXPECT_LT(after["loom_job_history_bytes{part=\"events\"}"], 60 * (kSteps + 4));
+  EXPECT_GT(after["loom_job_history_bytes{part=\"trace\"}"], 0);
+  EXPECT_EQ(after["loom_job_history_bytes{part=\"fetched\"}"], 0);
+
+  // A job that streams its fetches: its fetched tensors are held after it ended.
+  const std::string streaming =
+      SubmitStreamingOrDie(testing::CountingJob(2, "ones_total", "ones_per_column"));
+  double fetched_bytes = 0;
+  for (const v1::JobEvent& event : WatchToEnd(streaming)) {
+    fetched_bytes += static_cast<double>(event.fetched().data().size());
+  }
+  EXPECT_GT(fetched_bytes, 0);
+  EXPECT_EQ(Samples(Scrape(daemon_->metrics_address()))["loom_job_history_bytes{part=\"fetched\"}"],
+            fetched_bytes);
+}
+
 TEST_F(DaemonMetricsJobTest, TheMoeFetchesOfAJobAreCountedPerMicroBatch) {
   // Stand-ins for an MoE model's counts: partial sums over the data-parallel ranks (reduce_sum of
   // a split tensor), two micro-batches per step, assembled before they are counted.
