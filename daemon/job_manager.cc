@@ -503,7 +503,6 @@ void JobManager::WorkerLoop() {
       running_.reset();
       changed_.notify_all();
     }
-    record.reset();
     // The job's compilation and parsed events are freed, between the records of the jobs kept:
     // give the allocator's free pages back to the system, else a coordinator's resident memory
     // grows with every job by about twice what the finished job keeps (measured:

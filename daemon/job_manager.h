@@ -188,7 +188,7 @@ class JobManager {
   void ReleaseFetches();
   void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
-  // A job that ended keeps its events (but fetched tensors) serialized (packed_events.h).
+  // A job that ended keeps its events (but the fetched tensors) packed (packed_events.h).
   void PackEventsOf(JobRecord* record);
   void ForgetOldFinishedJobs();
   void Restore();

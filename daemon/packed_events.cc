@@ -9,14 +9,23 @@
 #include "proto/loom/daemon/stored_job.pb.h"
 
 namespace loom::daemon {
+namespace {
+
+// The events of `packed`; none when it does not parse (logged).
+PackedJobEvents Unpacked(const std::string& packed) {
+  PackedJobEvents parsed;
+  if (!ParseCompressedMessage(packed, &parsed)) {
+    LOG(ERROR) << "a finished job's packed events (" << packed.size()
+               << " bytes) do not parse; they are left out";
+    parsed.Clear();
+  }
+  return parsed;
+}
+
+}  // namespace
 
 std::string PackEvents(HeldEvents* events, const std::string& packed_before) {
-  PackedJobEvents packed;
-  if (!packed_before.empty() && !ParseCompressedMessage(packed_before, &packed)) {
-    LOG(ERROR) << "a finished job's packed events (" << packed_before.size()
-               << " bytes) do not parse; they are left out";
-    packed.Clear();
-  }
+  PackedJobEvents packed = packed_before.empty() ? PackedJobEvents() : Unpacked(packed_before);
   HeldEvents kept;
   for (std::shared_ptr<v1::JobEvent>& event : *events) {
     if (event->has_fetched()) {
@@ -31,12 +40,7 @@ std::string PackEvents(HeldEvents* events, const std::string& packed_before) {
 }
 
 EventList WithPackedEvents(const std::string& packed, EventList events, int64_t from_sequence) {
-  PackedJobEvents parsed;
-  if (!ParseCompressedMessage(packed, &parsed)) {
-    LOG(ERROR) << "a finished job's packed events (" << packed.size()
-               << " bytes) do not parse; they are left out";
-    return events;
-  }
+  PackedJobEvents parsed = Unpacked(packed);
   EventList unpacked;
   for (v1::JobEvent& event : *parsed.mutable_events()) {
     if (event.sequence() < from_sequence) continue;
