@@ -27,8 +27,8 @@ struct ExecutionOptions {
 };
 
 // Reads --trace, --trace-steps, --fetch-dir, --stall-timeout, --blas-threads, --output and
-// --verbose into
-// `options`. INVALID_ARGUMENT naming the flag (and `command`) when a value is malformed.
+// --verbose into `options`. INVALID_ARGUMENT naming the flag (and `command`) when a value is
+// malformed.
 absl::Status ParseExecutionFlags(const char* command, const ParsedArguments& arguments,
                                  ExecutionOptions* options);
 

@@ -12,11 +12,12 @@ namespace loom::loomctl {
 
 // Reads a range of steps as `--trace-steps` takes it: "K" (step K alone) or "K-L" (steps K to L,
 // both included), counted from 1. INVALID_ARGUMENT naming the text when it is not one, or when
-// K < 1 or L < K. Whether the job has those steps is the daemon's check.
+// K < 1 or L < K. Whether the job has those steps is checked where they are known (the daemon,
+// run, run-plan).
 absl::StatusOr<v1::StepRange> ParseStepRange(absl::string_view text);
 
-// The --trace-steps flag of `command` (run, submit): unset when absent; a usage error naming the
-// flag when it is given without --trace (`traced` false) or its value is not a range.
+// The --trace-steps flag of `command` (run, run-plan, submit): unset when absent; a usage error
+// naming the flag when it is given without --trace (`traced` false) or its value is not a range.
 absl::StatusOr<std::optional<v1::StepRange>> TraceStepsFlag(absl::string_view command,
                                                             const ParsedArguments& arguments,
                                                             bool traced);
