@@ -1099,10 +1099,10 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
 }
 
 void JobManager::PackEventsOf(JobRecord* record) {
-  // Packed once, when the job ends; were it packed again (an event appended since), the later
-  // events would follow the earlier ones.
-  record->packed_events = std::make_shared<const std::string>(
-      PackEvents(&record->events, record->packed_events == nullptr ? "" : *record->packed_events));
+  // Once, when the job ends. An event appended later (none is) would stay in `events`, which
+  // every reader merges with the packed ones.
+  if (record->packed_events != nullptr) return;
+  record->packed_events = std::make_shared<const std::string>(PackEvents(&record->events));
 }
 
 void JobManager::ReleaseCompiledLocked(JobRecord* record) {

@@ -9,23 +9,9 @@
 #include "proto/loom/daemon/stored_job.pb.h"
 
 namespace loom::daemon {
-namespace {
 
-// The events of `packed`; none when it does not parse (logged).
-PackedJobEvents Unpacked(const std::string& packed) {
-  PackedJobEvents parsed;
-  if (!ParseCompressedMessage(packed, &parsed)) {
-    LOG(ERROR) << "a finished job's packed events (" << packed.size()
-               << " bytes) do not parse; they are left out";
-    parsed.Clear();
-  }
-  return parsed;
-}
-
-}  // namespace
-
-std::string PackEvents(HeldEvents* events, const std::string& packed_before) {
-  PackedJobEvents packed = packed_before.empty() ? PackedJobEvents() : Unpacked(packed_before);
+std::string PackEvents(HeldEvents* events) {
+  PackedJobEvents packed;
   HeldEvents kept;
   for (std::shared_ptr<v1::JobEvent>& event : *events) {
     if (event->has_fetched()) {
@@ -40,7 +26,12 @@ std::string PackEvents(HeldEvents* events, const std::string& packed_before) {
 }
 
 EventList WithPackedEvents(const std::string& packed, EventList events, int64_t from_sequence) {
-  PackedJobEvents parsed = Unpacked(packed);
+  PackedJobEvents parsed;
+  if (!ParseCompressedMessage(packed, &parsed)) {
+    LOG(ERROR) << "a finished job's packed events (" << packed.size()
+               << " bytes) do not parse; they are left out";
+    return events;
+  }
   EventList unpacked;
   for (v1::JobEvent& event : *parsed.mutable_events()) {
     if (event.sequence() < from_sequence) continue;

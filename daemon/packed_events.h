@@ -17,10 +17,10 @@ using HeldEvents = std::deque<std::shared_ptr<v1::JobEvent>>;
 // A finished job's events take a fraction of their parsed size serialized and compressed
 // (compressed_message.h; a step event: about 30 bytes against 290, the messages, their
 // timestamps and the shared pointers' blocks), and a coordinator remembers up to
-// --max-finished-jobs jobs of up to --max-events-per-job events each. Returns the events of
-// `packed_before` (packed by an earlier call; empty: none) followed by every event of `events`
-// but the fetched tensors (large, and released as a whole later), packed; those leave `events`.
-std::string PackEvents(HeldEvents* events, const std::string& packed_before = "");
+// --max-finished-jobs jobs of up to --max-events-per-job events each. Returns every event of
+// `events` but the fetched tensors (large, and released as a whole later), packed; those leave
+// `events`.
+std::string PackEvents(HeldEvents* events);
 
 // `events` (in sequence order) with the events of `packed` (from PackEvents) from
 // `from_sequence` on merged in, in sequence order. Packed bytes that do not parse (the coordinator

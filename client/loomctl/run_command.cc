@@ -27,6 +27,7 @@
 #include "client/loomctl/fetch_writer.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/step_range.h"
 #include "client/loomctl/step_reporter.h"
 #include "client/tensor_statistics.h"
 #include "compiler/logical_graph.h"
@@ -420,12 +421,13 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
     initial = *std::move(read);
   }
   const int64_t first_step = job->initial_state().first_step();
-  if (options.trace_steps.has_value() && (options.trace_steps->first() <= first_step ||
-                                          options.trace_steps->last() > first_step + steps)) {
-    error << kCommand << ": --trace-steps " << options.trace_steps->first() << "-"
-          << options.trace_steps->last() << " is not within the run's steps " << first_step + 1
-          << "-" << first_step + steps << "\n";
-    return kExitUsage;
+  if (options.trace_steps.has_value()) {
+    if (absl::Status within = CheckTraceStepsWithin(kCommand, *options.trace_steps, first_step + 1,
+                                                    first_step + steps, "the run");
+        !within.ok()) {
+      error << within.message() << "\n";
+      return kExitUsage;
+    }
   }
 
   if (!options.save_directory.empty()) {

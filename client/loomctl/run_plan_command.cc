@@ -12,6 +12,7 @@
 #include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/npy_writer.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/step_range.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
@@ -102,10 +103,10 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
   // Acts are recorded for the trace only: a long run would keep a record of every act.
   job_options.record_events = !options.trace_path.empty();
   if (options.trace_steps.has_value()) {
-    const int64_t steps = StepsOfPlan(*plan);
-    if (options.trace_steps->last() > steps) {
-      error << kCommand << ": --trace-steps " << options.trace_steps->first() << "-"
-            << options.trace_steps->last() << " is not within the plan's steps 1-" << steps << "\n";
+    if (absl::Status within = CheckTraceStepsWithin(kCommand, *options.trace_steps, 1,
+                                                    StepsOfPlan(*plan), "the plan");
+        !within.ok()) {
+      error << within.message() << "\n";
       return kExitUsage;
     }
     job_options.recorded_steps = {options.trace_steps->first() - 1,

@@ -44,4 +44,11 @@ absl::StatusOr<std::optional<v1::StepRange>> TraceStepsFlag(absl::string_view co
   return *range;
 }
 
+absl::Status CheckTraceStepsWithin(absl::string_view command, const v1::StepRange& range,
+                                   int64_t first, int64_t last, absl::string_view what) {
+  if (range.first() >= first && range.last() <= last) return absl::OkStatus();
+  return UsageError(command, absl::StrCat("--trace-steps ", range.first(), "-", range.last(),
+                                          " is not within ", what, "'s steps ", first, "-", last));
+}
+
 }  // namespace loom::loomctl

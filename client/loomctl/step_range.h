@@ -1,6 +1,7 @@
 #ifndef LOOM_CLIENT_LOOMCTL_STEP_RANGE_H_
 #define LOOM_CLIENT_LOOMCTL_STEP_RANGE_H_
 
+#include <cstdint>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,11 @@ absl::StatusOr<v1::StepRange> ParseStepRange(absl::string_view text);
 absl::StatusOr<std::optional<v1::StepRange>> TraceStepsFlag(absl::string_view command,
                                                             const ParsedArguments& arguments,
                                                             bool traced);
+
+// OK when --trace-steps' `range` lies within steps `first` to `last` (1-based, both included) of
+// what `command` runs (`what`: "the run", "the plan"); else a usage error saying both ranges.
+absl::Status CheckTraceStepsWithin(absl::string_view command, const v1::StepRange& range,
+                                   int64_t first, int64_t last, absl::string_view what);
 
 }  // namespace loom::loomctl
 

@@ -96,15 +96,6 @@ TEST(PackedEventsTest, UnpackingStartsAtTheSequenceAskedFor) {
   EXPECT_THAT(SequencesOf(WithPackedEvents(packed, {}, 8)), IsEmpty());
 }
 
-TEST(PackedEventsTest, EventsPackedLaterFollowTheEarlierOnes) {
-  HeldEvents first = MixedEvents();
-  HeldEvents later;
-  later.push_back(StepEventOf(8, 4));
-  later.push_back(StepEventOf(9, 5));
-  const std::string packed = PackEvents(&later, PackEvents(&first));
-  EXPECT_THAT(SequencesOf(WithPackedEvents(packed, {}, 0)), ElementsAre(0, 1, 2, 4, 5, 7, 8, 9));
-}
-
 TEST(PackedEventsTest, AStepEventPacksIntoAFewDozenBytes) {
   HeldEvents events;
   for (int64_t step = 1; step <= 10000; ++step) events.push_back(StepEventOf(step, step));
