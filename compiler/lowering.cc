@@ -10,6 +10,7 @@
 #include "compiler/boxing.h"
 #include "runtime/device_key.h"
 #include "runtime/device_name.h"
+#include "runtime/shared_kernels.h"
 
 namespace loom::compiler {
 namespace {
@@ -24,6 +25,12 @@ int64_t TighterBudget(int64_t first, int64_t second) {
   if (first <= 0) return second;
   if (second <= 0) return first;
   return std::min(first, second);
+}
+
+plan::KernelConf KernelOfType(const std::string& op_type) {
+  plan::KernelConf kernel;
+  kernel.set_op_type(op_type);
+  return kernel;
 }
 
 void SetInt(plan::KernelConf* conf, const std::string& name, int64_t value) {
@@ -197,11 +204,12 @@ class Lowering {
       if (is_variable) {
         variable_tasks_[node.name].push_back(plan_.tasks_size() - 1);
         layout->add_tasks(task_name);
-        *task->mutable_initializer() = VariableInitializer(node, tensor.name, logical, window);
+        task->set_initializer_index(
+            kernels_.Add(VariableInitializer(node, tensor.name, logical, window)));
       } else {
         absl::StatusOr<plan::KernelConf> kernel = InputKernel(*node.input, logical, window);
         if (!kernel.ok()) return kernel.status();
-        *task->mutable_kernel() = std::move(*kernel);
+        task->set_kernel_index(kernels_.Add(std::move(*kernel)));
       }
       if (factor > 1) {
         const LocalWindow micro =
@@ -449,7 +457,7 @@ class Lowering {
           AddRegister(absl::StrCat(bucket.name, "@", rank), bucket.type.shape, plan::FLOAT32);
       plan::Task* task = AddTask(absl::StrCat("pack:", bucket.name, "@", rank), plan::COMPUTE,
                                  placement->device(rank), plan::STREAM_COMPUTE);
-      task->mutable_kernel()->set_op_type("pack_flat");
+      task->set_kernel_index(kernels_.Add(KernelOfType("pack_flat")));
       for (const auto& member : members) task->add_inputs(member.registers[rank]);
       task->add_outputs(reg);
       registers.push_back(std::move(reg));
@@ -463,7 +471,7 @@ class Lowering {
     for (int rank = 0; rank < placement->size(); ++rank) {
       plan::Task* task = AddTask(absl::StrCat("unpack:", bucket.name, "@", rank), plan::COMPUTE,
                                  placement->device(rank), plan::STREAM_COMPUTE);
-      task->mutable_kernel()->set_op_type("unpack_flat");
+      task->set_kernel_index(kernels_.Add(KernelOfType("unpack_flat")));
       task->add_inputs(registers[rank]);
       for (size_t i = 0; i < members.size(); ++i) {
         const LogicalTensor& gradient = graph_.tensors[members[i].tensor];
@@ -520,16 +528,18 @@ class Lowering {
     const std::vector<int64_t> logical(value.type.shape.dimensions().begin(),
                                        value.type.shape.dimensions().end());
     const std::vector<int>& tasks = variable_tasks_[node.name];
+    const int optimizer_index = kernels_.Add(std::move(optimizer));
     for (size_t rank = 0; rank < tasks.size(); ++rank) {
       plan::Task* task = plan_.mutable_tasks(tasks[rank]);
       task->add_inputs((*gradient)[rank]);
-      *task->mutable_kernel() = optimizer;
+      task->set_kernel_index(optimizer_index);
       task->set_num_optimizer_states(static_cast<int32_t>(state_names.size()));
       if (graph_.initial_state != nullptr && graph_.initial_state->optimizer_state()) {
         const LocalWindow window =
             LocalWindowOf(value.type.shape, node.placement, value.sbp, static_cast<int>(rank));
         for (const std::string& state : state_names) {
-          *task->add_state_initializers() = CheckpointSlice(state, logical, window);
+          task->add_state_initializer_indices(
+              kernels_.Add(CheckpointSlice(state, logical, window)));
         }
       }
     }
@@ -586,7 +596,7 @@ class Lowering {
             kernel.status().code(),
             absl::StrCat("op '", node.name, "' (", node.op_type, "): ", kernel.status().message()));
       }
-      *task->mutable_kernel() = std::move(*kernel);
+      task->set_kernel_index(kernels_.Add(std::move(*kernel)));
     }
     return absl::OkStatus();
   }
@@ -908,26 +918,27 @@ class Lowering {
         }
       } else {
         task = AddTask(task_name, plan::COMPUTE, device, plan::STREAM_COMPUTE);
-        plan::KernelConf* kernel = task->mutable_kernel();
+        plan::KernelConf kernel;
         std::vector<int64_t> begin(tensor.type.shape.rank());
         if (step.kind == BoxingStep::Kind::kLocalSlice) {
-          kernel->set_op_type("slice");
+          kernel.set_op_type("slice");
           std::vector<int64_t> end(tensor.type.shape.rank());
           for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
             begin[axis] = after.begin[axis] - before.begin[axis];
             end[axis] = begin[axis] + after.shape.dimension(axis);
           }
-          SetIntList(kernel, "begin", begin);
-          SetIntList(kernel, "end", end);
+          SetIntList(&kernel, "begin", begin);
+          SetIntList(&kernel, "end", end);
         } else if (step.kind == BoxingStep::Kind::kLocalPad) {
-          kernel->set_op_type("pad");
+          kernel.set_op_type("pad");
           for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
             begin[axis] = before.begin[axis] - after.begin[axis];
           }
-          SetIntList(kernel, "begin", begin);
+          SetIntList(&kernel, "begin", begin);
         } else {
-          kernel->set_op_type("zeros_like");
+          kernel.set_op_type("zeros_like");
         }
+        task->set_kernel_index(kernels_.Add(std::move(kernel)));
       }
       task->add_inputs(registers[rank]);
       task->add_outputs(reg);
@@ -939,6 +950,8 @@ class Lowering {
   const DeviceSet& devices_;
   const int64_t max_tasks_;  // 0: no limit
   plan::Plan plan_;
+  // The plan's kernel configurations, each held once (an op's ranks mostly share theirs).
+  SharedKernels kernels_{&plan_};
   std::vector<std::vector<std::string>> local_registers_;  // by tensor: register per rank
   absl::flat_hash_map<std::string, std::vector<std::string>> materialized_;
   absl::flat_hash_map<std::string, int> boxing_count_;

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/pieces_per_step.h"
 #include "runtime/device_name.h"
+#include "runtime/shared_kernels.h"
 
 namespace loom::compiler {
 namespace {
@@ -234,6 +235,9 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   for (const plan::Task& task : plan.tasks()) ++tasks_per_node[task.stream().device().node()];
   for (const auto& [node, task] : network_tasks) ++tasks_per_node[node];
   for (int n = 0; n < nodes; ++n) result[n].mutable_tasks()->Reserve(tasks_per_node[n]);
+  std::vector<SharedKernelCopier> kernel_copiers;
+  kernel_copiers.reserve(nodes);
+  for (int n = 0; n < nodes; ++n) kernel_copiers.emplace_back(plan, &result[n]);
   // The nodes that hold each register: those whose tasks produce it or read it under its own
   // name.
   absl::flat_hash_map<absl::string_view, absl::InlinedVector<int, 4>> holders;
@@ -243,6 +247,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     plan::Task* task = result[node].add_tasks();
     *task = original;
     if (!task->has_index()) task->set_index(static_cast<uint32_t>(i));
+    kernel_copiers[node].Renumber(task);
     for (int input = 0; input < original.inputs_size(); ++input) {
       const absl::string_view name = original.inputs(input);
       auto copy = renamed.find(std::make_pair(node, name));

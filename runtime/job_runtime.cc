@@ -12,6 +12,7 @@
 #include "runtime/metered_network.h"
 #include "runtime/network_collectives.h"
 #include "runtime/plan_validation.h"
+#include "runtime/shared_kernels.h"
 #include "runtime/shared_memory_collectives.h"
 
 namespace loom {
@@ -48,6 +49,8 @@ absl::Status CheckRunsOnItsDevice(const plan::Task& task, const CollectiveBacken
 
 JobRuntime::JobRuntime(const plan::Plan& plan, JobOptions options)
     : plan_(plan), options_(std::move(options)) {
+  // Actors read their kernels from their tasks (Create validated the positions).
+  InlineSharedKernels(&plan_);
   if (options_.metrics != nullptr && options_.network != nullptr) {
     // Actors and collective backends see the metered network; it counts their bytes.
     metered_network_ = std::make_unique<MeteredNetwork>(options_.network, options_.metrics);

@@ -14,6 +14,7 @@
 #include "runtime/data_type.h"
 #include "runtime/device_key.h"
 #include "runtime/device_name.h"
+#include "runtime/shared_kernels.h"
 #include "runtime/tensor.h"
 
 namespace loom {
@@ -98,7 +99,7 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
   };
   switch (task.kind()) {
     case plan::COMPUTE:
-      if (task.kernel().op_type().empty()) {
+      if (KernelOf(plan, task).op_type().empty()) {
         return Invalid(
             absl::StrCat("task '", task.name(), "': a compute task needs kernel.op_type"));
       }
@@ -107,7 +108,7 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       if (task.num_pieces() < 0) {
         return Invalid(absl::StrCat("task '", task.name(), "': num_pieces is negative"));
       }
-      if (task.kernel().op_type().empty()) {
+      if (KernelOf(plan, task).op_type().empty()) {
         return Invalid(absl::StrCat("task '", task.name(),
                                     "': a source task needs kernel.op_type to fill its pieces"));
       }
@@ -121,7 +122,7 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       if (task.num_pieces() < 0) {
         return Invalid(absl::StrCat("task '", task.name(), "': num_pieces is negative"));
       }
-      if (task.initializer().op_type().empty()) {
+      if (InitializerOf(plan, task).op_type().empty()) {
         return Invalid(
             absl::StrCat("task '", task.name(), "': a variable task needs initializer.op_type"));
       }
@@ -132,7 +133,7 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
                                     " (the value is updated in place)"));
       }
       if (task.inputs_size() == 1) {
-        if (task.kernel().op_type().empty()) {
+        if (KernelOf(plan, task).op_type().empty()) {
           return Invalid(absl::StrCat("task '", task.name(),
                                       "': a variable with a gradient input needs kernel.op_type "
                                       "(its optimizer)"));
@@ -149,15 +150,15 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       if (task.num_optimizer_states() < 0) {
         return Invalid(absl::StrCat("task '", task.name(), "': num_optimizer_states is negative"));
       }
-      if (task.state_initializers_size() > 0) {
-        if (task.state_initializers_size() != task.num_optimizer_states()) {
+      if (const int states = StateInitializerCount(task); states > 0) {
+        if (states != task.num_optimizer_states()) {
           return Invalid(absl::StrCat(
-              "task '", task.name(), "': ", task.state_initializers_size(),
-              " state_initializers for ", task.num_optimizer_states(),
+              "task '", task.name(), "': ", states, " state_initializers for ",
+              task.num_optimizer_states(),
               " optimizer states; give one per state, or none to start the states at zero"));
         }
-        for (int i = 0; i < task.state_initializers_size(); ++i) {
-          if (task.state_initializers(i).op_type().empty()) {
+        for (int i = 0; i < states; ++i) {
+          if (StateInitializerOf(plan, task, i).op_type().empty()) {
             return Invalid(absl::StrCat("task '", task.name(), "': state_initializers[", i,
                                         "] needs op_type"));
           }
@@ -552,6 +553,7 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
   if (plan.node() < 0 || plan.node() > ActorId::kMaxNode) {
     return Invalid(absl::StrCat("the plan's node ", plan.node(), " is out of range"));
   }
+  if (absl::Status status = CheckSharedKernels(plan); !status.ok()) return status;
   absl::flat_hash_set<DeviceKey> devices;
   if (absl::Status status = CheckDevices(plan, &devices); !status.ok()) return status;
   absl::flat_hash_map<std::string, int> register_position;

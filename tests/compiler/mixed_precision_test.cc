@@ -9,6 +9,7 @@
 #include "compiler/boxing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/shared_kernels.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
 #include "tests/compiler/test_jobs.h"
@@ -56,7 +57,7 @@ TEST(MixedPrecisionTest, EveryMatmulRunsInBfloat16AndVariablesAndGradientsStayFl
     EXPECT_EQ(TypeOf(*compiled, tensor), plan::FLOAT32) << tensor;
   }
   for (const plan::Task* task : TasksOfKind(compiled->plan, plan::VARIABLE)) {
-    EXPECT_EQ(task->kernel().op_type(), "sgd");
+    EXPECT_EQ(KernelOf(compiled->plan, *task).op_type(), "sgd");
   }
 }
 

@@ -1,10 +1,14 @@
 // Training plumbing: a variable's gradient tensor "grad/<variable>", boxed to the variable's own
 // SBP, feeds its VARIABLE task, whose optimizer updates the value between steps. The gradient is
 // written by hand here (loss = 0.5 * sum(y^2), so dloss/dw = x^T y); autodiff writes it otherwise.
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/memory_plan.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "runtime/plan_validation.h"
+#include "runtime/shared_kernels.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
 #include "tests/compiler/test_jobs.h"
@@ -40,8 +44,57 @@ TEST(TrainingTest, DataParallelGradientIsAllReducedByBoxing) {
   for (const plan::Task* task : all_reduces) EXPECT_EQ(task->inputs(0).substr(0, 7), "grad/w@");
   for (const plan::Task* task : TasksOfKind(compiled->plan, plan::VARIABLE)) {
     ASSERT_EQ(task->inputs_size(), 1);
-    EXPECT_EQ(task->kernel().op_type(), "sgd");
+    EXPECT_EQ(KernelOf(compiled->plan, *task).op_type(), "sgd");
     EXPECT_EQ(task->num_optimizer_states(), 1);
+  }
+}
+
+TEST(TrainingTest, AnOpsRanksShareItsKernelAndEachNodeCarriesOnlyItsOwn) {
+  job::Job job = ParseJob(LinearRegression(4, "dp", kSgd));
+  job.mutable_placement()->clear_devices();
+  for (const char* device : {"cpu:0", "cpu:1", "node1/cpu:0", "node1/cpu:1"}) {
+    job.mutable_placement()->add_devices(device);
+  }
+  auto compiled = CompileOn(job, 4, /*nodes=*/2);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const plan::Plan& whole = compiled->plan;
+  // w is replicated: its four ranks share one initializer and one optimizer configuration.
+  std::vector<const plan::Task*> variables = TasksOfKind(whole, plan::VARIABLE);
+  ASSERT_EQ(variables.size(), 4u);
+  for (const plan::Task* task : variables) {
+    EXPECT_FALSE(task->has_kernel());
+    EXPECT_FALSE(task->has_initializer());
+    EXPECT_EQ(task->kernel_index(), variables[0]->kernel_index());
+    EXPECT_EQ(task->initializer_index(), variables[0]->initializer_index());
+  }
+  // So do the ranks of each matmul.
+  absl::flat_hash_map<std::string, const plan::Task*> by_name;
+  for (const plan::Task& task : whole.tasks()) by_name[task.name()] = &task;
+  for (const char* op : {"y", "grad/w"}) {
+    for (int rank = 0; rank < 4; ++rank) {
+      const plan::Task* task = by_name[absl::StrCat(op, "@", rank)];
+      ASSERT_NE(task, nullptr) << op << "@" << rank;
+      EXPECT_EQ(task->kernel_index(), by_name[absl::StrCat(op, "@0")]->kernel_index());
+    }
+  }
+  ASSERT_EQ(compiled->node_plans.size(), 2u);
+  for (const plan::Plan& node_plan : compiled->node_plans) {
+    ASSERT_TRUE(ValidatePlan(node_plan).ok()) << ValidatePlan(node_plan);
+    EXPECT_LT(node_plan.kernels_size(), whole.kernels_size());
+    std::vector<bool> used(node_plan.kernels_size(), false);
+    for (const plan::Task& task : node_plan.tasks()) {
+      if (task.has_kernel_index()) used[task.kernel_index()] = true;
+      if (task.has_initializer_index()) used[task.initializer_index()] = true;
+      auto original = by_name.find(task.name());
+      if (original == by_name.end()) continue;  // a SEND or RECEIVE the split added
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+          KernelOf(node_plan, task), KernelOf(whole, *original->second)))
+          << task.name();
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+          InitializerOf(node_plan, task), InitializerOf(whole, *original->second)))
+          << task.name();
+    }
+    EXPECT_THAT(used, ::testing::Each(true)) << "a node plan carries a kernel no task names";
   }
 }
 
@@ -51,7 +104,7 @@ TEST(TrainingTest, TensorParallelGradientNeedsNoCommunication) {
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   EXPECT_TRUE(TasksOfKind(compiled->plan, plan::COLLECTIVE).empty());
   for (const plan::Task* task : TasksOfKind(compiled->plan, plan::VARIABLE)) {
-    EXPECT_EQ(task->kernel().op_type(), "adamw");
+    EXPECT_EQ(KernelOf(compiled->plan, *task).op_type(), "adamw");
     EXPECT_EQ(task->num_optimizer_states(), 2);
   }
 }
@@ -143,7 +196,7 @@ TEST(AutodiffTrainingTest, TheGradientsAreAllReducedInOneBucket) {
   EXPECT_EQ(AllReducesOf(compiled->plan, "grad/w"), 0);
   int packs = 0;
   for (const plan::Task& task : compiled->plan.tasks()) {
-    if (task.kernel().op_type() != "pack_flat") continue;
+    if (KernelOf(compiled->plan, task).op_type() != "pack_flat") continue;
     ++packs;
     // In the order the backward pass makes them: w2's gradient first.
     ASSERT_EQ(task.inputs_size(), 2);

@@ -16,6 +16,7 @@
 #include "kernels/kernel_registry.h"
 #include "runtime/device_backends.h"
 #include "runtime/device_name.h"
+#include "runtime/shared_kernels.h"
 
 namespace loom {
 namespace {
@@ -94,8 +95,11 @@ TEST_P(CudaPlansTest, EveryKernelExistsForItsDevice) {
     std::set<std::string> missing;
     for (const plan::Task& task : result->plan.tasks()) {
       const plan::DeviceType type = task.stream().device().type();
-      std::vector<const plan::KernelConf*> confs = {&task.kernel(), &task.initializer()};
-      for (const plan::KernelConf& conf : task.state_initializers()) confs.push_back(&conf);
+      std::vector<const plan::KernelConf*> confs = {&KernelOf(result->plan, task),
+                                                    &InitializerOf(result->plan, task)};
+      for (int state = 0; state < StateInitializerCount(task); ++state) {
+        confs.push_back(&StateInitializerOf(result->plan, task, state));
+      }
       for (const plan::KernelConf* conf : confs) {
         if (conf->op_type().empty() || kernels.Contains(conf->op_type(), type)) continue;
         missing.insert(absl::StrCat(conf->op_type(), " on ", DeviceTypeName(type)));
@@ -116,7 +120,7 @@ TEST_P(CudaPlansTest, TokenBatchesAreReadOnTheHostAndCopiedToTheGpu) {
     const plan::Device& device = task.stream().device();
     if (task.kind() == plan::SOURCE) {
       ++sources;
-      EXPECT_EQ(task.kernel().op_type(), "token_batch") << task.name();
+      EXPECT_EQ(KernelOf(result->plan, task).op_type(), "token_batch") << task.name();
       EXPECT_EQ(device.type(), plan::CPU) << task.name();
     } else if (device.type() == plan::CPU) {
       // Only the host side of the input: unpacking a step's batch into micro-batches.
