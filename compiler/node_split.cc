@@ -16,7 +16,8 @@
 namespace loom::compiler {
 namespace {
 
-void AddUnique(absl::InlinedVector<int, 4>& list, int value) {
+template <typename List>
+void AddUnique(List& list, int value) {
   if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
 }
 
@@ -99,56 +100,83 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     *result[desc.device().node()].add_devices() = desc;
   }
 
+  // Registers are looked up by name once, for every task's inputs and outputs (edges, in task
+  // order: a task's inputs, then its outputs); what follows is indexed by register position
+  // (-1: a name no register declares).
+  absl::flat_hash_map<absl::string_view, int> register_position;
+  register_position.reserve(plan.registers_size());
+  for (int r = 0; r < plan.registers_size(); ++r) {
+    register_position.emplace(plan.registers(r).name(), r);
+  }
+  std::vector<int> edges;
+  std::vector<int> first_edge(plan.tasks_size() + 1, 0);
+  for (int i = 0; i < plan.tasks_size(); ++i) {
+    const plan::Task& task = plan.tasks(i);
+    first_edge[i] = static_cast<int>(edges.size());
+    auto add_edge = [&](const std::string& name) {
+      auto found = register_position.find(name);
+      edges.push_back(found == register_position.end() ? -1 : found->second);
+    };
+    for (const std::string& name : task.inputs()) add_edge(name);
+    for (const std::string& name : task.outputs()) add_edge(name);
+  }
+  first_edge[plan.tasks_size()] = static_cast<int>(edges.size());
+
   // Where every task runs, who produces every register, and the nodes that read it, each with
   // the position of its first task (in plan order) that does.
   absl::flat_hash_map<absl::string_view, int> node_of_task;
   node_of_task.reserve(plan.tasks_size());
-  absl::flat_hash_map<absl::string_view, int> producer_position;
+  std::vector<int> producer_position(plan.registers_size(), -1);
   struct Reader {
     int node;
     int first_task;
   };
-  absl::flat_hash_map<absl::string_view, absl::InlinedVector<Reader, 4>> readers_of;
+  std::vector<absl::InlinedVector<Reader, 2>> readers_of(plan.registers_size());
   uint32_t next_index = 0;
   for (int i = 0; i < plan.tasks_size(); ++i) {
     const plan::Task& task = plan.tasks(i);
     const int node = task.stream().device().node();
     node_of_task[task.name()] = node;
     next_index = std::max(next_index, TaskIndexOf(plan, i) + 1);
-    for (const std::string& name : task.outputs()) producer_position[name] = i;
-    for (const std::string& name : task.inputs()) {
-      absl::InlinedVector<Reader, 4>& readers = readers_of[name];
+    const int* inputs = &edges[first_edge[i]];
+    for (int input = 0; input < task.inputs_size(); ++input) {
+      if (inputs[input] < 0) continue;
+      absl::InlinedVector<Reader, 2>& readers = readers_of[inputs[input]];
       if (std::none_of(readers.begin(), readers.end(),
                        [&](const Reader& reader) { return reader.node == node; })) {
         readers.push_back({node, i});
       }
+    }
+    for (int output = 0; output < task.outputs_size(); ++output) {
+      const int reg = inputs[task.inputs_size() + output];
+      if (reg >= 0) producer_position[reg] = i;
     }
   }
 
   // A register read on another node than its producer's moves with a SEND on the producer's node
   // and a RECEIVE on the reading node, which produces the reading node's copy "<name>@node<B>";
   // through host memory (see IsHostMemory) when either side is not.
-  // (node, register) -> the name the node's tasks read.
-  absl::flat_hash_map<std::pair<int, absl::string_view>, std::string> renamed;
+  // (node, register position) -> the name the node's tasks read.
+  absl::flat_hash_map<std::pair<int, int>, std::string> renamed;
   // register -> the tasks of its producer's node that read it for other nodes (its SENDs, or the
   // copy to its host).
   absl::flat_hash_map<std::string, std::vector<std::string>> network_readers_of;
   std::vector<std::pair<int, plan::RegisterDesc>> added_registers;  // with the node holding each
   std::vector<std::pair<int, plan::Task>> network_tasks;
-  for (const plan::RegisterDesc& reg : plan.registers()) {
-    auto producer = producer_position.find(reg.name());
-    auto readers = readers_of.find(reg.name());
-    if (producer == producer_position.end() || readers == readers_of.end()) continue;
-    const plan::Device& producer_device = plan.tasks(producer->second).stream().device();
+  for (int r = 0; r < plan.registers_size(); ++r) {
+    const plan::RegisterDesc& reg = plan.registers(r);
+    const int producer = producer_position[r];
+    if (producer < 0 || readers_of[r].empty()) continue;
+    const plan::Device& producer_device = plan.tasks(producer).stream().device();
     const int producer_node = producer_device.node();
     // The tasks moving the register act on its pieces.
-    const int64_t pieces_per_step = OutputPiecesPerStep(plan.tasks(producer->second));
+    const int64_t pieces_per_step = OutputPiecesPerStep(plan.tasks(producer));
     auto add_network_task = [&](int node, plan::Task task) {
       if (pieces_per_step > 1) task.set_pieces_per_step(static_cast<int32_t>(pieces_per_step));
       network_tasks.emplace_back(node, std::move(task));
     };
     absl::InlinedVector<Reader, 4> remote;
-    for (const Reader& reader : readers->second) {
+    for (const Reader& reader : readers_of[r]) {
       if (reader.node != producer_node) remote.push_back(reader);
     }
     if (remote.empty()) continue;
@@ -206,7 +234,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       for (const std::string& consumer : reg.consumers()) {
         if (node_of_task[consumer] == node) copy.add_consumers(consumer);
       }
-      renamed[{node, absl::string_view(reg.name())}] = copy_name;
+      renamed[{node, r}] = copy_name;
       sends.push_back(send.name());
       const std::string receive_name = receive.name();
       add_network_task(producer_node, std::move(send));
@@ -240,7 +268,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   for (int n = 0; n < nodes; ++n) kernel_copiers.emplace_back(plan, &result[n]);
   // The nodes that hold each register: those whose tasks produce it or read it under its own
   // name.
-  absl::flat_hash_map<absl::string_view, absl::InlinedVector<int, 4>> holders;
+  std::vector<absl::InlinedVector<int, 2>> holders(plan.registers_size());
   for (int i = 0; i < plan.tasks_size(); ++i) {
     const plan::Task& original = plan.tasks(i);
     const int node = original.stream().device().node();
@@ -248,23 +276,25 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     *task = original;
     if (!task->has_index()) task->set_index(static_cast<uint32_t>(i));
     kernel_copiers[node].Renumber(task);
-    for (int input = 0; input < original.inputs_size(); ++input) {
-      const absl::string_view name = original.inputs(input);
-      auto copy = renamed.find(std::make_pair(node, name));
-      if (copy != renamed.end()) {
-        task->set_inputs(input, copy->second);
-      } else {
-        AddUnique(holders[name], node);
+    for (int edge = first_edge[i]; edge < first_edge[i + 1]; ++edge) {
+      const int reg = edges[edge];
+      if (reg < 0) continue;
+      const int input = edge - first_edge[i];
+      if (input < original.inputs_size() && !renamed.empty()) {
+        auto copy = renamed.find(std::make_pair(node, reg));
+        if (copy != renamed.end()) {
+          task->set_inputs(input, copy->second);
+          continue;
+        }
       }
+      AddUnique(holders[reg], node);
     }
-    for (const std::string& name : original.outputs()) AddUnique(holders[name], node);
   }
   for (auto& [node, task] : network_tasks) *result[node].add_tasks() = std::move(task);
 
-  for (const plan::RegisterDesc& reg : plan.registers()) {
-    auto held = holders.find(reg.name());
-    if (held == holders.end()) continue;
-    for (int n : held->second) {
+  for (int r = 0; r < plan.registers_size(); ++r) {
+    const plan::RegisterDesc& reg = plan.registers(r);
+    for (int n : holders[r]) {
       plan::RegisterDesc* added = result[n].add_registers();
       *added = reg;
       auto network_readers = network_readers_of.find(reg.name());
