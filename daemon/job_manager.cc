@@ -367,62 +367,74 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
 }
 
 absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = Find(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
-  if (!record->restored) {
-    v1::GetPlanResponse response;
-    if (!ParseCompressedMessage(record->plan_bytes, &response)) {
-      return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
+  int64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    JobRecord* record = Find(job_id);
+    if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+    if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
+    if (options_.store == nullptr) {
+      v1::GetPlanResponse response;
+      if (!ParseCompressedMessage(record->plan_bytes, &response)) {
+        return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
+      }
+      return response;
     }
-    return response;
+    number = record->number;
   }
-  // A job restored from the data directory.
-  absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(record->number);
+  // In the data directory (written before the job's id reached its client), read outside the lock.
+  absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(number);
   if (!stored.ok()) {
     return absl::DataLossError(
         absl::StrCat("the plan of job '", job_id,
-                     "' (from before the restart) is lost: ", stored.status().message()));
+                     "' is lost from the data directory: ", stored.status().message()));
   }
   return stored;
 }
 
 absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  JobRecord* record = Find(job_id);
-  if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  if (!record->trace) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", job_id, "' was submitted without trace (loomctl submit --trace FILE)"));
-  }
-  if (!IsTerminal(record->info.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is ",
-                                                      v1::JobState_Name(record->info.state()),
-                                                      ": its trace is there once it ends"));
-  }
-  if (!record->trace_error.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
-  }
   v1::GetTraceResponse response;
-  if (!record->restored) {
-    if (!ParseCompressedMessage(record->packed_trace, &response)) {
-      return absl::InternalError(absl::StrCat("the kept trace of job '", job_id, "' is corrupt"));
+  int64_t number = 0;
+  bool stored = false;
+  uint64_t written = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    JobRecord* record = Find(job_id);
+    if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+    if (!record->trace) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job_id, "' was submitted without trace (loomctl submit --trace FILE)"));
     }
-    return response;
+    if (!IsTerminal(record->info.state())) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is ",
+                                                        v1::JobState_Name(record->info.state()),
+                                                        ": its trace is there once it ends"));
+    }
+    if (!record->trace_error.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
+    }
+    if (options_.store == nullptr) {
+      if (!ParseCompressedMessage(record->packed_trace, &response)) {
+        return absl::InternalError(absl::StrCat("the kept trace of job '", job_id, "' is corrupt"));
+      }
+      return response;
+    }
+    response.set_acts(record->trace_acts);
+    number = record->number;
+    stored = record->trace_stored;
+    written = last_write_;
   }
-  response.set_acts(record->trace_acts);
-  // A job restored from the data directory.
-  absl::StatusOr<std::string> stored = record->trace_stored
-                                           ? options_.store->LoadTrace(record->number)
-                                           : absl::NotFoundError("it was not written");
-  if (!stored.ok()) {
+  // In the data directory, read outside the lock once the write queued when the job ended is made.
+  if (writer_ != nullptr) writer_->WaitFor(written);
+  absl::StatusOr<std::string> json =
+      stored ? options_.store->LoadTrace(number) : absl::NotFoundError("it was not written");
+  if (!json.ok()) {
     return absl::DataLossError(
         absl::StrCat("the trace of job '", job_id,
-                     "' (from before the restart) is lost: ", stored.status().message()));
+                     "' is lost from the data directory: ", json.status().message()));
   }
-  response.set_chrome_trace_json(*std::move(stored));
+  response.set_chrome_trace_json(*std::move(json));
   return response;
 }
 
@@ -1080,15 +1092,17 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
     v1::GetTraceResponse trace;
     trace.set_chrome_trace_json(MergedTrace(*record));
     trace.set_acts(record->trace_acts);
-    record->packed_trace = CompressedMessage(trace);
     record->trace_events.clear();
     if (writer_ != nullptr) {
-      // Written before the job's record, which says it was (a failed write is logged; after a
-      // restart the trace is then reported lost, as a deleted file would be).
+      // Only in the data directory, where GetTrace reads it. Written before the job's record,
+      // which says it was (a failed write is logged; the trace is then reported lost, as a
+      // deleted file would be).
       Write(absl::StrCat("the trace of job ", record->id),
             [number = record->number, json = std::move(*trace.mutable_chrome_trace_json())](
                 const JobStore& store) { return store.SaveTrace(number, json); });
       record->trace_stored = true;
+    } else {
+      record->packed_trace = CompressedMessage(trace);
     }
   }
   ChangeState(record, state, error);
@@ -1107,7 +1121,10 @@ void JobManager::PackEventsOf(JobRecord* record) {
 
 void JobManager::ReleaseCompiledLocked(JobRecord* record) {
   if (record->compiled == nullptr) return;
-  record->plan_bytes = CompressedMessage(PlanResponseOf(*record->compiled));
+  // With a data directory the plan is there already (QueueJob wrote it): GetPlan reads it back.
+  if (writer_ == nullptr) {
+    record->plan_bytes = CompressedMessage(PlanResponseOf(*record->compiled));
+  }
   record->compiled.reset();
 }
 

@@ -24,11 +24,10 @@ struct JobRecord {
   // Until the job ended (then it goes, with the job and logical graph it holds: several MB for a
   // small model, which the finished jobs kept would hold), and null for a restored job.
   std::unique_ptr<loomctl::CompiledJob> compiled;
-  // Once `compiled` went: its GetPlanResponse, compressed (compressed_message.h: a fraction of
-  // the parsed size).
+  // Once `compiled` went, without a data directory: its GetPlanResponse, compressed
+  // (compressed_message.h: a fraction of the parsed size). With one, GetPlan reads it from there.
   std::string plan_bytes;
-  // Restored from the data directory (it ended before the restart; its plan and trace are read
-  // from there).
+  // Restored from the data directory (it ended before the restart).
   bool restored = false;
   // Kept current; queue_position is filled in when the record is read.
   v1::JobInfo info;
@@ -75,7 +74,8 @@ struct JobRecord {
   // step (JobManager::RunAndSaveCheckpoints assembles a step once every node with variables did).
   std::map<int64_t, std::set<int>> checkpoint_parts;
   // While it runs: each node's trace events (by node). Once it ended: the merged trace, as a
-  // GetTraceResponse compressed (compressed_message.h), in `packed_trace`.
+  // GetTraceResponse compressed (compressed_message.h), in `packed_trace`; with a data directory
+  // only there (trace_stored), where GetTrace reads it.
   std::map<int, std::string> trace_events;
   std::string packed_trace;
   int64_t trace_acts = 0;

@@ -90,6 +90,46 @@ TEST_F(DataDirectoryTest, EndedJobsTheirEventsPlansTracesAndIdsSurviveARestart) 
   EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-2");
 }
 
+// With a data directory an ended job's plan and trace are read from it, not kept in memory as
+// well: once their files are gone, GetPlan and GetTrace say so.
+TEST_F(DataDirectoryTest, AnEndedJobsPlanAndTraceAreReadFromTheDirectory) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = TrainingJob(3);
+  request.set_trace(true);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
+  const std::string id = submitted.job().job_id();
+  WatchToEnd(id);
+  ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
+  const v1::GetPlanResponse plan = GetPlan(id);
+  EXPECT_GT(plan.plan().tasks_size(), 0);
+  v1::GetTraceResponse trace;
+  ASSERT_TRUE(GetTrace(id, &trace).ok());
+  EXPECT_GT(trace.acts(), 0);
+  EXPECT_THAT(trace.chrome_trace_json(), HasSubstr("traceEvents"));
+  absl::StatusOr<JobStore> store = JobStore::Open(directory_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<v1::GetPlanResponse> stored = store->LoadPlan(1);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*stored, plan));
+
+  const std::filesystem::path jobs = std::filesystem::path(directory_) / "jobs";
+  ASSERT_TRUE(std::filesystem::remove(jobs / "job-1.plan.binpb"));
+  ASSERT_TRUE(std::filesystem::remove(jobs / "job-1.trace.json"));
+  v1::GetPlanRequest plan_request;
+  plan_request.set_job_id(id);
+  v1::GetPlanResponse lost_plan;
+  grpc::Status status = jobs_->GetPlan(ContextWithDeadline().get(), plan_request, &lost_plan);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("the plan of job 'job-1' is lost from the data directory"));
+  v1::GetTraceResponse lost_trace;
+  status = GetTrace(id, &lost_trace);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("the trace of job 'job-1' is lost from the data directory"));
+}
+
 TEST_F(DataDirectoryTest, StreamedFetchedTensorsAreNotKeptAcrossARestart) {
   const std::string id = SubmitStreamingOrDie(CountingJob(2, "ones_total", "ones_per_column"));
   const std::vector<v1::JobEvent> events = WatchToEnd(id);
