@@ -21,7 +21,10 @@ absl::StatusOr<HostTensor> HostTensorOf(const v1::FetchedTensor& fetched) {
   }
   HostTensor tensor;
   tensor.data_type = fetched.data_type();
-  tensor.shape = Shape(std::vector<int64_t>(fetched.shape().begin(), fetched.shape().end()));
+  // Copied from a named Shape: moving a temporary one trips GCC 12's -Wmaybe-uninitialized inside
+  // absl::InlinedVector's move (a false positive).
+  const Shape shape(fetched.shape());
+  tensor.shape = shape;
   tensor.bytes.resize(fetched.data().size());
   std::memcpy(tensor.bytes.data(), fetched.data().data(), fetched.data().size());
   return tensor;

@@ -21,7 +21,9 @@ absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     }
     dimensions[i] = std::max(a_extent, b_extent);
   }
-  return Shape(dimensions);
+  // Built in place: a Shape moved into the StatusOr trips GCC 12's -Wmaybe-uninitialized inside
+  // absl::InlinedVector's move (a false positive).
+  return absl::StatusOr<Shape>(absl::in_place, dimensions);
 }
 
 std::vector<SbpSignature> ElementwiseSignatures(const OpContext& context, int64_t parallel_degree,
