@@ -217,6 +217,17 @@ std::string DaemonTest::SubmitStreamingOrDie(const job::Job& job) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = job;
   request.set_stream_fetches(true);
+  return SubmitRequestOrDie(request);
+}
+
+std::string DaemonTest::SubmitTracedOrDie(const job::Job& job) {
+  v1::SubmitJobRequest request;
+  *request.mutable_job() = job;
+  request.set_trace(true);
+  return SubmitRequestOrDie(request);
+}
+
+std::string DaemonTest::SubmitRequestOrDie(const v1::SubmitJobRequest& request) {
   v1::SubmitJobResponse response;
   grpc::Status status = SubmitRequest(request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();

@@ -64,8 +64,10 @@ class DaemonTest : public ::testing::Test {
   grpc::Status SubmitRequest(const v1::SubmitJobRequest& request, v1::SubmitJobResponse* response);
   // SubmitJob that must succeed: the job's id.
   std::string SubmitOrDie(const job::Job& job);
-  // The same with SubmitJobRequest.stream_fetches.
+  // The same with SubmitJobRequest.stream_fetches, with SubmitJobRequest.trace, and with `request`.
   std::string SubmitStreamingOrDie(const job::Job& job);
+  std::string SubmitTracedOrDie(const job::Job& job);
+  std::string SubmitRequestOrDie(const v1::SubmitJobRequest& request);
   grpc::Status GetJob(const std::string& job_id, v1::JobInfo* info);
   // WatchJob until the stream ends (or `timeout`): every event received. `status` gets the
   // stream's status when not null.

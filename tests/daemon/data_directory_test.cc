@@ -55,12 +55,7 @@ class DataDirectoryTest : public DaemonTest {
 };
 
 TEST_F(DataDirectoryTest, EndedJobsTheirEventsPlansTracesAndIdsSurviveARestart) {
-  v1::SubmitJobRequest request;
-  *request.mutable_job() = TrainingJob(3);
-  request.set_trace(true);
-  v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
-  const std::string id = submitted.job().job_id();
+  const std::string id = SubmitTracedOrDie(TrainingJob(3));
   const std::vector<v1::JobEvent> events = WatchToEnd(id);
   ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
   v1::JobInfo before;
@@ -93,12 +88,7 @@ TEST_F(DataDirectoryTest, EndedJobsTheirEventsPlansTracesAndIdsSurviveARestart) 
 // With a data directory an ended job's plan and trace are read from it, not kept in memory as
 // well: once their files are gone, GetPlan and GetTrace say so.
 TEST_F(DataDirectoryTest, AnEndedJobsPlanAndTraceAreReadFromTheDirectory) {
-  v1::SubmitJobRequest request;
-  *request.mutable_job() = TrainingJob(3);
-  request.set_trace(true);
-  v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(jobs_->SubmitJob(ContextWithDeadline().get(), request, &submitted).ok());
-  const std::string id = submitted.job().job_id();
+  const std::string id = SubmitTracedOrDie(TrainingJob(3));
   WatchToEnd(id);
   ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
   const v1::GetPlanResponse plan = GetPlan(id);

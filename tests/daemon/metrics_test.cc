@@ -196,12 +196,8 @@ TEST_F(DaemonMetricsJobTest, TheJobHistorysBytesArePlansEventsAndTraces) {
     EXPECT_EQ(before[absl::StrCat("loom_job_history_bytes{part=\"", part, "\"}")], 0) << part;
   }
   constexpr int kSteps = 40;
-  v1::SubmitJobRequest request;
-  *request.mutable_job() = testing::TrainingJob(kSteps);
-  request.set_trace(true);
-  v1::SubmitJobResponse response;
-  ASSERT_TRUE(SubmitRequest(request, &response).ok());
-  ASSERT_TRUE(WaitForState(response.job().job_id(), v1::JOB_STATE_SUCCEEDED));
+  ASSERT_TRUE(
+      WaitForState(SubmitTracedOrDie(testing::TrainingJob(kSteps)), v1::JOB_STATE_SUCCEEDED));
 
   // The plan is kept once the job's run is over, just after it ended.
   std::map<std::string, double> after;
