@@ -21,8 +21,7 @@ DistributedLayout LayoutOf(const plan::VariableLayout& variable, const std::stri
 
 HostTensor ScalarInt64(int64_t value) {
   HostTensor tensor;
-  tensor.data_type = plan::INT64;
-  tensor.shape = Shape();
+  tensor.data_type = plan::INT64;  // its shape stays the default: rank 0, a scalar
   tensor.bytes.resize(sizeof(value));
   std::memcpy(tensor.bytes.data(), &value, sizeof(value));
   return tensor;
