@@ -196,8 +196,9 @@ class JobManager {
   // `tasks` tasks (0: not compiled yet), while the waiting jobs' plans and it hold at most
   // options.max_plan_tasks; RESOURCE_EXHAUSTED saying which otherwise.
   absl::Status QueueRoomLocked(const std::string& name, int64_t tasks) const;
-  // A job that ended (its run over, or cancelled while pending) keeps its plan compressed for
-  // GetPlan and drops the rest of its compilation.
+  // A job that ended (its run over, or cancelled while pending) drops its compilation, keeping
+  // its plan compressed for GetPlan when there is no data directory (with one, GetPlan reads it
+  // from there).
   void ReleaseCompiledLocked(JobRecord* record);
   // Queues the admitted job: a record, pending, written to the store.
   v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
