@@ -384,11 +384,7 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   }
   // In the data directory (written before the job's id reached its client), read outside the lock.
   absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(number);
-  if (!stored.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("the plan of job '", job_id,
-                     "' is lost from the data directory: ", stored.status().message()));
-  }
+  if (!stored.ok()) return StoredReadError(job_id, "plan", stored.status());
   return stored;
 }
 
@@ -429,13 +425,20 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
   if (writer_ != nullptr) writer_->WaitFor(written);
   absl::StatusOr<std::string> json =
       stored ? options_.store->LoadTrace(number) : absl::NotFoundError("it was not written");
-  if (!json.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("the trace of job '", job_id,
-                     "' is lost from the data directory: ", json.status().message()));
-  }
+  if (!json.ok()) return StoredReadError(job_id, "trace", json.status());
   response.set_chrome_trace_json(*std::move(json));
   return response;
+}
+
+absl::Status JobManager::StoredReadError(const std::string& job_id, absl::string_view what,
+                                         const absl::Status& status) const {
+  {
+    // Read outside the lock, the job may have been forgotten (and its files removed) meanwhile.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Find(job_id) == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  }
+  return absl::DataLossError(absl::StrCat("the ", what, " of job '", job_id,
+                                          "' is lost from the data directory: ", status.message()));
 }
 
 JobManager::HistoryBytes JobManager::FinishedJobsBytes() const {

@@ -178,6 +178,10 @@ class JobManager {
   // After a failed connect phase in which nodes reported unreachable peers: waits for every
   // node's report and makes the job's error name the node(s) the others cannot reach.
   void NameUnreachableNodes(JobRecord* record, const std::vector<int>& participants);
+  // The error of a plan or trace (`what`) of `job_id` that could not be read from the data
+  // directory: NOT_FOUND when the job was forgotten meanwhile, DATA_LOSS otherwise. Takes mutex_.
+  absl::Status StoredReadError(const std::string& job_id, absl::string_view what,
+                               const absl::Status& status) const;
   // The rest take mutex_ held.
   JobRecord* Find(const std::string& job_id) const;
   v1::JobInfo InfoOf(const JobRecord& record) const;
