@@ -11,6 +11,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/mixed_precision.h"
 #include "compiler/node_split.h"
+#include "compiler/parallel_for.h"
 #include "compiler/pieces_per_step.h"
 #include "compiler/sbp_inference.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -53,8 +54,9 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
   SetPiecesPerStep(result.plan);
-  result.node_plans = SplitByNode(result.plan);
-  if (absl::Status status = CheckMemory(result.node_plans); !status.ok()) return status;
+  const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
+  result.node_plans = SplitByNode(result.plan, threads);
+  if (absl::Status status = CheckMemory(result.node_plans, threads); !status.ok()) return status;
   return result;
 }
 

@@ -31,6 +31,9 @@ struct CompileOptions {
   // RESOURCE_EXHAUSTED (naming the op that crossed it) before the plans take more memory: a
   // plan and its node plans take about 3 KiB per task while they are built.
   int64_t max_tasks = 0;
+  // The threads the passes that work node by node (the split, the memory check) use at most; 0:
+  // the machine's hardware threads (DefaultCompileThreads).
+  int threads = 0;
 };
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the

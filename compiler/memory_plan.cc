@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/parallel_for.h"
 #include "runtime/collective_backend_kind.h"
 #include "runtime/collective_staging.h"
 #include "runtime/data_type.h"
@@ -171,8 +172,10 @@ void AddStaging(const NetworkCollectiveRanks& collectives,
 }
 
 // Every device's holdings, in the order of the plans' devices; the registers of device
-// `named_device` (a position in that order) by name.
-std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
+// `named_device` (a position in that order) by name. The plans are read on up to `threads`
+// threads when no device is in two of them: each plan's tasks then add to its own devices only,
+// as in the node split's plans.
+std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans, int threads,
                                      int named_device = -1) {
   std::vector<DeviceHoldings> holdings;
   absl::flat_hash_map<DeviceKey, int> position;
@@ -180,6 +183,7 @@ std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
     for (const plan::DeviceDesc& desc : plan.devices()) {
       if (!position.emplace(DeviceKey::Of(desc.device()), static_cast<int>(holdings.size()))
                .second) {
+        threads = 1;
         continue;
       }
       DeviceHoldings& added = holdings.emplace_back();
@@ -188,11 +192,24 @@ std::vector<DeviceHoldings> Holdings(absl::Span<const plan::Plan> node_plans,
     }
   }
   const StagingCommunicators communicators = NetworkCommunicators(node_plans);
-  NetworkCollectiveRanks collectives;
-  for (const plan::Plan& plan : node_plans) {
+  std::vector<NetworkCollectiveRanks> collectives_of_plan(node_plans.size());
+  ParallelFor(static_cast<int>(node_plans.size()), threads, [&](int index) {
+    const plan::Plan& plan = node_plans[index];
     const RegisterIndex registers = IndexRegisters(plan);
     AddTaskBuffers(plan, registers, position, named_device, holdings);
-    AddCollectiveInputs(plan, registers, communicators, collectives);
+    AddCollectiveInputs(plan, registers, communicators, collectives_of_plan[index]);
+  });
+  NetworkCollectiveRanks collectives;
+  for (NetworkCollectiveRanks& of_plan : collectives_of_plan) {
+    for (auto& [key, ranks] : of_plan) {
+      CollectiveRanks& merged = collectives[key];
+      merged.conf = ranks.conf;
+      merged.data_type = ranks.data_type;
+      merged.inputs.resize(ranks.inputs.size());
+      for (size_t rank = 0; rank < ranks.inputs.size(); ++rank) {
+        if (ranks.inputs[rank].has_value()) merged.inputs[rank] = std::move(ranks.inputs[rank]);
+      }
+    }
   }
   AddStaging(collectives, communicators, position, holdings);
   return holdings;
@@ -210,22 +227,23 @@ std::string Largest(std::vector<std::pair<int64_t, std::string>> holders, size_t
 
 }  // namespace
 
-std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans) {
+std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans,
+                                                 int threads) {
   std::vector<DeviceMemoryEstimate> estimates;
-  for (DeviceHoldings& holdings : Holdings(node_plans)) {
+  for (DeviceHoldings& holdings : Holdings(node_plans, threads)) {
     estimates.push_back(std::move(holdings.estimate));
   }
   return estimates;
 }
 
-absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans) {
-  const std::vector<DeviceHoldings> all = Holdings(node_plans);
+absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
+  const std::vector<DeviceHoldings> all = Holdings(node_plans, threads);
   for (size_t device = 0; device < all.size(); ++device) {
     const DeviceMemoryEstimate& estimate = all[device].estimate;
     if (estimate.budget_bytes == 0 || estimate.total_bytes() <= estimate.budget_bytes) continue;
     // Once more, naming this device's registers (not kept for every device of a large job).
     const DeviceHoldings holdings =
-        std::move(Holdings(node_plans, static_cast<int>(device))[device]);
+        std::move(Holdings(node_plans, threads, static_cast<int>(device))[device]);
     std::string needs = absl::StrCat(FormatBytes(estimate.register_bytes), " for its registers");
     std::string holders = absl::StrCat("largest registers: ", Largest(holdings.registers, 3));
     if (estimate.state_bytes > 0 || estimate.staging_bytes > 0) {

@@ -33,12 +33,14 @@ struct DeviceMemoryEstimate {
 // each (communicator, rank) sized for the largest of its collectives. Not counted: the host
 // copies of fetched tensors a sink keeps (charged as they arrive). In the order of the plans'
 // devices.
-std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans);
+// The plans are read on up to `threads` threads.
+std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans,
+                                                 int threads = 1);
 
 // Fails with RESOURCE_EXHAUSTED naming the device and what takes the most of it (its largest
 // registers, and its staging with the communicator that holds the most) when a device's estimate
 // exceeds its budget.
-absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans);
+absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads = 1);
 
 }  // namespace loom::compiler
 

@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "compiler/parallel_for.h"
 #include "compiler/pieces_per_step.h"
 #include "runtime/device_name.h"
 #include "runtime/shared_kernels.h"
@@ -85,7 +86,7 @@ plan::RegisterDesc RegisterLike(const plan::RegisterDesc& reg, std::string name,
 
 }  // namespace
 
-std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
+std::vector<plan::Plan> SplitByNode(const plan::Plan& plan, int threads) {
   int nodes = 1;
   for (const plan::DeviceDesc& desc : plan.devices()) {
     nodes = std::max(nodes, desc.device().node() + 1);
@@ -126,6 +127,11 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   // the position of its first task (in plan order) that does.
   absl::flat_hash_map<absl::string_view, int> node_of_task;
   node_of_task.reserve(plan.tasks_size());
+  // A name no task has (the plan's validation names it) counts as node 0's.
+  auto node_of = [&node_of_task](const std::string& task) {
+    auto found = node_of_task.find(task);
+    return found == node_of_task.end() ? 0 : found->second;
+  };
   std::vector<int> producer_position(plan.registers_size(), -1);
   struct Reader {
     int node;
@@ -161,8 +167,8 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   // register -> the tasks of its producer's node that read it for other nodes (its SENDs, or the
   // copy to its host).
   absl::flat_hash_map<std::string, std::vector<std::string>> network_readers_of;
-  std::vector<std::pair<int, plan::RegisterDesc>> added_registers;  // with the node holding each
-  std::vector<std::pair<int, plan::Task>> network_tasks;
+  std::vector<std::vector<plan::RegisterDesc>> added_registers(nodes);  // by the node holding each
+  std::vector<std::vector<plan::Task>> network_tasks(nodes);
   for (int r = 0; r < plan.registers_size(); ++r) {
     const plan::RegisterDesc& reg = plan.registers(r);
     const int producer = producer_position[r];
@@ -173,7 +179,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
     const int64_t pieces_per_step = OutputPiecesPerStep(plan.tasks(producer));
     auto add_network_task = [&](int node, plan::Task task) {
       if (pieces_per_step > 1) task.set_pieces_per_step(static_cast<int32_t>(pieces_per_step));
-      network_tasks.emplace_back(node, std::move(task));
+      network_tasks[node].push_back(std::move(task));
     };
     absl::InlinedVector<Reader, 4> remote;
     for (const Reader& reader : readers_of[r]) {
@@ -232,7 +238,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
       if (!reg.producer().empty()) copy.set_producer(receive.name());
       copy.clear_consumers();
       for (const std::string& consumer : reg.consumers()) {
-        if (node_of_task[consumer] == node) copy.add_consumers(consumer);
+        if (node_of(consumer) == node) copy.add_consumers(consumer);
       }
       renamed[{node, r}] = copy_name;
       sends.push_back(send.name());
@@ -245,70 +251,74 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
                                         NetworkStream(*reader_device, plan::STREAM_COPY_IN),
                                         received, copy_name, next_index++);
         if (!reg.producer().empty()) copy.set_producer(to_device.name());
-        added_registers.emplace_back(node,
-                                     RegisterLike(reg, received, receive_name, {to_device.name()}));
+        added_registers[node].push_back(
+            RegisterLike(reg, received, receive_name, {to_device.name()}));
         add_network_task(node, std::move(to_device));
       }
-      added_registers.emplace_back(node, std::move(copy));
+      added_registers[node].push_back(std::move(copy));
     }
     if (stage_out) {
-      added_registers.emplace_back(producer_node, RegisterLike(reg, sent, to_host, sends));
+      added_registers[producer_node].push_back(RegisterLike(reg, sent, to_host, sends));
     } else {
       network_readers_of[reg.name()] = std::move(sends);
     }
   }
 
-  // Tasks, reading the node's copies.
-  std::vector<int> tasks_per_node(nodes, 0);
-  for (const plan::Task& task : plan.tasks()) ++tasks_per_node[task.stream().device().node()];
-  for (const auto& [node, task] : network_tasks) ++tasks_per_node[node];
-  for (int n = 0; n < nodes; ++n) result[n].mutable_tasks()->Reserve(tasks_per_node[n]);
-  std::vector<SharedKernelCopier> kernel_copiers;
-  kernel_copiers.reserve(nodes);
-  for (int n = 0; n < nodes; ++n) kernel_copiers.emplace_back(plan, &result[n]);
-  // The nodes that hold each register: those whose tasks produce it or read it under its own
-  // name.
-  std::vector<absl::InlinedVector<int, 2>> holders(plan.registers_size());
+  // Each node's tasks (reading the node's copies) and registers, built by one thread per node at a
+  // time from what is above (read only).
+  std::vector<std::vector<int>> tasks_of_node(nodes);
   for (int i = 0; i < plan.tasks_size(); ++i) {
-    const plan::Task& original = plan.tasks(i);
-    const int node = original.stream().device().node();
-    plan::Task* task = result[node].add_tasks();
-    *task = original;
-    if (!task->has_index()) task->set_index(static_cast<uint32_t>(i));
-    kernel_copiers[node].Renumber(task);
-    for (int edge = first_edge[i]; edge < first_edge[i + 1]; ++edge) {
-      const int reg = edges[edge];
-      if (reg < 0) continue;
-      const int input = edge - first_edge[i];
-      if (input < original.inputs_size() && !renamed.empty()) {
-        auto copy = renamed.find(std::make_pair(node, reg));
-        if (copy != renamed.end()) {
-          task->set_inputs(input, copy->second);
-          continue;
-        }
-      }
-      AddUnique(holders[reg], node);
-    }
+    tasks_of_node[plan.tasks(i).stream().device().node()].push_back(i);
   }
-  for (auto& [node, task] : network_tasks) *result[node].add_tasks() = std::move(task);
+  ParallelFor(nodes, threads, [&](int node) {
+    plan::Plan& node_plan = result[node];
+    node_plan.mutable_tasks()->Reserve(
+        static_cast<int>(tasks_of_node[node].size() + network_tasks[node].size()));
+    SharedKernelCopier kernel_copier(plan, &node_plan);
+    // The registers the node holds: those its tasks produce or read under their own name.
+    std::vector<int> held;
+    for (int i : tasks_of_node[node]) {
+      const plan::Task& original = plan.tasks(i);
+      plan::Task* task = node_plan.add_tasks();
+      *task = original;
+      if (!task->has_index()) task->set_index(static_cast<uint32_t>(i));
+      kernel_copier.Renumber(task);
+      for (int edge = first_edge[i]; edge < first_edge[i + 1]; ++edge) {
+        const int reg = edges[edge];
+        if (reg < 0) continue;
+        const int input = edge - first_edge[i];
+        if (input < original.inputs_size() && !renamed.empty()) {
+          auto copy = renamed.find(std::make_pair(node, reg));
+          if (copy != renamed.end()) {
+            task->set_inputs(input, copy->second);
+            continue;
+          }
+        }
+        held.push_back(reg);
+      }
+    }
+    for (plan::Task& task : network_tasks[node]) *node_plan.add_tasks() = std::move(task);
 
-  for (int r = 0; r < plan.registers_size(); ++r) {
-    const plan::RegisterDesc& reg = plan.registers(r);
-    for (int n : holders[r]) {
-      plan::RegisterDesc* added = result[n].add_registers();
+    std::sort(held.begin(), held.end());
+    held.erase(std::unique(held.begin(), held.end()), held.end());
+    for (int r : held) {
+      const plan::RegisterDesc& reg = plan.registers(r);
+      plan::RegisterDesc* added = node_plan.add_registers();
       *added = reg;
-      auto network_readers = network_readers_of.find(reg.name());
       if (reg.consumers_size() == 0 && reg.producer().empty()) continue;
       added->clear_consumers();
       for (const std::string& consumer : reg.consumers()) {
-        if (node_of_task[consumer] == n) added->add_consumers(consumer);
+        if (node_of(consumer) == node) added->add_consumers(consumer);
       }
+      auto network_readers = network_readers_of.find(reg.name());
       if (network_readers != network_readers_of.end()) {
         for (const std::string& reader : network_readers->second) added->add_consumers(reader);
       }
     }
-  }
-  for (auto& [node, reg] : added_registers) *result[node].add_registers() = std::move(reg);
+    for (plan::RegisterDesc& reg : added_registers[node]) {
+      *node_plan.add_registers() = std::move(reg);
+    }
+  });
 
   for (const plan::Communicator& communicator : plan.communicators()) {
     absl::InlinedVector<int, 4> members;
@@ -317,13 +327,8 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan) {
   }
   for (const plan::Fetch& fetch : plan.fetches()) {
     absl::InlinedVector<int, 4> members;
-    for (const std::string& sink : fetch.sinks()) AddUnique(members, node_of_task[sink]);
+    for (const std::string& sink : fetch.sinks()) AddUnique(members, node_of(sink));
     for (int node : members) *result[node].add_fetches() = fetch;
-  }
-  for (const plan::VariableLayout& variable : plan.variables()) {
-    absl::InlinedVector<int, 4> members;
-    for (const std::string& task : variable.tasks()) AddUnique(members, node_of_task[task]);
-    for (int node : members) *result[node].add_variables() = variable;
   }
   return result;
 }

@@ -3,6 +3,7 @@
 // written by hand here (loss = 0.5 * sum(y^2), so dloss/dw = x^T y); autodiff writes it otherwise.
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "compiler/memory_plan.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -106,6 +107,36 @@ TEST(TrainingTest, TensorParallelGradientNeedsNoCommunication) {
   for (const plan::Task* task : TasksOfKind(compiled->plan, plan::VARIABLE)) {
     EXPECT_EQ(KernelOf(compiled->plan, *task).op_type(), "adamw");
     EXPECT_EQ(task->num_optimizer_states(), 2);
+  }
+}
+
+// The split builds the node plans on several threads: they are the same on any number. The
+// variable layouts (for the coordinator's checkpoints) stay in the whole plan.
+TEST(TrainingTest, NodePlansAreTheSameOnAnyNumberOfThreadsAndHoldNoVariableLayouts) {
+  const job::Job job = ParseJob(absl::StrReplaceAll(
+      TwoStageMlp(), {{"\"cpu:2\"", "\"node1/cpu:0\""}, {"\"cpu:3\"", "\"node1/cpu:1\""}}));
+  CompileOptions one_thread;
+  one_thread.threads = 1;
+  CompileOptions four_threads;
+  four_threads.threads = 4;
+  absl::StatusOr<CompileResult> sequential =
+      Compile(job, StandardOps(), DeviceSet::Cpus(4, 2), one_thread);
+  ASSERT_TRUE(sequential.ok()) << sequential.status();
+  absl::StatusOr<CompileResult> parallel =
+      Compile(job, StandardOps(), DeviceSet::Cpus(4, 2), four_threads);
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  EXPECT_EQ(sequential->plan.variables_size(), 2);
+  ASSERT_EQ(sequential->node_plans.size(), 2u);
+  ASSERT_EQ(parallel->node_plans.size(), 2u);
+  for (int node = 0; node < 2; ++node) {
+    const plan::Plan& node_plan = sequential->node_plans[node];
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals(parallel->node_plans[node], node_plan))
+        << "node " << node;
+    EXPECT_EQ(node_plan.variables_size(), 0) << "node " << node;
+    // The stage boundary crosses the nodes.
+    EXPECT_FALSE(TasksOfKind(node_plan, node == 0 ? plan::SEND : plan::RECEIVE).empty());
+    EXPECT_TRUE(ValidatePlan(node_plan).ok()) << ValidatePlan(node_plan);
   }
 }
 
