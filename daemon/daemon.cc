@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.probe_timeout = options.peer_probe_timeout;
     manager_options.max_pending_jobs = options.max_pending_jobs;
     manager_options.max_plan_tasks = options.max_plan_tasks;
+    manager_options.compile_threads = options.compile_threads;
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/compile_command.h"
 #include "client/loomctl/tls_flags.h"
+#include "compiler/parallel_for.h"
 #include "runtime/device_backends.h"
 #include "runtime/format_bytes.h"
 #include "runtime/host_memory.h"
@@ -127,6 +128,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "waiting in the queue together (a plan takes about 3 KiB of the coordinator's "
                "memory per task; jobs compile one at a time); beyond it a job is refused "
                "(RESOURCE_EXHAUSTED, naming the op that crossed it, or the waiting plans)")
+      .AddFlag("compile-threads", "N", absl::StrCat(compiler::DefaultCompileThreads()),
+               "the most threads a compile uses where it works node by node (the split into "
+               "node plans, the memory check); the default is this machine's hardware threads")
       .AddFlag("max-watches", "N", "1000",
                "WatchJob streams served at once (each holds a thread while it waits); more are "
                "refused (RESOURCE_EXHAUSTED)")
@@ -225,6 +229,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   for (auto [flag, target] : std::vector<std::pair<const char*, int*>>{
            {"max-pending-jobs", &options.max_pending_jobs},
            {"max-plan-tasks", &options.max_plan_tasks},
+           {"compile-threads", &options.compile_threads},
            {"max-watches", &options.max_watches},
            {"max-finished-jobs", &options.max_finished_jobs},
            {"max-events-per-job", &options.max_events_per_job},

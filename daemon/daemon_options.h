@@ -52,6 +52,8 @@ struct DaemonOptions {
   // The most tasks a submitted job may compile into, and the waiting jobs' plans together (more:
   // RESOURCE_EXHAUSTED).
   int max_plan_tasks = 2'000'000;
+  // The threads a compile's node-by-node passes use at most; 0: the machine's hardware threads.
+  int compile_threads = 0;
   // WatchJob streams served at once (more: RESOURCE_EXHAUSTED).
   int max_watches = 1000;
   // Finished jobs kept for GetJob / ListJobs / WatchJob / GetPlan (the oldest are forgotten).

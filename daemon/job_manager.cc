@@ -181,7 +181,8 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     // built, and submissions at once must not multiply that.
     std::lock_guard<std::mutex> compiling(compile_mutex_);
     return AdmitJob(std::move(job), cluster_->Devices(),
-                    compiler::CompileOptions{.max_tasks = options_.max_plan_tasks});
+                    compiler::CompileOptions{.max_tasks = options_.max_plan_tasks,
+                                             .threads = options_.compile_threads});
   }();
   if (compiled.ok()) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {

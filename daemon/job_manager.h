@@ -71,6 +71,8 @@ class JobManager {
     // The most tasks a job's plan may have (compiler::CompileOptions::max_tasks), and the waiting
     // jobs' plans together; 0: no limit.
     int64_t max_plan_tasks = 2'000'000;
+    // compiler::CompileOptions::threads; 0: the machine's hardware threads.
+    int compile_threads = 0;
     int max_finished_jobs = 1000;
     // Step and checkpoint events held per job (the oldest go first; state changes and fetched
     // tensors do not count).

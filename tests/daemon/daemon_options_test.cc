@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/parallel_for.h"
 #include "daemon/daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,6 +31,7 @@ TEST(DaemonOptionsTest, Defaults) {
   EXPECT_FALSE(options->node_name.empty());                          // the host name
   EXPECT_EQ(options->max_message_bytes, 64 << 20);
   EXPECT_EQ(options->max_plan_tasks, 2'000'000);
+  EXPECT_EQ(options->compile_threads, compiler::DefaultCompileThreads());
   EXPECT_FALSE(options->metrics_plaintext);
   EXPECT_EQ(options->health_listen_address, "");
 }
@@ -51,6 +53,8 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
                                                  "1MiB",
                                                  "--max-plan-tasks",
                                                  "5000",
+                                                 "--compile-threads",
+                                                 "3",
                                                  "--verbose",
                                                  "--metrics-plaintext",
                                                  "--metrics-listen",
@@ -66,6 +70,7 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->shutdown_grace, absl::Milliseconds(500));
   EXPECT_EQ(options->max_message_bytes, 1 << 20);
   EXPECT_EQ(options->max_plan_tasks, 5000);
+  EXPECT_EQ(options->compile_threads, 3);
   EXPECT_TRUE(options->verbose);
   EXPECT_TRUE(options->metrics_plaintext);
   EXPECT_EQ(options->metrics_listen_address, "0.0.0.0:9400");
@@ -117,6 +122,8 @@ TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
   EXPECT_THAT(Parse({"--stall-timeout", "soon"}).status().message(), HasSubstr("--stall-timeout"));
   EXPECT_THAT(Parse({"--max-plan-tasks", "0"}).status().message(),
               HasSubstr("--max-plan-tasks must be a whole number >= 1, not '0'"));
+  EXPECT_THAT(Parse({"--compile-threads", "all"}).status().message(),
+              HasSubstr("--compile-threads must be a whole number >= 1, not 'all'"));
   EXPECT_THAT(Parse({"--coordinator", "somewhere"}).status().message(), HasSubstr("--coordinator"));
   EXPECT_THAT(Parse({"--coordinator", "10.0.0.1:7070", "--node-rank", "0"}).status().message(),
               HasSubstr("--node-rank"));
