@@ -29,7 +29,7 @@ struct CompileResult {
 struct CompileOptions {
   // The most tasks the whole plan may have; 0: no limit. Beyond it the compile stops with
   // RESOURCE_EXHAUSTED (naming the op that crossed it) before the plans take more memory: a
-  // plan and its node plans take about 3 KiB per task while they are built.
+  // plan and its node plans take about 2 KiB per task while they are built.
   int64_t max_tasks = 0;
   // The threads the passes that work node by node (the split, the memory check) use at most; 0:
   // the machine's hardware threads (DefaultCompileThreads).

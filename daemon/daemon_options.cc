@@ -125,7 +125,7 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "(RESOURCE_EXHAUSTED) until some have started or been cancelled")
       .AddFlag("max-plan-tasks", "N", "2000000",
                "the most tasks a submitted job may compile into, and the plans of the jobs "
-               "waiting in the queue together (a plan takes about 3 KiB of the coordinator's "
+               "waiting in the queue together (a plan takes about 2 KiB of the coordinator's "
                "memory per task; jobs compile one at a time); beyond it a job is refused "
                "(RESOURCE_EXHAUSTED, naming the op that crossed it, or the waiting plans)")
       .AddFlag("compile-threads", "N", absl::StrCat(compiler::DefaultCompileThreads()),
