@@ -176,13 +176,17 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     std::lock_guard<std::mutex> lock(mutex_);
     if (absl::Status room = QueueRoomLocked(name, 0); !room.ok()) return room;
   }
+  absl::Duration compile_time;
   absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = [&] {
     // One compile at a time: a large plan takes much of the coordinator's memory while it is
     // built, and submissions at once must not multiply that.
     std::lock_guard<std::mutex> compiling(compile_mutex_);
-    return AdmitJob(std::move(job), cluster_->Devices(),
-                    compiler::CompileOptions{.max_tasks = options_.max_plan_tasks,
-                                             .threads = options_.compile_threads});
+    const absl::Time start = absl::Now();
+    auto admitted = AdmitJob(std::move(job), cluster_->Devices(),
+                             compiler::CompileOptions{.max_tasks = options_.max_plan_tasks,
+                                                      .threads = options_.compile_threads});
+    compile_time = absl::Now() - start;
+    return admitted;
   }();
   if (compiled.ok()) {
     compiled = [&]() -> absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> {
@@ -231,7 +235,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
         !room.ok()) {
       return room;
     }
-    submitted = QueueJob(*std::move(compiled), options);
+    submitted = QueueJob(*std::move(compiled), options, compile_time);
     written = last_write_;
   }
   // The job is on disk before its id reaches the client.
@@ -261,7 +265,7 @@ absl::Status JobManager::QueueRoomLocked(const std::string& name, int64_t tasks)
 }
 
 v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
-                                 const SubmitOptions& options) {
+                                 const SubmitOptions& options, absl::Duration compile_time) {
   auto record = std::make_shared<JobRecord>();
   record->number = ++last_number_;
   record->id = absl::StrCat("job-", record->number);
@@ -297,9 +301,12 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
               const JobStore& store) { return store.SavePlan(number, plan); });
   }
   ChangeState(record.get(), v1::JOB_STATE_PENDING, absl::OkStatus());
+  const int nodes = static_cast<int>(record->compiled->result.node_plans.size());
   LOG(INFO) << "queued job " << record->id << " ('" << info.name() << "', "
-            << record->compiled->result.plan.tasks_size() << " tasks), " << queue_.size()
-            << " pending";
+            << record->compiled->result.plan.tasks_size() << " tasks on " << nodes
+            << (nodes == 1 ? " node" : " nodes") << ", compiled in "
+            << absl::FormatDuration(absl::Trunc(compile_time, absl::Microseconds(1))) << "), "
+            << queue_.size() << " pending";
   return InfoOf(*record);
 }
 

@@ -206,9 +206,10 @@ class JobManager {
   // its plan compressed for GetPlan when there is no data directory (with one, GetPlan reads it
   // from there).
   void ReleaseCompiledLocked(JobRecord* record);
-  // Queues the admitted job: a record, pending, written to the store.
-  v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
-                       const SubmitOptions& options);
+  // Queues the admitted job: a record, pending, written to the store. `compile_time` is for the
+  // log.
+  v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, const SubmitOptions& options,
+                       absl::Duration compile_time);
   // Queues a write to the store (there is one) and keeps its ticket in last_write_.
   void Write(std::string what, JobStoreWriter::Write write);
   // Queues the record's write to the store (when there is one); a failure is logged, not fatal.
