@@ -11,6 +11,7 @@
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "google/protobuf/text_format.h"
+#include "runtime/shared_kernels.h"
 
 namespace loom::loomctl {
 namespace {
@@ -229,9 +230,12 @@ ArgumentSpec PlanSpec() {
       "loomctl plan",
       "Prints the physical plan a job was compiled into, in protobuf text format (the format\n"
       "'loomctl run-plan' reads), or with --output json as JSON: the whole plan, or with --node N\n"
-      "node N's part of it.");
+      "node N's part of it. Its tasks name their kernel configurations by position in the plan's\n"
+      "'kernels' (kernel_index), each held once; --inline-kernels writes them into the tasks.");
   spec.AddPositional("JOB_ID", "the job's id")
-      .AddFlag("node", "N", "", "only node N's plan (0-based, as in 'loomctl nodes')");
+      .AddFlag("node", "N", "", "only node N's plan (0-based, as in 'loomctl nodes')")
+      .AddSwitch("inline-kernels",
+                 "write each task's kernel configurations into the task (easier to read, larger)");
   return WithClusterFlags(std::move(spec));
 }
 
@@ -266,6 +270,17 @@ int RunPlan(const std::vector<std::string>& arguments, std::ostream& out, std::o
       return kExitUsage;
     }
     plan = &plans->node_plans(*node);
+  }
+  plan::Plan inlined;
+  if (invocation.arguments.Switch("inline-kernels")) {
+    if (absl::Status valid = CheckSharedKernels(*plan); !valid.ok()) {
+      error << command << ": the plan of job " << job_id
+            << " names kernels it lacks: " << valid.message() << "\n";
+      return kExitFailure;
+    }
+    inlined = *plan;
+    InlineSharedKernels(&inlined);
+    plan = &inlined;
   }
   if (Json(invocation)) {
     out << MessageToJsonLine(*plan);

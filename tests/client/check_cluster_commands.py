@@ -283,6 +283,25 @@ try:
     check(result.returncode == 0 and plans and plans[0].get("tasks"), "the node's plan as JSON")
     result = loomctl("plan", job_id, "--node", "7", *coordinator)
     check(result.returncode == 2 and "no node 7" in result.stderr, "plan --node 7: exit 2")
+    # The compiler's plans name shared kernels by position; --inline-kernels writes them in.
+    result = loomctl("plan", job_id, "--output", "json", *coordinator)
+    shared = json_lines(result.stdout, "plan --output json")
+    result = loomctl("plan", job_id, "--inline-kernels", "--output", "json", *coordinator)
+    inlined = json_lines(result.stdout, "plan --inline-kernels --output json")
+    check(result.returncode == 0 and shared and inlined and shared[0].get("kernels")
+          and any("kernel_index" in task for task in shared[0]["tasks"]),
+          "the plan holds shared kernels, named by position")
+    if shared and inlined:
+        tasks = inlined[0]["tasks"]
+        check(not inlined[0].get("kernels") and not any("kernel_index" in task for task in tasks)
+              and len(tasks) == len(shared[0]["tasks"])
+              and all(task.get("kernel") == shared[0]["kernels"][int(original["kernel_index"])]
+                      for task, original in zip(tasks, shared[0]["tasks"])
+                      if "kernel_index" in original),
+              "plan --inline-kernels writes each task's kernel into it")
+    result = loomctl("plan", job_id, "--inline-kernels", *coordinator)
+    check(result.returncode == 0 and "kernel {" in result.stdout
+          and "kernel_index" not in result.stdout, "plan --inline-kernels in text format")
 
     # No daemon: exit 5, the address named.
     nowhere = f"127.0.0.1:{free_port()}"
