@@ -132,6 +132,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan, int threads) {
     auto found = node_of_task.find(task);
     return found == node_of_task.end() ? 0 : found->second;
   };
+  std::vector<std::vector<int>> tasks_of_node(nodes);  // positions, in plan order
   std::vector<int> producer_position(plan.registers_size(), -1);
   struct Reader {
     int node;
@@ -143,6 +144,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan, int threads) {
     const plan::Task& task = plan.tasks(i);
     const int node = task.stream().device().node();
     node_of_task[task.name()] = node;
+    tasks_of_node[node].push_back(i);
     next_index = std::max(next_index, TaskIndexOf(plan, i) + 1);
     const int* inputs = &edges[first_edge[i]];
     for (int input = 0; input < task.inputs_size(); ++input) {
@@ -266,10 +268,6 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan, int threads) {
 
   // Each node's tasks (reading the node's copies) and registers, built by one thread per node at a
   // time from what is above (read only).
-  std::vector<std::vector<int>> tasks_of_node(nodes);
-  for (int i = 0; i < plan.tasks_size(); ++i) {
-    tasks_of_node[plan.tasks(i).stream().device().node()].push_back(i);
-  }
   ParallelFor(nodes, threads, [&](int node) {
     plan::Plan& node_plan = result[node];
     node_plan.mutable_tasks()->Reserve(

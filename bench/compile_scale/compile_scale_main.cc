@@ -53,9 +53,9 @@ Measurement MeasureOnce(const Layout& layout) {
     compiler::OpRegistry registry;
     CHECK(compiler::RegisterStandardOps(&registry).ok());
     int devices = layout.data * layout.tensor * layout.pipeline;
-    auto start = std::chrono::steady_clock::now();
     compiler::CompileOptions options;
     options.threads = layout.threads;
+    auto start = std::chrono::steady_clock::now();
     auto result = compiler::Compile(
         job, registry, compiler::DeviceSet::Cpus(devices, devices / layout.devices_per_node),
         options);

@@ -274,8 +274,8 @@ int RunPlan(const std::vector<std::string>& arguments, std::ostream& out, std::o
   plan::Plan inlined;
   if (invocation.arguments.Switch("inline-kernels")) {
     if (absl::Status valid = CheckSharedKernels(*plan); !valid.ok()) {
-      error << command << ": the plan of job " << job_id
-            << " names kernels it lacks: " << valid.message() << "\n";
+      error << command << ": the kernels of job " << job_id
+            << "'s plan cannot be written into its tasks: " << valid.message() << "\n";
       return kExitFailure;
     }
     inlined = *plan;
