@@ -1,5 +1,7 @@
 #include "daemon/node_agent.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -132,7 +134,8 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       }
       return;
     }
-    job = job_;
+    // Not for a release: Release drops the last reference, which frees the job's memory.
+    if (!command.has_release()) job = job_;
   }
   if (command.has_release()) {
     Release();
@@ -323,7 +326,13 @@ void NodeAgent::Release() {
   }
   job.reset();         // the last reference: stops the network, frees the node's memory
   snapshots_.reset();  // after the runtime, which calls it: removes the periodic parts
-  if (!job_id.empty()) VLOG(1) << "released job " << job_id;
+  if (job_id.empty()) return;
+  // Give the freed pages back to the system. Without this a worker's resident memory stays near
+  // its largest job's after that job: glibc raises its mmap threshold when the first job frees
+  // its large buffers, so the next jobs' come from arenas that keep their free pages (measured:
+  // docs/ARCHITECTURE.md, "What a worker holds between jobs").
+  malloc_trim(0);
+  VLOG(1) << "released job " << job_id;
 }
 
 }  // namespace loom::daemon
