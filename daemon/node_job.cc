@@ -80,7 +80,11 @@ absl::Status NodeJob::UnreachableError() const {
 
 absl::Status NodeJob::Start() { return runtime_->Start(); }
 
-absl::Status NodeJob::Wait() { return runtime_->Wait(); }
+absl::Status NodeJob::Wait() {
+  absl::Status status = runtime_->Wait();
+  network_->JobEnded();
+  return status;
+}
 
 void NodeJob::Abort(absl::Status reason) {
   network_->InterruptProbeWait(reason);

@@ -71,7 +71,8 @@ class NodeJob {
   // The peers Connect or WaitForPeers found unreachable, by node, with why.
   const std::map<int, absl::Status>& unreachable_peers() const { return unreachable_peers_; }
   absl::Status Start();
-  // Blocks until the job ends on this node; returns the job's status.
+  // Blocks until the job ends on this node; returns the job's status. From then on a peer that
+  // leaves (released before this node) is no error.
   absl::Status Wait();
   void Abort(absl::Status reason);
 

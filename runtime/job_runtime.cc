@@ -362,7 +362,9 @@ absl::Status JobRuntime::Start() {
 void JobRuntime::Fail(absl::Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!status_.ok()) return;
+    // The first failure decides; an ended job (every thread exited) keeps its outcome: a peer
+    // released before this node, or an abort that arrives late, fails nothing.
+    if (!status_.ok() || (!threads_.empty() && exited_threads_ == threads_.size())) return;
     status_ = status;
     failed_.store(true, std::memory_order_release);
   }

@@ -66,7 +66,8 @@ class JobRuntime final : public JobControl {
   // Blocks until the job ends; returns its status. Detects stalls.
   absl::Status Wait();
   absl::Status Run();
-  // Ends the job with `reason` (for example a cancellation). Safe from any thread.
+  // Ends the job with `reason` (for example a cancellation). Safe from any thread. Like Fail,
+  // changes nothing once the job ended (every actor thread exited).
   void Abort(absl::Status reason);
 
   // After Wait: every act, ordered by start time.

@@ -587,8 +587,11 @@ void Transport::OnPeerFailed(Peer* peer, const absl::Status& status) {
   failed_to_close_.push_back(peer);
   if (shutting_down_) return;
   FailCopySends(peer->id, absl::StrCat("failed: ", status.message()));
-  LOG(WARNING) << status;
-  if (on_peer_error_) on_peer_error_(peer->id, status);
+  if (on_peer_error_) {
+    on_peer_error_(peer->id, status);  // the owner knows whether it matters
+  } else {
+    LOG(WARNING) << status;
+  }
 }
 
 void Transport::CloseFailedEndpoints() {

@@ -115,6 +115,11 @@ void TransportNetwork::SetHandlers(MessageReceiver receiver, ErrorHandler on_err
   on_error_ = std::move(on_error);
 }
 
+void TransportNetwork::JobEnded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  on_error_ = nullptr;
+}
+
 absl::Status TransportNetwork::SendProbe(int peer) {
   return transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
 }
@@ -188,9 +193,12 @@ void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
     absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
                                                   peer, ": ", status.message()));
     if (on_error_) {
+      LOG(WARNING) << lost;
       on_error_(lost);
     } else {
-      LOG(ERROR) << lost;
+      // Before the job listens, WaitForProbes reports it; after its end, peers leave as they are
+      // released.
+      VLOG(1) << lost;
     }
   }
   peers_changed_.notify_all();

@@ -50,6 +50,9 @@ class TransportNetwork final : public Network {
   absl::Status Connect(int peer, absl::string_view address);
   // Until set, received messages are dropped with an error to the log; set before the job starts.
   void SetHandlers(MessageReceiver receiver, ErrorHandler on_error);
+  // The job on this node has ended: a peer lost from now on (the peers are released one by one)
+  // is no error of the job's; messages are still delivered.
+  void JobEnded();
 
   // Reachability, checked before a job starts: every node sends a probe to each of its peers once
   // connected to it, then waits for a probe from each. A probe from a peer shows that the peer

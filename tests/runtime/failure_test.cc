@@ -58,6 +58,16 @@ TEST(FailureTest, AbortFromOutsideEndsARunningJob) {
   EXPECT_THAT(status.message(), HasSubstr("cancelled by the test"));
 }
 
+TEST(FailureTest, AnEndedJobKeepsItsOutcome) {
+  // A node's job has ended when its peers are released and leave, or when a late abort comes.
+  auto job = MakeJob(FailingChain(10, /*fail_piece=*/-1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  (*job)->Fail(absl::UnavailableError("the connection to peer 1 failed"));
+  (*job)->Abort(absl::AbortedError("released by the coordinator"));
+  EXPECT_TRUE((*job)->Wait().ok());
+}
+
 TEST(FailureTest, DestroyingARunningJobAbortsAndJoins) {
   PlanBuilder builder("destroyed");
   builder.AddCpuDevices(2);
@@ -88,8 +98,7 @@ TEST(FailureTest, StallIsDetectedAndNamesWhatEachActorWaitsFor) {
   EXPECT_THAT(status.message(), HasSubstr("stalled"));
   EXPECT_THAT(status.message(),
               HasSubstr("'late' waits for input register 'sum' from 'accumulate'"));
-  EXPECT_THAT(status.message(),
-              HasSubstr("'source' waits for a free slot of output register 'x'"));
+  EXPECT_THAT(status.message(), HasSubstr("'source' waits for a free slot of output register 'x'"));
 }
 
 TEST(FailureTest, MemoryBudgetExceededIsAnErrorNamingTheDeviceAndRegister) {
