@@ -158,7 +158,7 @@ class AttentionKernelBase : public Kernel {
  public:
   AttentionKernelBase(const char* op_type, const KernelInit& init,
                       const cpu::CausalAttentionSettings& attention, CudaStreamContext* stream,
-                      cublasHandle_t cublas, int matrix_count)
+                      CublasHandle cublas, int matrix_count)
       : op_type_(op_type),
         task_name_(init.task_name),
         signature_(init),
@@ -241,14 +241,16 @@ class AttentionKernelBase : public Kernel {
                     float alpha, const Operand& a, const Operand& b, void* c, cudaDataType_t c_type,
                     const char* what) const {
     const float beta = 0.0f;
-    const cublasStatus_t status = cublasGemmStridedBatchedEx(
-        cublas_, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b.data, b.type,
-        static_cast<int>(b.row_stride), b.matrix_stride, a.data, a.type,
-        static_cast<int>(a.row_stride), a.matrix_stride, &beta, c, c_type, static_cast<int>(n),
-        m * n, static_cast<int>(settings_.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return CublasStatus(status, absl::StrCat(What(), ": ", what, " GEMM [", m, ", ", k, "] x [", k,
-                                             ", ", n, "] x ", settings_.heads));
+    const cublasStatus_t status = cublas_.library->gemm_strided_batched(
+        cublas_.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+        transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &alpha, b.data, b.type, static_cast<int>(b.row_stride),
+        b.matrix_stride, a.data, a.type, static_cast<int>(a.row_stride), a.matrix_stride, &beta, c,
+        c_type, static_cast<int>(n), m * n, static_cast<int>(settings_.heads), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    return cublas_.library->Status(
+        status, absl::StrCat(What(), ": ", what, " GEMM [", m, ", ", k, "] x [", k, ", ", n, "] x ",
+                             settings_.heads));
   }
 
   // The causal softmax of scratch buffer `scores`, in place: float, or bfloat16 over the first
@@ -274,7 +276,7 @@ class AttentionKernelBase : public Kernel {
   const bool bfloat16_;
   const cudaDataType_t element_type_;
   CudaStreamContext* const stream_;
-  const cublasHandle_t cublas_;
+  const CublasHandle cublas_;
   std::vector<float*> scratch_;
 };
 
@@ -282,7 +284,7 @@ class AttentionKernelBase : public Kernel {
 class CausalAttentionKernel final : public AttentionKernelBase {
  public:
   CausalAttentionKernel(const KernelInit& init, const cpu::CausalAttentionSettings& attention,
-                        CudaStreamContext* stream, cublasHandle_t cublas)
+                        CudaStreamContext* stream, CublasHandle cublas)
       : AttentionKernelBase(kForwardOpType, init, attention, stream, cublas, /*matrix_count=*/1) {}
 
   absl::Status Compute(const KernelContext& context) override {
@@ -315,7 +317,7 @@ class CausalAttentionKernel final : public AttentionKernelBase {
 class CausalAttentionGradKernel final : public AttentionKernelBase {
  public:
   CausalAttentionGradKernel(const KernelInit& init, const cpu::CausalAttentionSettings& attention,
-                            CudaStreamContext* stream, cublasHandle_t cublas)
+                            CudaStreamContext* stream, CublasHandle cublas)
       : AttentionKernelBase(kGradOpType, init, attention, stream, cublas, /*matrix_count=*/2) {}
 
   absl::Status Compute(const KernelContext& context) override {
@@ -387,7 +389,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeAttentionKernel(
     const KernelInit& init, const cpu::CausalAttentionSettings& attention) {
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
-  absl::StatusOr<cublasHandle_t> cublas = (*stream)->Cublas();
+  absl::StatusOr<CublasHandle> cublas = (*stream)->Cublas();
   if (!cublas.ok()) return cublas.status();
   auto kernel = std::make_unique<KernelType>(init, attention, *stream, *cublas);
   if (absl::Status status = kernel->Allocate(); !status.ok()) return status;

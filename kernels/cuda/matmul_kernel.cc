@@ -16,7 +16,7 @@ constexpr char kOpType[] = "matmul";
 class MatmulKernel : public Kernel {
  public:
   MatmulKernel(const KernelInit& init, const MatmulDimensions& dimensions, plan::DataType type,
-               CudaStreamContext* stream, cublasHandle_t cublas)
+               CudaStreamContext* stream, CublasHandle cublas)
       : task_name_(init.task_name),
         signature_(init),
         dimensions_(dimensions),
@@ -55,14 +55,15 @@ class MatmulKernel : public Kernel {
     const float beta = 0.0f;
     const int lda = static_cast<int>(d.transpose_a ? rows : d.k);
     const int ldb = static_cast<int>(d.transpose_b ? d.k : d.n);
-    cublasStatus_t status = cublasGemmStridedBatchedEx(
-        cublas_, d.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+    cublasStatus_t status = cublas_.library->gemm_strided_batched(
+        cublas_.handle, d.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
         d.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(d.n), static_cast<int>(rows),
         static_cast<int>(d.k), &alpha, b, element_type_, ldb, b_stride, a, element_type_, lda,
         a_stride, &beta, c, element_type_, static_cast<int>(d.n), c_stride, static_cast<int>(count),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return CublasStatus(status, absl::StrCat("task '", task_name_, "': matmul [", rows, ", ", d.k,
-                                             "] x [", d.k, ", ", d.n, "] x ", count));
+    return cublas_.library->Status(
+        status, absl::StrCat("task '", task_name_, "': matmul [", rows, ", ", d.k, "] x [", d.k,
+                             ", ", d.n, "] x ", count));
   }
 
   const std::string task_name_;
@@ -71,7 +72,7 @@ class MatmulKernel : public Kernel {
   const cudaDataType_t element_type_;
   const int64_t element_bytes_;
   CudaStreamContext* const stream_;
-  const cublasHandle_t cublas_;
+  const CublasHandle cublas_;
 };
 
 }  // namespace
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatmulKernel(const KernelInit& ini
   if (!dimensions.ok()) return dimensions.status();
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
-  absl::StatusOr<cublasHandle_t> cublas = (*stream)->Cublas();
+  absl::StatusOr<CublasHandle> cublas = (*stream)->Cublas();
   if (!cublas.ok()) return cublas.status();
   return std::make_unique<MatmulKernel>(init, *dimensions, type, *stream, *cublas);
 }

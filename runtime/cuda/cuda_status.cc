@@ -20,17 +20,6 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   }
 }
 
-absl::Status CublasStatus(cublasStatus_t status, absl::string_view what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  std::string message = absl::StrCat(what, ": cuBLAS ", cublasGetStatusName(status), " (",
-                                     cublasGetStatusString(status), ")");
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
-    return absl::InvalidArgumentError(message);
-  }
-  return absl::InternalError(message);
-}
-
 absl::Status LaunchStatus(absl::string_view what) { return CudaStatus(cudaGetLastError(), what); }
 
 }  // namespace loom::cuda

@@ -1,7 +1,6 @@
 #ifndef LOOM_RUNTIME_CUDA_CUDA_STATUS_H_
 #define LOOM_RUNTIME_CUDA_CUDA_STATUS_H_
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
@@ -13,7 +12,6 @@ namespace loom::cuda {
 // Out-of-memory maps to RESOURCE_EXHAUSTED, a missing device or driver to FAILED_PRECONDITION,
 // everything else to INTERNAL.
 absl::Status CudaStatus(cudaError_t error, absl::string_view what);
-absl::Status CublasStatus(cublasStatus_t status, absl::string_view what);
 
 // The error of the last kernel launch on this thread (cudaGetLastError), as above.
 absl::Status LaunchStatus(absl::string_view what);

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<CudaStreamContext>> CudaStreamContext::Create(int
 CudaStreamContext::~CudaStreamContext() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cublas_library_->destroy(cublas_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
   cudaStreamDestroy(stream_);
@@ -100,28 +100,37 @@ absl::Status CudaStreamContext::AddFloat32(float* sum, const float* values, int6
                     absl::StrCat("adding ", count, " floats on a stream of cuda:", device_));
 }
 
-absl::StatusOr<cublasHandle_t> CudaStreamContext::Cublas() {
-  if (cublas_ != nullptr) return cublas_;
+absl::StatusOr<CublasHandle> CudaStreamContext::Cublas() {
+  if (cublas_ != nullptr) return CublasHandle{cublas_library_.get(), cublas_};
   std::string where = absl::StrCat("cuBLAS on cuda:", device_);
+  if (cublas_library_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<CublasLibrary>> library = CublasLibrary::Load();
+    if (!library.ok()) {
+      return absl::Status(library.status().code(),
+                          absl::StrCat(where, ": ", library.status().message()));
+    }
+    cublas_library_ = *std::move(library);
+  }
+  const CublasLibrary& library = *cublas_library_;
   cublasHandle_t handle = nullptr;
-  if (absl::Status status = CublasStatus(cublasCreate(&handle), where); !status.ok()) {
+  if (absl::Status status = library.Status(library.create(&handle), where); !status.ok()) {
     return status;
   }
-  absl::Status status = CublasStatus(cublasSetStream(handle, stream_), where);
+  absl::Status status = library.Status(library.set_stream(handle, stream_), where);
   if (status.ok()) {
     status = CudaStatus(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes),
                         absl::StrCat("allocating the workspace of ", where));
   }
   if (status.ok()) {
-    status =
-        CublasStatus(cublasSetWorkspace(handle, cublas_workspace_, kCublasWorkspaceBytes), where);
+    status = library.Status(library.set_workspace(handle, cublas_workspace_, kCublasWorkspaceBytes),
+                            where);
   }
   if (!status.ok()) {
-    cublasDestroy(handle);
+    library.destroy(handle);
     return status;
   }
   cublas_ = handle;
-  return cublas_;
+  return CublasHandle{cublas_library_.get(), cublas_};
 }
 
 absl::Status CudaStreamContext::Synchronize() {

@@ -11,9 +11,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/cuda/cublas_library.h"
 #include "runtime/stream_context.h"
 
 namespace loom::cuda {
+
+// A cuBLAS handle and the library whose functions take it.
+struct CublasHandle {
+  const CublasLibrary* library = nullptr;
+  cublasHandle_t handle = nullptr;
+};
 
 // One stream of a CUDA device (DESIGN.md §3): a non-blocking cudaStream_t on which the stream's
 // actors enqueue kernels and copies. Acts only enqueue; RecordCompletion records a CUDA event that
@@ -42,8 +49,9 @@ class CudaStreamContext final : public StreamContext {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  // A cuBLAS handle on this stream with its own workspace, made on first use.
-  absl::StatusOr<cublasHandle_t> Cublas();
+  // A cuBLAS handle on this stream with its own workspace, made on first use (which loads cuBLAS:
+  // see CublasLibrary).
+  absl::StatusOr<CublasHandle> Cublas();
   absl::Status Synchronize() override;
 
  private:
@@ -53,6 +61,7 @@ class CudaStreamContext final : public StreamContext {
 
   const int device_;
   const cudaStream_t stream_;
+  std::unique_ptr<CublasLibrary> cublas_library_;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   // Recorded events come back here once their consumers were told; completion may be polled
