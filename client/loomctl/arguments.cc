@@ -177,13 +177,13 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
     for (size_t p = parsed.positionals_.size(); p < positionals_.size(); ++p) {
       if (!positionals_[p].optional) missing.push_back(positionals_[p].name);
     }
-    return UsageError(
-        command_, absl::StrCat("missing ", absl::StrJoin(missing, " and "), "; usage: ", Usage()));
+    return UsageError(command_,
+                      absl::StrCat("missing ", absl::StrJoin(missing, " and "), "; ", Usage()));
   }
   if (parsed.positionals_.size() > positionals_.size()) {
     return UsageError(
         command_, absl::StrCat("unexpected argument '", parsed.positionals_[positionals_.size()],
-                               "'; usage: ", Usage()));
+                               "'; ", Usage()));
   }
   return parsed;
 }

@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -109,10 +110,12 @@ TEST(ArgumentSpecTest, FlagGivenTwice) {
 TEST(ArgumentSpecTest, PositionalCount) {
   auto parsed = TestSpec().Parse({"--verbose"});
   ASSERT_FALSE(parsed.ok());
-  EXPECT_THAT(parsed.status().message(), HasSubstr("missing PLAN"));
+  EXPECT_THAT(parsed.status().message(),
+              HasSubstr(absl::StrCat("missing PLAN; ", TestSpec().Usage(), " (see")));
   parsed = TestSpec().Parse({"a", "b"});
   ASSERT_FALSE(parsed.ok());
-  EXPECT_THAT(parsed.status().message(), HasSubstr("unexpected argument 'b'"));
+  EXPECT_THAT(parsed.status().message(),
+              HasSubstr(absl::StrCat("unexpected argument 'b'; ", TestSpec().Usage(), " (see")));
 }
 
 TEST(ArgumentSpecTest, OptionalPositional) {
