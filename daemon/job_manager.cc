@@ -297,8 +297,10 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
         absl::StrCat("the number of job ", record->id),
         [number = record->number](const JobStore& store) { return store.SaveLastNumber(number); });
     Write(absl::StrCat("the plan of job ", record->id),
-          [number = record->number, plan = PlanResponseOf(*record->compiled)](
-              const JobStore& store) { return store.SavePlan(number, plan); });
+          [number = record->number, compiled = record->compiled](const JobStore& store) {
+            // The plan copied on the writer's thread, not under the lock.
+            return store.SavePlan(number, PlanResponseOf(*compiled));
+          });
   }
   ChangeState(record.get(), v1::JOB_STATE_PENDING, absl::OkStatus());
   const int nodes = static_cast<int>(record->compiled->result.node_plans.size());
@@ -341,6 +343,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
                                                absl::Duration timeout) {
   std::shared_ptr<JobRecord> record;
   absl::Status cancelled;
+  std::optional<v1::JobInfo> info;  // cancelled while pending
   {
     std::lock_guard<std::mutex> lock(mutex_);
     JobRecord* found = Find(job_id);
@@ -358,13 +361,17 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
     if (state == v1::JOB_STATE_PENDING) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), record->number));
       Finish(record.get(), v1::JOB_STATE_CANCELLED, cancelled);
-      ReleaseCompiledLocked(record.get());
-      LOG(INFO) << cancelled.message() << " (it was pending)";
-      return InfoOf(*record);
+      info = InfoOf(*record);
+    } else {
+      // RunJob sees it and aborts the job on every node.
+      record->cancel_requested = true;
+      record->cancel_message = std::string(cancelled.message());
     }
-    // RunJob sees it and aborts the job on every node.
-    record->cancel_requested = true;
-    record->cancel_message = std::string(cancelled.message());
+  }
+  if (info.has_value()) {
+    ReleaseCompiled(record);
+    LOG(INFO) << cancelled.message() << " (it was pending)";
+    return *std::move(info);
   }
   LOG(INFO) << cancelled.message() << " (it was running)";
   changed_.notify_all();
@@ -376,19 +383,24 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
 
 absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_id) const {
   int64_t number = 0;
+  std::shared_ptr<const loomctl::CompiledJob> compiled;
+  std::shared_ptr<const std::string> plan_bytes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     JobRecord* record = Find(job_id);
     if (record == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-    if (record->compiled != nullptr) return PlanResponseOf(*record->compiled);
-    if (options_.store == nullptr) {
-      v1::GetPlanResponse response;
-      if (!ParseCompressedMessage(record->plan_bytes, &response)) {
-        return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
-      }
-      return response;
-    }
     number = record->number;
+    compiled = record->compiled;
+    plan_bytes = record->plan_bytes;
+  }
+  // Copied or inflated outside the lock (seconds for a plan of a million tasks).
+  if (compiled != nullptr) return PlanResponseOf(*compiled);
+  if (options_.store == nullptr) {
+    v1::GetPlanResponse response;
+    if (plan_bytes == nullptr || !ParseCompressedMessage(*plan_bytes, &response)) {
+      return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
+    }
+    return response;
   }
   // In the data directory (written before the job's id reached its client), read outside the lock.
   absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(number);
@@ -454,7 +466,9 @@ JobManager::HistoryBytes JobManager::FinishedJobsBytes() const {
   HistoryBytes bytes;
   for (const auto& [number, record] : records_) {
     if (!IsTerminal(record->info.state())) continue;
-    bytes.plans += static_cast<int64_t>(record->plan_bytes.size());
+    if (record->plan_bytes != nullptr) {
+      bytes.plans += static_cast<int64_t>(record->plan_bytes->size());
+    }
     if (record->packed_events != nullptr) {
       bytes.events += static_cast<int64_t>(record->packed_events->size());
     }
@@ -520,9 +534,9 @@ void JobManager::WorkerLoop() {
       ChangeState(record.get(), v1::JOB_STATE_LAUNCHING, absl::OkStatus());
     }
     RunJob(record);
+    ReleaseCompiled(record);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ReleaseCompiledLocked(record.get());
       running_.reset();
       changed_.notify_all();
     }
@@ -1130,12 +1144,22 @@ void JobManager::PackEventsOf(JobRecord* record) {
   record->packed_events = std::make_shared<const std::string>(PackEvents(&record->events));
 }
 
-void JobManager::ReleaseCompiledLocked(JobRecord* record) {
-  if (record->compiled == nullptr) return;
-  // With a data directory the plan is there already (QueueJob wrote it): GetPlan reads it back.
-  if (writer_ == nullptr) {
-    record->plan_bytes = CompressedMessage(PlanResponseOf(*record->compiled));
+void JobManager::ReleaseCompiled(const std::shared_ptr<JobRecord>& record) {
+  std::shared_ptr<const loomctl::CompiledJob> compiled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    compiled = record->compiled;
   }
+  if (compiled == nullptr) return;
+  // Compressed outside the lock, which every call and node update takes: a plan of a million
+  // tasks takes seconds. With a data directory the plan is there already (QueueJob wrote it):
+  // GetPlan reads it back.
+  std::shared_ptr<const std::string> bytes;
+  if (writer_ == nullptr) {
+    bytes = std::make_shared<const std::string>(CompressedMessage(PlanResponseOf(*compiled)));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  record->plan_bytes = std::move(bytes);
   record->compiled.reset();
 }
 

@@ -204,8 +204,8 @@ class JobManager {
   absl::Status QueueRoomLocked(const std::string& name, int64_t tasks) const;
   // A job that ended (its run over, or cancelled while pending) drops its compilation, keeping
   // its plan compressed for GetPlan when there is no data directory (with one, GetPlan reads it
-  // from there).
-  void ReleaseCompiledLocked(JobRecord* record);
+  // from there). Takes the lock; compresses outside it.
+  void ReleaseCompiled(const std::shared_ptr<JobRecord>& record);
   // Queues the admitted job: a record, pending, written to the store. `compile_time` is for the
   // log.
   v1::JobInfo QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled, const SubmitOptions& options,

@@ -22,11 +22,13 @@ struct JobRecord {
   std::string id;
   int64_t number = 0;
   // Until the job ended (then it goes, with the job and logical graph it holds: several MB for a
-  // small model, which the finished jobs kept would hold), and null for a restored job.
-  std::unique_ptr<loomctl::CompiledJob> compiled;
+  // small model, which the finished jobs kept would hold), and null for a restored job. Never
+  // changes once queued: shared with whoever copies or writes the plan outside the lock.
+  std::shared_ptr<const loomctl::CompiledJob> compiled;
   // Once `compiled` went, without a data directory: its GetPlanResponse, compressed
-  // (compressed_message.h: a fraction of the parsed size). With one, GetPlan reads it from there.
-  std::string plan_bytes;
+  // (compressed_message.h: a fraction of the parsed size), shared with GetPlan's readers. With
+  // one, GetPlan reads it from there.
+  std::shared_ptr<const std::string> plan_bytes;
   // Restored from the data directory (it ended before the restart).
   bool restored = false;
   // Kept current; queue_position is filled in when the record is read.
