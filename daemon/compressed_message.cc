@@ -14,14 +14,18 @@ using google::protobuf::io::GzipInputStream;
 using google::protobuf::io::GzipOutputStream;
 using google::protobuf::io::StringOutputStream;
 
+GzipOutputStream::Options CompressedMessageOptions() {
+  GzipOutputStream::Options options;
+  options.format = GzipOutputStream::ZLIB;
+  options.compression_level = 1;
+  return options;
+}
+
 std::string CompressedMessage(const google::protobuf::Message& message) {
   std::string bytes;
   {
     StringOutputStream output(&bytes);
-    GzipOutputStream::Options options;
-    options.format = GzipOutputStream::ZLIB;
-    options.compression_level = 1;
-    GzipOutputStream compressed(&output, options);
+    GzipOutputStream compressed(&output, CompressedMessageOptions());
     // Writing to a string fails only when memory runs out, which ends the process anyway.
     message.SerializeToZeroCopyStream(&compressed);
     compressed.Close();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "google/protobuf/io/gzip_stream.h"
 #include "google/protobuf/message.h"
 
 namespace loom::daemon {
@@ -12,6 +13,8 @@ namespace loom::daemon {
 // what the coordinator keeps of finished jobs: a plan compresses about 6x (its task, register and
 // kernel names repeat), step events about 2x.
 std::string CompressedMessage(const google::protobuf::Message& message);
+// The compression CompressedMessage uses, for writers of their own (plan_response.h).
+google::protobuf::io::GzipOutputStream::Options CompressedMessageOptions();
 
 // Parses what CompressedMessage wrote into `message`; false when it does not decompress or parse.
 bool ParseCompressedMessage(absl::string_view bytes, google::protobuf::Message* message);

@@ -15,6 +15,7 @@
 #include "daemon/grpc_status.h"
 #include "daemon/job_checkpoint.h"
 #include "daemon/packed_events.h"
+#include "daemon/plan_response.h"
 #include "daemon/reachability.h"
 #include "daemon/step_tracker.h"
 #include "glog/logging.h"
@@ -53,15 +54,6 @@ std::vector<int> NodesOf(const compiler::CompileResult& result) {
 bool PieceSizeMatches(const v1::SinkPieceUpdate& piece) {
   return BytesHoldTensor(piece.data_type(), piece.shape(),
                          static_cast<int64_t>(piece.data().size()));
-}
-
-v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled) {
-  v1::GetPlanResponse response;
-  *response.mutable_plan() = compiled.result.plan;
-  for (const plan::Plan& node_plan : compiled.result.node_plans) {
-    *response.add_node_plans() = node_plan;
-  }
-  return response;
 }
 
 // The MoE fetches of the plan (kMoeDroppedFetch, kMoeTokensPerExpertFetch), counted into the
@@ -298,8 +290,10 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<loomctl::CompiledJob> compiled,
         [number = record->number](const JobStore& store) { return store.SaveLastNumber(number); });
     Write(absl::StrCat("the plan of job ", record->id),
           [number = record->number, compiled = record->compiled](const JobStore& store) {
-            // The plan copied on the writer's thread, not under the lock.
-            return store.SavePlan(number, PlanResponseOf(*compiled));
+            // Serialized on the writer's thread, not under the lock.
+            absl::StatusOr<std::string> plan = SerializedPlanResponse(*compiled, false);
+            if (!plan.ok()) return plan.status();
+            return store.SavePlan(number, *plan);
           });
   }
   ChangeState(record.get(), v1::JOB_STATE_PENDING, absl::OkStatus());
@@ -1156,7 +1150,13 @@ void JobManager::ReleaseCompiled(const std::shared_ptr<JobRecord>& record) {
   // GetPlan reads it back.
   std::shared_ptr<const std::string> bytes;
   if (writer_ == nullptr) {
-    bytes = std::make_shared<const std::string>(CompressedMessage(PlanResponseOf(*compiled)));
+    absl::StatusOr<std::string> compressed = SerializedPlanResponse(*compiled, true);
+    if (!compressed.ok()) {
+      // Too large to keep serialized: GetPlan goes on copying it.
+      LOG(ERROR) << "job " << record->id << ": " << compressed.status();
+      return;
+    }
+    bytes = std::make_shared<const std::string>(*std::move(compressed));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   record->plan_bytes = std::move(bytes);

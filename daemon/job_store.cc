@@ -127,8 +127,8 @@ absl::Status JobStore::SaveLastNumber(int64_t number) const {
                          absl::StrCat(number, "\n"));
 }
 
-absl::Status JobStore::SavePlan(int64_t number, const v1::GetPlanResponse& plan) const {
-  return WriteAtomically(PathOf(number, kPlanSuffix), plan.SerializeAsString());
+absl::Status JobStore::SavePlan(int64_t number, const std::string& plan) const {
+  return WriteAtomically(PathOf(number, kPlanSuffix), plan);
 }
 
 absl::StatusOr<v1::GetPlanResponse> JobStore::LoadPlan(int64_t number) const {

@@ -40,7 +40,8 @@ class JobStore {
 
   absl::Status Save(const StoredJob& job) const;
   absl::Status SaveLastNumber(int64_t number) const;
-  absl::Status SavePlan(int64_t number, const v1::GetPlanResponse& plan) const;
+  // `plan`: a serialized v1::GetPlanResponse (plan_response.h).
+  absl::Status SavePlan(int64_t number, const std::string& plan) const;
   absl::StatusOr<v1::GetPlanResponse> LoadPlan(int64_t number) const;
   absl::Status SaveTrace(int64_t number, const std::string& chrome_trace_json) const;
   absl::StatusOr<std::string> LoadTrace(int64_t number) const;
