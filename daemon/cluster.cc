@@ -190,6 +190,7 @@ bool Cluster::MarkMissingLocked(Node& node) {
 
 void Cluster::Disconnected(int index, int64_t generation, const absl::Status& reason) {
   bool lost = false;
+  bool stopping = false;
   std::string name;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -197,11 +198,17 @@ void Cluster::Disconnected(int index, int64_t generation, const absl::Status& re
     if (node == nodes_.end() || node->second.generation != generation) return;
     lost = MarkMissingLocked(node->second);
     name = node->second.info.name();
+    stopping = stopping_;
   }
   if (!lost) return;
   absl::Status status = absl::UnavailableError(absl::StrCat(
       "node ", index, " ('", name, "') was lost: its session ended (", reason.message(), ")"));
-  LOG(WARNING) << status.message();
+  if (stopping) {
+    // This daemon's own shutdown ends the sessions: no news.
+    LOG(INFO) << status.message() << " as this daemon stops";
+  } else {
+    LOG(WARNING) << status.message();
+  }
   if (lost_handler_) lost_handler_(index, status);
 }
 
