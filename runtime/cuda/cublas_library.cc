@@ -15,7 +15,8 @@ namespace {
 constexpr const char* kSoname = LOOM_CUBLAS_SONAME;
 constexpr const char* kBuildDirectory = LOOM_CUBLAS_DIRECTORY;
 
-// The declared function has exactly this type (an unevaluated use: nothing links cuBLAS).
+// GemmStridedBatched is the type of the exported overload: the static_cast picks it, and fails to
+// compile if none has that type (an unevaluated use: nothing links cuBLAS).
 static_assert(std::is_same_v<
               decltype(static_cast<CublasLibrary::GemmStridedBatched>(&cublasGemmStridedBatchedEx)),
               CublasLibrary::GemmStridedBatched>);
