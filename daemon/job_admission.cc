@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/placement.h"
@@ -23,7 +24,7 @@ struct NamedPlacement {
 
 std::vector<NamedPlacement> PlacementsOf(const job::Job& job) {
   std::vector<NamedPlacement> placements;
-  placements.push_back({"the job's default placement", &job.placement()});
+  placements.push_back({"the job (its default placement)", &job.placement()});
   for (int stage = 0; stage < job.stage_placements_size(); ++stage) {
     placements.push_back({absl::StrCat("stage ", stage), &job.stage_placements(stage)});
   }
@@ -78,15 +79,28 @@ absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet&
       needed.insert(DeviceName(*device));
       if (first_outside.empty() && !known_devices.Contains(*device)) {
         first_outside = absl::StrCat(named.owner, " is placed on ", text);
+        // "cpu:2" is node 0's: say so, as that is what surprises on a cluster.
+        if (!absl::StartsWith(text, "node")) {
+          absl::StrAppend(&first_outside, " (", DeviceName(*device),
+                          ": a device named without 'nodeK/' is node 0's)");
+        }
       }
     }
   }
   if (first_outside.empty()) return absl::OkStatus();
   const size_t have = devices.devices.size();
+  const std::string remedy =
+      ". Place the job on the cluster's devices, or start loomd with more (--devices)";
+  if (needed.size() > have) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", job.name(), "' needs ", needed.size(), " devices but the cluster has ", have, " (",
+        devices.ToString(), "): ", first_outside, remedy));
+  }
+  // As many devices as the cluster has, or fewer, but one of them is not the cluster's.
   return absl::ResourceExhaustedError(absl::StrCat(
-      "job '", job.name(), "' needs ", needed.size(), " device", needed.size() == 1 ? "" : "s",
-      " but the cluster has ", have, " (", devices.ToString(), "): ", first_outside,
-      ". Place the job on the cluster's devices, or start loomd with more (--devices)"));
+      "job '", job.name(), "' is placed on a device the cluster does not have: ", first_outside,
+      ". The cluster's ", have, " device", have == 1 ? " is " : "s are ", devices.ToString(),
+      remedy));
 }
 
 absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(

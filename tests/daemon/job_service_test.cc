@@ -19,6 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 using JobServiceTest = DaemonTest;
@@ -218,6 +219,24 @@ TEST_F(JobServiceTest, AJobLargerThanTheClusterIsResourceExhausted) {
   status = Submit(other_node, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(status.error_message(), HasSubstr("op 'h' is placed on node1/cpu:0"));
+}
+
+TEST_F(JobServiceTest, AJobOnADeviceTheClusterLacksSaysWhichDeviceNotThatItIsTooLarge) {
+  // Two devices, as many as the cluster has, but cpu:3 is not one of them (node 0 has cpu:0 and
+  // cpu:1): "needs 2 devices but the cluster has 2" would contradict itself.
+  job::Job job = TrainingJob(2);
+  job.mutable_placement()->clear_devices();
+  job.mutable_placement()->add_devices("cpu:0");
+  job.mutable_placement()->add_devices("cpu:3");
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(job, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("is placed on a device the cluster does not have: the job (its default "
+                        "placement) is placed on cpu:3 (node0/cpu:3: a device named without "
+                        "'nodeK/' is node 0's). The cluster's 2 devices are node0/cpu:0, "
+                        "node0/cpu:1"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr("needs")));
 }
 
 TEST_F(JobServiceTest, AJobOverTheMemoryBudgetIsResourceExhausted) {
