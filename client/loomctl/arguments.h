@@ -28,6 +28,8 @@ inline constexpr int kExitRequestRefused = 4;
 // No daemon answered, the connection broke, or a deadline passed (UNAVAILABLE,
 // DEADLINE_EXCEEDED).
 inline constexpr int kExitUnreachable = 5;
+// A watch or a `cluster up` ended by SIGINT or SIGTERM exits 128 + the signal, as a shell reports
+// a command the signal ended (ExitCodeOfSignal, interrupt_signals.h).
 
 class ParsedArguments;
 

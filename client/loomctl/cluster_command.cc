@@ -1,10 +1,12 @@
 #include "client/loomctl/cluster_command.h"
 
 #include <filesystem>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/cluster_state.h"
+#include "client/loomctl/interrupt_signals.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/local_cluster.h"
 #include "client/loomctl/local_process.h"
@@ -96,10 +98,15 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
   };
   options.tls = {absolute("tls-ca"), absolute("tls-cert"), absolute("tls-key")};
 
+  // Ctrl-C while the daemons start stops the ones started, rather than leaving them unrecorded.
+  absl::StatusOr<std::unique_ptr<InterruptSignals>> signals = InterruptSignals::Install();
+  if (signals.ok()) options.interrupt = signals->get();
   absl::StatusOr<ClusterState> state = StartLocalCluster(options, error);
   if (!state.ok()) {
     error << kUpCommand << ": " << state.status().message() << "\n";
-    return kExitFailure;
+    return options.interrupt != nullptr && options.interrupt->received() != 0
+               ? ExitCodeOfSignal(options.interrupt->received())
+               : kExitFailure;
   }
   error << "cluster of " << state->nodes.size() << (state->nodes.size() == 1 ? " node" : " nodes")
         << " ready; state in " << ClusterStatePath(options.state_directory)

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -11,6 +13,7 @@
 #include "client/loomctl/arguments.h"
 #include "client/loomctl/cluster_connection.h"
 #include "client/loomctl/fetch_directory.h"
+#include "client/loomctl/interrupt_signals.h"
 
 namespace loom::loomctl {
 
@@ -70,6 +73,47 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
 
 void JobEventPrinter::Finish() { printer_.ClearProgress(); }
 
+namespace {
+
+// WatchJob, ended early by SIGINT or SIGTERM (CANCELLED, the signal in `interruption`).
+absl::Status WatchUntilInterrupted(ClusterClient& client, const std::string& job_id,
+                                   const std::function<void(const v1::JobEvent&)>& on_event,
+                                   int* interruption) {
+  WatchCancellation cancellation;
+  WatchOptions options;
+  // Without the handler (another waiter has it, or no pipe), a signal ends loomctl as usual.
+  absl::StatusOr<std::unique_ptr<InterruptSignals>> signals =
+      InterruptSignals::Install([&cancellation] { cancellation.Cancel(); });
+  if (signals.ok()) options.cancellation = &cancellation;
+  absl::Status watched = client.WatchJob(job_id, on_event, options);
+  if (signals.ok()) *interruption = (*signals)->received();
+  return watched;
+}
+
+// Ctrl-C stops the following, not the job: says so, and how to go on.
+void ReportInterruptedWatch(const char* command, const std::string& job_id,
+                            const JobEventPrinter& printer, int interruption, std::ostream& error) {
+  error << command << ": stopped following job " << job_id << " (" << SignalName(interruption)
+        << ")";
+  if (IsTerminal(printer.last_state())) {
+    error << "; it had ended " << JobStateName(printer.last_state()) << "\n";
+    return;
+  }
+  error << "; the job goes on";
+  if (printer.last_state() != v1::JOB_STATE_UNSPECIFIED) {
+    error << " (" << JobStateName(printer.last_state());
+    if (printer.last_step().has_value()) {
+      error << ", step " << printer.last_step()->step() << " of "
+            << printer.last_step()->num_steps();
+    }
+    error << ")";
+  }
+  error << ". 'loomctl watch " << job_id << "' follows it again, 'loomctl cancel " << job_id
+        << "' cancels it\n";
+}
+
+}  // namespace
+
 int WatchJobAndReport(const char* command, ClusterClient& client, const std::string& job_id,
                       OutputFormat output, std::ostream& out, std::ostream& error,
                       const std::string& fetch_directory) {
@@ -78,13 +122,22 @@ int WatchJobAndReport(const char* command, ClusterClient& client, const std::str
   JobEventPrinter printer(output, &out, progress);
   int64_t files = 0;
   absl::Status write_error;  // the first file not written; the others are not tried
-  absl::Status watched = client.WatchJob(job_id, [&](const v1::JobEvent& event) {
-    printer.OnEvent(event);
-    if (!event.has_fetched() || fetch_directory.empty() || !write_error.ok()) return;
-    write_error = WriteFetchedTensor(fetch_directory, event.fetched()).status();
-    if (write_error.ok()) ++files;
-  });
+  int interruption = 0;
+  absl::Status watched = WatchUntilInterrupted(
+      client, job_id,
+      [&](const v1::JobEvent& event) {
+        printer.OnEvent(event);
+        if (!event.has_fetched() || fetch_directory.empty() || !write_error.ok()) return;
+        write_error = WriteFetchedTensor(fetch_directory, event.fetched()).status();
+        if (write_error.ok()) ++files;
+      },
+      &interruption);
   printer.Finish();
+  if (interruption != 0 && watched.code() == absl::StatusCode::kCancelled) {
+    ReportInterruptedWatch(command, job_id, printer, interruption, error);
+    if (files > 0) error << files << " fetched tensors were written to " << fetch_directory << "\n";
+    return ExitCodeOfSignal(interruption);
+  }
   if (!watched.ok()) return ReportRpcError(command, watched, error);
 
   v1::JobState state = printer.last_state();

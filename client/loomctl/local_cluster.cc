@@ -147,11 +147,23 @@ absl::Status FailStart(const std::vector<ClusterNodeRecord>& started,
   return absl::Status(failure.code(), message);
 }
 
+// CANCELLED naming the signal once `interrupt` received one.
+absl::Status CheckInterrupt(const InterruptSignals* interrupt, const std::string& what) {
+  if (interrupt == nullptr || interrupt->received() == 0) return absl::OkStatus();
+  return absl::CancelledError(
+      absl::StrCat("interrupted by ", SignalName(interrupt->received()), " ", what));
+}
+
 // Waits for the daemon's gRPC and metrics addresses (the first two lines it prints; the metrics
 // URL's scheme is `metrics_scheme`).
 absl::Status AwaitAddresses(ClusterNodeRecord& node, const std::string& metrics_scheme,
-                            absl::Time deadline) {
+                            absl::Time deadline, const InterruptSignals* interrupt) {
   while (true) {
+    if (absl::Status interrupted =
+            CheckInterrupt(interrupt, absl::StrCat("while ", node.name, " was starting"));
+        !interrupted.ok()) {
+      return interrupted;
+    }
     node.address = AddressAfter(node.log, "listening on ");
     node.metrics = AddressAfter(node.log, absl::StrCat("metrics on ", metrics_scheme, "://"));
     if (!node.address.empty() && !node.metrics.empty()) return absl::OkStatus();
@@ -165,6 +177,7 @@ absl::Status AwaitAddresses(ClusterNodeRecord& node, const std::string& metrics_
       return absl::DeadlineExceededError(
           absl::StrCat(node.name, " (pid ", node.pid, ") did not print its addresses in time"));
     }
+
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
   }
 }
@@ -269,9 +282,11 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     node.pid = process->pid;
     node.start_ticks = process->start_ticks;
     state.nodes.push_back(node);
-    if (absl::Status started = AwaitAddresses(state.nodes.back(), metrics_scheme, deadline);
+    if (absl::Status started =
+            AwaitAddresses(state.nodes.back(), metrics_scheme, deadline, options.interrupt);
         !started.ok()) {
-      return FailStart(state.nodes, &state.nodes.back(), started, progress);
+      const bool interrupted = started.code() == absl::StatusCode::kCancelled;
+      return FailStart(state.nodes, interrupted ? nullptr : &state.nodes.back(), started, progress);
     }
     const ClusterNodeRecord& started = state.nodes.back();
     if (rank == 0) state.coordinator = started.address;
@@ -293,6 +308,11 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
   progress.flush();
   std::string last_report;
   while (true) {
+    if (absl::Status interrupted =
+            CheckInterrupt(options.interrupt, "before the cluster was ready");
+        !interrupted.ok()) {
+      return FailStart(state.nodes, nullptr, interrupted, progress);
+    }
     absl::Status ready = (*client)->WaitUntilReady(
         options.nodes, std::min(deadline, absl::Now() + absl::Milliseconds(500)));
     if (ready.ok()) break;
@@ -315,6 +335,10 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
       last_report = std::string(ready.message());
       LOG(INFO) << last_report;
     }
+  }
+  if (absl::Status interrupted = CheckInterrupt(options.interrupt, "as the cluster became ready");
+      !interrupted.ok()) {
+    return FailStart(state.nodes, nullptr, interrupted, progress);
   }
   if (absl::Status written = WriteClusterState(directory.string(), state); !written.ok()) {
     return FailStart(state.nodes, nullptr, written, progress);

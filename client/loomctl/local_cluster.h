@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/loomctl/cluster_state.h"
+#include "client/loomctl/interrupt_signals.h"
 #include "client/tls.h"
 
 namespace loom::loomctl {
@@ -35,6 +36,9 @@ struct LocalClusterOptions {
   // (make-certs' certificates serve both). Empty paths and nullopt: plaintext.
   TlsFiles tls;
   std::optional<TlsCredentials> tls_credentials;
+  // Not null: a SIGINT or SIGTERM it receives ends the start (CANCELLED naming the signal), and
+  // the daemons started so far are stopped.
+  const InterruptSignals* interrupt = nullptr;
 };
 
 // Starts options.nodes daemons: node 0 the coordinator (--node-rank 0), the others joining it

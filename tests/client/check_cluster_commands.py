@@ -5,7 +5,7 @@ check_cluster_commands.py LOOMCTL LOOMD
 
 Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
 then runs submit --watch (text and JSON), a failing job, a checkpoint and a job resumed from it,
-a rejected job, status, jobs, cancel, fetched tensors streamed to --fetch-dir, nodes, plan and the unreachable-daemon case, checking exit
+a rejected job, status, jobs, Ctrl-C of a watch, cancel, fetched tensors streamed to --fetch-dir, nodes, plan and the unreachable-daemon case, checking exit
 codes, stderr and that every --output json line parses. Run from the repository root (the job
 files are relative to it).
 """
@@ -200,9 +200,41 @@ try:
     result = loomctl("cancel", job_id, *coordinator)
     check(result.returncode == 4 and "FAILED_PRECONDITION" in result.stderr,
           "cancelling a finished job: FAILED_PRECONDITION, 4")
-    result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--steps", "100000",
-                     *coordinator)
-    long_job = result.stdout.strip()
+    # Ctrl-C (SIGINT) or SIGTERM stops following a job, not the job: exit 128 + the signal,
+    # saying how to follow or cancel it.
+    watcher = subprocess.Popen([LOOMCTL, "submit", "examples/jobs/mlp_regression.pbtxt",
+                                "--steps", "100000", "--watch", *coordinator],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    long_job = watcher.stdout.readline().strip()
+    for line in watcher.stdout:
+        if line.startswith("step 2/"):
+            break
+    watcher.send_signal(signal.SIGINT)
+    try:
+        _, err = watcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        _, err = watcher.communicate()
+    print(f"$ loomctl submit ... --watch (SIGINT)  -> {watcher.returncode}\n{err}", file=sys.stderr)
+    check(watcher.returncode == 130, f"submit --watch ended by SIGINT exits 130, "
+                                     f"not {watcher.returncode}")
+    check(f"stopped following job {long_job} (SIGINT); the job goes on (RUNNING, step " in err
+          and f"'loomctl cancel {long_job}' cancels it" in err,
+          "an interrupted watch says the job goes on and how to cancel it")
+    result = loomctl("status", long_job, "--output", "json", *coordinator)
+    info = json_lines(result.stdout, "status --output json")
+    check(info and info[0]["state"] == "JOB_STATE_RUNNING", "the job runs on after the watch")
+    watcher = subprocess.Popen([LOOMCTL, "watch", long_job, *coordinator],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher.stdout.readline()
+    watcher.send_signal(signal.SIGTERM)
+    try:
+        _, err = watcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        _, err = watcher.communicate()
+    check(watcher.returncode == 143 and "(SIGTERM); the job goes on" in err,
+          f"watch ended by SIGTERM exits 143: {watcher.returncode}, {err!r}")
     result = loomctl("cancel", long_job, "--reason", "enough", "--output", "json", *coordinator)
     cancelled = json_lines(result.stdout, "cancel --output json")
     check(result.returncode == 0 and cancelled and

@@ -7,14 +7,16 @@ Starts a local cluster of NODES loomds (the loomd next to loomctl) in STATE_DIR,
 second `up` is refused, that `loomctl nodes` lists NODES ready nodes and that a training job
 succeeds on it; then `down`: every daemon is gone and the state file removed. With one node it
 also checks that a daemon that cannot start fails `up` with the end of its log, leaving nothing
-running. With --tls the cluster runs with mutual TLS (certificates from scripts/make-certs in
+running, and that Ctrl-C (SIGINT) while `up` waits stops the daemon it started. With --tls the cluster runs with mutual TLS (certificates from scripts/make-certs in
 STATE_DIR/certs): the state file records the files, the commands work with them and a client
 without them gets no answer. Run from the repository root.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 LOOMCTL, STATE_DIRECTORY, NODES = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TLS = "--tls" in sys.argv[4:]
@@ -114,6 +116,43 @@ if NODES == 1:
     check("node0.log" in result.stderr and "memory-budget-per-device" in result.stderr,
           "the failure shows the end of the daemon's log")
     check(not os.path.exists(STATE_FILE), "no state file after a failed up")
+
+    # Ctrl-C while up waits for a daemon stops what it started: nothing is left running
+    # unrecorded. The daemon here passes up's --help check and never listens.
+    fake_loomd = os.path.join(STATE_DIRECTORY, "never-listening-loomd")
+    pid_file = fake_loomd + ".pid"
+    with open(fake_loomd, "w") as script:
+        script.write('#!/bin/sh\ncase "$1" in --help) echo "--listen"; exit 0;; esac\n'
+                     f'echo $$ > {pid_file}\nexec sleep 600\n')
+    os.chmod(fake_loomd, 0o755)
+    if os.path.exists(pid_file):
+        os.remove(pid_file)
+    up = subprocess.Popen([LOOMCTL, "cluster", "up", "--loomd", fake_loomd, "--timeout", "120s",
+                           *state_flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(pid_file) and time.monotonic() < deadline and up.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid is written: up is waiting for the daemon's addresses
+    up.send_signal(signal.SIGINT)
+    try:
+        out, err = up.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        up.kill()
+        out, err = up.communicate()
+    print(f"$ loomctl cluster up --loomd {fake_loomd} (SIGINT)  -> {up.returncode}\n{err}",
+          file=sys.stderr)
+    check(up.returncode == 130, f"up interrupted by SIGINT exits 130, not {up.returncode}")
+    check("interrupted by SIGINT while node0 was starting" in err and "node0 (pid" in err,
+          "up says it was interrupted and stops the daemon it started")
+    try:
+        with open(pid_file) as file:
+            fake_pid = int(file.read())
+        check(not os.path.exists(f"/proc/{fake_pid}") or
+              open(f"/proc/{fake_pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("Z", "X"),
+              "the interrupted up's daemon does not run")
+    except (OSError, ValueError) as error:
+        check(False, f"the fake daemon's pid file: {error}")
+    check(not os.path.exists(STATE_FILE), "no state file after an interrupted up")
 
 if failures:
     print(f"{len(failures)} checks failed", file=sys.stderr)
