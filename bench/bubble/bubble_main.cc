@@ -160,6 +160,6 @@ int Main() {
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
-  google::InitGoogleLogging(argv[0]);
+  loom::bench::InitLogging(argv[0]);
   return loom::bench::Main();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
@@ -100,6 +101,11 @@ void PrintResult(const std::string& name, const std::string& metric, double valu
   std::printf("RESULT %s: %s=%.4g %s=%.4g ratio=%.3f\n", name.c_str(), metric.c_str(), value,
               peer_metric.c_str(), peer_value, ratio);
   std::fflush(stdout);
+}
+
+void InitLogging(const char* program) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(program);
 }
 
 void ExitIfError(const absl::Status& status, const std::string& what) {

@@ -22,6 +22,9 @@ std::string JoinValues(const std::vector<double>& values, int precision);
 void PrintResult(const std::string& name, const std::string& metric, double value,
                  const std::string& peer_metric, double peer_value);
 
+// glog to stderr (with the benchmark's output), not to files in /tmp.
+void InitLogging(const char* program);
+
 // Prints `status` with `what` and exits the process when it is not OK.
 void ExitIfError(const absl::Status& status, const std::string& what);
 

@@ -100,7 +100,7 @@ Measurement Measure(const Layout& layout, int repetitions, const char* label) {
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
-  google::InitGoogleLogging(argv[0]);
+  loom::bench::InitLogging(argv[0]);
   using namespace loom::bench;
   int threads = 0;
   if (argc == 3 && std::string(argv[1]) == "--threads") threads = std::atoi(argv[2]);

@@ -241,6 +241,6 @@ int Main(int argc, char** argv) {
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
-  google::InitGoogleLogging(argv[0]);
+  loom::bench::InitLogging(argv[0]);
   return loom::bench::Main(argc, argv);
 }
