@@ -1,5 +1,6 @@
 #include "client/cluster_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -242,13 +243,31 @@ absl::StatusOr<v1::GetPlanResponse> ClusterClient::GetPlan(const std::string& jo
 }
 
 absl::StatusOr<v1::GetTraceResponse> ClusterClient::GetTrace(const std::string& job_id) {
+  // In parts, as a trace may be larger than a message; each part leaves room for the rest of
+  // the response under this client's limit.
+  constexpr int64_t kPartBytes = 16 << 20;
+  // The response's other fields and gRPC's framing take a few dozen bytes.
+  const int64_t envelope = std::min<int64_t>(4 << 10, options_.max_message_bytes / 2);
   v1::GetTraceRequest request;
   request.set_job_id(job_id);
-  v1::GetTraceResponse response;
-  grpc::Status status =
-      jobs_->GetTrace(CallContext(options_.call_timeout).get(), request, &response);
-  if (!status.ok()) return FromGrpc(status, absl::StrCat("GetTrace(", job_id, ")"));
-  return response;
+  request.set_max_bytes(std::clamp<int64_t>(options_.max_message_bytes - envelope, 1, kPartBytes));
+  v1::GetTraceResponse whole;
+  while (true) {
+    v1::GetTraceResponse part;
+    grpc::Status status = jobs_->GetTrace(CallContext(options_.call_timeout).get(), request, &part);
+    if (!status.ok()) return FromGrpc(status, absl::StrCat("GetTrace(", job_id, ")"));
+    whole.mutable_chrome_trace_json()->append(part.chrome_trace_json());
+    whole.set_acts(part.acts());
+    whole.set_total_bytes(part.total_bytes());
+    const int64_t end = static_cast<int64_t>(whole.chrome_trace_json().size());
+    if (end >= part.total_bytes()) return whole;
+    if (part.chrome_trace_json().empty()) {
+      return absl::DataLossError(absl::StrCat("GetTrace(", job_id, "): the daemon sent nothing at ",
+                                              "offset ", end, " of ", part.total_bytes(),
+                                              " bytes"));
+    }
+    request.set_offset(end);
+  }
 }
 
 absl::StatusOr<std::vector<v1::NodeInfo>> ClusterClient::ListNodes() {

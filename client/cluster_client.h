@@ -123,7 +123,8 @@ class ClusterClient {
                         const WatchOptions& options = {});
   // The compiled plan, whole and per node.
   absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id);
-  // The Chrome trace of an ended job submitted with `trace`.
+  // The Chrome trace of an ended job submitted with `trace`, asked for in parts (a trace may be
+  // larger than a message) and returned whole.
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id);
   // Every node, the coordinator first.
   absl::StatusOr<std::vector<v1::NodeInfo>> ListNodes();

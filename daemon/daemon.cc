@@ -121,8 +121,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
         std::make_unique<JobManager>(std::move(manager_options), daemon->cluster_.get());
     daemon->cluster_->set_lost_handler(
         [self](int node, const absl::Status& reason) { self->manager_->OnNodeLost(node, reason); });
-    daemon->job_service_ =
-        std::make_unique<JobServiceImpl>(daemon->manager_.get(), options.max_watches);
+    daemon->job_service_ = std::make_unique<JobServiceImpl>(
+        daemon->manager_.get(), options.max_watches, options.max_message_bytes);
     daemon->node_service_ =
         std::make_unique<NodeServiceImpl>(daemon->cluster_.get(), daemon->manager_.get());
     daemon->cluster_service_ = std::make_unique<ClusterServiceImpl>(daemon->cluster_.get());

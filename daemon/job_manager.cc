@@ -86,7 +86,10 @@ absl::Status CancelledAtShutdown(const JobRecord& record) {
 // The nodes' trace events merged into one Chrome trace document.
 std::string MergedTrace(const JobRecord& record) {
   std::vector<std::string> event_lists;
-  for (const auto& [node, events] : record.trace_events) event_lists.push_back(events);
+  for (const auto& [node, events] : record.trace_events) {
+    // A node that ended before its last part (it failed) left events cut anywhere: left out.
+    if (record.traced_nodes.contains(node)) event_lists.push_back(events);
+  }
   return ChromeTraceDocument(record.info.name(), event_lists);
 }
 
@@ -402,11 +405,13 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
   return stored;
 }
 
-absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id) const {
+absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id, int64_t offset,
+                                                          int64_t max_bytes) const {
   v1::GetTraceResponse response;
   int64_t number = 0;
   bool stored = false;
   uint64_t written = 0;
+  std::shared_ptr<const PackedTrace> packed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     JobRecord* record = Find(job_id);
@@ -424,23 +429,40 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
       return absl::ResourceExhaustedError(
           absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
     }
-    if (options_.store == nullptr) {
-      if (!ParseCompressedMessage(record->packed_trace, &response)) {
-        return absl::InternalError(absl::StrCat("the kept trace of job '", job_id, "' is corrupt"));
-      }
-      return response;
-    }
     response.set_acts(record->trace_acts);
+    packed = record->packed_trace;
     number = record->number;
     stored = record->trace_stored;
     written = last_write_;
   }
-  // In the data directory, read outside the lock once the write queued when the job ended is made.
-  if (writer_ != nullptr) writer_->WaitFor(written);
-  absl::StatusOr<std::string> json =
-      stored ? options_.store->LoadTrace(number) : absl::NotFoundError("it was not written");
-  if (!json.ok()) return StoredReadError(job_id, "trace", json.status());
-  response.set_chrome_trace_json(*std::move(json));
+  // Read outside the lock: from the kept chunks, or from the data directory once the write
+  // queued when the job ended is made. One byte more than asked, to end on a whole character.
+  JobStore::TracePart window;
+  if (options_.store == nullptr) {
+    if (packed == nullptr)
+      return absl::InternalError(absl::StrCat("job '", job_id, "' kept no trace"));
+    absl::StatusOr<std::string> bytes = packed->Read(offset, max_bytes + 1);
+    if (!bytes.ok()) {
+      return absl::InternalError(absl::StrCat("the kept trace of job '", job_id,
+                                              "' is corrupt: ", bytes.status().message()));
+    }
+    window = {*std::move(bytes), packed->total_bytes()};
+  } else {
+    if (writer_ != nullptr) writer_->WaitFor(written);
+    absl::StatusOr<JobStore::TracePart> part =
+        stored ? options_.store->LoadTracePart(number, offset, max_bytes + 1)
+               : absl::NotFoundError("it was not written");
+    if (!part.ok()) return StoredReadError(job_id, "trace", part.status());
+    window = *std::move(part);
+  }
+  if (offset > window.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " is past the end of job '",
+                                                   job_id, "''s trace (", window.total_bytes,
+                                                   " bytes)"));
+  }
+  window.bytes.resize(TracePartLength(window.bytes, max_bytes));
+  response.set_chrome_trace_json(std::move(window.bytes));
+  response.set_total_bytes(window.total_bytes);
   return response;
 }
 
@@ -466,7 +488,7 @@ JobManager::HistoryBytes JobManager::FinishedJobsBytes() const {
     if (record->packed_events != nullptr) {
       bytes.events += static_cast<int64_t>(record->packed_events->size());
     }
-    bytes.traces += static_cast<int64_t>(record->packed_trace.size());
+    if (record->packed_trace != nullptr) bytes.traces += record->packed_trace->packed_bytes();
     // What is left in `events` once they were packed: the fetched tensors.
     for (const std::shared_ptr<v1::JobEvent>& event : record->events) {
       bytes.fetched += static_cast<int64_t>(event->fetched().data().size());
@@ -950,10 +972,13 @@ void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
     if (running_ == nullptr || running_->id != update.job_id() || !running_->trace ||
         IsTerminal(running_->info.state()) || node < 0 ||
         node >= static_cast<int>(running_->nodes.size()) || running_->nodes[node].ended ||
-        running_->trace_events.contains(node)) {
+        running_->traced_nodes.contains(node)) {
       return;
     }
-    running_->trace_events[node] = update.trace().events();
+    // In parts when the node's events do not fit in a message (NodeTrace.more).
+    running_->trace_events[node] += update.trace().events();
+    if (update.trace().more() && update.trace().error().empty()) return;
+    running_->traced_nodes.insert(node);
     running_->trace_acts += update.trace().acts();
     if (!update.trace().error().empty() && running_->trace_error.empty()) {
       running_->trace_error = update.trace().error();
@@ -1108,20 +1133,19 @@ void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Statu
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
   if (record->trace && record->trace_error.empty() && !record->restored) {
     // Kept compressed (a few bytes an act instead of a hundred), the nodes' parts merged.
-    v1::GetTraceResponse trace;
-    trace.set_chrome_trace_json(MergedTrace(*record));
-    trace.set_acts(record->trace_acts);
+    std::string document = MergedTrace(*record);
     record->trace_events.clear();
     if (writer_ != nullptr) {
       // Only in the data directory, where GetTrace reads it. Written before the job's record,
       // which says it was (a failed write is logged; the trace is then reported lost, as a
       // deleted file would be).
       Write(absl::StrCat("the trace of job ", record->id),
-            [number = record->number, json = std::move(*trace.mutable_chrome_trace_json())](
-                const JobStore& store) { return store.SaveTrace(number, json); });
+            [number = record->number, json = std::move(document)](const JobStore& store) {
+              return store.SaveTrace(number, json);
+            });
       record->trace_stored = true;
     } else {
-      record->packed_trace = CompressedMessage(trace);
+      record->packed_trace = std::make_shared<const PackedTrace>(document);
     }
   }
   ChangeState(record, state, error);

@@ -126,10 +126,13 @@ class JobManager {
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& job_id, const std::string& reason,
                                      absl::Duration timeout);
   absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id) const;
-  // The Chrome trace of an ended job submitted with `trace` (its nodes' acts merged).
-  // FAILED_PRECONDITION for a job without trace or not ended; RESOURCE_EXHAUSTED naming the node
-  // when a node's trace did not fit in a message; NOT_FOUND for an unknown id.
-  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id) const;
+  // A part of the Chrome trace of an ended job submitted with `trace` (its nodes' acts merged):
+  // from byte `offset`, at most `max_bytes` (> 0), whole characters (TracePartLength), with the
+  // document's size. FAILED_PRECONDITION for a job without trace or not ended; RESOURCE_EXHAUSTED
+  // naming the node when a node's trace did not fit in a message; INVALID_ARGUMENT for an offset
+  // past the end; NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id, int64_t offset,
+                                                int64_t max_bytes) const;
 
   struct EventBatch {
     // Held events with sequence >= the one asked for, in order (shared with the job's record, so

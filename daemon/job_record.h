@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "client/loomctl/compile_command.h"
 #include "daemon/packed_events.h"
+#include "daemon/trace_parts.h"
 #include "proto/loom/v1/job_service.pb.h"
 
 namespace loom::daemon {
@@ -75,11 +76,13 @@ struct JobRecord {
   // While it runs: the nodes that reported their part of the periodic checkpoint after a step, by
   // step (JobManager::RunAndSaveCheckpoints assembles a step once every node with variables did).
   std::map<int64_t, std::set<int>> checkpoint_parts;
-  // While it runs: each node's trace events (by node). Once it ended: the merged trace, as a
-  // GetTraceResponse compressed (compressed_message.h), in `packed_trace`; with a data directory
-  // only there (trace_stored), where GetTrace reads it.
+  // While it runs: each node's trace events (by node). Once it ended: the merged trace, in
+  // compressed chunks (trace_parts.h), in `packed_trace`; with a data directory only there
+  // (trace_stored), where GetTrace reads it.
   std::map<int, std::string> trace_events;
-  std::string packed_trace;
+  // The nodes whose whole trace came (its last part, or its error).
+  std::set<int> traced_nodes;
+  std::shared_ptr<const PackedTrace> packed_trace;
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).
   std::string trace_error;

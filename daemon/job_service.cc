@@ -176,8 +176,32 @@ grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* context,
                                       const v1::GetTraceRequest* request,
                                       v1::GetTraceResponse* response) {
   if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
-  absl::StatusOr<v1::GetTraceResponse> trace = manager_->GetTrace(request->job_id());
+  if (request->offset() < 0 || request->max_bytes() < 0) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("GetTrace of job '", request->job_id(), "': offset (", request->offset(),
+                     ") and max_bytes (", request->max_bytes(), ") may not be negative"));
+  }
+  // Room for the response's other fields and gRPC's framing (a few dozen bytes).
+  const int64_t envelope = std::min<int64_t>(4 << 10, max_message_bytes_ / 2);
+  const int64_t fits = std::max<int64_t>(max_message_bytes_ - envelope, 1);
+  const int64_t max_bytes = request->max_bytes() == 0 ? fits : std::min(request->max_bytes(), fits);
+  absl::StatusOr<v1::GetTraceResponse> trace =
+      manager_->GetTrace(request->job_id(), request->offset(), max_bytes);
   if (!trace.ok()) return ToGrpcStatus(trace.status());
+  const int64_t end = request->offset() + static_cast<int64_t>(trace->chrome_trace_json().size());
+  if (request->max_bytes() == 0 && end < trace->total_bytes()) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(
+            "the trace of job '", request->job_id(), "' is ", trace->total_bytes(), " bytes",
+            request->offset() == 0 ? ""
+                                   : absl::StrCat(" (", trace->total_bytes() - request->offset(),
+                                                  " from offset ", request->offset(), ")"),
+            ", more than fits in a message (", max_message_bytes_,
+            " bytes, loomd --max-message-size): ask for it in parts "
+            "(GetTraceRequest.offset and max_bytes), as loomctl does"));
+  }
   *response = std::move(*trace);
   return grpc::Status::OK;
 }

@@ -2,6 +2,7 @@
 #define LOOM_DAEMON_JOB_SERVICE_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #include "absl/time/time.h"
@@ -15,9 +16,11 @@ namespace loom::daemon {
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `manager` must outlive the service. At most `max_watches` WatchJob streams are open at once
-  // (each holds a server thread while it waits); more are RESOURCE_EXHAUSTED.
-  explicit JobServiceImpl(JobManager* manager, int max_watches = 1000)
-      : manager_(manager), max_watches_(max_watches) {}
+  // (each holds a server thread while it waits); more are RESOURCE_EXHAUSTED. The server sends
+  // messages of at most `max_message_bytes` (GetTrace's parts are cut to fit).
+  explicit JobServiceImpl(JobManager* manager, int max_watches = 1000,
+                          int64_t max_message_bytes = 64 << 20)
+      : manager_(manager), max_watches_(max_watches), max_message_bytes_(max_message_bytes) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -41,6 +44,7 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   JobManager* const manager_;
   const int max_watches_;
+  const int64_t max_message_bytes_;
 
   std::mutex mutex_;
   std::condition_variable watch_ended_;

@@ -44,7 +44,12 @@ class JobStore {
   absl::Status SavePlan(int64_t number, const std::string& plan) const;
   absl::StatusOr<v1::GetPlanResponse> LoadPlan(int64_t number) const;
   absl::Status SaveTrace(int64_t number, const std::string& chrome_trace_json) const;
-  absl::StatusOr<std::string> LoadTrace(int64_t number) const;
+  // The trace's bytes [offset, offset + length) (fewer at its end), and its size.
+  struct TracePart {
+    std::string bytes;
+    int64_t total_bytes = 0;
+  };
+  absl::StatusOr<TracePart> LoadTracePart(int64_t number, int64_t offset, int64_t length) const;
   // Deletes the job's files (a forgotten job); missing files are not an error.
   void Remove(int64_t number) const;
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "daemon/job_checkpoint.h"
+#include "daemon/trace_parts.h"
 #include "glog/logging.h"
 #include "runtime/chrome_trace.h"
 #include "runtime/device_backends.h"
@@ -192,26 +193,51 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       if (status.ok() && !path.empty()) {
         status = WriteCheckpointPart(job->runtime(), CheckpointPartPath(path, job->node()));
       }
-      if (traced) {
-        v1::NodeJobUpdate trace;
-        trace.set_job_id(job_id);
-        const int64_t acts = static_cast<int64_t>(job->runtime().events().size());
-        trace.mutable_trace()->set_acts(acts);
-        trace.mutable_trace()->set_events(ChromeTraceEvents(job->runtime()));
-        if (absl::Status reported = Report(trace); absl::IsResourceExhausted(reported)) {
-          // Too large for a message to the coordinator: its error instead.
-          trace.mutable_trace()->clear_events();
-          trace.mutable_trace()->set_error(absl::StrCat("node ", job->node(), "'s trace of ", acts,
-                                                        " acts: ", reported.message(),
-                                                        ": trace fewer steps (trace_steps)"));
-          Report(trace).IgnoreError();
-        }
-      }
+      if (traced) ReportTrace(job_id, *job);
       ReportEnded(job_id, status);
     });
   } else if (command.has_abort()) {
     // Handle aborted the runtime already; a job that never started ends here.
     if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
+  }
+}
+
+void NodeAgent::ReportTrace(const std::string& job_id, NodeJob& job) {
+  // Halved while a part does not fit (the limit is the smaller of this node's and the
+  // coordinator's), down to a size any message limit allows.
+  constexpr int64_t kFirstPartBytes = 8 << 20;
+  constexpr int64_t kSmallestPartBytes = 1 << 10;
+  const std::string events = ChromeTraceEvents(job.runtime());
+  const int64_t acts = static_cast<int64_t>(job.runtime().events().size());
+  const absl::string_view rest_of_events(events);
+  int64_t part_bytes = kFirstPartBytes;
+  size_t offset = 0;
+  while (true) {
+    v1::NodeJobUpdate update;
+    update.set_job_id(job_id);
+    v1::NodeTrace* trace = update.mutable_trace();
+    const absl::string_view window =
+        rest_of_events.substr(offset, static_cast<size_t>(part_bytes) + 1);
+    const size_t length = TracePartLength(window, part_bytes);
+    trace->set_events(std::string(window.substr(0, length)));
+    const bool last = offset + length >= events.size();
+    trace->set_more(!last);
+    if (last) trace->set_acts(acts);
+    absl::Status reported = Report(update);
+    if (absl::IsResourceExhausted(reported) && part_bytes > kSmallestPartBytes) {
+      part_bytes /= 2;
+      continue;
+    }
+    if (absl::IsResourceExhausted(reported)) {
+      // Not even a small part fits: the error instead, which ends this node's trace.
+      update.mutable_trace()->Clear();
+      update.mutable_trace()->set_error(
+          absl::StrCat("node ", job.node(), "'s trace of ", acts, " acts: ", reported.message()));
+      Report(update).IgnoreError();
+      return;
+    }
+    if (!reported.ok() || last) return;  // not reported: the session is gone, and the job with it
+    offset += length;
   }
 }
 

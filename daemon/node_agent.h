@@ -59,6 +59,9 @@ class NodeAgent {
   void Launch(const std::string& job_id, const v1::LaunchNodeJob& launch);
   void Release();
   void ReportEnded(const std::string& job_id, const absl::Status& status);
+  // The ended job's recorded acts, in parts that fit in a message to the coordinator (halved until
+  // they do), or why they could not be sent.
+  void ReportTrace(const std::string& job_id, NodeJob& job);
   // Every update goes through here: dropped (OK) once AbortAll orphaned the job; otherwise the
   // reporter's answer.
   absl::Status Report(const v1::NodeJobUpdate& update);

@@ -153,7 +153,8 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   if (watched == kExitSuccess && !submit_options.checkpoint_path.empty()) {
     error << "checkpoint: " << submit_options.checkpoint_path << "\n";
   }
-  if (trace_path.empty() || watched == kExitUnreachable) return watched;
+  // Interrupted (128 + a signal): the job runs on, and has no trace yet.
+  if (trace_path.empty() || watched == kExitUnreachable || watched > 128) return watched;
   // The acts of a failed or cancelled job are worth a look too.
   absl::StatusOr<v1::GetTraceResponse> trace = client->GetTrace(submitted->job_id());
   if (!trace.ok()) {

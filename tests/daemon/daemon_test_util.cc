@@ -157,6 +157,15 @@ std::string HealthCheckRequest(const std::string& service) {
   return std::string("\x0a") + static_cast<char>(service.size()) + service;
 }
 
+int64_t CompleteEvents(const std::string& chrome_trace_json) {
+  int64_t events = 0;
+  for (size_t at = chrome_trace_json.find("\"ph\":\"X\""); at != std::string::npos;
+       at = chrome_trace_json.find("\"ph\":\"X\"", at + 1)) {
+    ++events;
+  }
+  return events;
+}
+
 DaemonOptions TestOptions() {
   DaemonOptions options;
   options.listen_address = "127.0.0.1:0";

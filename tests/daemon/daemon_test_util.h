@@ -37,6 +37,9 @@ job::Job ReluChain(int length, const std::string& device, int name_bytes = 0);
 
 // grpc.health.v1.HealthCheckResponse { status: SERVING } on the wire.
 inline constexpr char kHealthServing[] = "\x08\x01";
+// The Chrome trace's complete events ("ph":"X"): one per act.
+int64_t CompleteEvents(const std::string& chrome_trace_json);
+
 // A grpc.health.v1.HealthCheckRequest for `service` ("": the whole server) on the wire.
 std::string HealthCheckRequest(const std::string& service);
 
