@@ -232,9 +232,11 @@ absl::Status ClusterClient::WatchJob(const std::string& job_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::GetPlanResponse> ClusterClient::GetPlan(const std::string& job_id) {
+absl::StatusOr<v1::GetPlanResponse> ClusterClient::GetPlan(const std::string& job_id,
+                                                           std::optional<int> node) {
   v1::GetPlanRequest request;
   request.set_job_id(job_id);
+  if (node.has_value()) request.set_node(*node);
   v1::GetPlanResponse response;
   grpc::Status status =
       jobs_->GetPlan(CallContext(options_.call_timeout).get(), request, &response);

@@ -121,8 +121,10 @@ class ClusterClient {
   absl::Status WatchJob(const std::string& job_id,
                         const std::function<void(const v1::JobEvent&)>& on_event,
                         const WatchOptions& options = {});
-  // The compiled plan, whole and per node.
-  absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id);
+  // The compiled plan, whole and per node; or with `node` only that node's (in node_plans), as
+  // a job of hundreds of devices has a whole plan larger than a message.
+  absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id,
+                                              std::optional<int> node = std::nullopt);
   // The Chrome trace of an ended job submitted with `trace`, asked for in parts (a trace may be
   // larger than a message) and returned whole.
   absl::StatusOr<v1::GetTraceResponse> GetTrace(const std::string& job_id);

@@ -378,7 +378,8 @@ absl::StatusOr<v1::JobInfo> JobManager::Cancel(const std::string& job_id, const 
   return InfoOf(*record);
 }
 
-absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_id) const {
+absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_id,
+                                                        std::optional<int> node) const {
   int64_t number = 0;
   std::shared_ptr<const loomctl::CompiledJob> compiled;
   std::shared_ptr<const std::string> plan_bytes;
@@ -390,19 +391,35 @@ absl::StatusOr<v1::GetPlanResponse> JobManager::GetPlan(const std::string& job_i
     compiled = record->compiled;
     plan_bytes = record->plan_bytes;
   }
+  auto check_node = [&](int nodes) {
+    if (!node.has_value() || (*node >= 0 && *node < nodes)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("job '", job_id, "' has no node ", *node,
+                                                   ": its plan spans ", nodes,
+                                                   nodes == 1 ? " node" : " nodes"));
+  };
   // Copied or inflated outside the lock (seconds for a plan of a million tasks).
-  if (compiled != nullptr) return PlanResponseOf(*compiled);
+  if (compiled != nullptr) {
+    if (absl::Status valid = check_node(static_cast<int>(compiled->result.node_plans.size()));
+        !valid.ok()) {
+      return valid;
+    }
+    return PlanResponseOf(*compiled, node);
+  }
+  v1::GetPlanResponse response;
   if (options_.store == nullptr) {
-    v1::GetPlanResponse response;
     if (plan_bytes == nullptr || !ParseCompressedMessage(*plan_bytes, &response)) {
       return absl::InternalError(absl::StrCat("the kept plan of job '", job_id, "' is corrupt"));
     }
-    return response;
+  } else {
+    // In the data directory (written before the job's id reached its client), read outside the
+    // lock.
+    absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(number);
+    if (!stored.ok()) return StoredReadError(job_id, "plan", stored.status());
+    response = *std::move(stored);
   }
-  // In the data directory (written before the job's id reached its client), read outside the lock.
-  absl::StatusOr<v1::GetPlanResponse> stored = options_.store->LoadPlan(number);
-  if (!stored.ok()) return StoredReadError(job_id, "plan", stored.status());
-  return stored;
+  if (absl::Status valid = check_node(response.node_plans_size()); !valid.ok()) return valid;
+  if (node.has_value()) KeepOnlyNodePlan(*node, &response);
+  return response;
 }
 
 absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job_id, int64_t offset,

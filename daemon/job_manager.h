@@ -125,7 +125,10 @@ class JobManager {
   // FAILED_PRECONDITION; an unknown id NOT_FOUND.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& job_id, const std::string& reason,
                                      absl::Duration timeout);
-  absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id) const;
+  // The job's plans (plan_response.h), or with `node` that node's alone (INVALID_ARGUMENT for a
+  // node the plan does not span).
+  absl::StatusOr<v1::GetPlanResponse> GetPlan(const std::string& job_id,
+                                              std::optional<int> node = std::nullopt) const;
   // A part of the Chrome trace of an ended job submitted with `trace` (its nodes' acts merged):
   // from byte `offset`, at most `max_bytes` (> 0), whole characters (TracePartLength), with the
   // document's size. FAILED_PRECONDITION for a job without trace or not ended; RESOURCE_EXHAUSTED

@@ -162,12 +162,32 @@ bool JobServiceImpl::WaitForWatchesToEnd(absl::Duration timeout) {
                                [this] { return watches_ == 0; });
 }
 
+int64_t JobServiceImpl::MessageEnvelopeBytes() const {
+  // gRPC's framing and a response's small fields take a few dozen bytes.
+  return std::min<int64_t>(4 << 10, max_message_bytes_ / 2);
+}
+
 grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
                                      const v1::GetPlanRequest* request,
                                      v1::GetPlanResponse* response) {
   if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
-  absl::StatusOr<v1::GetPlanResponse> plan = manager_->GetPlan(request->job_id());
+  std::optional<int> node;
+  if (request->has_node()) node = request->node();
+  absl::StatusOr<v1::GetPlanResponse> plan = manager_->GetPlan(request->job_id(), node);
   if (!plan.ok()) return ToGrpcStatus(plan.status());
+  // Said here, with what to do, rather than by gRPC's "Sent message larger than max".
+  if (const size_t bytes = plan->ByteSizeLong();
+      bytes > static_cast<size_t>(max_message_bytes_ - MessageEnvelopeBytes())) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(node.has_value() ? absl::StrCat("node ", *node, "'s plan of job '")
+                                      : "the plans of job '",
+                     request->job_id(), "' take ", bytes, " bytes, more than fits in a message (",
+                     max_message_bytes_, " bytes, loomd --max-message-size): ",
+                     node.has_value() ? "raise --max-message-size (on the client too)"
+                                      : "ask for one node's (GetPlanRequest.node; loomctl plan "
+                                        "JOB --node N)"));
+  }
   *response = std::move(*plan);
   return grpc::Status::OK;
 }
@@ -182,9 +202,7 @@ grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* context,
         absl::StrCat("GetTrace of job '", request->job_id(), "': offset (", request->offset(),
                      ") and max_bytes (", request->max_bytes(), ") may not be negative"));
   }
-  // Room for the response's other fields and gRPC's framing (a few dozen bytes).
-  const int64_t envelope = std::min<int64_t>(4 << 10, max_message_bytes_ / 2);
-  const int64_t fits = std::max<int64_t>(max_message_bytes_ - envelope, 1);
+  const int64_t fits = std::max<int64_t>(max_message_bytes_ - MessageEnvelopeBytes(), 1);
   const int64_t max_bytes = request->max_bytes() == 0 ? fits : std::min(request->max_bytes(), fits);
   absl::StatusOr<v1::GetTraceResponse> trace =
       manager_->GetTrace(request->job_id(), request->offset(), max_bytes);

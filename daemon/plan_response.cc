@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/compressed_message.h"
@@ -14,13 +15,23 @@ namespace loom::daemon {
 
 using google::protobuf::internal::WireFormatLite;
 
-v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled) {
+v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled, std::optional<int> node) {
   v1::GetPlanResponse response;
+  if (node.has_value()) {
+    *response.add_node_plans() = compiled.result.node_plans[static_cast<size_t>(*node)];
+    return response;
+  }
   *response.mutable_plan() = compiled.result.plan;
   for (const plan::Plan& node_plan : compiled.result.node_plans) {
     *response.add_node_plans() = node_plan;
   }
   return response;
+}
+
+void KeepOnlyNodePlan(int node, v1::GetPlanResponse* response) {
+  plan::Plan kept = std::move(*response->mutable_node_plans(node));
+  response->Clear();
+  *response->add_node_plans() = std::move(kept);
 }
 
 absl::StatusOr<std::string> SerializedPlanResponse(const loomctl::CompiledJob& compiled,

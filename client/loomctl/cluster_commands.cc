@@ -259,18 +259,15 @@ int RunPlan(const std::vector<std::string>& arguments, std::ostream& out, std::o
   std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
   if (client == nullptr) return kExitUnreachable;
   const std::string& job_id = invocation.arguments.positionals()[0];
-  absl::StatusOr<v1::GetPlanResponse> plans = client->GetPlan(job_id);
+  // Only the node's plan comes, as a whole plan may be larger than a message.
+  absl::StatusOr<v1::GetPlanResponse> plans = client->GetPlan(job_id, node);
   if (!plans.ok()) return ReportRpcError(command, plans.status(), error);
-  const plan::Plan* plan = &plans->plan();
-  if (node.has_value()) {
-    if (*node >= plans->node_plans_size()) {
-      error << command << ": job " << job_id << " has no node " << *node << ": its plan spans "
-            << plans->node_plans_size() << (plans->node_plans_size() == 1 ? " node" : " nodes")
-            << "\n";
-      return kExitUsage;
-    }
-    plan = &plans->node_plans(*node);
+  if (node.has_value() && plans->node_plans_size() != 1) {
+    error << command << ": the daemon sent " << plans->node_plans_size() << " node plans for node "
+          << *node << "'s\n";
+    return kExitFailure;
   }
+  const plan::Plan* plan = node.has_value() ? &plans->node_plans(0) : &plans->plan();
   plan::Plan inlined;
   if (invocation.arguments.Switch("inline-kernels")) {
     if (absl::Status valid = CheckSharedKernels(*plan); !valid.ok()) {

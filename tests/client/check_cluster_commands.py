@@ -314,7 +314,8 @@ try:
     plans = json_lines(result.stdout, "plan --output json")
     check(result.returncode == 0 and plans and plans[0].get("tasks"), "the node's plan as JSON")
     result = loomctl("plan", job_id, "--node", "7", *coordinator)
-    check(result.returncode == 2 and "no node 7" in result.stderr, "plan --node 7: exit 2")
+    check(result.returncode == 4 and "INVALID_ARGUMENT" in result.stderr
+          and "no node 7" in result.stderr, "plan --node 7: the daemon refuses it, exit 4")
     # The compiler's plans name shared kernels by position; --inline-kernels writes them in.
     result = loomctl("plan", job_id, "--output", "json", *coordinator)
     shared = json_lines(result.stdout, "plan --output json")

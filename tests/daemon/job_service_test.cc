@@ -507,6 +507,48 @@ TEST_F(JobServiceTest, GetPlanReturnsTheCompiledPlan) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(after, response));
 }
 
+TEST_F(JobServiceTest, OneNodesPlanComesAloneAndPlansLargerThanAMessageSaySo) {
+  // Long names: a plan of tens of KiB, far more than a response's few dozen bytes besides it.
+  const job::Job job = ReluChain(50, "cpu:0", 200);
+  const std::string id = SubmitOrDie(job);
+  WatchToEnd(id);
+  v1::GetPlanRequest request;
+  request.set_job_id(id);
+  v1::GetPlanResponse whole;
+  ASSERT_TRUE(jobs_->GetPlan(ContextWithDeadline().get(), request, &whole).ok());
+  ASSERT_EQ(whole.node_plans_size(), 1);
+  request.set_node(0);
+  v1::GetPlanResponse node_only;
+  ASSERT_TRUE(jobs_->GetPlan(ContextWithDeadline().get(), request, &node_only).ok());
+  ASSERT_EQ(node_only.node_plans_size(), 1);
+  EXPECT_EQ(node_only.plan().tasks_size(), 0);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(node_only.node_plans(0),
+                                                                 whole.node_plans(0)));
+  request.set_node(1);
+  grpc::Status missing = jobs_->GetPlan(ContextWithDeadline().get(), request, &node_only);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(missing.error_message(), HasSubstr("has no node 1: its plan spans 1 node"));
+
+  // A message limit between the node's plan and the whole response (about twice as large): the
+  // whole is refused saying to ask for one node's, which comes.
+  DaemonOptions options = TestOptions();
+  const int64_t node_bytes = static_cast<int64_t>(whole.node_plans(0).ByteSizeLong());
+  options.max_message_bytes = static_cast<int>(node_bytes * 3 / 2) + (4 << 10);
+  ASSERT_GT(static_cast<int64_t>(whole.ByteSizeLong()), options.max_message_bytes);
+  StartDaemon(options);
+  const std::string again = SubmitOrDie(job);
+  request.set_job_id(again);
+  request.clear_node();
+  v1::GetPlanResponse refused;
+  grpc::Status status = jobs_->GetPlan(ContextWithDeadline().get(), request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("more than fits in a message"));
+  EXPECT_THAT(status.error_message(), HasSubstr("loomctl plan JOB --node N"));
+  request.set_node(0);
+  ASSERT_TRUE(jobs_->GetPlan(ContextWithDeadline().get(), request, &node_only).ok());
+  EXPECT_EQ(node_only.node_plans(0).tasks_size(), whole.node_plans(0).tasks_size());
+}
+
 TEST_F(JobServiceTest, GetTraceIsTheTraceOfATracedJobOnceItEnded) {
   v1::SubmitJobRequest request;
   *request.mutable_job() = SlowJob(3, 200000);
