@@ -83,14 +83,15 @@ absl::Status CancelledAtShutdown(const JobRecord& record) {
       absl::StrCat("job '", record.id, "' was cancelled: the daemon shut down before it started"));
 }
 
-// The nodes' trace events merged into one Chrome trace document.
-std::string MergedTrace(const JobRecord& record) {
+// The nodes' trace events, moved out of the record, to be merged into one Chrome trace document.
+std::vector<std::string> TakeTraceEvents(JobRecord& record) {
   std::vector<std::string> event_lists;
-  for (const auto& [node, events] : record.trace_events) {
+  for (auto& [node, events] : record.trace_events) {
     // A node that ended before its last part (it failed) left events cut anywhere: left out.
-    if (record.traced_nodes.contains(node)) event_lists.push_back(events);
+    if (record.traced_nodes.contains(node)) event_lists.push_back(std::move(events));
   }
-  return ChromeTraceDocument(record.info.name(), event_lists);
+  record.trace_events.clear();
+  return event_lists;
 }
 
 // A trace window names steps of the job, and only a traced job has one.
@@ -780,6 +781,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
         .IgnoreError();  // a node that left has nothing to release
   }
   cluster_->SetRunningJob("", {});
+  KeepTraceOf(record.get());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tracker_ = nullptr;
@@ -984,12 +986,11 @@ void JobManager::NameUnreachableNodes(JobRecord* record, const std::vector<int>&
 void JobManager::OnNodeUpdate(int node, const v1::NodeJobUpdate& update) {
   if (update.has_trace()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Only from a node of the traced job still running it (not after the job ended, when its
-    // trace was packed).
+    // Only from a node of the traced job still running it, until its trace is kept as it ends.
     if (running_ == nullptr || running_->id != update.job_id() || !running_->trace ||
         IsTerminal(running_->info.state()) || node < 0 ||
         node >= static_cast<int>(running_->nodes.size()) || running_->nodes[node].ended ||
-        running_->traced_nodes.contains(node)) {
+        running_->traced_nodes.contains(node) || running_->trace_kept) {
       return;
     }
     // In parts when the node's events do not fit in a message (NodeTrace.more).
@@ -1148,28 +1149,59 @@ void JobManager::ChangeState(JobRecord* record, v1::JobState state, const absl::
 
 void JobManager::Finish(JobRecord* record, v1::JobState state, const absl::Status& error) {
   *record->info.mutable_end_time() = TimeUtil::GetCurrentTime();
-  if (record->trace && record->trace_error.empty() && !record->restored) {
-    // Kept compressed (a few bytes an act instead of a hundred), the nodes' parts merged.
-    std::string document = MergedTrace(*record);
-    record->trace_events.clear();
-    if (writer_ != nullptr) {
-      // Only in the data directory, where GetTrace reads it. Written before the job's record,
-      // which says it was (a failed write is logged; the trace is then reported lost, as a
-      // deleted file would be).
-      Write(absl::StrCat("the trace of job ", record->id),
-            [number = record->number, json = std::move(document)](const JobStore& store) {
-              return store.SaveTrace(number, json);
-            });
-      record->trace_stored = true;
-    } else {
-      record->packed_trace = std::make_shared<const PackedTrace>(document);
-    }
+  if (TraceToKeep(*record)) {
+    // Not kept by KeepTraceOf yet (a job that ended before it ran): its few events, here.
+    std::string document = ChromeTraceDocument(record->info.name(), TakeTraceEvents(*record));
+    KeepTrace(record, writer_ != nullptr ? nullptr : std::make_shared<const PackedTrace>(document),
+              std::move(document));
   }
   ChangeState(record, state, error);
   PackEventsOf(record);
   if (options_.metrics != nullptr) options_.metrics->JobFinished(state);
   finished_.push_back(record->number);
   ForgetOldFinishedJobs();
+}
+
+bool JobManager::TraceToKeep(const JobRecord& record) const {
+  return record.trace && record.trace_error.empty() && !record.restored && !record.trace_kept;
+}
+
+void JobManager::KeepTraceOf(JobRecord* record) {
+  std::vector<std::string> event_lists;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!TraceToKeep(*record)) return;
+    event_lists = TakeTraceEvents(*record);
+    name = record->info.name();
+  }
+  // Merged and compressed outside the lock, which every call and node update takes: half a
+  // second for half a million acts.
+  std::string document = ChromeTraceDocument(name, event_lists);
+  event_lists.clear();
+  std::shared_ptr<const PackedTrace> packed;
+  if (writer_ == nullptr) packed = std::make_shared<const PackedTrace>(document);
+  std::lock_guard<std::mutex> lock(mutex_);
+  KeepTrace(record, std::move(packed), std::move(document));
+}
+
+void JobManager::KeepTrace(JobRecord* record, std::shared_ptr<const PackedTrace> packed,
+                           std::string document) {
+  record->trace_kept = true;
+  record->trace_events.clear();  // parts of a node that had not ended, if any
+  if (writer_ == nullptr) {
+    // Kept compressed (a few bytes an act instead of a hundred).
+    record->packed_trace = std::move(packed);
+    return;
+  }
+  // Only in the data directory, where GetTrace reads it. Written before the job's record, which
+  // says it was (a failed write is logged; the trace is then reported lost, as a deleted file
+  // would be).
+  Write(absl::StrCat("the trace of job ", record->id),
+        [number = record->number, json = std::move(document)](const JobStore& store) {
+          return store.SaveTrace(number, json);
+        });
+  record->trace_stored = true;
 }
 
 void JobManager::PackEventsOf(JobRecord* record) {

@@ -200,6 +200,16 @@ class JobManager {
   void ReleaseFetches();
   void ChangeState(JobRecord* record, v1::JobState state, const absl::Status& error);
   void Finish(JobRecord* record, v1::JobState state, const absl::Status& error);
+  // Whether the record's trace is still to be merged and kept (a traced job, every node's trace
+  // complete, not kept yet).
+  bool TraceToKeep(const JobRecord& record) const;
+  // At a run's end, before Finish: merges the nodes' trace events and keeps the document
+  // (KeepTrace), outside the lock but for taking the events and keeping the result.
+  void KeepTraceOf(JobRecord* record);
+  // Under the lock: keeps the merged trace, `packed` in memory without a data directory, else
+  // `document` written there.
+  void KeepTrace(JobRecord* record, std::shared_ptr<const PackedTrace> packed,
+                 std::string document);
   // A job that ended keeps its events (but the fetched tensors) packed (packed_events.h).
   void PackEventsOf(JobRecord* record);
   void ForgetOldFinishedJobs();

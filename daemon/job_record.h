@@ -82,6 +82,8 @@ struct JobRecord {
   std::map<int, std::string> trace_events;
   // The nodes whose whole trace came (its last part, or its error).
   std::set<int> traced_nodes;
+  // The merged trace was kept (packed_trace or trace_stored): parts still arriving are dropped.
+  bool trace_kept = false;
   std::shared_ptr<const PackedTrace> packed_trace;
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).
