@@ -10,6 +10,7 @@
 #include "client/loomctl/fetch_directory.h"
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
+#include "client/loomctl/trace_file.h"
 #include "google/protobuf/text_format.h"
 #include "runtime/shared_kernels.h"
 
@@ -289,6 +290,30 @@ int RunPlan(const std::vector<std::string>& arguments, std::ostream& out, std::o
   return kExitSuccess;
 }
 
+// --- trace ---
+
+ArgumentSpec TraceSpec() {
+  ArgumentSpec spec(
+      "loomctl trace",
+      "Writes the Chrome trace of a job submitted with a trace ('loomctl submit --trace', or\n"
+      "SubmitJobRequest.trace) to FILE once the job has ended: every act of every node, or of\n"
+      "the steps it was traced for. Open it in https://ui.perfetto.dev. 'submit --watch --trace'\n"
+      "writes it itself; this is for a job whose watch was stopped, or submitted by a program.");
+  spec.AddPositional("JOB_ID", "the job's id").AddPositional("FILE", "where to write the trace");
+  return WithClusterFlags(std::move(spec));
+}
+
+int RunTrace(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& error) {
+  const ArgumentSpec spec = TraceSpec();
+  Invocation invocation = Parse(spec, arguments, out, error);
+  if (invocation.exit_code.has_value()) return *invocation.exit_code;
+  const char* command = spec.command().c_str();
+  std::unique_ptr<ClusterClient> client = ConnectOrReport(command, invocation.options, error);
+  if (client == nullptr) return kExitUnreachable;
+  return WriteTraceFile(command, *client, invocation.arguments.positionals()[0],
+                        invocation.arguments.positionals()[1], error);
+}
+
 }  // namespace
 
 Subcommand StatusSubcommand() {
@@ -309,6 +334,9 @@ Subcommand NodesSubcommand() {
 Subcommand PlanSubcommand() {
   return Subcommand{"plan", "print the plan a job was compiled into (whole or one node's)",
                     RunPlan};
+}
+Subcommand TraceSubcommand() {
+  return Subcommand{"trace", "write the Chrome trace of a traced job that has ended", RunTrace};
 }
 
 }  // namespace loom::loomctl

@@ -27,6 +27,8 @@ Subcommand NodesSubcommand();
 // `loomctl plan JOB_ID [--node N]`: the compiled plan in protobuf text format (--output json:
 // JSON), the whole plan or node N's part (GetPlan).
 Subcommand PlanSubcommand();
+// `loomctl trace JOB_ID FILE`: the Chrome trace of an ended job submitted with trace (GetTrace).
+Subcommand TraceSubcommand();
 
 }  // namespace loom::loomctl
 

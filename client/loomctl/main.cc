@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
       loom::loomctl::CancelSubcommand(),
       loom::loomctl::NodesSubcommand(),
       loom::loomctl::PlanSubcommand(),
+      loom::loomctl::TraceSubcommand(),
       loom::loomctl::ClusterSubcommand(),
   };
   std::vector<std::string> arguments(argv + 1, argv + argc);

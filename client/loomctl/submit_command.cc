@@ -1,9 +1,6 @@
 #include "client/loomctl/submit_command.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +12,7 @@
 #include "client/loomctl/job_watch.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "client/loomctl/step_range.h"
+#include "client/loomctl/trace_file.h"
 #include "compiler/compiler.h"
 
 namespace loom::loomctl {
@@ -153,24 +151,16 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   if (watched == kExitSuccess && !submit_options.checkpoint_path.empty()) {
     error << "checkpoint: " << submit_options.checkpoint_path << "\n";
   }
-  // Interrupted (128 + a signal): the job runs on, and has no trace yet.
-  if (trace_path.empty() || watched == kExitUnreachable || watched > 128) return watched;
+  if (trace_path.empty() || watched == kExitUnreachable) return watched;
+  if (watched > 128) {
+    // Interrupted (128 + a signal): the job runs on, and has no trace yet.
+    error << kCommand << ": 'loomctl trace " << submitted->job_id() << " " << trace_path
+          << "' writes its trace once it ends\n";
+    return watched;
+  }
   // The acts of a failed or cancelled job are worth a look too.
-  absl::StatusOr<v1::GetTraceResponse> trace = client->GetTrace(submitted->job_id());
-  if (!trace.ok()) {
-    ReportRpcError(kCommand, trace.status(), error);
-    return watched == kExitSuccess ? kExitFailure : watched;
-  }
-  std::ofstream file(trace_path, std::ios::binary | std::ios::trunc);
-  file << trace->chrome_trace_json();
-  file.close();
-  if (!file) {
-    error << kCommand << ": cannot write the trace to '" << trace_path
-          << "': " << std::strerror(errno) << "\n";
-    return watched == kExitSuccess ? kExitFailure : watched;
-  }
-  error << "trace: " << trace_path << " (" << trace->acts()
-        << " acts; open it in https://ui.perfetto.dev)\n";
+  const int written = WriteTraceFile(kCommand, *client, submitted->job_id(), trace_path, error);
+  if (written != kExitSuccess) return watched == kExitSuccess ? kExitFailure : watched;
   return watched;
 }
 

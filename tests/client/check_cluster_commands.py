@@ -5,7 +5,7 @@ check_cluster_commands.py LOOMCTL LOOMD
 
 Starts `loomd --listen 127.0.0.1:0 --devices cpu:2` (the address is read from its first line),
 then runs submit --watch (text and JSON), a failing job, a checkpoint and a job resumed from it,
-a rejected job, status, jobs, Ctrl-C of a watch, cancel, fetched tensors streamed to --fetch-dir, nodes, plan and the unreachable-daemon case, checking exit
+a rejected job, status, jobs, trace, Ctrl-C of a watch, cancel, fetched tensors streamed to --fetch-dir, nodes, plan and the unreachable-daemon case, checking exit
 codes, stderr and that every --output json line parses. Run from the repository root (the job
 files are relative to it).
 """
@@ -96,6 +96,17 @@ try:
                     if event.get("ph") == "X"]
         check(acts and {event["args"]["step"] for event in acts} == {3, 4},
               f"the trace holds steps 3 and 4 only: {sorted({e['args']['step'] for e in acts})}")
+        # loomctl trace writes the same trace again, from the job's id.
+        traced_job = result.stdout.splitlines()[0] if result.stdout else ""
+        again_path = os.path.join(scratch, "again.json")
+        result = loomctl("trace", traced_job, again_path, *coordinator)
+        check(result.returncode == 0 and f"trace: {again_path}" in result.stderr,
+              f"loomctl trace exited {result.returncode}")
+        with open(trace_path) as first, open(again_path) as again:
+            check(first.read() == again.read(), "loomctl trace writes the job's trace")
+        result = loomctl("trace", "job-1", again_path, *coordinator)
+        check(result.returncode == 4 and "submitted without trace" in result.stderr,
+              f"loomctl trace of a job without trace: FAILED_PRECONDITION, 4: {result.returncode}")
     result = loomctl("submit", "examples/jobs/mlp_regression.pbtxt", "--trace-steps", "3",
                      *coordinator)
     check(result.returncode == 2 and "--trace-steps needs --trace" in result.stderr,
@@ -203,7 +214,8 @@ try:
     # Ctrl-C (SIGINT) or SIGTERM stops following a job, not the job: exit 128 + the signal,
     # saying how to follow or cancel it.
     watcher = subprocess.Popen([LOOMCTL, "submit", "examples/jobs/mlp_regression.pbtxt",
-                                "--steps", "100000", "--watch", *coordinator],
+                                "--steps", "100000", "--watch", "--trace", "/tmp/unused.json",
+                                "--trace-steps", "1", *coordinator],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     long_job = watcher.stdout.readline().strip()
     for line in watcher.stdout:
@@ -221,6 +233,8 @@ try:
     check(f"stopped following job {long_job} (SIGINT); the job goes on (RUNNING, step " in err
           and f"'loomctl cancel {long_job}' cancels it" in err,
           "an interrupted watch says the job goes on and how to cancel it")
+    check(f"'loomctl trace {long_job} /tmp/unused.json' writes its trace once it ends" in err,
+          "an interrupted watch says how to get the trace it would have written")
     result = loomctl("status", long_job, "--output", "json", *coordinator)
     info = json_lines(result.stdout, "status --output json")
     check(info and info[0]["state"] == "JOB_STATE_RUNNING", "the job runs on after the watch")
