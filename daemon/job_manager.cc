@@ -457,8 +457,9 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
   // queued when the job ended is made. One byte more than asked, to end on a whole character.
   JobStore::TracePart window;
   if (options_.store == nullptr) {
-    if (packed == nullptr)
+    if (packed == nullptr) {
       return absl::InternalError(absl::StrCat("job '", job_id, "' kept no trace"));
+    }
     absl::StatusOr<std::string> bytes = packed->Read(offset, max_bytes + 1);
     if (!bytes.ok()) {
       return absl::InternalError(absl::StrCat("the kept trace of job '", job_id,
@@ -474,9 +475,9 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
     window = *std::move(part);
   }
   if (offset > window.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " is past the end of job '",
-                                                   job_id, "''s trace (", window.total_bytes,
-                                                   " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("offset ", offset,
+                                                   " is past the end of the trace of job '", job_id,
+                                                   "' (", window.total_bytes, " bytes)"));
   }
   window.bytes.resize(TracePartLength(window.bytes, max_bytes));
   response.set_chrome_trace_json(std::move(window.bytes));
