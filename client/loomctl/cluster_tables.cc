@@ -14,8 +14,12 @@ namespace {
 
 std::string StateText(const v1::JobInfo& job) {
   std::string text = JobStateName(job.state());
-  if (job.state() == v1::JOB_STATE_PENDING)
-    absl::StrAppend(&text, " (#", job.queue_position(), ")");
+  if (job.state() == v1::JOB_STATE_PENDING) {
+    // queue_position counts the jobs ahead.
+    absl::StrAppend(&text, job.queue_position() == 0
+                               ? " (next)"
+                               : absl::StrCat(" (", job.queue_position(), " ahead)"));
+  }
   return text;
 }
 

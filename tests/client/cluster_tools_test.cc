@@ -261,7 +261,10 @@ TEST(ClusterTablesTest, JobsAndNodes) {
   job.set_steps_done(0);
   const std::string table = FormatJobTable({job});
   EXPECT_THAT(table, HasSubstr("JOB"));
-  EXPECT_THAT(table, HasSubstr("PENDING (#2)"));
+  EXPECT_THAT(table, HasSubstr("PENDING (2 ahead)"));
+  job.set_queue_position(0);
+  EXPECT_THAT(FormatJobTable({job}), HasSubstr("PENDING (next)"));
+  job.set_queue_position(2);
   EXPECT_THAT(table, HasSubstr("0/20"));
   EXPECT_EQ(FormatJobTable({}), "no jobs\n");
   job.set_state(v1::JOB_STATE_FAILED);
