@@ -46,6 +46,17 @@ def json_lines(text, what):
     return objects
 
 
+def interrupt(process, signal_number):
+    """Sends the signal and waits (30 s, then SIGKILL) for the process to end; its stderr."""
+    process.send_signal(signal_number)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return err
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -221,12 +232,7 @@ try:
     for line in watcher.stdout:
         if line.startswith("step 2/"):
             break
-    watcher.send_signal(signal.SIGINT)
-    try:
-        _, err = watcher.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        _, err = watcher.communicate()
+    err = interrupt(watcher, signal.SIGINT)
     print(f"$ loomctl submit ... --watch (SIGINT)  -> {watcher.returncode}\n{err}", file=sys.stderr)
     check(watcher.returncode == 130, f"submit --watch ended by SIGINT exits 130, "
                                      f"not {watcher.returncode}")
@@ -241,12 +247,7 @@ try:
     watcher = subprocess.Popen([LOOMCTL, "watch", long_job, *coordinator],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watcher.stdout.readline()
-    watcher.send_signal(signal.SIGTERM)
-    try:
-        _, err = watcher.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        _, err = watcher.communicate()
+    err = interrupt(watcher, signal.SIGTERM)
     check(watcher.returncode == 143 and "(SIGTERM); the job goes on" in err,
           f"watch ended by SIGTERM exits 143: {watcher.returncode}, {err!r}")
     result = loomctl("cancel", long_job, "--reason", "enough", "--output", "json", *coordinator)
