@@ -1,5 +1,6 @@
 // loomctl: Loom's command-line client. `loomctl COMMAND [arguments] [flags]`; `loomctl --help`
 // lists the commands.
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = google::GLOG_WARNING;
   google::InitGoogleLogging(argv[0]);
   google::InstallFailureSignalHandler();
+  // glog's handler reports SIGTERM as a crash, with a stack trace; for a command it is how it is
+  // asked to stop (`timeout`, a job scheduler): ended as by default, quietly.
+  signal(SIGTERM, SIG_DFL);
 
   std::vector<loom::loomctl::Subcommand> subcommands = {
       // On this machine.

@@ -12,6 +12,9 @@ usage:
       (within 1e-5), every step of every fetched tensor.
   check_compile_run.py list-ops LOOMCTL OP...
       `loomctl compile --list-ops` lists every OP.
+  check_compile_run.py terminated LOOMCTL JOB DEVICES
+      SIGTERM to `loomctl run JOB` ends it as SIGTERM ends a command, without a crash report (a
+      stack trace of where it was waiting).
 """
 import ast
 import json
@@ -19,6 +22,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -168,12 +172,31 @@ def check_list_ops(loomctl, ops):
     print(f"ok: {len(listed)} op types")
 
 
+def check_terminated(loomctl, job, devices):
+    process = subprocess.Popen([loomctl, "run", job, "--devices", devices, "--steps", "100000000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()  # a step line: the job runs
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        fail("loomctl run did not end within 30 s of SIGTERM")
+    if not first.startswith("step "):
+        fail(f"loomctl run printed {first!r} first, not a step line:\n{err}")
+    if process.returncode != -signal.SIGTERM:
+        fail(f"loomctl run ended with {process.returncode}, not by SIGTERM:\n{err}")
+    if "Aborted at" in err or "stack trace" in err:
+        fail(f"SIGTERM made loomctl print a crash report:\n{err}")
+    print("ok: SIGTERM ends loomctl run quietly")
+
+
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
     check, arguments = sys.argv[1], sys.argv[2:]
     checks = {"explain": (check_explain, 5), "outputs": (check_outputs, 5),
-              "equivalence": (check_equivalence, 5)}
+              "equivalence": (check_equivalence, 5), "terminated": (check_terminated, 3)}
     if check == "list-ops":
         check_list_ops(arguments[0], arguments[1:])
     elif check in checks and len(arguments) == checks[check][1]:
