@@ -66,8 +66,8 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
       "streams each training step's loss and time to WatchJob. With --coordinator it is a\n"
       "worker: it joins the coordinator (and rejoins it after a restart), sends heartbeats and\n"
       "runs its part of the jobs.\n\n"
-      "SIGTERM or SIGINT: stop taking jobs, cancel the queued ones, give the running one\n"
-      "--shutdown-grace to finish (then cancel it), and exit 0.");
+      "SIGTERM, SIGINT or SIGHUP: stop taking jobs, cancel the queued ones, give the running\n"
+      "one --shutdown-grace to finish (then cancel it), and exit 0.");
   spec.AddFlag("listen", "HOST:PORT", "127.0.0.1:7070",
                "the address to serve on; port 0 picks a free port (printed at start)")
       .AddFlag("coordinator", "HOST:PORT", "",

@@ -36,12 +36,16 @@ int main(int argc, char** argv) {
   }
   FLAGS_minloglevel = options->verbose ? google::GLOG_INFO : google::GLOG_WARNING;
 
-  // SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so
-  // that every thread inherits the mask and none is interrupted by them.
+  // SIGTERM, SIGINT and SIGHUP are taken by sigwait below: blocked here, before any thread
+  // starts, so that every thread inherits the mask and none is interrupted by them. SIGHUP (the
+  // terminal closed; loomd has no configuration to reload) stops it too, as by default: left
+  // alone it would go to UCX's handler (UCX_DEBUG_SIGNO), which turns UCX's log to its most
+  // verbose level and leaves the daemon running.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<loom::daemon::Daemon>> daemon =
@@ -72,8 +76,7 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::cout << "loomd: " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT") << ": shutting down"
-            << std::endl;
+  std::cout << "loomd: SIG" << sigabbrev_np(signal_number) << ": shutting down" << std::endl;
   if (absl::Status status = systemd.Stopping(); !status.ok()) LOG(WARNING) << status.message();
   (*daemon)->Shutdown(options->shutdown_grace);
   daemon->reset();
