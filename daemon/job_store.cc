@@ -163,7 +163,8 @@ absl::StatusOr<JobStore::TracePart> JobStore::LoadTracePart(int64_t number, int6
     return error;
   }
   part.total_bytes = static_cast<int64_t>(status.st_size);
-  const int64_t end = std::min(part.total_bytes, offset + length);
+  // offset + length, which may be past int64_t for any offset a client sends, capped at the end.
+  const int64_t end = length >= part.total_bytes - offset ? part.total_bytes : offset + length;
   part.bytes.resize(static_cast<size_t>(std::max<int64_t>(end - offset, 0)));
   size_t done = 0;
   while (done < part.bytes.size()) {

@@ -42,7 +42,8 @@ int64_t PackedTrace::packed_bytes() const {
 
 absl::StatusOr<std::string> PackedTrace::Read(int64_t offset, int64_t length) const {
   std::string bytes;
-  const int64_t end = std::min(total_bytes_, offset + length);
+  // offset + length, which may be past int64_t for any offset a client sends, capped at the end.
+  const int64_t end = length >= total_bytes_ - offset ? total_bytes_ : offset + length;
   if (offset >= end) return bytes;
   google::protobuf::BytesValue chunk;
   for (int64_t index = offset / chunk_bytes_; index * chunk_bytes_ < end; ++index) {

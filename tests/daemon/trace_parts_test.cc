@@ -4,6 +4,7 @@
 #include "daemon/trace_parts.h"
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -55,6 +56,7 @@ TEST(PackedTraceTest, ReadsAnyRangeAcrossItsChunks) {
   }
   EXPECT_EQ(*packed.Read(document.size(), 10), "");
   EXPECT_EQ(*packed.Read(document.size() + 1, 10), "");  // past the end: nothing
+  EXPECT_EQ(*packed.Read(std::numeric_limits<int64_t>::max() - 5, 10), "");
   EXPECT_EQ(PackedTrace("").total_bytes(), 0);
   EXPECT_EQ(*PackedTrace("").Read(0, 10), "");
 }
@@ -143,6 +145,8 @@ TEST_P(TraceInPartsTest, ATraceLargerThanAMessageIsReadInParts) {
   EXPECT_EQ(past.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(past.error_message(), HasSubstr("past the end"));
   EXPECT_EQ(GetTrace(id, -1, 10, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(GetTrace(id, std::numeric_limits<int64_t>::max(), 0, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 
   // The client library asks in parts and gives the document whole.
   ClusterClientOptions client_options;
