@@ -209,7 +209,6 @@ void NodeAgent::ReportTrace(const std::string& job_id, NodeJob& job) {
   constexpr int64_t kSmallestPartBytes = 1 << 10;
   const std::string events = ChromeTraceEvents(job.runtime());
   const int64_t acts = static_cast<int64_t>(job.runtime().events().size());
-  const absl::string_view rest_of_events(events);
   int64_t part_bytes = kFirstPartBytes;
   size_t offset = 0;
   while (true) {
@@ -217,7 +216,7 @@ void NodeAgent::ReportTrace(const std::string& job_id, NodeJob& job) {
     update.set_job_id(job_id);
     v1::NodeTrace* trace = update.mutable_trace();
     const absl::string_view window =
-        rest_of_events.substr(offset, static_cast<size_t>(part_bytes) + 1);
+        absl::string_view(events).substr(offset, static_cast<size_t>(part_bytes) + 1);
     const size_t length = TracePartLength(window, part_bytes);
     trace->set_events(std::string(window.substr(0, length)));
     const bool last = offset + length >= events.size();

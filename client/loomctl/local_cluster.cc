@@ -177,7 +177,6 @@ absl::Status AwaitAddresses(ClusterNodeRecord& node, const std::string& metrics_
       return absl::DeadlineExceededError(
           absl::StrCat(node.name, " (pid ", node.pid, ") did not print its addresses in time"));
     }
-
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
   }
 }
