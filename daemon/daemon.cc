@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.max_finished_jobs = options.max_finished_jobs;
     manager_options.max_events_per_job = options.max_events_per_job;
     manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;
+    manager_options.max_kept_trace_bytes = options.max_kept_trace_bytes;
     manager_options.metrics = daemon->metrics_.get();
     if (daemon->store_.has_value()) manager_options.store = &*daemon->store_;
     daemon->manager_ =

@@ -142,6 +142,9 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "the most bytes of fetched tensors a job may stream to its watchers (loomctl "
                "submit --fetch-dir); the coordinator holds them in memory until the next such job "
                "starts. A job that would stream more is refused (RESOURCE_EXHAUSTED)")
+      .AddFlag("max-kept-trace-bytes", "BYTES", "1GiB",
+               "without --data-dir: the most bytes of finished jobs' traces the coordinator keeps "
+               "in memory, compressed; the oldest traces go first (the newest is always kept)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
   loomctl::AddTlsFlags(spec);
@@ -215,6 +218,12 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
         kCommand, absl::StrCat("--max-fetched-bytes: ", fetched_bytes.status().message()));
   }
   options.max_fetched_bytes = *fetched_bytes;
+  absl::StatusOr<int64_t> trace_bytes = ParseByteSize(arguments.Value("max-kept-trace-bytes"));
+  if (!trace_bytes.ok()) {
+    return loomctl::UsageError(
+        kCommand, absl::StrCat("--max-kept-trace-bytes: ", trace_bytes.status().message()));
+  }
+  options.max_kept_trace_bytes = *trace_bytes;
 
   for (auto [flag, target] : std::vector<std::pair<const char*, absl::Duration*>>{
            {"stall-timeout", &options.stall_timeout},

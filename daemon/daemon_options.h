@@ -63,6 +63,9 @@ struct DaemonOptions {
   // The most bytes of fetched tensors one job may stream to its watchers (held on the
   // coordinator until the next such job starts).
   int64_t max_fetched_bytes = int64_t{256} << 20;
+  // Without a data directory: the most bytes of finished jobs' compressed traces kept in memory
+  // (the oldest are dropped first; the newest is kept whatever its size).
+  int64_t max_kept_trace_bytes = int64_t{1} << 30;
   int blas_threads = 1;
   bool verbose = false;
   // --tls-ca / --tls-cert / --tls-key, read at start: every gRPC connection of the daemon (its

@@ -447,6 +447,13 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
       return absl::ResourceExhaustedError(
           absl::StrCat("job '", job_id, "' has no complete trace: ", record->trace_error));
     }
+    if (record->trace_dropped) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the trace of job '", job_id, "' was dropped: without --data-dir the coordinator keeps ",
+          options_.max_kept_trace_bytes,
+          " bytes of finished jobs' traces (--max-kept-trace-bytes) "
+          "and newer traces took its place"));
+    }
     response.set_acts(record->trace_acts);
     packed = record->packed_trace;
     number = record->number;
@@ -1193,6 +1200,7 @@ void JobManager::KeepTrace(JobRecord* record, std::shared_ptr<const PackedTrace>
   if (writer_ == nullptr) {
     // Kept compressed (a few bytes an act instead of a hundred).
     record->packed_trace = std::move(packed);
+    DropOldTraces(*record);
     return;
   }
   // Only in the data directory, where GetTrace reads it. Written before the job's record, which
@@ -1203,6 +1211,28 @@ void JobManager::KeepTrace(JobRecord* record, std::shared_ptr<const PackedTrace>
           return store.SaveTrace(number, json);
         });
   record->trace_stored = true;
+}
+
+void JobManager::DropOldTraces(const JobRecord& newest) {
+  std::vector<JobRecord*> kept;  // the oldest first
+  int64_t bytes = newest.packed_trace == nullptr ? 0 : newest.packed_trace->packed_bytes();
+  for (int64_t number : finished_) {
+    auto found = records_.find(number);
+    if (found == records_.end() || found->second.get() == &newest ||
+        found->second->packed_trace == nullptr) {
+      continue;
+    }
+    kept.push_back(found->second.get());
+    bytes += found->second->packed_trace->packed_bytes();
+  }
+  for (JobRecord* record : kept) {
+    if (bytes <= options_.max_kept_trace_bytes) return;
+    bytes -= record->packed_trace->packed_bytes();
+    record->packed_trace.reset();
+    record->trace_dropped = true;
+    LOG(INFO) << "dropped the trace of job " << record->id << " (--max-kept-trace-bytes "
+              << options_.max_kept_trace_bytes << ")";
+  }
 }
 
 void JobManager::PackEventsOf(JobRecord* record) {

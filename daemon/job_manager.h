@@ -81,6 +81,9 @@ class JobManager {
     // (loomd --max-fetched-bytes). A piece may take half of the smallest message limit of the
     // coordinator and the job's nodes (Cluster::MessageLimit).
     int64_t max_fetched_bytes_per_job = int64_t{256} << 20;
+    // Without a store: the most bytes of finished jobs' packed traces kept; the oldest are dropped
+    // first (GetTrace then says so), the newest is kept whatever its size.
+    int64_t max_kept_trace_bytes = int64_t{1} << 30;
     // Jobs' ends and steps are counted here (may be null); it must outlive the manager.
     DaemonMetrics* metrics = nullptr;
     // Where jobs are kept across restarts (loomd --data-dir); null: in memory only. It must
@@ -210,6 +213,9 @@ class JobManager {
   // `document` written there.
   void KeepTrace(JobRecord* record, std::shared_ptr<const PackedTrace> packed,
                  std::string document);
+  // Without a store: drops the packed traces of the oldest finished jobs while all of them and
+  // `newest`'s take more than options.max_kept_trace_bytes (never `newest`'s).
+  void DropOldTraces(const JobRecord& newest);
   // A job that ended keeps its events (but the fetched tensors) packed (packed_events.h).
   void PackEventsOf(JobRecord* record);
   void ForgetOldFinishedJobs();

@@ -84,6 +84,8 @@ struct JobRecord {
   std::set<int> traced_nodes;
   // The merged trace was kept (packed_trace or trace_stored): parts still arriving are dropped.
   bool trace_kept = false;
+  // Its packed trace was dropped to keep the coordinator under --max-kept-trace-bytes.
+  bool trace_dropped = false;
   std::shared_ptr<const PackedTrace> packed_trace;
   int64_t trace_acts = 0;
   // A node's trace did not fit in a message: why (GetTrace then fails with it).

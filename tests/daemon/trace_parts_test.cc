@@ -160,6 +160,30 @@ TEST_P(TraceInPartsTest, ATraceLargerThanAMessageIsReadInParts) {
   EXPECT_EQ(trace->acts(), acts);
 }
 
+// Without a data directory the coordinator keeps --max-kept-trace-bytes of traces: the oldest go
+// first, the newest stays whatever its size.
+TEST_F(DaemonTest, TheOldestTracesAreDroppedToKeepTheirBytesUnderTheLimit) {
+  DaemonOptions options = TestOptions();
+  options.max_kept_trace_bytes = 1;  // less than any trace
+  StartDaemon(options);
+  const std::string first = SubmitTracedOrDie(TrainingJob(2));
+  WatchToEnd(first);
+  const std::string second = SubmitTracedOrDie(TrainingJob(2));
+  WatchToEnd(second);
+  ASSERT_TRUE(WaitForState(second, v1::JOB_STATE_SUCCEEDED));
+  v1::GetTraceRequest request;
+  request.set_job_id(second);
+  v1::GetTraceResponse trace;
+  grpc::Status kept = jobs_->GetTrace(ContextWithDeadline().get(), request, &trace);
+  ASSERT_TRUE(kept.ok()) << kept.error_message();
+  EXPECT_GT(trace.acts(), 0);
+  request.set_job_id(first);
+  grpc::Status dropped = jobs_->GetTrace(ContextWithDeadline().get(), request, &trace);
+  EXPECT_EQ(dropped.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(dropped.error_message(), HasSubstr("was dropped"));
+  EXPECT_THAT(dropped.error_message(), HasSubstr("--max-kept-trace-bytes"));
+}
+
 INSTANTIATE_TEST_SUITE_P(KeptInMemoryOrInTheDataDirectory, TraceInPartsTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "DataDirectory" : "Memory";
