@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/grpc_durations.h"
+#include "client/message_payload.h"
 #include "client/raw_unary_call.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -245,14 +246,11 @@ absl::StatusOr<v1::GetPlanResponse> ClusterClient::GetPlan(const std::string& jo
 }
 
 absl::StatusOr<v1::GetTraceResponse> ClusterClient::GetTrace(const std::string& job_id) {
-  // In parts, as a trace may be larger than a message; each part leaves room for the rest of
-  // the response under this client's limit.
+  // In parts, as a trace may be larger than a message, each fitting this client's limit.
   constexpr int64_t kPartBytes = 16 << 20;
-  // The response's other fields and gRPC's framing take a few dozen bytes.
-  const int64_t envelope = std::min<int64_t>(4 << 10, options_.max_message_bytes / 2);
   v1::GetTraceRequest request;
   request.set_job_id(job_id);
-  request.set_max_bytes(std::clamp<int64_t>(options_.max_message_bytes - envelope, 1, kPartBytes));
+  request.set_max_bytes(std::min(MessagePayloadBytes(options_.max_message_bytes), kPartBytes));
   v1::GetTraceResponse whole;
   while (true) {
     v1::GetTraceResponse part;

@@ -462,7 +462,7 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
   }
   // Read outside the lock: from the kept chunks, or from the data directory once the write
   // queued when the job ended is made. One byte more than asked, to end on a whole character.
-  JobStore::TracePart window;
+  FilePart window;
   if (options_.store == nullptr) {
     if (packed == nullptr) {
       return absl::InternalError(absl::StrCat("job '", job_id, "' kept no trace"));
@@ -475,7 +475,7 @@ absl::StatusOr<v1::GetTraceResponse> JobManager::GetTrace(const std::string& job
     window = {*std::move(bytes), packed->total_bytes()};
   } else {
     if (writer_ != nullptr) writer_->WaitFor(written);
-    absl::StatusOr<JobStore::TracePart> part =
+    absl::StatusOr<FilePart> part =
         stored ? options_.store->LoadTracePart(number, offset, max_bytes + 1)
                : absl::NotFoundError("it was not written");
     if (!part.ok()) return StoredReadError(job_id, "trace", part.status());

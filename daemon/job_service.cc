@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/message_payload.h"
 #include "daemon/grpc_status.h"
 
 namespace loom::daemon {
@@ -162,11 +163,6 @@ bool JobServiceImpl::WaitForWatchesToEnd(absl::Duration timeout) {
                                [this] { return watches_ == 0; });
 }
 
-int64_t JobServiceImpl::MessageEnvelopeBytes() const {
-  // gRPC's framing and a response's small fields take a few dozen bytes.
-  return std::min<int64_t>(4 << 10, max_message_bytes_ / 2);
-}
-
 grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
                                      const v1::GetPlanRequest* request,
                                      v1::GetPlanResponse* response) {
@@ -177,7 +173,7 @@ grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   // Said here, with what to do, rather than by gRPC's "Sent message larger than max".
   if (const size_t bytes = plan->ByteSizeLong();
-      bytes > static_cast<size_t>(max_message_bytes_ - MessageEnvelopeBytes())) {
+      bytes > static_cast<size_t>(MessagePayloadBytes(max_message_bytes_))) {
     return grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat(node.has_value() ? absl::StrCat("node ", *node, "'s plan of job '")
@@ -202,7 +198,7 @@ grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* context,
         absl::StrCat("GetTrace of job '", request->job_id(), "': offset (", request->offset(),
                      ") and max_bytes (", request->max_bytes(), ") may not be negative"));
   }
-  const int64_t fits = std::max<int64_t>(max_message_bytes_ - MessageEnvelopeBytes(), 1);
+  const int64_t fits = MessagePayloadBytes(max_message_bytes_);
   const int64_t max_bytes = request->max_bytes() == 0 ? fits : std::min(request->max_bytes(), fits);
   absl::StatusOr<v1::GetTraceResponse> trace =
       manager_->GetTrace(request->job_id(), request->offset(), max_bytes);

@@ -42,9 +42,6 @@ class JobServiceImpl final : public v1::JobService::Service {
   bool WaitForWatchesToEnd(absl::Duration timeout);
 
  private:
-  // What a response of up to max_message_bytes_ leaves to its large field.
-  int64_t MessageEnvelopeBytes() const;
-
   JobManager* const manager_;
   const int max_watches_;
   const int64_t max_message_bytes_;

@@ -1,7 +1,6 @@
 #include "daemon/job_store.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -147,40 +146,9 @@ absl::Status JobStore::SaveTrace(int64_t number, const std::string& chrome_trace
   return WriteAtomically(PathOf(number, kTraceSuffix), chrome_trace_json);
 }
 
-absl::StatusOr<JobStore::TracePart> JobStore::LoadTracePart(int64_t number, int64_t offset,
-                                                            int64_t length) const {
-  const std::string path = PathOf(number, kTraceSuffix);
-  auto failed = [&](const char* what) {
-    return absl::StrCat("cannot ", what, " '", path, "': ", ErrnoText());
-  };
-  const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) return absl::NotFoundError(failed("open"));
-  TracePart part;
-  struct stat status {};
-  if (fstat(descriptor, &status) != 0) {
-    const absl::Status error = absl::DataLossError(failed("stat"));
-    ::close(descriptor);
-    return error;
-  }
-  part.total_bytes = static_cast<int64_t>(status.st_size);
-  // offset + length, which may be past int64_t for any offset a client sends, capped at the end.
-  const int64_t end = length >= part.total_bytes - offset ? part.total_bytes : offset + length;
-  part.bytes.resize(static_cast<size_t>(std::max<int64_t>(end - offset, 0)));
-  size_t done = 0;
-  while (done < part.bytes.size()) {
-    const ssize_t got = pread(descriptor, part.bytes.data() + done, part.bytes.size() - done,
-                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const absl::Status error = absl::DataLossError(
-          got < 0 ? failed("read") : absl::StrCat("'", path, "' ended while it was read"));
-      ::close(descriptor);
-      return error;
-    }
-    done += static_cast<size_t>(got);
-  }
-  ::close(descriptor);
-  return part;
+absl::StatusOr<FilePart> JobStore::LoadTracePart(int64_t number, int64_t offset,
+                                                 int64_t length) const {
+  return ReadFilePart(PathOf(number, kTraceSuffix), offset, length);
 }
 
 void JobStore::Remove(int64_t number) const {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "proto/loom/daemon/stored_job.pb.h"
 #include "proto/loom/v1/job_service.pb.h"
+#include "runtime/file_contents.h"
 
 namespace loom::daemon {
 
@@ -45,11 +46,7 @@ class JobStore {
   absl::StatusOr<v1::GetPlanResponse> LoadPlan(int64_t number) const;
   absl::Status SaveTrace(int64_t number, const std::string& chrome_trace_json) const;
   // The trace's bytes [offset, offset + length) (fewer at its end), and its size.
-  struct TracePart {
-    std::string bytes;
-    int64_t total_bytes = 0;
-  };
-  absl::StatusOr<TracePart> LoadTracePart(int64_t number, int64_t offset, int64_t length) const;
+  absl::StatusOr<FilePart> LoadTracePart(int64_t number, int64_t offset, int64_t length) const;
   // Deletes the job's files (a forgotten job); missing files are not an error.
   void Remove(int64_t number) const;
 

@@ -31,13 +31,8 @@ PackedTrace::PackedTrace(absl::string_view document, int64_t chunk_bytes)
   for (size_t start = 0; start < document.size(); start += static_cast<size_t>(chunk_bytes)) {
     chunk.set_value(std::string(document.substr(start, static_cast<size_t>(chunk_bytes))));
     chunks_.push_back(CompressedMessage(chunk));
+    packed_bytes_ += static_cast<int64_t>(chunks_.back().size());
   }
-}
-
-int64_t PackedTrace::packed_bytes() const {
-  int64_t bytes = 0;
-  for (const std::string& chunk : chunks_) bytes += static_cast<int64_t>(chunk.size());
-  return bytes;
 }
 
 absl::StatusOr<std::string> PackedTrace::Read(int64_t offset, int64_t length) const {

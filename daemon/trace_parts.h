@@ -30,13 +30,14 @@ class PackedTrace {
 
   int64_t total_bytes() const { return total_bytes_; }
   // What the compressed chunks take.
-  int64_t packed_bytes() const;
+  int64_t packed_bytes() const { return packed_bytes_; }
   // The document's bytes [offset, offset + length), fewer at its end (none from its end on).
   // DATA_LOSS when a chunk does not inflate.
   absl::StatusOr<std::string> Read(int64_t offset, int64_t length) const;
 
  private:
   int64_t total_bytes_ = 0;
+  int64_t packed_bytes_ = 0;
   int64_t chunk_bytes_ = kDefaultChunkBytes;
   std::vector<std::string> chunks_;  // chunk i: bytes [i * chunk_bytes_, (i + 1) * chunk_bytes_)
 };

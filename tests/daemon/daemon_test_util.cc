@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "client/cluster_client.h"
 #include "client/raw_unary_call.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/create_channel.h"
@@ -276,6 +277,16 @@ bool DaemonTest::WaitForState(const std::string& job_id, v1::JobState state,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
+}
+
+absl::StatusOr<v1::GetTraceResponse> DaemonTest::TraceThroughClient(const std::string& job_id,
+                                                                    int max_message_bytes) {
+  ClusterClientOptions options;
+  options.max_message_bytes = max_message_bytes;
+  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
+      ClusterClient::Connect(daemon_->address(), options);
+  if (!client.ok()) return client.status();
+  return (*client)->GetTrace(job_id);
 }
 
 grpc::Status DaemonTest::RawUnaryCall(const std::string& method, const std::string& request_bytes,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_options.h"
@@ -80,6 +81,10 @@ class DaemonTest : public ::testing::Test {
   // Polls GetJob until the job is in `state` (true) or `timeout` passed (false).
   bool WaitForState(const std::string& job_id, v1::JobState state,
                     absl::Duration timeout = absl::Seconds(20));
+  // The job's trace through the client library (ClusterClient::GetTrace, in parts), from a
+  // client whose messages are limited to `max_message_bytes`.
+  absl::StatusOr<v1::GetTraceResponse> TraceThroughClient(const std::string& job_id,
+                                                          int max_message_bytes);
   // A unary call of `method` ("/package.Service/Method") with raw bytes as the request body.
   grpc::Status RawUnaryCall(const std::string& method, const std::string& request_bytes,
                             std::string* response_bytes);

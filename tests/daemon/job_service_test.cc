@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
@@ -684,12 +683,7 @@ TEST_F(JobServiceTest, ATraceLargerThanAMessageComesFromItsNodeInParts) {
   const std::string id = submitted.job().job_id();
   WatchToEnd(id);
   ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_SUCCEEDED));
-  ClusterClientOptions client_options;
-  client_options.max_message_bytes = options.max_message_bytes;
-  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      ClusterClient::Connect(daemon_->address(), client_options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<v1::GetTraceResponse> trace = (*client)->GetTrace(id);
+  absl::StatusOr<v1::GetTraceResponse> trace = TraceThroughClient(id, options.max_message_bytes);
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_GT(trace->chrome_trace_json().size(), 4u * options.max_message_bytes);
   EXPECT_EQ(CompleteEvents(trace->chrome_trace_json()), trace->acts());

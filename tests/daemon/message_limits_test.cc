@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -21,6 +20,7 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 constexpr int64_t kWorkerMessageBytes = 16 << 10;
+constexpr int kCoordinatorMessageBytes = 64 << 10;  // SmallCoordinatorMessagesTest
 
 class MessageLimitsTest : public DaemonTest {
  protected:
@@ -132,7 +132,7 @@ class SmallCoordinatorMessagesTest : public MessageLimitsTest {
  protected:
   void SetUp() override {
     DaemonOptions options = TestOptions();
-    options.max_message_bytes = 64 << 10;
+    options.max_message_bytes = kCoordinatorMessageBytes;
     StartDaemon(options);
     options = TestOptions();
     options.node_name = "large-messages";
@@ -158,14 +158,9 @@ TEST_F(SmallCoordinatorMessagesTest, AWorkersTraceOverTheCoordinatorsLimitComesI
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_SUCCEEDED)
       << events.back().state_change().error().message();
-  ClusterClientOptions client_options;
-  client_options.max_message_bytes = 64 << 10;
-  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      ClusterClient::Connect(daemon_->address(), client_options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<v1::GetTraceResponse> trace = (*client)->GetTrace(id);
+  absl::StatusOr<v1::GetTraceResponse> trace = TraceThroughClient(id, kCoordinatorMessageBytes);
   ASSERT_TRUE(trace.ok()) << trace.status();
-  EXPECT_GT(trace->chrome_trace_json().size(), 4u * client_options.max_message_bytes);
+  EXPECT_GT(trace->chrome_trace_json().size(), 4u * kCoordinatorMessageBytes);
   EXPECT_EQ(CompleteEvents(trace->chrome_trace_json()), trace->acts());
   EXPECT_THAT(trace->chrome_trace_json(), HasSubstr("\"name\":\"node1/cpu:1\""));
   EXPECT_TRUE(WorkerReady());

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_test_util.h"
@@ -149,12 +148,7 @@ TEST_P(TraceInPartsTest, ATraceLargerThanAMessageIsReadInParts) {
             grpc::StatusCode::INVALID_ARGUMENT);
 
   // The client library asks in parts and gives the document whole.
-  ClusterClientOptions client_options;
-  client_options.max_message_bytes = kMessageBytes;
-  absl::StatusOr<std::unique_ptr<ClusterClient>> client =
-      ClusterClient::Connect(daemon_->address(), client_options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<v1::GetTraceResponse> trace = (*client)->GetTrace(id);
+  absl::StatusOr<v1::GetTraceResponse> trace = TraceThroughClient(id, kMessageBytes);
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->chrome_trace_json(), document);
   EXPECT_EQ(trace->acts(), acts);

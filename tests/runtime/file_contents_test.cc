@@ -1,8 +1,10 @@
-// Reading a whole file (runtime/file_contents.h): bytes as they are, and errors naming the path.
+// Reading a whole file or part of one (runtime/file_contents.h): bytes as they are, and errors
+// naming the path.
 #include "runtime/file_contents.h"
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -50,6 +52,27 @@ TEST_F(FileContentsTest, AMissingFileOrADirectoryIsAnErrorNamingThePath) {
   read = ReadFileContents(directory_.string());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(read.status().message(), HasSubstr("Is a directory"));
+}
+
+TEST_F(FileContentsTest, APartIsThoseBytesWithTheFilesSize) {
+  std::string bytes;
+  for (int i = 0; i < 100000; ++i) bytes += static_cast<char>('a' + i % 26);
+  const std::string path = Write("part.bin", bytes);
+  absl::StatusOr<FilePart> part = ReadFilePart(path, 70000, 20000);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->bytes, bytes.substr(70000, 20000));
+  EXPECT_EQ(part->total_bytes, 100000);
+  part = ReadFilePart(path, 95000, 20000);  // fewer at the end
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->bytes, bytes.substr(95000));
+  for (int64_t past : {int64_t{100000}, int64_t{100001}, std::numeric_limits<int64_t>::max() - 1}) {
+    part = ReadFilePart(path, past, 10);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ(part->bytes, "");
+    EXPECT_EQ(part->total_bytes, 100000);
+  }
+  const std::string missing = (directory_ / "missing").string();
+  EXPECT_EQ(ReadFilePart(missing, 0, 1).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
