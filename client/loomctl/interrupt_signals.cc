@@ -23,6 +23,10 @@ constexpr std::array<int, 2> kSignals = {SIGINT, SIGTERM};
 std::atomic<bool> installed{false};
 std::atomic<int> handler_write_descriptor{-1};
 std::atomic<int> received_signal{0};
+// Handlers between reading handler_write_descriptor and their write (on any thread): the
+// destructor closes the pipe only once none is, so that a handler never writes to a closed
+// descriptor, or to one that another file reused.
+std::atomic<int> handlers_running{0};
 // The dispositions to restore, per kSignals entry; `handled` is false for a signal left alone
 // (one this process ignores, such as SIGINT for a command started in the background).
 std::array<struct sigaction, kSignals.size()> previous_actions;
@@ -33,9 +37,11 @@ void OnSignal(int signal) {
   const int saved_errno = errno;
   int none = 0;
   if (received_signal.compare_exchange_strong(none, signal)) {
+    handlers_running.fetch_add(1);
     const unsigned char byte = static_cast<unsigned char>(signal);
     const int descriptor = handler_write_descriptor.load();
     if (descriptor >= 0) (void)!write(descriptor, &byte, 1);
+    handlers_running.fetch_sub(1);
   } else {
     // The second signal: as if loomctl had not caught it.
     for (size_t i = 0; i < kSignals.size(); ++i) {
@@ -86,7 +92,10 @@ InterruptSignals::~InterruptSignals() {
   for (size_t i = 0; i < kSignals.size(); ++i) {
     if (handled[i]) sigaction(kSignals[i], &previous_actions[i], nullptr);
   }
+  // A handler that read the descriptor before this store counted itself first: wait for it. One
+  // that comes later reads -1 and writes nothing.
   handler_write_descriptor = -1;
+  while (handlers_running.load() != 0) std::this_thread::yield();
   const unsigned char stop = 0;
   while (write(write_descriptor_, &stop, 1) < 0 && errno == EINTR) {
   }
