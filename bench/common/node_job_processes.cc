@@ -1,6 +1,9 @@
 #include "bench/common/node_job_processes.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,14 +106,45 @@ std::map<int, std::string> DecodeAddresses(const std::string& bytes) {
   return addresses;
 }
 
+// Moves this process into the network namespace `name` of `ip netns`, as `ip netns exec` does:
+// the namespace, and a mount namespace of its own with that network's /sys (UCX finds its
+// devices in /sys/class/net).
+absl::Status EnterNetworkNamespace(const std::string& name) {
+  const std::string path = absl::StrCat("/var/run/netns/", name);
+  const int descriptor = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (descriptor < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open network namespace ", path, ": ", std::strerror(errno)));
+  }
+  const int entered = setns(descriptor, CLONE_NEWNET);
+  const int error = errno;
+  close(descriptor);
+  if (entered != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot enter network namespace ", name, ": ", std::strerror(error)));
+  }
+  if (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) != 0 ||
+      umount2("/sys", MNT_DETACH) != 0 || mount(name.c_str(), "/sys", "sysfs", 0, nullptr) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot mount the /sys of network namespace ",
+                                                      name, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 // The child's whole life; never returns.
 [[noreturn]] void RunChild(const plan::Plan& plan, const NodeJobProcessOptions& options,
-                           const NodeJobReport& report, int from_parent, int to_parent) {
+                           const std::string& network_namespace, const NodeJobReport& report,
+                           int from_parent, int to_parent) {
   alarm(static_cast<unsigned>(absl::ToInt64Seconds(options.deadline)) + 1);
   auto fail = [&](const std::string& what, const absl::Status& status) {
     WriteFrame(to_parent, kError, absl::StrCat(what, ": ", status.ToString()));
     _exit(1);
   };
+  if (!network_namespace.empty()) {
+    if (absl::Status status = EnterNetworkNamespace(network_namespace); !status.ok()) {
+      fail("network namespace", status);
+    }
+  }
   SetBlasThreads(options.blas_threads);
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) fail("kernels", status);
@@ -186,7 +220,11 @@ absl::StatusOr<std::vector<std::string>> RunNodePlansInProcesses(
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<Child> children;
-  for (const plan::Plan& node_plan : plans) {
+  for (size_t position = 0; position < plans.size(); ++position) {
+    const plan::Plan& node_plan = plans[position];
+    const std::string network_namespace = position < options.network_namespaces.size()
+                                              ? options.network_namespaces[position]
+                                              : std::string();
     int down[2], up[2];
     if (pipe(down) != 0 || pipe(up) != 0) {
       EndChildren(children, true);
@@ -204,7 +242,7 @@ absl::StatusOr<std::vector<std::string>> RunNodePlansInProcesses(
       }
       close(down[1]);
       close(up[0]);
-      RunChild(node_plan, options, report, down[0], up[1]);
+      RunChild(node_plan, options, network_namespace, report, down[0], up[1]);
     }
     close(down[0]);
     close(up[1]);

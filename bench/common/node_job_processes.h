@@ -28,6 +28,10 @@ struct NodeJobProcessOptions {
   absl::Duration deadline = absl::Seconds(120);
   // OpenBLAS threads per GEMM in each child (loomd's --blas-threads, default 1).
   int blas_threads = 1;
+  // By position in the plans: the network namespace (a name of `ip netns`, under /var/run/netns)
+  // the node's process enters before it makes its network, so that nodes run as hosts of their
+  // own (tests/cluster/virtual_hosts.h). Empty (or shorter than the plans): this process's.
+  std::vector<std::string> network_namespaces;
 };
 
 // Runs every node plan in a process of its own, forked from this one, the way loomd's nodes run

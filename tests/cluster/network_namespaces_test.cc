@@ -48,7 +48,8 @@ class NetworkNamespacesTest : public ::testing::Test {
       options.listen_address = absl::StrCat(hosts_->ManagementAddress(host), ":0");
       // UCX's own settings: TCP only (between namespaces it would use shared memory), on the data
       // network.
-      options.environment = {"UCX_TLS=tcp", "UCX_NET_DEVICES=eth1"};
+      options.environment = {"UCX_TLS=tcp",
+                             absl::StrCat("UCX_NET_DEVICES=", VirtualHosts::kDataDevice)};
       options.arguments = {"--verbose",
                            "--devices",
                            "cpu:2",

@@ -118,9 +118,8 @@ absl::StatusOr<std::unique_ptr<VirtualHosts>> VirtualHosts::Create(int hosts) {
   if (absl::Status status = network->Build(); !status.ok()) {
     // Namespaces may be made (CAP_SYS_ADMIN) but not links (CAP_NET_ADMIN).
     if (absl::StrContains(status.message(), "Operation not permitted")) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create network links here (CAP_NET_ADMIN is needed): ",
-                       status.message()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create network links here (CAP_NET_ADMIN is needed): ", status.message()));
     }
     return status;
   }
@@ -148,8 +147,8 @@ absl::Status VirtualHosts::Build() {
     };
     for (const Link& link : {Link{"eth0", absl::StrCat("m", host), "management",
                                   absl::StrCat(ManagementAddress(host), "/24")},
-                             Link{"eth1", absl::StrCat("d", host), "data",
-                                  absl::StrCat("10.98.0.", host + 1, "/24")}}) {
+                             Link{kDataDevice, absl::StrCat("d", host), "data",
+                                  absl::StrCat(DataAddress(host), "/24")}}) {
       for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{
                {"ip", "link", "add", link.device, "netns", name, "type", "veth", "peer", "name",
                 link.port, "netns", switch_namespace},
@@ -192,6 +191,8 @@ std::string VirtualHosts::Namespace(int host) const { return absl::StrCat(prefix
 std::string VirtualHosts::ManagementAddress(int host) const {
   return absl::StrCat(management_prefix_, ".", host + 1);
 }
+
+std::string VirtualHosts::DataAddress(int host) { return absl::StrCat("10.98.0.", host + 1); }
 
 absl::Status VirtualHosts::SetDataLinkConnected(int host, bool connected) {
   std::vector<std::string> command = {"ip",   "-n",  absl::StrCat(prefix_, "-switch"),

@@ -31,6 +31,10 @@ class VirtualHosts {
   std::string Namespace(int host) const;
   // Its management address, e.g. "10.211.37.2".
   std::string ManagementAddress(int host) const;
+  // Its address on the data network, e.g. "10.98.0.2" (on kDataDevice).
+  static std::string DataAddress(int host);
+  // The device of the data network in every host's namespace (for UCX_NET_DEVICES).
+  static constexpr char kDataDevice[] = "eth1";
   // Connects host `host`'s data link to the data network, or cuts it off (its port leaves the
   // bridge: the link stays up, its frames go nowhere, as when a switch port or cable fails).
   absl::Status SetDataLinkConnected(int host, bool connected);
