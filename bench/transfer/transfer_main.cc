@@ -346,7 +346,8 @@ int Main() {
     ExitIfError(measured.status(), "between two hosts");
     between_hosts = *std::move(measured);
   } else {
-    std::printf("tcp between two hosts: not measured: %s\n", hosts.status().message().data());
+    std::printf("tcp between two hosts: not measured: %s\n",
+                std::string(hosts.status().message()).c_str());
   }
 
   // On one host over TCP loopback, for reference: here plain ucx_perftest's rendezvous stripes
