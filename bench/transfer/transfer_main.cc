@@ -296,6 +296,11 @@ struct Reference {
   Placement placement;
 };
 
+// ucx_perftest with `flags`, named by them.
+Reference WithFlags(const std::string& flags, const Placement& placement) {
+  return {absl::StrCat("ucx_perftest ", flags), flags, placement};
+}
+
 // The rows of a TCP table: Loom, the peer (plain ucx_perftest), then `references`.
 std::vector<Row> TcpRows(const Placement& placement, const std::vector<Reference>& references) {
   std::vector<Row> rows = {
@@ -338,10 +343,8 @@ int Main() {
     placement.net_devices = testing::VirtualHosts::kDataDevice;
     absl::StatusOr<std::map<std::string, Medians>> measured =
         Measure("tcp between two hosts (network namespaces, UCX_NET_DEVICES=eth1)",
-                TcpRows(placement, {{absl::StrCat("ucx_perftest ", kErrorHandlingPerftestFlags),
-                                     kErrorHandlingPerftestFlags, placement},
-                                    {absl::StrCat("ucx_perftest ", kLoomLikePerftestFlags),
-                                     kLoomLikePerftestFlags, placement}}));
+                TcpRows(placement, {WithFlags(kErrorHandlingPerftestFlags, placement),
+                                    WithFlags(kLoomLikePerftestFlags, placement)}));
     hosts->reset();  // the namespaces go, whatever the outcome
     ExitIfError(measured.status(), "between two hosts");
     between_hosts = *std::move(measured);
@@ -360,8 +363,7 @@ int Main() {
   absl::StatusOr<std::map<std::string, Medians>> one_host =
       Measure("tcp on one host (loopback)",
               TcpRows(loopback, {{"ucx_perftest on lo only (one connection)", "", loopback_lo_only},
-                                 {absl::StrCat("ucx_perftest ", kErrorHandlingPerftestFlags),
-                                  kErrorHandlingPerftestFlags, loopback}}));
+                                 WithFlags(kErrorHandlingPerftestFlags, loopback)}));
   ExitIfError(one_host.status(), "on one host");
 
   // On one host: Loom's data by same-host copy (UCX_TLS=tcp,cma: messages over TCP, data read
