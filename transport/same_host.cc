@@ -18,7 +18,7 @@
 namespace loom::transport {
 namespace {
 
-constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'U', 'C', 'X', '1'};
+constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'U', 'C', 'X', '2'};
 
 // The fixed part of an encoded address; the host string and the worker address follow.
 struct AddressPrefix {
@@ -27,6 +27,8 @@ struct AddressPrefix {
   uint32_t host_length;
   uint64_t probe_address;
   uint64_t probe_value;
+  int32_t mailbox_descriptor;
+  int32_t wake_descriptor;
 };
 
 std::string ReadBootId() {
@@ -58,6 +60,8 @@ std::string EncodeAddress(const ProcessIdentity& identity, absl::string_view wor
   prefix.host_length = static_cast<uint32_t>(identity.host.size());
   prefix.probe_address = identity.probe_address;
   prefix.probe_value = identity.probe_value;
+  prefix.mailbox_descriptor = identity.mailbox_descriptor;
+  prefix.wake_descriptor = identity.wake_descriptor;
   std::string address(reinterpret_cast<const char*>(&prefix), sizeof(prefix));
   absl::StrAppend(&address, identity.host, worker_address);
   return address;
@@ -85,6 +89,8 @@ absl::StatusOr<DecodedAddress> DecodeAddress(absl::string_view address) {
   decoded.identity.pid = static_cast<pid_t>(prefix.pid);
   decoded.identity.probe_address = prefix.probe_address;
   decoded.identity.probe_value = prefix.probe_value;
+  decoded.identity.mailbox_descriptor = prefix.mailbox_descriptor;
+  decoded.identity.wake_descriptor = prefix.wake_descriptor;
   decoded.identity.host = std::string(address.substr(0, prefix.host_length));
   decoded.worker_address = std::string(address.substr(prefix.host_length));
   return decoded;
@@ -130,6 +136,19 @@ ProcessReader::~ProcessReader() { close(pidfd_); }
 bool ProcessReader::Exited() const {
   pollfd descriptor{pidfd_, POLLIN, 0};
   return poll(&descriptor, 1, /*timeout=*/0) > 0;
+}
+
+absl::StatusOr<int> ProcessReader::DuplicateDescriptor(int descriptor) const {
+  int duplicate = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_, descriptor, 0));
+  if (duplicate < 0) {
+    int error = errno;
+    std::string what = absl::StrCat("taking descriptor ", descriptor, " of process ", pid_,
+                                    " (pidfd_getfd): ", std::strerror(error));
+    if (error == ESRCH) return absl::UnavailableError(what);
+    if (error == EPERM) return absl::PermissionDeniedError(what);
+    return absl::InternalError(what);
+  }
+  return duplicate;
 }
 
 absl::Status ProcessReader::Read(uint64_t address, void* destination, size_t size) const {

@@ -32,9 +32,14 @@ struct ProcessIdentity {
   // process_vm_readv has the permission (same user, ptrace policy, seccomp) the copies need.
   uint64_t probe_address = 0;
   uint64_t probe_value = 0;
+  // The descriptors of the process's same-host mailbox (transport/same_host_mailbox.h) and of the
+  // eventfd that wakes it, which a peer that passed the probe may duplicate; -1 when it has none.
+  int32_t mailbox_descriptor = -1;
+  int32_t wake_descriptor = -1;
 };
 
-// This process's identity with a probe word at `probe` (which must outlive every peer's use).
+// This process's identity with a probe word at `probe` (which must outlive every peer's use) and
+// no mailbox.
 ProcessIdentity IdentifyThisProcess(const uint64_t* probe);
 
 // A transport address: the identity, then UCX's worker address bytes.
@@ -66,6 +71,10 @@ class ProcessReader {
   // Copies `size` bytes at `address` in the process into `destination`. Unavailable when the
   // process exited before the copy was complete.
   absl::Status Read(uint64_t address, void* destination, size_t size) const;
+
+  // A duplicate, in this process, of the process's open descriptor `descriptor` (pidfd_getfd,
+  // which needs the permission the probe proved, and Linux 5.6). The caller owns it.
+  absl::StatusOr<int> DuplicateDescriptor(int descriptor) const;
 
  private:
   ProcessReader(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}

@@ -61,7 +61,8 @@ struct Transport::Peer {
   PeerId id;
   std::unique_ptr<UcxEndpoint> endpoint;
   bool failed = false;
-  std::unique_ptr<ProcessReader> reader;  // set when this process can read the peer's memory
+  std::unique_ptr<ProcessReader> reader;   // set when this process can read the peer's memory
+  std::unique_ptr<MailboxSender> mailbox;  // set when this process can post to the peer's mailbox
 };
 
 struct Transport::Operation {
@@ -112,8 +113,21 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions op
     return absl::InternalError(
         absl::StrCat("creating the transport's wake-up eventfd: ", std::strerror(errno)));
   }
-  auto transport = std::unique_ptr<Transport>(
-      new Transport(std::move(options), *std::move(context), *std::move(worker), wake_fd));
+  const bool same_host_copies =
+      options.same_host_copies && TransportListAllowsSameHostCopies((*context)->transports());
+  std::unique_ptr<Mailbox> mailbox;
+  if (same_host_copies) {
+    absl::StatusOr<std::unique_ptr<Mailbox>> created = Mailbox::Create(wake_fd);
+    if (created.ok()) {
+      mailbox = *std::move(created);
+    } else {
+      LOG(INFO) << "node " << options.self << ": " << created.status()
+                << "; same-host copy messages go through UCX";
+    }
+  }
+  auto transport = std::unique_ptr<Transport>(new Transport(std::move(options), *std::move(context),
+                                                            *std::move(worker), wake_fd,
+                                                            same_host_copies, std::move(mailbox)));
 
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -137,8 +151,22 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions op
   return transport;
 }
 
+namespace {
+
+ProcessIdentity IdentifyWithMailbox(const uint64_t* probe, const Mailbox* mailbox) {
+  ProcessIdentity identity = IdentifyThisProcess(probe);
+  if (mailbox != nullptr) {
+    identity.mailbox_descriptor = mailbox->descriptor();
+    identity.wake_descriptor = mailbox->wake_descriptor();
+  }
+  return identity;
+}
+
+}  // namespace
+
 Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
-                     std::unique_ptr<UcxWorker> worker, int wake_fd)
+                     std::unique_ptr<UcxWorker> worker, int wake_fd, bool same_host_copies,
+                     std::unique_ptr<Mailbox> mailbox)
     : self_(options.self),
       on_message_(std::move(options.on_message)),
       on_peer_error_(std::move(options.on_peer_error)),
@@ -146,11 +174,11 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       context_(std::move(context)),
       worker_(std::move(worker)),
       probe_word_(std::make_unique<uint64_t>(std::random_device()() * 0x100000001ull + 1)),
-      identity_(IdentifyThisProcess(probe_word_.get())),
-      same_host_copies_(options_.same_host_copies &&
-                        TransportListAllowsSameHostCopies(context_->transports())),
-      address_(EncodeAddress(identity_, worker_->address())),
-      wake_fd_(wake_fd) {}
+      wake_fd_(wake_fd),
+      mailbox_(std::move(mailbox)),
+      identity_(IdentifyWithMailbox(probe_word_.get(), mailbox_.get())),
+      same_host_copies_(same_host_copies),
+      address_(EncodeAddress(identity_, worker_->address())) {}
 
 Transport::~Transport() {
   Stop();
@@ -188,6 +216,11 @@ absl::Status Transport::AddPeer(PeerId peer, absl::string_view address) {
 bool Transport::CopiesDirectlyTo(PeerId peer) const {
   std::lock_guard<std::mutex> lock(readers_mutex_);
   return same_host_copies_ && readers_.contains(peer);
+}
+
+bool Transport::PostsToMailboxOf(PeerId peer) const {
+  std::lock_guard<std::mutex> lock(readers_mutex_);
+  return mailbox_peers_.contains(peer);
 }
 
 absl::Status Transport::Send(PeerId peer, absl::string_view bytes) {
@@ -299,6 +332,7 @@ bool Transport::Step(bool& stop) {
     busy = RunCommands();
   }
   while (worker_->Progress()) busy = true;
+  if (ReceiveFromMailbox()) busy = true;
   if (HandleCopyMessages()) busy = true;
   if (!failed_to_close_.empty()) CloseFailedEndpoints();
   return busy;
@@ -308,12 +342,16 @@ void Transport::Park(absl::Duration timeout, std::unique_lock<std::mutex>* token
   absl::StatusOr<bool> armed = worker_->Arm();
   if (!armed.ok()) LOG(ERROR) << "node " << self_ << ": " << armed.status();
   if (!armed.ok() || !*armed) return;  // events are waiting
+  // Same-host peers post to the mailbox without an event of the worker; a post while parked
+  // writes the wake-up eventfd.
+  if (mailbox_ != nullptr && !mailbox_->BeginPark()) return;
   pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
   if (token != nullptr) token->unlock();
   if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
     PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
   }
+  if (mailbox_ != nullptr) mailbox_->EndPark();
   if (token != nullptr) token->lock();
   // Drained only with the token held: while a driver holds it, the progress thread may sleep in
   // this poll too, and a wake-up meant for the driver (a command queued meanwhile, WakeDriver)
@@ -670,8 +708,8 @@ void Transport::Shutdown() {
 }
 
 // Same-host copies. The receiver of data from a peer on this host reads the sender's buffer with
-// process_vm_readv; the three messages of transport.h's CopyMessage travel as active messages on
-// the peers' UCX endpoints, in order with the actor messages.
+// process_vm_readv; the three messages of transport.h's CopyMessage travel through the peer's
+// mailbox, or as active messages on its UCX endpoint (an error text, a full ring, no mailbox).
 
 void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
   absl::StatusOr<std::unique_ptr<ProcessReader>> reader = ProcessReader::Open(identity, identity_);
@@ -686,12 +724,32 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
     return;
   }
   peer.reader = *std::move(reader);
+  absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
+      MailboxSender::Open(*peer.reader, identity, self_);
+  if (mailbox.ok()) {
+    peer.mailbox = *std::move(mailbox);
+    std::lock_guard<std::mutex> lock(readers_mutex_);
+    mailbox_peers_.insert(peer.id);
+  } else {
+    LOG(INFO) << "node " << self_ << ": same-host copy messages to peer " << peer.id
+              << " go through UCX: " << mailbox.status();
+  }
   CopyMessage can_read;
   can_read.kind = CopyMessage::kCanRead;
   SendCopyMessage(peer.id, can_read);
 }
 
 void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error) {
+  // Through the peer's mailbox when it fits there (an error text does not: it goes with UCX);
+  // messages of either path are independent of each other, so they may take both.
+  if (error.empty()) {
+    auto found = peers_.find(peer);
+    if (found != peers_.end() && found->second->mailbox != nullptr && !found->second->failed &&
+        found->second->mailbox->Post(
+            absl::string_view(reinterpret_cast<const char*>(&message), sizeof(message)))) {
+      return;
+    }
+  }
   auto operation = std::make_unique<Operation>();
   operation->kind = Operation::Kind::kMessage;
   operation->peer = peer;
@@ -731,6 +789,21 @@ ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t
   // callbacks should not.
   transport->copy_inbox_.push_back(std::move(received));
   return UCS_OK;
+}
+
+bool Transport::ReceiveFromMailbox() {
+  if (mailbox_ == nullptr || shutting_down_) return false;
+  return mailbox_->Receive([this](uint32_t sender, absl::string_view bytes) {
+    if (bytes.size() != sizeof(CopyMessage)) {
+      LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of " << bytes.size()
+                 << " bytes from peer " << sender << " in the mailbox";
+      return;
+    }
+    ReceivedCopyMessage received;
+    received.from = sender;
+    std::memcpy(&received.message, bytes.data(), sizeof(received.message));
+    copy_inbox_.push_back(std::move(received));
+  });
 }
 
 bool Transport::HandleCopyMessages() {

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/same_host.h"
+#include "transport/same_host_mailbox.h"
 #include "transport/ucx_context.h"
 #include "transport/ucx_endpoint.h"
 #include "transport/ucx_worker.h"
@@ -90,8 +91,10 @@ struct TransportOptions {
 //
 // Data between processes of one host take a same-host copy (transport/same_host.h): the sender
 // announces its buffer in a message, the receiver copies it with process_vm_readv once its receive
-// is posted and answers when done. The messages travel on the peer's UCX endpoint, so a peer's
-// failure is detected and reported exactly as for UCX transfers.
+// is posted and answers when done. The messages travel through the peer's same-host mailbox
+// (transport/same_host_mailbox.h) where it has one, otherwise on its UCX endpoint; the endpoint
+// stays in either case, so a peer's failure is detected and reported exactly as for UCX
+// transfers.
 class Transport {
  public:
   // Largest message Send accepts. Messages go eagerly (no rendezvous): they are for small structs.
@@ -153,6 +156,9 @@ class Transport {
   // Whether data to `peer` go by same-host copy (the peer announced that it can read this
   // process); for tests and diagnostics. Only once the peer's announcement arrived.
   bool CopiesDirectlyTo(PeerId peer) const;
+  // Whether this node's same-host copy messages to `peer` go through the peer's mailbox (this
+  // process could map it); for tests and diagnostics. Once AddPeer returned.
+  bool PostsToMailboxOf(PeerId peer) const;
 
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
@@ -193,7 +199,8 @@ class Transport {
   using Command = std::variant<AddPeerCommand, std::unique_ptr<Operation>>;
 
   Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
-            std::unique_ptr<UcxWorker> worker, int wake_fd);
+            std::unique_ptr<UcxWorker> worker, int wake_fd, bool same_host_copies,
+            std::unique_ptr<Mailbox> mailbox);
 
   absl::Status Enqueue(Command command, Queueing queueing = Queueing::kWake);
   void Wake();
@@ -221,6 +228,8 @@ class Transport {
   void SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error = "");
   // kDone for the transfer `tag` announced by `peer`: its outcome at this receiver.
   void SendCopyDone(PeerId peer, DataTag tag, const absl::Status& status);
+  // Moves the mailbox's records into copy_inbox_; whether there were any.
+  bool ReceiveFromMailbox();
   bool HandleCopyMessages();
   void HandleCopyMessage(PeerId from, const CopyMessage& message, absl::string_view error);
   bool StartCopySend(std::unique_ptr<Operation>& operation);
@@ -249,10 +258,13 @@ class Transport {
   std::unique_ptr<UcxWorker> worker_;  // destroyed by the progress thread as it ends
   // Same-host copies: the word peers probe, this process's identity, and whether they are on.
   const std::unique_ptr<uint64_t> probe_word_;
+  const int wake_fd_;
+  // Where same-host peers post their copy messages (null without same-host copies, or when it
+  // could not be made); read by the token holder.
+  const std::unique_ptr<Mailbox> mailbox_;
   const ProcessIdentity identity_;
   const bool same_host_copies_;
   const std::string address_;
-  const int wake_fd_;
 
   // The worker token: whoever holds it drives the worker and owns the state below "Token holder
   // only". The progress thread holds it except while it sleeps or lets a driver have it.
@@ -267,8 +279,9 @@ class Transport {
   // then a queued command must write the wake-up eventfd, which wakes a driver too.
   std::atomic<bool> sleeping_{true};
   mutable std::mutex readers_mutex_;
-  absl::flat_hash_set<PeerId> readers_;  // guarded by readers_mutex_: peers that can read us
-  std::mutex stop_mutex_;                // serialises Stop()
+  absl::flat_hash_set<PeerId> readers_;        // guarded by readers_mutex_: peers that can read us
+  absl::flat_hash_set<PeerId> mailbox_peers_;  // guarded by readers_mutex_: Peer::mailbox set
+  std::mutex stop_mutex_;                      // serialises Stop()
   std::thread progress_thread_;
 
   // Token holder only.

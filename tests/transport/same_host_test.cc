@@ -24,6 +24,9 @@ TEST(SameHostTest, AddressesCarryTheIdentityAndTheWorkerAddress) {
   ProcessIdentity identity = IdentifyThisProcess(&probe);
   EXPECT_EQ(identity.pid, getpid());
   EXPECT_FALSE(identity.host.empty());
+  EXPECT_EQ(identity.mailbox_descriptor, -1);
+  identity.mailbox_descriptor = 17;
+  identity.wake_descriptor = 18;
   std::string worker_address("\0ucx\xff worker", 12);
   absl::StatusOr<DecodedAddress> decoded = DecodeAddress(EncodeAddress(identity, worker_address));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -32,6 +35,8 @@ TEST(SameHostTest, AddressesCarryTheIdentityAndTheWorkerAddress) {
   EXPECT_EQ(decoded->identity.pid, identity.pid);
   EXPECT_EQ(decoded->identity.probe_address, reinterpret_cast<uintptr_t>(&probe));
   EXPECT_EQ(decoded->identity.probe_value, probe);
+  EXPECT_EQ(decoded->identity.mailbox_descriptor, 17);
+  EXPECT_EQ(decoded->identity.wake_descriptor, 18);
 }
 
 TEST(SameHostTest, ForeignOrTruncatedAddressesAreRejected) {

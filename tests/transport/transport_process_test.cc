@@ -168,8 +168,12 @@ class TransportProcessTest : public ::testing::TestWithParam<bool> {
   void ExpectDataPath(const Transport& transport) {
     if (GetParam()) {
       EXPECT_TRUE(testing::WaitForSameHostCopies(transport, 1, kDeadline));
+      if (testing::MailboxUnavailableReason().empty()) {
+        EXPECT_TRUE(transport.PostsToMailboxOf(1));
+      }
     } else {
       EXPECT_FALSE(transport.CopiesDirectlyTo(1));
+      EXPECT_FALSE(transport.PostsToMailboxOf(1));
     }
   }
 };

@@ -63,8 +63,12 @@ class TransportTest : public ::testing::TestWithParam<bool> {
         if (same_host_copies()) {
           ASSERT_TRUE(testing::WaitForSameHostCopies(*transports_[i], j, kDeadline))
               << "peer " << j << " never announced that it can read node " << i;
+          if (testing::MailboxUnavailableReason().empty()) {
+            EXPECT_TRUE(transports_[i]->PostsToMailboxOf(j));
+          }
         } else {
           EXPECT_FALSE(transports_[i]->CopiesDirectlyTo(j));
+          EXPECT_FALSE(transports_[i]->PostsToMailboxOf(j));
         }
       }
     }

@@ -1,6 +1,7 @@
 #ifndef LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 #define LOOM_TESTS_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +116,24 @@ inline std::string SameHostCopiesUnavailableReason() {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   return "this kernel does not let a process read its parent's memory with process_vm_readv "
          "(ptrace policy or seccomp), so Loom's same-host copies fall back to UCX here";
+}
+
+// Why a child could not take a descriptor of its parent with pidfd_getfd (how same-host peers
+// reach each other's mailbox: transport/same_host_mailbox.h), or "" when it can.
+inline std::string MailboxUnavailableReason() {
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, parent, 0));
+    if (pidfd < 0) _exit(1);
+    _exit(syscall(SYS_pidfd_getfd, pidfd, /*targetfd=*/0, 0) >= 0 ? 0 : 1);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return "waiting for the probe child failed";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  return "this kernel does not let a process take its parent's descriptors with pidfd_getfd, so "
+         "same-host copy messages go through UCX here";
 }
 
 // Waits until `transport` sends its data to `peer` by same-host copy (the peer's announcement that

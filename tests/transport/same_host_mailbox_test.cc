@@ -1,0 +1,235 @@
+// The same-host mailbox: records posted by peers, in order per sender, never blocking, and the
+// wake-up of a parked owner; within this process and from a forked child.
+#include "transport/same_host_mailbox.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/transport/transport_test_util.h"
+
+namespace loom::transport {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+using Records = std::vector<std::pair<uint32_t, std::string>>;
+
+Records ReceiveAll(Mailbox& mailbox) {
+  Records records;
+  mailbox.Receive([&](uint32_t sender, absl::string_view bytes) {
+    records.emplace_back(sender, std::string(bytes));
+  });
+  return records;
+}
+
+bool Readable(int descriptor) {
+  pollfd entry{descriptor, POLLIN, 0};
+  return poll(&entry, 1, /*timeout=*/0) == 1;
+}
+
+// A mailbox of this process and senders into it (through this process's own pidfd).
+class MailboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string unavailable = testing::SameHostCopiesUnavailableReason();
+    if (unavailable.empty()) unavailable = testing::MailboxUnavailableReason();
+    if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+    wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ASSERT_GE(wake_, 0);
+    absl::StatusOr<std::unique_ptr<Mailbox>> mailbox = Mailbox::Create(wake_);
+    ASSERT_TRUE(mailbox.ok()) << mailbox.status();
+    mailbox_ = *std::move(mailbox);
+    identity_ = IdentifyThisProcess(&probe_);
+    identity_.mailbox_descriptor = mailbox_->descriptor();
+    identity_.wake_descriptor = mailbox_->wake_descriptor();
+    absl::StatusOr<std::unique_ptr<ProcessReader>> reader =
+        ProcessReader::Open(identity_, identity_);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    reader_ = *std::move(reader);
+  }
+  void TearDown() override {
+    if (wake_ >= 0) close(wake_);
+  }
+
+  std::unique_ptr<MailboxSender> Sender(uint32_t sender) {
+    absl::StatusOr<std::unique_ptr<MailboxSender>> opened =
+        MailboxSender::Open(*reader_, identity_, sender);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    return opened.ok() ? *std::move(opened) : nullptr;
+  }
+
+  uint64_t probe_ = 0x600d600d600d600dull;
+  int wake_ = -1;
+  std::unique_ptr<Mailbox> mailbox_;
+  ProcessIdentity identity_;
+  std::unique_ptr<ProcessReader> reader_;
+};
+
+TEST_F(MailboxTest, RecordsArriveInOrderPerSender) {
+  std::unique_ptr<MailboxSender> three = Sender(3);
+  std::unique_ptr<MailboxSender> seven = Sender(7);
+  ASSERT_NE(three, nullptr);
+  ASSERT_NE(seven, nullptr);
+  EXPECT_FALSE(mailbox_->HasRecords());
+  EXPECT_TRUE(three->Post("a"));
+  EXPECT_TRUE(seven->Post(std::string(Mailbox::kMaxRecordBytes, 'x')));
+  EXPECT_TRUE(three->Post(""));
+  EXPECT_TRUE(three->Post("bc"));
+  EXPECT_TRUE(mailbox_->HasRecords());
+  Records records = ReceiveAll(*mailbox_);
+  // Slots are read in the order they were claimed.
+  EXPECT_THAT(records, ElementsAre(Pair(3, "a"), Pair(3, ""), Pair(3, "bc"),
+                                   Pair(7, std::string(Mailbox::kMaxRecordBytes, 'x'))));
+  EXPECT_FALSE(mailbox_->HasRecords());
+  EXPECT_TRUE(ReceiveAll(*mailbox_).empty());
+}
+
+TEST_F(MailboxTest, AFullRingRefusesWithoutLosingAnythingAndWrapsAround) {
+  std::unique_ptr<MailboxSender> sender = Sender(1);
+  ASSERT_NE(sender, nullptr);
+  int posted = 0;
+  for (int lap = 0; lap < 5; ++lap) {
+    const int first = posted;
+    while (sender->Post(absl::StrCat(posted))) ++posted;
+    EXPECT_EQ(posted - first, Mailbox::kRecordsPerSlot) << "lap " << lap;
+    Records records = ReceiveAll(*mailbox_);
+    ASSERT_EQ(records.size(), static_cast<size_t>(Mailbox::kRecordsPerSlot));
+    for (int i = 0; i < Mailbox::kRecordsPerSlot; ++i) {
+      EXPECT_EQ(records[i].second, absl::StrCat(first + i));
+    }
+  }
+}
+
+TEST_F(MailboxTest, ARecordTooLargeIsRefused) {
+  std::unique_ptr<MailboxSender> sender = Sender(1);
+  ASSERT_NE(sender, nullptr);
+  EXPECT_FALSE(sender->Post(std::string(Mailbox::kMaxRecordBytes + 1, 'y')));
+  EXPECT_FALSE(mailbox_->HasRecords());
+}
+
+TEST_F(MailboxTest, SendersBeyondTheSlotsAreRefused) {
+  std::vector<std::unique_ptr<MailboxSender>> senders;
+  for (int i = 0; i < Mailbox::kSlots; ++i) {
+    senders.push_back(Sender(i));
+    ASSERT_NE(senders.back(), nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<MailboxSender>> refused =
+      MailboxSender::Open(*reader_, identity_, 999);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("no free slot"));
+  // The last slot still works.
+  EXPECT_TRUE(senders.back()->Post("last"));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(Mailbox::kSlots - 1, "last")));
+}
+
+TEST_F(MailboxTest, AnIdentityWithoutAMailboxIsRefused) {
+  ProcessIdentity none = identity_;
+  none.mailbox_descriptor = -1;
+  EXPECT_EQ(MailboxSender::Open(*reader_, none, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ProcessIdentity not_a_mailbox = identity_;
+  not_a_mailbox.mailbox_descriptor = wake_;  // an eventfd: not a sealed memfd of the layout
+  absl::Status status = MailboxSender::Open(*reader_, not_a_mailbox, 1).status();
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("mailbox"));
+}
+
+TEST_F(MailboxTest, OnlyAParkedOwnerIsWoken) {
+  std::unique_ptr<MailboxSender> sender = Sender(2);
+  ASSERT_NE(sender, nullptr);
+  EXPECT_TRUE(sender->Post("not parked"));
+  EXPECT_FALSE(Readable(wake_)) << "a post to an owner that is not parked wrote the eventfd";
+  // A record is waiting: the owner must not sleep.
+  EXPECT_FALSE(mailbox_->BeginPark());
+  ReceiveAll(*mailbox_);
+  ASSERT_TRUE(mailbox_->BeginPark());
+  EXPECT_TRUE(sender->Post("parked"));
+  EXPECT_TRUE(Readable(wake_)) << "a post to a parked owner did not wake it";
+  mailbox_->EndPark();
+  uint64_t count = 0;
+  ASSERT_EQ(read(wake_, &count, sizeof(count)), static_cast<ssize_t>(sizeof(count)));
+  EXPECT_EQ(count, 1u);
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "parked")));
+}
+
+// The owner in a forked child; this process posts into it (a parent may always read its child
+// where a child reading its parent may be refused by the ptrace policy).
+TEST_F(MailboxTest, ADifferentProcessPostsAndWakesTheOwner) {
+  int to_parent[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  static uint64_t child_probe = 0;  // the same address in the child
+  child_probe = 0xc41d0c41dull;
+  constexpr int kRecords = 1000;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    absl::StatusOr<std::unique_ptr<Mailbox>> mailbox = Mailbox::Create(wake);
+    if (wake < 0 || !mailbox.ok()) _exit(2);
+    int descriptors[2] = {(*mailbox)->descriptor(), wake};
+    if (write(to_parent[1], descriptors, sizeof(descriptors)) != sizeof(descriptors)) _exit(3);
+    // Receives kRecords numbered records, sleeping on the eventfd whenever none is waiting.
+    int expected = 0;
+    bool in_order = true;
+    while (expected < kRecords) {
+      bool any = (*mailbox)->Receive([&](uint32_t sender, absl::string_view bytes) {
+        in_order = in_order && sender == 5 && bytes == absl::StrCat(expected);
+        ++expected;
+      });
+      if (any || !(*mailbox)->BeginPark()) continue;
+      pollfd entry{wake, POLLIN, 0};
+      if (poll(&entry, 1, /*timeout=*/10000) != 1) _exit(4);  // never woken
+      (*mailbox)->EndPark();
+      uint64_t count;
+      while (read(wake, &count, sizeof(count)) > 0) {
+      }
+    }
+    char verdict = in_order ? 'y' : 'n';
+    if (write(to_parent[1], &verdict, 1) != 1) _exit(5);
+    _exit(0);
+  }
+  close(to_parent[1]);
+  int descriptors[2] = {-1, -1};
+  ASSERT_EQ(read(to_parent[0], descriptors, sizeof(descriptors)),
+            static_cast<ssize_t>(sizeof(descriptors)));
+  ProcessIdentity identity = IdentifyThisProcess(&probe_);
+  identity.pid = child;
+  identity.probe_address = reinterpret_cast<uintptr_t>(&child_probe);
+  identity.probe_value = child_probe;
+  identity.mailbox_descriptor = descriptors[0];
+  identity.wake_descriptor = descriptors[1];
+  absl::StatusOr<std::unique_ptr<ProcessReader>> reader = ProcessReader::Open(identity, identity_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<std::unique_ptr<MailboxSender>> sender =
+      MailboxSender::Open(**reader, identity, 5);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  for (int i = 0; i < kRecords; ++i) {
+    // A full ring is the caller's to retry (the Transport sends over UCX instead).
+    while (!(*sender)->Post(absl::StrCat(i))) usleep(100);
+    if (i % 50 == 0) usleep(1000);  // let the child park now and then
+  }
+  char verdict = 0;
+  ASSERT_EQ(read(to_parent[0], &verdict, 1), 1);
+  EXPECT_EQ(verdict, 'y') << "the child received the records out of order or from another sender";
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  close(to_parent[0]);
+}
+
+}  // namespace
+}  // namespace loom::transport

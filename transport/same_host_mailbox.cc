@@ -1,0 +1,223 @@
+#include "transport/same_host_mailbox.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace loom::transport {
+namespace {
+
+constexpr uint64_t kLayoutMagic = 0x31584f424c494d4cull;  // "LMILBOX1"
+constexpr uint32_t kLayoutVersion = 1;
+
+struct Record {
+  uint32_t length;
+  uint32_t reserved;
+  char bytes[Mailbox::kMaxRecordBytes];
+};
+static_assert(sizeof(Record) == 64);
+
+}  // namespace
+
+// The shared memory. Counters are 64-bit and only grow: a ring holds records [tail, head).
+// std::atomic of these widths is lock-free, so it works between processes.
+struct Mailbox::Layout {
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> owner;             // the sender's peer id + 1; 0 while free
+    alignas(64) std::atomic<uint64_t> head;  // written by the sender
+    alignas(64) std::atomic<uint64_t> tail;  // written by the owner
+    Record records[kRecordsPerSlot];
+  };
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slot_count;
+  std::atomic<uint32_t> parked;   // owner threads asleep on the wake-up eventfd
+  std::atomic<uint32_t> claimed;  // slots [0, claimed) may have owners
+  Slot slots[kSlots];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(int wake_descriptor) {
+  int descriptor = memfd_create("loom-mailbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (descriptor < 0) {
+    return absl::InternalError(
+        absl::StrCat("creating the same-host mailbox (memfd_create): ", std::strerror(errno)));
+  }
+  const size_t size = sizeof(Layout);
+  void* memory = MAP_FAILED;
+  if (ftruncate(descriptor, static_cast<off_t>(size)) == 0 &&
+      fcntl(descriptor, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+    memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0);
+  }
+  if (memory == MAP_FAILED) {
+    int error = errno;
+    close(descriptor);
+    return absl::InternalError(
+        absl::StrCat("creating the same-host mailbox (sizing, sealing or mapping its ", size,
+                     " bytes): ", std::strerror(error)));
+  }
+  // A fresh memfd reads as zeros: every slot free, every counter 0.
+  auto* layout = static_cast<Layout*>(memory);
+  layout->magic = kLayoutMagic;
+  layout->version = kLayoutVersion;
+  layout->slot_count = kSlots;
+  return std::unique_ptr<Mailbox>(new Mailbox(descriptor, wake_descriptor, layout));
+}
+
+Mailbox::~Mailbox() {
+  munmap(layout_, sizeof(Layout));
+  close(descriptor_);
+}
+
+bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle) {
+  bool received = false;
+  const uint32_t claimed = std::min<uint32_t>(layout_->claimed.load(), kSlots);
+  for (uint32_t index = 0; index < claimed; ++index) {
+    Layout::Slot& slot = layout_->slots[index];
+    const uint64_t owner = slot.owner.load();
+    if (owner == 0) continue;
+    const auto sender = static_cast<uint32_t>(owner - 1);
+    uint64_t tail = slot.tail.load(std::memory_order_relaxed);
+    const uint64_t head = slot.head.load();
+    if (head - tail > kRecordsPerSlot) {
+      LOG(ERROR) << "same-host mailbox: the slot of peer " << sender << " claims " << head - tail
+                 << " records in a ring of " << kRecordsPerSlot << "; dropping them";
+      slot.tail.store(head);
+      continue;
+    }
+    for (; tail != head; ++tail) {
+      const Record& record = slot.records[tail % kRecordsPerSlot];
+      const uint32_t length = record.length;
+      char bytes[kMaxRecordBytes];
+      std::memcpy(bytes, record.bytes, std::min<size_t>(length, kMaxRecordBytes));
+      // The sender may reuse the record once tail passes it; its bytes are copied by then.
+      slot.tail.store(tail + 1);
+      if (length > kMaxRecordBytes) {
+        LOG(ERROR) << "same-host mailbox: dropped a record of " << length << " bytes from peer "
+                   << sender << " (at most " << kMaxRecordBytes << ")";
+        continue;
+      }
+      handle(sender, absl::string_view(bytes, length));
+      received = true;
+    }
+  }
+  return received;
+}
+
+bool Mailbox::HasRecords() const {
+  const uint32_t claimed = std::min<uint32_t>(layout_->claimed.load(), kSlots);
+  for (uint32_t index = 0; index < claimed; ++index) {
+    const Layout::Slot& slot = layout_->slots[index];
+    if (slot.head.load() != slot.tail.load()) return true;
+  }
+  return false;
+}
+
+bool Mailbox::BeginPark() {
+  // Sequentially consistent, against MailboxSender::Post: either the sender sees `parked` and
+  // writes the eventfd, or this sees the sender's record.
+  layout_->parked.fetch_add(1);
+  if (HasRecords()) {
+    layout_->parked.fetch_sub(1);
+    return false;
+  }
+  return true;
+}
+
+void Mailbox::EndPark() { layout_->parked.fetch_sub(1); }
+
+absl::StatusOr<std::unique_ptr<MailboxSender>> MailboxSender::Open(const ProcessReader& process,
+                                                                   const ProcessIdentity& identity,
+                                                                   uint32_t sender) {
+  if (identity.mailbox_descriptor < 0 || identity.wake_descriptor < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("process ", identity.pid, " publishes no same-host mailbox"));
+  }
+  absl::StatusOr<int> descriptor = process.DuplicateDescriptor(identity.mailbox_descriptor);
+  if (!descriptor.ok()) return descriptor.status();
+  const size_t size = sizeof(Mailbox::Layout);
+  struct stat file {};
+  void* memory = MAP_FAILED;
+  int error = 0;
+  // Sealed against shrinking, so the mapping cannot fault later.
+  if (fstat(*descriptor, &file) != 0) {
+    error = errno;
+  } else if (static_cast<size_t>(file.st_size) != size ||
+             (fcntl(*descriptor, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
+    error = EINVAL;
+  } else {
+    memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, *descriptor, 0);
+    if (memory == MAP_FAILED) error = errno;
+  }
+  close(*descriptor);
+  if (memory == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("mapping the same-host mailbox of process ",
+                                            identity.pid, ": ", std::strerror(error)));
+  }
+  auto* layout = static_cast<Mailbox::Layout*>(memory);
+  auto unmap = [&](absl::Status status) {
+    munmap(memory, size);
+    return status;
+  };
+  if (layout->magic != kLayoutMagic || layout->version != kLayoutVersion ||
+      layout->slot_count != Mailbox::kSlots) {
+    return unmap(absl::FailedPreconditionError(
+        absl::StrCat("the same-host mailbox of process ", identity.pid, " has another layout")));
+  }
+  int slot = -1;
+  for (int index = 0; index < Mailbox::kSlots && slot < 0; ++index) {
+    uint64_t free = 0;
+    if (layout->slots[index].owner.compare_exchange_strong(free, uint64_t{sender} + 1)) {
+      slot = index;
+    }
+  }
+  if (slot < 0) {
+    return unmap(absl::FailedPreconditionError(
+        absl::StrCat("the same-host mailbox of process ", identity.pid, " has no free slot")));
+  }
+  uint32_t claimed = layout->claimed.load();
+  while (claimed < static_cast<uint32_t>(slot) + 1 &&
+         !layout->claimed.compare_exchange_weak(claimed, static_cast<uint32_t>(slot) + 1)) {
+  }
+  absl::StatusOr<int> wake = process.DuplicateDescriptor(identity.wake_descriptor);
+  if (!wake.ok()) {
+    // The slot stays claimed (slots are never given back) and unused.
+    return unmap(wake.status());
+  }
+  return std::unique_ptr<MailboxSender>(new MailboxSender(layout, slot, *wake));
+}
+
+MailboxSender::~MailboxSender() {
+  munmap(layout_, sizeof(Mailbox::Layout));
+  close(wake_descriptor_);
+}
+
+bool MailboxSender::Post(absl::string_view bytes) {
+  if (bytes.size() > Mailbox::kMaxRecordBytes) return false;
+  Mailbox::Layout::Slot& slot = layout_->slots[slot_];
+  const uint64_t head = slot.head.load(std::memory_order_relaxed);
+  if (head - slot.tail.load() >= Mailbox::kRecordsPerSlot) return false;
+  Record& record = slot.records[head % Mailbox::kRecordsPerSlot];
+  record.length = static_cast<uint32_t>(bytes.size());
+  std::memcpy(record.bytes, bytes.data(), bytes.size());
+  slot.head.store(head + 1);
+  if (layout_->parked.load() > 0) {
+    uint64_t one = 1;
+    // EAGAIN: the counter is full, so the owner is being woken anyway.
+    if (write(wake_descriptor_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+      PLOG(ERROR) << "same-host mailbox: waking the receiving process";
+    }
+  }
+  return true;
+}
+
+}  // namespace loom::transport
