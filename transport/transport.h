@@ -256,11 +256,11 @@ class Transport {
   TransportOptions options_;  // not changed after construction
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;  // destroyed by the progress thread as it ends
-  // Same-host copies: the word peers probe, this process's identity, and whether they are on.
+  const int wake_fd_;                  // wakes the thread sleeping on the worker (Park)
+  // Same-host copies: the word peers probe, the mailbox peers post their copy messages to (null
+  // without same-host copies, or when it could not be made; drained by the token holder), this
+  // process's identity, and whether they are on.
   const std::unique_ptr<uint64_t> probe_word_;
-  const int wake_fd_;
-  // Where same-host peers post their copy messages (null without same-host copies, or when it
-  // could not be made); read by the token holder.
   const std::unique_ptr<Mailbox> mailbox_;
   const ProcessIdentity identity_;
   const bool same_host_copies_;

@@ -118,9 +118,8 @@ absl::StatusOr<std::unique_ptr<VirtualHosts>> VirtualHosts::Create(int hosts) {
   if (absl::Status status = network->Build(); !status.ok()) {
     // Namespaces may be made (CAP_SYS_ADMIN) but not links (CAP_NET_ADMIN).
     if (absl::StrContains(status.message(), "Operation not permitted")) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create network links here (CAP_NET_ADMIN is needed): ",
-                       status.message()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create network links here (CAP_NET_ADMIN is needed): ", status.message()));
     }
     return status;
   }

@@ -94,26 +94,31 @@ inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(
   return Transport::Create(std::move(options));
 }
 
+// Whether a forked child's `probe(parent)` returns true. The child makes no call but `probe`'s
+// system calls and _exit, so forking with threads running is safe.
+inline bool ChildSucceeds(bool (*probe)(pid_t parent)) {
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) return false;
+  if (child == 0) _exit(probe(parent) ? 0 : 1);
+  int status = 0;
+  return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // Why same-host copies cannot work on this machine, or "" when they can: a forked child reads a
 // word of this process with process_vm_readv, as a receiver reads its sender (a child reading
 // its parent is what the process tests need, and the strictest case: Yama's ptrace_scope 1 allows
-// only the opposite direction; seccomp may forbid the call altogether). The child makes no call
-// but the system call and _exit, so forking with threads running is safe.
+// only the opposite direction; seccomp may forbid the call altogether).
 inline std::string SameHostCopiesUnavailableReason() {
   static const uint64_t word = 0x5ca1ab1e5ca1ab1eull;
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) return "fork failed";
-  if (child == 0) {
+  const bool can_read = ChildSucceeds([](pid_t parent) {
     uint64_t copy = 0;
     iovec local{&copy, sizeof(copy)};
     iovec remote{const_cast<uint64_t*>(&word), sizeof(word)};
     ssize_t read = process_vm_readv(parent, &local, 1, &remote, 1, 0);
-    _exit(read == static_cast<ssize_t>(sizeof(copy)) && copy == word ? 0 : 1);
-  }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child) return "waiting for the probe child failed";
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    return read == static_cast<ssize_t>(sizeof(copy)) && copy == word;
+  });
+  if (can_read) return "";
   return "this kernel does not let a process read its parent's memory with process_vm_readv "
          "(ptrace policy or seccomp), so Loom's same-host copies fall back to UCX here";
 }
@@ -121,17 +126,11 @@ inline std::string SameHostCopiesUnavailableReason() {
 // Why a child could not take a descriptor of its parent with pidfd_getfd (how same-host peers
 // reach each other's mailbox: transport/same_host_mailbox.h), or "" when it can.
 inline std::string MailboxUnavailableReason() {
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child < 0) return "fork failed";
-  if (child == 0) {
+  const bool can_take = ChildSucceeds([](pid_t parent) {
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, parent, 0));
-    if (pidfd < 0) _exit(1);
-    _exit(syscall(SYS_pidfd_getfd, pidfd, /*targetfd=*/0, 0) >= 0 ? 0 : 1);
-  }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child) return "waiting for the probe child failed";
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    return pidfd >= 0 && syscall(SYS_pidfd_getfd, pidfd, /*targetfd=*/0, 0) >= 0;
+  });
+  if (can_take) return "";
   return "this kernel does not let a process take its parent's descriptors with pidfd_getfd, so "
          "same-host copy messages go through UCX here";
 }
