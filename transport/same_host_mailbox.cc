@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -16,18 +17,24 @@ namespace loom::transport {
 namespace {
 
 constexpr uint64_t kLayoutMagic = 0x31584f424c494d4cull;  // "LMILBOX1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 
+// One record of a message: `length` of its bytes here, and whether the next record continues it.
 struct Record {
   uint32_t length;
-  uint32_t reserved;
-  char bytes[Mailbox::kMaxRecordBytes];
+  uint32_t continued;
+  char bytes[Mailbox::kRecordBytes];
 };
 static_assert(sizeof(Record) == 64);
 
+size_t RecordsFor(size_t bytes) {
+  return std::max<size_t>((bytes + Mailbox::kRecordBytes - 1) / Mailbox::kRecordBytes, 1);
+}
+
 }  // namespace
 
-// The shared memory. Counters are 64-bit and only grow: a ring holds records [tail, head).
+// The shared memory. Counters are 64-bit and only grow: a ring holds records [tail, head), and
+// head moves past a message's records only once they are all written.
 // std::atomic of these widths is lock-free, so it works between processes.
 struct Mailbox::Layout {
   struct alignas(64) Slot {
@@ -94,19 +101,29 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
       slot.tail.store(head);
       continue;
     }
-    for (; tail != head; ++tail) {
-      const Record& record = slot.records[tail % kRecordsPerSlot];
-      const uint32_t length = record.length;
-      char bytes[kMaxRecordBytes];
-      std::memcpy(bytes, record.bytes, std::min<size_t>(length, kMaxRecordBytes));
-      // The sender may reuse the record once tail passes it; its bytes are copied by then.
-      slot.tail.store(tail + 1);
-      if (length > kMaxRecordBytes) {
-        LOG(ERROR) << "same-host mailbox: dropped a record of " << length << " bytes from peer "
-                   << sender << " (at most " << kMaxRecordBytes << ")";
+    while (tail != head) {
+      char message[kMaxMessageBytes];
+      size_t length = 0;
+      bool malformed = false, continued = true;
+      for (; tail != head && continued; ++tail) {
+        const Record& record = slot.records[tail % kRecordsPerSlot];
+        const uint32_t record_length = record.length;
+        continued = record.continued != 0;
+        if (record_length > kRecordBytes || length + record_length > kMaxMessageBytes) {
+          malformed = true;
+        } else {
+          std::memcpy(message + length, record.bytes, record_length);
+          length += record_length;
+        }
+        // The sender may reuse the record once tail passes it; its bytes are copied by then.
+        slot.tail.store(tail + 1);
+      }
+      if (malformed || continued) {
+        LOG(ERROR) << "same-host mailbox: dropped a malformed message from peer " << sender << " ("
+                   << (malformed ? "a record or the message too long" : "cut short") << ")";
         continue;
       }
-      handle(sender, absl::string_view(bytes, length));
+      handle(sender, absl::string_view(message, length));
       received = true;
     }
   }
@@ -202,14 +219,19 @@ MailboxSender::~MailboxSender() {
 }
 
 bool MailboxSender::Post(absl::string_view bytes) {
-  if (bytes.size() > Mailbox::kMaxRecordBytes) return false;
+  if (bytes.size() > Mailbox::kMaxMessageBytes) return false;
   Mailbox::Layout::Slot& slot = layout_->slots[slot_];
   const uint64_t head = slot.head.load(std::memory_order_relaxed);
-  if (head - slot.tail.load() >= Mailbox::kRecordsPerSlot) return false;
-  Record& record = slot.records[head % Mailbox::kRecordsPerSlot];
-  record.length = static_cast<uint32_t>(bytes.size());
-  std::memcpy(record.bytes, bytes.data(), bytes.size());
-  slot.head.store(head + 1);
+  const size_t records = RecordsFor(bytes.size());
+  if (head - slot.tail.load() + records > Mailbox::kRecordsPerSlot) return false;
+  for (size_t index = 0; index < records; ++index) {
+    Record& record = slot.records[(head + index) % Mailbox::kRecordsPerSlot];
+    absl::string_view part = bytes.substr(index * Mailbox::kRecordBytes, Mailbox::kRecordBytes);
+    record.length = static_cast<uint32_t>(part.size());
+    record.continued = index + 1 < records ? 1 : 0;
+    std::memcpy(record.bytes, part.data(), part.size());
+  }
+  slot.head.store(head + records);
   if (layout_->parked.load() > 0) {
     uint64_t one = 1;
     // EAGAIN: the counter is full, so the owner is being woken anyway.

@@ -29,17 +29,19 @@ namespace loom::transport {
 // peer's Transport, whose token serialises its threads) and one consumer (the owner's token
 // holder).
 //
-// Decision: records are small and fixed (kMaxRecordBytes); a message that does not fit, or a ring
-// that is full, is the caller's to send another way (the Transport sends it over UCX): posting
-// never waits. Slots are not given back while the mailbox lives (a Transport lives for one job;
-// a peer that restarts claims another slot, and a mailbox without free slots refuses new peers,
-// who then use UCX), since a slot freed while its old producer might still write would mix two
-// streams.
+// Decision: records are small and fixed (kRecordBytes); a message takes as many consecutive
+// records as it needs, up to kMaxMessageBytes, and is published at once. A message that does not
+// fit, or a ring without room for it, is the caller's to send another way (the Transport sends it
+// over UCX): posting never waits. Slots are not given back while the mailbox lives (a Transport
+// lives for one job; a peer that restarts claims another slot, and a mailbox without free slots
+// refuses new peers, who then use UCX), since a slot freed while its old producer might still
+// write would mix two streams.
 class Mailbox {
  public:
   static constexpr int kSlots = 64;
-  static constexpr int kRecordsPerSlot = 32;
-  static constexpr size_t kMaxRecordBytes = 56;
+  static constexpr int kRecordsPerSlot = 128;
+  static constexpr size_t kRecordBytes = 56;  // of a message, per record
+  static constexpr size_t kMaxMessageBytes = 1024;
 
   // A mailbox woken through `wake_descriptor` (an eventfd the owner polls; not owned).
   static absl::StatusOr<std::unique_ptr<Mailbox>> Create(int wake_descriptor);
@@ -53,8 +55,8 @@ class Mailbox {
 
   // Calls `handle(sender, bytes)` for every record posted since the last call, in order per
   // sender; returns whether there was any. One thread at a time (the owner's token holder).
-  // Records that are malformed (a bad length, a ring whose counters make no sense) are dropped
-  // and logged.
+  // Records that are malformed (a bad length, a message cut short, a ring whose counters make no
+  // sense) are dropped and logged.
   bool Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle);
   // Whether a record is waiting; any thread.
   bool HasRecords() const;
@@ -89,8 +91,9 @@ class MailboxSender {
   MailboxSender(const MailboxSender&) = delete;
   MailboxSender& operator=(const MailboxSender&) = delete;
 
-  // Posts `bytes` (at most Mailbox::kMaxRecordBytes) and wakes the owner if it sleeps. False when
-  // the record does not fit or the ring is full: then nothing was posted. One thread at a time.
+  // Posts `bytes` (at most Mailbox::kMaxMessageBytes) and wakes the owner if it sleeps. False when
+  // the message is too long or the ring has no room for it: then nothing was posted. One thread
+  // at a time.
   bool Post(absl::string_view bytes);
 
  private:

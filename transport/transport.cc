@@ -86,8 +86,9 @@ struct Transport::Operation {
   bool completed_while_starting = false;
   ucs_status_t early_status = UCS_OK;
   size_t early_length = 0;
-  // A posted receive whose sender announced a same-host copy: cancelled in UCX, then copied.
-  std::optional<Announcement> copy_from;
+  // A posted receive whose sender announced a same-host copy (or sent its data inline): cancelled
+  // in UCX, then copied.
+  std::optional<ReceivedCopyMessage> copy_from;
 };
 
 absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions options) {
@@ -505,7 +506,10 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
       Finish(std::move(operation), status, 0);
       return;
     }
-    if (operation->kind == Operation::Kind::kSendData && StartCopySend(operation)) return;
+    if (operation->kind == Operation::Kind::kSendData &&
+        (SendInline(operation, *found->second) || StartCopySend(operation))) {
+      return;
+    }
     ucp_ep_h endpoint = found->second->endpoint->handle();
     params.cb.send = &Transport::OnSendDone;
     if (operation->kind == Operation::Kind::kMessage) {
@@ -783,8 +787,8 @@ ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t
   std::memcpy(&message_header, header, sizeof(message_header));
   received.from = message_header.sender;
   std::memcpy(&received.message, data, sizeof(received.message));
-  received.error.assign(static_cast<const char*>(data) + sizeof(CopyMessage),
-                        length - sizeof(CopyMessage));
+  received.trailer.assign(static_cast<const char*>(data) + sizeof(CopyMessage),
+                          length - sizeof(CopyMessage));
   // Handled after the progress call: the handling posts sends and cancels requests, which UCX
   // callbacks should not.
   transport->copy_inbox_.push_back(std::move(received));
@@ -794,7 +798,7 @@ ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t
 bool Transport::ReceiveFromMailbox() {
   if (mailbox_ == nullptr || shutting_down_) return false;
   return mailbox_->Receive([this](uint32_t sender, absl::string_view bytes) {
-    if (bytes.size() != sizeof(CopyMessage)) {
+    if (bytes.size() < sizeof(CopyMessage)) {
       LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of " << bytes.size()
                  << " bytes from peer " << sender << " in the mailbox";
       return;
@@ -802,6 +806,7 @@ bool Transport::ReceiveFromMailbox() {
     ReceivedCopyMessage received;
     received.from = sender;
     std::memcpy(&received.message, bytes.data(), sizeof(received.message));
+    received.trailer = std::string(bytes.substr(sizeof(CopyMessage)));
     copy_inbox_.push_back(std::move(received));
   });
 }
@@ -810,46 +815,59 @@ bool Transport::HandleCopyMessages() {
   if (copy_inbox_.empty() && receives_to_copy_.empty()) return false;
   std::vector<ReceivedCopyMessage> inbox;
   inbox.swap(copy_inbox_);
-  for (ReceivedCopyMessage& received : inbox) {
-    HandleCopyMessage(received.from, received.message, received.error);
-  }
+  for (ReceivedCopyMessage& received : inbox) HandleCopyMessage(std::move(received));
   // Cancelling a receive (HandleCopyMessage) may report it at once or in a later progress call.
   std::vector<std::unique_ptr<Operation>> receives;
   receives.swap(receives_to_copy_);
   for (std::unique_ptr<Operation>& receive : receives) {
-    Announcement announcement = *receive->copy_from;
-    CopyInto(std::move(receive), announcement.from, announcement.message);
+    ReceivedCopyMessage source = *std::move(receive->copy_from);
+    CopyInto(std::move(receive), source);
   }
   return true;
 }
 
-void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
-                                  absl::string_view error) {
+void Transport::HandleCopyMessage(ReceivedCopyMessage received) {
   if (shutting_down_) return;
+  const PeerId from = received.from;
+  const CopyMessage& message = received.message;
   switch (message.kind) {
     case CopyMessage::kCanRead: {
       std::lock_guard<std::mutex> lock(readers_mutex_);
       readers_.insert(from);
       return;
     }
-    case CopyMessage::kAnnounce: {
+    case CopyMessage::kAnnounce:
+    case CopyMessage::kInline: {
+      if (message.kind == CopyMessage::kInline && received.trailer.size() != message.size) {
+        LOG(ERROR) << "node " << self_ << ": dropped inline data with tag " << message.tag
+                   << " from peer " << from << ": " << received.trailer.size()
+                   << " bytes where it says " << message.size;
+        return;
+      }
       auto posted = posted_receives_.find(message.tag);
       if (posted == posted_receives_.end()) {
-        if (!announcements_.emplace(message.tag, Announcement{from, message}).second) {
+        const DataTag tag = message.tag;
+        const bool inline_data = message.kind == CopyMessage::kInline;
+        if (!announcements_.emplace(tag, std::move(received)).second) {
           // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
-          // so this is a bug; fail the second sender rather than let it wait forever.
-          SendCopyDone(from, message.tag,
-                       absl::AlreadyExistsError(
-                           absl::StrCat("node ", self_, " already holds another transfer with tag ",
-                                        message.tag, " for a receive not yet posted")));
+          // so this is a bug; fail the second sender rather than let it wait forever (an inline
+          // sender is done already: its data are dropped).
+          absl::Status duplicate = absl::AlreadyExistsError(
+              absl::StrCat("node ", self_, " already holds another transfer with tag ", tag,
+                           " for a receive not yet posted"));
+          if (inline_data) {
+            LOG(ERROR) << duplicate << "; dropped the inline data from peer " << from;
+          } else {
+            SendCopyDone(from, tag, duplicate);
+          }
         }
         return;
       }
       // The receive is in UCX; cancelling it completes it with UCS_ERR_CANCELED, and Complete
-      // then copies instead (no UCX send has this tag: the sender announced instead).
+      // then copies instead (no UCX send has this tag: the sender used the mailbox instead).
       Operation* receive = posted->second;
       posted_receives_.erase(posted);
-      receive->copy_from = Announcement{from, message};
+      receive->copy_from = std::move(received);
       ucp_request_cancel(worker_->handle(), receive->request);
       return;
     }
@@ -865,9 +883,9 @@ void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
       copy_sends_.erase(found);
       absl::Status status;
       if (message.status_code != 0) {
-        status =
-            absl::Status(static_cast<absl::StatusCode>(message.status_code),
-                         absl::StrCat(Describe(*send), ": the receiver's copy failed: ", error));
+        status = absl::Status(
+            static_cast<absl::StatusCode>(message.status_code),
+            absl::StrCat(Describe(*send), ": the receiver's copy failed: ", received.trailer));
       }
       Finish(std::move(send), std::move(status), 0);
       return;
@@ -875,6 +893,22 @@ void Transport::HandleCopyMessage(PeerId from, const CopyMessage& message,
   }
   LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of unknown kind "
              << message.kind << " from peer " << from;
+}
+
+bool Transport::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {
+  if (peer.mailbox == nullptr || operation->size > kMaxInlineBytes) return false;
+  CopyMessage message;
+  message.kind = CopyMessage::kInline;
+  message.tag = operation->tag;
+  message.size = operation->size;
+  char bytes[Mailbox::kMaxMessageBytes];
+  std::memcpy(bytes, &message, sizeof(message));
+  std::memcpy(bytes + sizeof(message), operation->send_buffer, operation->size);
+  if (!peer.mailbox->Post(absl::string_view(bytes, sizeof(message) + operation->size))) {
+    return false;  // a full ring: through UCX
+  }
+  Finish(std::move(operation), absl::OkStatus(), 0);
+  return true;
 }
 
 bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
@@ -899,20 +933,24 @@ bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
 bool Transport::StartCopyReceive(std::unique_ptr<Operation>& operation) {
   auto announced = announcements_.find(operation->tag);
   if (announced == announcements_.end()) return false;
-  Announcement announcement = announced->second;
+  ReceivedCopyMessage source = std::move(announced->second);
   announcements_.erase(announced);
-  CopyInto(std::move(operation), announcement.from, announcement.message);
+  CopyInto(std::move(operation), source);
   return true;
 }
 
-void Transport::CopyInto(std::unique_ptr<Operation> receive, PeerId from,
-                         const CopyMessage& request) {
+void Transport::CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyMessage& source) {
+  const PeerId from = source.from;
+  const CopyMessage& request = source.message;
+  const bool inline_data = request.kind == CopyMessage::kInline;
   absl::Status status;
   auto peer = peers_.find(from);
   if (request.size > receive->size) {
     status = absl::InvalidArgumentError(absl::StrCat(Describe(*receive), ": peer ", from, " sent ",
                                                      FormatBytes(request.size),
                                                      ", more than the buffer holds"));
+  } else if (inline_data) {
+    std::memcpy(receive->receive_buffer, source.trailer.data(), request.size);
   } else if (peer == peers_.end() || peer->second->reader == nullptr) {
     status = absl::InternalError(absl::StrCat(Describe(*receive), ": peer ", from,
                                               " announced a same-host copy this node cannot read"));
@@ -922,7 +960,9 @@ void Transport::CopyInto(std::unique_ptr<Operation> receive, PeerId from,
     status = absl::Status(
         read.code(), absl::StrCat(Describe(*receive), " from peer ", from, ": ", read.message()));
   }
-  if (peer != peers_.end() && !peer->second->failed) SendCopyDone(from, request.tag, status);
+  if (!inline_data && peer != peers_.end() && !peer->second->failed) {
+    SendCopyDone(from, request.tag, status);
+  }
   Finish(std::move(receive), std::move(status), request.size);
 }
 

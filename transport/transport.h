@@ -71,7 +71,8 @@ struct TransportOptions {
   // Smaller transfers go through UCX even to such a peer: a copy costs two messages on its path
   // (announcement, answer) where UCX sends a small transfer eagerly in one. Measured crossover:
   // all-to-alls of 4 KiB per peer took 0.053-0.057 ms over UCX against 0.068-0.085 by copy, of
-  // 32 KiB about the same (transport/README.md).
+  // 32 KiB about the same (transport/README.md). The smallest (up to kMaxInlineBytes, e.g. the
+  // collectives' headers) go inline through the peer's mailbox where there is one.
   size_t same_host_copy_min_bytes = 32 * 1024;
 };
 
@@ -99,6 +100,9 @@ class Transport {
  public:
   // Largest message Send accepts. Messages go eagerly (no rendezvous): they are for small structs.
   static constexpr size_t kMaxMessageBytes = 64 * 1024;
+  // Largest SendData to a same-host peer that goes inline through its mailbox, data and all, in
+  // one message there (with the 32 bytes that say what it is).
+  static constexpr size_t kMaxInlineBytes = Mailbox::kMaxMessageBytes - 32;
 
   // How SendData and ReceiveData queue their operation: kWake wakes the progress thread when it
   // sleeps; kDeferred leaves it queued for the caller's DriveUntil, which comes next and starts it
@@ -168,12 +172,13 @@ class Transport {
  private:
   struct Operation;
   struct Peer;
-  // A same-host copy message (its wire format; an error text may follow it).
+  // A same-host copy message (its wire format; an error text or the data may follow it).
   struct CopyMessage {
     enum Kind : uint32_t {
       kCanRead = 1,   // receiver to sender, once: "I can read your memory"
       kAnnounce = 2,  // sender to receiver: `size` bytes for `tag` are at `address`
       kDone = 3,      // receiver to sender: the transfer `tag` is over (`status_code`, then text)
+      kInline = 4,    // sender to receiver: the `size` bytes for `tag` follow (mailbox only)
     };
     uint32_t kind = 0;
     uint32_t status_code = 0;  // absl::StatusCode of kDone
@@ -184,12 +189,9 @@ class Transport {
   struct ReceivedCopyMessage {
     PeerId from;
     CopyMessage message;
-    std::string error;
+    std::string trailer;  // what followed it: kDone's error text, kInline's data
   };
-  struct Announcement {
-    PeerId from;
-    CopyMessage message;
-  };
+  static_assert(sizeof(CopyMessage) + kMaxInlineBytes == Mailbox::kMaxMessageBytes);
   struct AddPeerResult;
   struct AddPeerCommand {
     PeerId peer;
@@ -231,10 +233,13 @@ class Transport {
   // Moves the mailbox's records into copy_inbox_; whether there were any.
   bool ReceiveFromMailbox();
   bool HandleCopyMessages();
-  void HandleCopyMessage(PeerId from, const CopyMessage& message, absl::string_view error);
+  void HandleCopyMessage(ReceivedCopyMessage received);
+  // A small send through the peer's mailbox, data and all: done once posted.
+  bool SendInline(std::unique_ptr<Operation>& operation, Peer& peer);
   bool StartCopySend(std::unique_ptr<Operation>& operation);
   bool StartCopyReceive(std::unique_ptr<Operation>& operation);
-  void CopyInto(std::unique_ptr<Operation> receive, PeerId from, const CopyMessage& request);
+  // Fills `receive` from `source` (a kAnnounce or kInline message) and finishes it.
+  void CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyMessage& source);
   // Fails the announced sends to `peer` (every peer: nullopt) with `reason`.
   void FailCopySends(std::optional<PeerId> peer, absl::string_view reason);
   void Shutdown();
@@ -297,8 +302,8 @@ class Transport {
   absl::flat_hash_map<std::pair<PeerId, DataTag>, std::unique_ptr<Operation>> copy_sends_;
   // Receives posted to UCX, by tag: a same-host announcement with their tag takes them back.
   absl::flat_hash_map<DataTag, Operation*> posted_receives_;
-  // Announcements that came before their receive was posted, by tag.
-  absl::flat_hash_map<DataTag, Announcement> announcements_;
+  // Announcements and inline data that came before their receive was posted, by tag.
+  absl::flat_hash_map<DataTag, ReceivedCopyMessage> announcements_;
 };
 
 }  // namespace loom::transport

@@ -1,5 +1,6 @@
-// The same-host mailbox: records posted by peers, in order per sender, never blocking, and the
-// wake-up of a parked owner; within this process and from a forked child.
+// The same-host mailbox: messages posted by peers, in order per sender, whole whatever the number
+// of records they take, never blocking, and the wake-up of a parked owner; within this process
+// and from a forked child.
 #include "transport/same_host_mailbox.h"
 
 #include <poll.h>
@@ -78,21 +79,32 @@ class MailboxTest : public ::testing::Test {
   std::unique_ptr<ProcessReader> reader_;
 };
 
-TEST_F(MailboxTest, RecordsArriveInOrderPerSender) {
+// A message of `length` bytes that differ from record to record.
+std::string Message(size_t length, char first) {
+  std::string message(length, ' ');
+  for (size_t i = 0; i < length; ++i) message[i] = static_cast<char>(first + i % 61);
+  return message;
+}
+
+TEST_F(MailboxTest, MessagesArriveWholeAndInOrderPerSender) {
   std::unique_ptr<MailboxSender> three = Sender(3);
   std::unique_ptr<MailboxSender> seven = Sender(7);
   ASSERT_NE(three, nullptr);
   ASSERT_NE(seven, nullptr);
   EXPECT_FALSE(mailbox_->HasRecords());
   EXPECT_TRUE(three->Post("a"));
-  EXPECT_TRUE(seven->Post(std::string(Mailbox::kMaxRecordBytes, 'x')));
+  EXPECT_TRUE(seven->Post(Message(Mailbox::kRecordBytes, 'x')));
   EXPECT_TRUE(three->Post(""));
-  EXPECT_TRUE(three->Post("bc"));
+  EXPECT_TRUE(three->Post(Message(Mailbox::kMaxMessageBytes, 'b')));  // many records
+  EXPECT_TRUE(seven->Post(Message(Mailbox::kRecordBytes + 1, 'y')));  // two
+  EXPECT_TRUE(three->Post("c"));
   EXPECT_TRUE(mailbox_->HasRecords());
   Records records = ReceiveAll(*mailbox_);
   // Slots are read in the order they were claimed.
-  EXPECT_THAT(records, ElementsAre(Pair(3, "a"), Pair(3, ""), Pair(3, "bc"),
-                                   Pair(7, std::string(Mailbox::kMaxRecordBytes, 'x'))));
+  EXPECT_THAT(records, ElementsAre(Pair(3, "a"), Pair(3, ""),
+                                   Pair(3, Message(Mailbox::kMaxMessageBytes, 'b')), Pair(3, "c"),
+                                   Pair(7, Message(Mailbox::kRecordBytes, 'x')),
+                                   Pair(7, Message(Mailbox::kRecordBytes + 1, 'y'))));
   EXPECT_FALSE(mailbox_->HasRecords());
   EXPECT_TRUE(ReceiveAll(*mailbox_).empty());
 }
@@ -113,10 +125,30 @@ TEST_F(MailboxTest, AFullRingRefusesWithoutLosingAnythingAndWrapsAround) {
   }
 }
 
-TEST_F(MailboxTest, ARecordTooLargeIsRefused) {
+TEST_F(MailboxTest, AMessageWithoutRoomIsRefusedWholeAndPostedOnceThereIsRoom) {
   std::unique_ptr<MailboxSender> sender = Sender(1);
   ASSERT_NE(sender, nullptr);
-  EXPECT_FALSE(sender->Post(std::string(Mailbox::kMaxRecordBytes + 1, 'y')));
+  // Messages of three records until the ring has less than three left.
+  const std::string message = Message(2 * Mailbox::kRecordBytes + 1, 'm');
+  int posted = 0;
+  while (sender->Post(message)) ++posted;
+  EXPECT_EQ(posted, Mailbox::kRecordsPerSlot / 3);
+  // What is left still takes a one-record message, not a three-record one.
+  const bool room_for_one = Mailbox::kRecordsPerSlot % 3 != 0;
+  EXPECT_EQ(sender->Post("1"), room_for_one);
+  EXPECT_FALSE(sender->Post(message));
+  Records records = ReceiveAll(*mailbox_);
+  ASSERT_EQ(records.size(), static_cast<size_t>(posted + (room_for_one ? 1 : 0)));
+  for (int i = 0; i < posted; ++i) EXPECT_EQ(records[i].second, message) << "message " << i;
+  // Drained: across the ring's end, and whole.
+  EXPECT_TRUE(sender->Post(message));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(1, message)));
+}
+
+TEST_F(MailboxTest, AMessageTooLargeIsRefused) {
+  std::unique_ptr<MailboxSender> sender = Sender(1);
+  ASSERT_NE(sender, nullptr);
+  EXPECT_FALSE(sender->Post(std::string(Mailbox::kMaxMessageBytes + 1, 'y')));
   EXPECT_FALSE(mailbox_->HasRecords());
 }
 

@@ -183,6 +183,76 @@ TEST_P(TransportTest, SmallAndLargeTransfersInterleaveWithTheDefaultThreshold) {
   }
 }
 
+TEST_P(TransportTest, SmallTransfersAroundTheInlineLimitArriveWhole) {
+  // With copies on (and a mailbox), transfers up to kMaxInlineBytes go inline through the peer's
+  // mailbox and larger ones through UCX under the default threshold; receives posted before and
+  // after their sends, and receives too small for what comes fail naming the tag.
+  copy_min_bytes_ = TransportOptions().same_host_copy_min_bytes;
+  Connect(2);
+  const std::vector<size_t> sizes = {
+      0, 1, 512, Transport::kMaxInlineBytes, Transport::kMaxInlineBytes + 1, 4096};
+  const int count = static_cast<int>(sizes.size());
+  std::vector<std::vector<unsigned char>> sources(2 * count), destinations(2 * count);
+  std::vector<Completion<absl::Status>> sent(2 * count);
+  std::vector<Completion<absl::StatusOr<size_t>>> received(2 * count);
+  auto post_receive = [&](int i) {
+    ASSERT_TRUE(transports_[1]
+                    ->ReceiveData(300 + i, destinations[i].data(), destinations[i].size(),
+                                  [&, i](absl::StatusOr<size_t> bytes) { received[i].Set(bytes); })
+                    .ok());
+  };
+  // Transfer i and count + i have one size; the second half's receives come after their sends.
+  for (int i = 0; i < 2 * count; ++i) {
+    sources[i].resize(sizes[i % count]);
+    for (size_t j = 0; j < sources[i].size(); ++j) sources[i][j] = PatternByte(j, i);
+    destinations[i].assign(sources[i].size(), 0);
+    if (i < count) post_receive(i);
+    ASSERT_TRUE(transports_[0]
+                    ->SendData(1, 300 + i, sources[i].data(), sources[i].size(),
+                               [&, i](absl::Status status) { sent[i].Set(status); })
+                    .ok());
+  }
+  for (int i = count; i < 2 * count; ++i) post_receive(i);
+  for (int i = 0; i < 2 * count; ++i) {
+    std::optional<absl::StatusOr<size_t>> result = received[i].Wait(kDeadline);
+    ASSERT_TRUE(result.has_value() && result->ok()) << "transfer " << i;
+    EXPECT_EQ(**result, sources[i].size()) << "transfer " << i;
+    EXPECT_EQ(sources[i], destinations[i]) << "transfer " << i;
+    std::optional<absl::Status> send_result = sent[i].Wait(kDeadline);
+    ASSERT_TRUE(send_result.has_value()) << "transfer " << i;
+    EXPECT_TRUE(send_result->ok()) << *send_result;
+  }
+
+  std::vector<char> source(600, 's');
+  std::vector<char> small_before(10), small_after(10);
+  Completion<absl::StatusOr<size_t>> before, after;
+  Completion<absl::Status> sent_before, sent_after;
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(400, small_before.data(), small_before.size(),
+                                [&](absl::StatusOr<size_t> bytes) { before.Set(bytes); })
+                  .ok());
+  ASSERT_TRUE(transports_[0]
+                  ->SendData(1, 400, source.data(), source.size(),
+                             [&](absl::Status status) { sent_before.Set(status); })
+                  .ok());
+  ASSERT_TRUE(transports_[0]
+                  ->SendData(1, 401, source.data(), source.size(),
+                             [&](absl::Status status) { sent_after.Set(status); })
+                  .ok());
+  ASSERT_TRUE(sent_after.Wait(kDeadline).has_value());
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(401, small_after.data(), small_after.size(),
+                                [&](absl::StatusOr<size_t> bytes) { after.Set(bytes); })
+                  .ok());
+  for (const auto& [result, tag] : {std::pair{&before, "tag 400"}, std::pair{&after, "tag 401"}}) {
+    std::optional<absl::StatusOr<size_t>> outcome = result->Wait(kDeadline);
+    ASSERT_TRUE(outcome.has_value()) << tag;
+    EXPECT_FALSE(outcome->ok()) << tag;
+    EXPECT_THAT(outcome->status().message(), HasSubstr(tag));
+  }
+  ASSERT_TRUE(sent_before.Wait(kDeadline).has_value());
+}
+
 TEST_P(TransportTest, ASecondAnnouncementOfAWaitingTagIsRefused) {
   if (!same_host_copies()) GTEST_SKIP() << "over UCX both wait as unexpected messages";
   Connect(3);
