@@ -17,6 +17,8 @@
 // MPI_Allreduce in place, with OpenMPI's default choices (shared memory between processes of one
 // host). For reference, also one run per rank count forced onto TCP (--mca pml ob1 --mca btl
 // tcp,self).
+// Placement, the same for all three: as mpirun places its ranks by default, each bound to a core
+// of its own with two ranks, none bound with four (collective_runs.h's RankCpus).
 //
 // Timing, the same for all three: each rank runs kWarmup + kMeasured all-reduces back to back; an
 // iteration's time is the interval between successive completions on rank 0 (Loom: the ends of
@@ -110,6 +112,8 @@ int Main(int argc, char** argv) {
       "iterations per run, %d runs; ms per all-reduce (median iteration of each run)\n",
       kWarmup, kMeasured, kRepetitions);
   std::printf("machine at start: %s\n", MachineCheck().c_str());
+  std::printf("placement, the same for every system (OpenMPI's default): %s; %s\n",
+              DescribePlacement(2).c_str(), DescribePlacement(4).c_str());
   std::map<int, RankMedians> medians;
   for (int ranks : {2, 4}) {
     std::vector<double> loom, gloo, mpi;

@@ -6,9 +6,12 @@
 // Loom runs over UCX with UCX_TLS=tcp,cma (messages over TCP, data by same-host copy, as loomd
 // runs), and for reference once per configuration with every byte over TCP (UCX_TLS=tcp); Gloo
 // over its TCP transport; OpenMPI with its defaults (shared memory between processes of one
-// host), and for reference once per configuration forced onto TCP. Each configuration is run
-// kRepetitions times, the systems interleaved; the medians of the runs are compared. The RESULT
-// lines give the configuration with the worst ratio against each peer.
+// host), and for reference once per configuration forced onto TCP. Every system's processes are
+// placed alike, as mpirun places its ranks by default (bound to a core each with two ranks, not
+// bound with four: collective_runs.h's RankCpus); for reference Loom also runs once per
+// configuration without it. Each configuration is run kRepetitions times, the systems
+// interleaved; the medians of the runs are compared. The RESULT lines give the configuration
+// with the worst ratio against each peer.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/collective_runs.h"
 #include "bench/common/command.h"
@@ -38,16 +42,19 @@ constexpr double kGoalVersusGloo = 1.0;
 constexpr double kGoalVersusMpi = 1.2;
 
 struct Medians {
-  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0, loom_tcp = 0;
+  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0, loom_tcp = 0, loom_unbound = 0;
 };
 
-// `bench_alltoall --only loom|loom-tcp|gloo|mpi RANKS KIB [SPIN_US]`: one side alone, kRepetitions
-// runs of KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a few KiB). For
+// `bench_alltoall --only loom|loom-tcp|gloo|mpi[-unbound] RANKS KIB [SPIN_US]`: one side alone,
+// kRepetitions runs of KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a
+// few KiB); "-unbound": no process bound to a core, whatever the placement says. For
 // Loom it also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and
 // the time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking
 // (default 50; the collective's wait on its transfers parks at once).
-int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
+int OnlyOne(absl::string_view named, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
   CollectiveRun run;
+  run.placed = !absl::ConsumeSuffix(&named, "-unbound");
+  const std::string system(named);
   run.kind = plan::ALL_TO_ALL;
   run.ranks = ranks;
   run.elements = std::max<int64_t>(kibibytes * 1024 / 4 / ranks, 1) * ranks;
@@ -73,8 +80,9 @@ int OnlyOne(const std::string& system, int ranks, int64_t kibibytes, int64_t spi
     ExitIfError(time.status(), absl::StrCat(system, "'s all-to-all"));
     times.push_back(*time);
   }
-  std::printf("%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(), ranks,
-              static_cast<long long>(kibibytes), JoinValues(times, 3).c_str(), Median(times));
+  std::printf("%s%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(),
+              run.placed ? "" : " (unbound)", ranks, static_cast<long long>(kibibytes),
+              JoinValues(times, 3).c_str(), Median(times));
   if (system == "loom" || system == "loom-tcp") {
     std::printf("  rank 0, medians per run: collective act %s ms, between acts %s ms\n",
                 JoinValues(acts, 3).c_str(), JoinValues(betweens, 3).c_str());
@@ -89,7 +97,8 @@ int Main(int argc, char** argv) {
   }
   if (argc != 1) {
     std::fprintf(stderr,
-                 "usage: bench_alltoall [--only loom|loom-tcp|gloo|mpi RANKS KIB [SPIN_US]]\n");
+                 "usage: bench_alltoall [--only loom|loom-tcp|gloo|mpi[-unbound] RANKS KIB "
+                 "[SPIN_US]]\n");
     return 2;
   }
   if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;
@@ -100,8 +109,10 @@ int Main(int argc, char** argv) {
       "runs; ms per all-to-all (median iteration of each run, then the median of the runs)\n",
       kWarmup, kMeasured, kRepetitions);
   std::printf("machine at start: %s\n", MachineCheck().c_str());
-  std::printf("%6s %4s %10s %10s %10s %10s %10s %10s %10s\n", "MiB", "ranks", "loom", "gloo",
-              "openmpi", "loom(tcp)", "mpi(tcp)", "loom/gloo", "loom/mpi");
+  std::printf("placement, the same for every system (OpenMPI's default): %s; %s\n",
+              DescribePlacement(2).c_str(), DescribePlacement(4).c_str());
+  std::printf("%6s %4s %10s %10s %10s %10s %10s %13s %10s %10s\n", "MiB", "ranks", "loom", "gloo",
+              "openmpi", "loom(tcp)", "mpi(tcp)", "loom(unbound)", "loom/gloo", "loom/mpi");
   std::map<std::pair<int, int>, Medians> results;  // (MiB, ranks)
   for (int ranks : {2, 4}) {
     for (int mebibytes : {1, 4, 16, 64}) {
@@ -128,12 +139,21 @@ int Main(int argc, char** argv) {
       CollectiveRun tcp_run = run;
       tcp_run.loom_transports = kLoomTcpOnly;
       absl::StatusOr<double> loom_tcp = RunLoomCollective(tcp_run);
+      // Loom's processes without the placement, where there is one: what binding is worth.
+      CollectiveRun unbound_run = run;
+      unbound_run.placed = false;
+      absl::StatusOr<double> loom_unbound =
+          RunCpus(run).empty() ? Median(loom) : RunLoomCollective(unbound_run);
       Medians& result = results[{mebibytes, ranks}];
-      result = {Median(loom), Median(gloo), Median(mpi), mpi_tcp.ok() ? *mpi_tcp : -1,
-                loom_tcp.ok() ? *loom_tcp : -1};
-      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.2f %10.3f %10.3f\n", mebibytes, ranks,
-                  result.loom, result.gloo, result.mpi, result.loom_tcp, result.mpi_tcp,
-                  result.loom / result.gloo, result.loom / result.mpi);
+      result = {Median(loom),
+                Median(gloo),
+                Median(mpi),
+                mpi_tcp.ok() ? *mpi_tcp : -1,
+                loom_tcp.ok() ? *loom_tcp : -1,
+                loom_unbound.ok() ? *loom_unbound : -1};
+      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.2f %13.2f %10.3f %10.3f\n", mebibytes,
+                  ranks, result.loom, result.gloo, result.mpi, result.loom_tcp, result.mpi_tcp,
+                  result.loom_unbound, result.loom / result.gloo, result.loom / result.mpi);
       std::printf("       runs: loom %s | gloo %s | openmpi %s\n", JoinValues(loom, 2).c_str(),
                   JoinValues(gloo, 2).c_str(), JoinValues(mpi, 2).c_str());
       std::fflush(stdout);

@@ -1,10 +1,13 @@
 #include "bench/common/collective_runs.h"
 
+#include <sched.h>
+
 #include <cstdio>
 #include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/common/bench_util.h"
@@ -59,6 +62,29 @@ plan::Plan CollectivePlan(const CollectiveRun& run) {
 
 }  // namespace
 
+std::vector<int> RankCpus(int ranks) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (ranks != 2 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE && static_cast<int>(cpus.size()) < ranks; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  if (static_cast<int>(cpus.size()) < ranks) return {};
+  return cpus;
+}
+
+std::vector<int> RunCpus(const CollectiveRun& run) {
+  return run.placed ? RankCpus(run.ranks) : std::vector<int>();
+}
+
+std::string DescribePlacement(int ranks) {
+  const std::vector<int> cpus = RankCpus(ranks);
+  if (cpus.empty()) return absl::StrCat(ranks, " ranks: not bound to cores");
+  return absl::StrCat(ranks, " ranks: each bound to a core of its own (CPUs ",
+                      absl::StrJoin(cpus, ","), ")");
+}
+
 bool HaveCollectivePeers(const std::string& benchmark, const std::string& peer) {
   std::vector<std::string> missing;
   if (!HaveGloo()) missing.push_back("Gloo (libgloo-dev, found by CMake at configure time)");
@@ -95,6 +121,7 @@ absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(const CollectiveRun&
   NodeJobProcessOptions options;
   options.ucx.configuration = {{"TLS", run.loom_transports}};
   options.deadline = absl::Seconds(120);
+  options.cpus = RunCpus(run);
   if (spin >= absl::ZeroDuration()) options.job.spin_before_park = spin;
   absl::StatusOr<std::vector<std::string>> reports = RunNodePlansInProcesses(
       plans, options,
@@ -127,7 +154,7 @@ absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run) {
 absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run) {
   absl::StatusOr<std::vector<int64_t>> ends = RunGlooCollective(
       run.kind == plan::ALL_TO_ALL ? GlooCollective::kAlltoall : GlooCollective::kAllreduce,
-      run.ranks, run.elements, run.warmup + run.measured);
+      run.ranks, run.elements, run.warmup + run.measured, RunCpus(run));
   if (!ends.ok()) return ends.status();
   return MedianIteration(*ends, run.warmup, run.measured, "Gloo");
 }
@@ -135,9 +162,10 @@ absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run) {
 absl::StatusOr<double> RunMpiCollective(const CollectiveRun& run, const std::string& peer,
                                         const std::string& transport_flags) {
   absl::StatusOr<std::string> output = RunCommand(absl::StrCat(
-      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", run.ranks, " ",
-      transport_flags, " ", peer, run.kind == plan::ALL_TO_ALL ? " alltoall " : " allreduce ",
-      run.elements, " ", run.warmup, " ", run.measured));
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", run.ranks,
+      RunCpus(run).empty() ? " --bind-to none " : " --bind-to core ", transport_flags, " ",
+      peer, run.kind == plan::ALL_TO_ALL ? " alltoall " : " allreduce ", run.elements, " ",
+      run.warmup, " ", run.measured));
   if (!output.ok()) return output.status();
   for (absl::string_view line : absl::StrSplit(*output, '\n')) {
     if (!absl::ConsumePrefix(&line, "ENDS_NS")) continue;

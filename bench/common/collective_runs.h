@@ -29,7 +29,20 @@ struct CollectiveRun {
   int warmup = 3;
   int measured = 10;
   std::string loom_transports = kLoomTransports;  // UCX_TLS of Loom's processes
+  // False: no process is bound, whatever RankCpus says (for reference).
+  bool placed = true;
 };
+
+// Where the ranks' processes run, the same for every system: as OpenMPI 4.1's mpirun places its
+// ranks by default. With two ranks each is bound to a core of its own (the first two CPUs this
+// process may use); with more, none is bound (mpirun binds to the socket then, the whole of this
+// one-socket machine, and not at all when the ranks outnumber the cores). The CPU of each rank;
+// empty: unbound. mpirun is told the same explicitly (--bind-to core or none).
+std::vector<int> RankCpus(int ranks);
+// RankCpus(run.ranks), or none when the run is not `placed`.
+std::vector<int> RunCpus(const CollectiveRun& run);
+// RankCpus in words, for the benchmarks' header lines.
+std::string DescribePlacement(int ranks);
 
 // Loom: a whole-job plan with, per rank r on node r/cpu:0, a SOURCE ("bench_noop": its 2-slot
 // register of zeros is the input), the collective as a COLLECTIVE task on the communication

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/bench_util.h"
 
 #ifdef LOOM_BENCH_HAVE_GLOO
 #include "gloo/allreduce.h"
@@ -32,7 +34,8 @@ namespace loom::bench {
 bool HaveGloo() { return false; }
 
 absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective, int ranks,
-                                                       int64_t elements, int iterations) {
+                                                       int64_t elements, int iterations,
+                                                       const std::vector<int>& cpus) {
   return absl::FailedPreconditionError("built without Gloo (libgloo-dev was not found by CMake)");
 }
 
@@ -48,13 +51,17 @@ int64_t NowNanoseconds() {
       .count();
 }
 
-// One rank's whole life: "ENDS_NS t..." or "ERROR what" on `output`; never returns.
+// One rank's whole life, bound to `cpu` (none: negative): "ENDS_NS t..." or "ERROR what" on
+// `output`; never returns.
 [[noreturn]] void RunRank(GlooCollective collective, int rank, int ranks, int64_t elements,
-                          int iterations, const std::string& store_path, int output) {
+                          int iterations, int cpu, const std::string& store_path, int output) {
   alarm(120);
   std::string text;
   int code = 0;
   try {
+    if (absl::Status bound = BindToCpu(cpu); !bound.ok()) {
+      throw std::runtime_error(std::string(bound.message()));
+    }
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
@@ -112,7 +119,8 @@ std::string ReadAll(int fd) {
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective, int ranks,
-                                                       int64_t elements, int iterations) {
+                                                       int64_t elements, int iterations,
+                                                       const std::vector<int>& cpus) {
   static int run = 0;
   const std::string store_path = absl::StrCat("/tmp/loom_bench_gloo_", getpid(), "_", run++);
   std::filesystem::remove_all(store_path);
@@ -129,7 +137,8 @@ absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective
     if (pid == 0) {
       for (int earlier : outputs) close(earlier);
       close(pipe_fds[0]);
-      RunRank(collective, rank, ranks, elements, iterations, store_path, pipe_fds[1]);
+      RunRank(collective, rank, ranks, elements, iterations,
+              rank < static_cast<int>(cpus.size()) ? cpus[rank] : -1, store_path, pipe_fds[1]);
     }
     close(pipe_fds[1]);
     pids.push_back(pid);

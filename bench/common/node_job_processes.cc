@@ -133,8 +133,8 @@ absl::Status EnterNetworkNamespace(const std::string& name) {
 
 // The child's whole life; never returns.
 [[noreturn]] void RunChild(const plan::Plan& plan, const NodeJobProcessOptions& options,
-                           const std::string& network_namespace, const NodeJobReport& report,
-                           int from_parent, int to_parent) {
+                           const std::string& network_namespace, int cpu,
+                           const NodeJobReport& report, int from_parent, int to_parent) {
   alarm(static_cast<unsigned>(absl::ToInt64Seconds(options.deadline)) + 1);
   auto fail = [&](const std::string& what, const absl::Status& status) {
     WriteFrame(to_parent, kError, absl::StrCat(what, ": ", status.ToString()));
@@ -145,6 +145,7 @@ absl::Status EnterNetworkNamespace(const std::string& name) {
       fail("network namespace", status);
     }
   }
+  if (absl::Status status = BindToCpu(cpu); !status.ok()) fail("placement", status);
   SetBlasThreads(options.blas_threads);
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) fail("kernels", status);
@@ -225,6 +226,7 @@ absl::StatusOr<std::vector<std::string>> RunNodePlansInProcesses(
     const std::string network_namespace = position < options.network_namespaces.size()
                                               ? options.network_namespaces[position]
                                               : std::string();
+    const int cpu = position < options.cpus.size() ? options.cpus[position] : -1;
     int down[2], up[2];
     if (pipe(down) != 0 || pipe(up) != 0) {
       EndChildren(children, true);
@@ -242,7 +244,7 @@ absl::StatusOr<std::vector<std::string>> RunNodePlansInProcesses(
       }
       close(down[1]);
       close(up[0]);
-      RunChild(node_plan, options, network_namespace, report, down[0], up[1]);
+      RunChild(node_plan, options, network_namespace, cpu, report, down[0], up[1]);
     }
     close(down[0]);
     close(up[1]);

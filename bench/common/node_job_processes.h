@@ -32,6 +32,10 @@ struct NodeJobProcessOptions {
   // the node's process enters before it makes its network, so that nodes run as hosts of their
   // own (tests/cluster/virtual_hosts.h). Empty (or shorter than the plans): this process's.
   std::vector<std::string> network_namespaces;
+  // By position in the plans: the CPU the node's process is bound to before it starts its
+  // threads (as taskset, systemd's CPUAffinity= or Kubernetes' static CPU manager would bind a
+  // loomd). Empty (or shorter than the plans, or negative): not bound.
+  std::vector<int> cpus;
 };
 
 // Runs every node plan in a process of its own, forked from this one, the way loomd's nodes run
