@@ -229,7 +229,7 @@ bool MailboxSender::Post(absl::string_view bytes) {
     absl::string_view part = bytes.substr(index * Mailbox::kRecordBytes, Mailbox::kRecordBytes);
     record.length = static_cast<uint32_t>(part.size());
     record.continued = index + 1 < records ? 1 : 0;
-    std::memcpy(record.bytes, part.data(), part.size());
+    if (!part.empty()) std::memcpy(record.bytes, part.data(), part.size());
   }
   slot.head.store(head + records);
   if (layout_->parked.load() > 0) {

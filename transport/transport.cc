@@ -903,7 +903,10 @@ bool Transport::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {
   message.size = operation->size;
   char bytes[Mailbox::kMaxMessageBytes];
   std::memcpy(bytes, &message, sizeof(message));
-  std::memcpy(bytes + sizeof(message), operation->send_buffer, operation->size);
+  // (memcpy wants valid pointers even for no bytes, and an empty transfer may have none.)
+  if (operation->size > 0) {
+    std::memcpy(bytes + sizeof(message), operation->send_buffer, operation->size);
+  }
   if (!peer.mailbox->Post(absl::string_view(bytes, sizeof(message) + operation->size))) {
     return false;  // a full ring: through UCX
   }
@@ -950,7 +953,7 @@ void Transport::CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyM
                                                      FormatBytes(request.size),
                                                      ", more than the buffer holds"));
   } else if (inline_data) {
-    std::memcpy(receive->receive_buffer, source.trailer.data(), request.size);
+    if (request.size > 0) std::memcpy(receive->receive_buffer, source.trailer.data(), request.size);
   } else if (peer == peers_.end() || peer->second->reader == nullptr) {
     status = absl::InternalError(absl::StrCat(Describe(*receive), ": peer ", from,
                                               " announced a same-host copy this node cannot read"));
