@@ -65,7 +65,7 @@ plan::Plan CollectivePlan(const CollectiveRun& run) {
 std::vector<int> RankCpus(int ranks) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  if (ranks != 2 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
+  if (ranks > 2 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
   std::vector<int> cpus;
   for (int cpu = 0; cpu < CPU_SETSIZE && static_cast<int>(cpus.size()) < ranks; ++cpu) {
     if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
@@ -161,11 +161,11 @@ absl::StatusOr<double> RunGlooCollectiveRun(const CollectiveRun& run) {
 
 absl::StatusOr<double> RunMpiCollective(const CollectiveRun& run, const std::string& peer,
                                         const std::string& transport_flags) {
-  absl::StatusOr<std::string> output = RunCommand(absl::StrCat(
-      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", run.ranks,
-      RunCpus(run).empty() ? " --bind-to none " : " --bind-to core ", transport_flags, " ",
-      peer, run.kind == plan::ALL_TO_ALL ? " alltoall " : " allreduce ", run.elements, " ",
-      run.warmup, " ", run.measured));
+  absl::StatusOr<std::string> output = RunCommand(
+      absl::StrCat("timeout 120 mpirun --allow-run-as-root --oversubscribe -np ", run.ranks,
+                   RunCpus(run).empty() ? " --bind-to none " : " --bind-to core ", transport_flags,
+                   " ", peer, run.kind == plan::ALL_TO_ALL ? " alltoall " : " allreduce ",
+                   run.elements, " ", run.warmup, " ", run.measured));
   if (!output.ok()) return output.status();
   for (absl::string_view line : absl::StrSplit(*output, '\n')) {
     if (!absl::ConsumePrefix(&line, "ENDS_NS")) continue;

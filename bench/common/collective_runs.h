@@ -34,7 +34,7 @@ struct CollectiveRun {
 };
 
 // Where the ranks' processes run, the same for every system: as OpenMPI 4.1's mpirun places its
-// ranks by default. With two ranks each is bound to a core of its own (the first two CPUs this
+// ranks by default. With up to two ranks each is bound to a core of its own (the first CPUs this
 // process may use); with more, none is bound (mpirun binds to the socket then, the whole of this
 // one-socket machine, and not at all when the ranks outnumber the cores). The CPU of each rank;
 // empty: unbound. mpirun is told the same explicitly (--bind-to core or none).
