@@ -621,19 +621,6 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     offset[source + 1] = offset[source] + block_of(source, rank).dimension(concat_axis);
   }
   const int64_t output_inner = output.shape.ElementsAfter(concat_axis);
-  std::vector<int> received(size_, -1);
-  std::vector<std::byte*> staged(size_, nullptr);
-  for (int source = 0; source < size_; ++source) {
-    if (source == rank) continue;
-    const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
-    if (bytes == 0) continue;
-    // Blocks along the leading axes are contiguous in the output: received in place.
-    staged[source] = collective.staging[source];
-    std::byte* target = staged[source] != nullptr
-                            ? staged[source]
-                            : Bytes(output.data) + offset[source] * output_inner * element_size;
-    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
-  }
   const int64_t input_inner = input.shape.ElementsAfter(axis);
   for (int destination = 0; destination < size_; ++destination) {
     if (destination == rank) continue;
@@ -650,6 +637,24 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     }
     PostSend(collective, Phase::kGather, destination, source, bytes);
   }
+  std::vector<int> received(size_, -1);
+  std::vector<std::byte*> staged(size_, nullptr);
+  for (int source = 0; source < size_; ++source) {
+    if (source == rank) continue;
+    const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
+    if (bytes == 0) continue;
+    // Blocks along the leading axes are contiguous in the output: received in place.
+    staged[source] = collective.staging[source];
+    std::byte* target = staged[source] != nullptr
+                            ? staged[source]
+                            : Bytes(output.data) + offset[source] * output_inner * element_size;
+    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
+  }
+  // The transfers start before this rank copies its own block, so that no peer waits for this
+  // rank's data (or, on one host, its announcement) for the length of that copy: a drive that
+  // ends after its first round posts them. The sends are queued before the receives because a
+  // receive whose same-host announcement is already here copies during that drive.
+  network_->DriveUntil([] { return true; }, collective.deadline);
   const AxisRange own = BalancedRange(input.shape.dimension(axis), size_, rank);
   CopyBlock(input, AxisOrigin(rank_count, axis, own.begin), output,
             AxisOrigin(rank_count, concat_axis, offset[rank]), block_of(rank, rank));

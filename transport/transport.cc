@@ -295,13 +295,12 @@ void Transport::ProgressLoop() {
       last_activity = absl::Now();
     }
     bool stop = false;
-    const bool busy = Step(stop);
+    bool worker_busy = false;
+    const bool busy = Step(stop, &worker_busy);
     if (stop) break;
     absl::Time now = absl::Now();
-    if (busy) {
-      last_activity = now;
-      continue;
-    }
+    if (worker_busy) last_activity = now;  // the spin counts from UCX's activity (progress_spin)
+    if (busy) continue;
     if (now - last_activity < options_.progress_spin) continue;
 
     // Sleep. sleeping_ is set before the last look at has_commands_, and Enqueue sets
@@ -315,12 +314,11 @@ void Transport::ProgressLoop() {
     }
     Park(options_.park_timeout, &token);
     sleeping_.store(false);
-    last_activity = absl::Now();  // spin a little after every wake-up
   }
   Shutdown();
 }
 
-bool Transport::Step(bool& stop) {
+bool Transport::Step(bool& stop, bool* worker_busy) {
   bool busy = false;
   if (has_commands_.load()) {
     {
@@ -333,6 +331,7 @@ bool Transport::Step(bool& stop) {
     busy = RunCommands();
   }
   while (worker_->Progress()) busy = true;
+  if (worker_busy != nullptr) *worker_busy = busy;
   if (ReceiveFromMailbox()) busy = true;
   if (HandleCopyMessages()) busy = true;
   if (!failed_to_close_.empty()) CloseFailedEndpoints();

@@ -54,9 +54,12 @@ struct TransportOptions {
   MessageHandler on_message;
   PeerErrorHandler on_peer_error;
   UcxContextOptions context;
-  // After the last activity the progress thread polls this long before sleeping on the worker's
-  // event file descriptor (waking a sleeping thread costs milliseconds on small machines; spinning
-  // costs a core).
+  // After the last activity of the UCX worker (or the last queued command) the progress thread
+  // polls this long before sleeping on the worker's event file descriptor (waking a sleeping thread
+  // costs milliseconds on small machines; spinning costs a core). Same-host mailbox records alone
+  // do not count: they are the same-host transfers' announcements, answers and inline data, whose
+  // next record wakes the thread through the mailbox just as cheaply, and for which the spin took
+  // the core from the rank's thread that drives those transfers itself.
   absl::Duration progress_spin = absl::Microseconds(20);
   // Longest sleep between progress calls (UCX's timers, e.g. keepalive, need progress).
   absl::Duration park_timeout = absl::Milliseconds(50);
@@ -211,7 +214,8 @@ class Transport {
   void ProgressLoop();
   // One round of work: queued commands, UCX progress, same-host copy messages, failed endpoints.
   // Returns whether anything was done; sets `stop` (and does nothing) once Stop() was called.
-  bool Step(bool& stop);
+  // `worker_busy`, when given, says whether the commands or UCX did anything (the mailbox aside).
+  bool Step(bool& stop, bool* worker_busy = nullptr);
   // Arms the worker and sleeps until its events, the wake-up eventfd or `timeout`. `token`, when
   // given, is let go of while sleeping.
   void Park(absl::Duration timeout, std::unique_lock<std::mutex>* token);
