@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -179,7 +180,8 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       mailbox_(std::move(mailbox)),
       identity_(IdentifyWithMailbox(probe_word_.get(), mailbox_.get())),
       same_host_copies_(same_host_copies),
-      address_(EncodeAddress(identity_, worker_->address())) {}
+      address_(EncodeAddress(identity_, worker_->address())),
+      host_cores_(static_cast<int>(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1))) {}
 
 Transport::~Transport() {
   Stop();
@@ -369,6 +371,10 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   drivers_waiting_.fetch_sub(1);
   bool stop = shutting_down_;
   bool finished = false;
+  // Polling keeps this process awake for its peers' posts (TransportOptions::progress_spin).
+  const absl::Duration spin =
+      same_host_peers_ + 1 <= host_cores_ ? options_.progress_spin : absl::ZeroDuration();
+  absl::Time last_activity = absl::Now();
   while (!stop) {
     const bool busy = Step(stop);
     if (stop) break;
@@ -379,10 +385,13 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
     // Another waiting thread takes over (this one then waits as usual): a thread that has its
     // completions must not wait for the token until this one's wait is over, which might need it.
     if (drivers_waiting_.load() > 0) break;
-    if (busy) continue;
     const absl::Time now = absl::Now();
+    if (busy) {
+      last_activity = now;
+      continue;
+    }
     if (now >= deadline) break;
-    if (has_commands_.load()) continue;
+    if (has_commands_.load() || now - last_activity < spin) continue;
     // Enqueue wakes this poll through the eventfd: sleeping_ is true while a driver holds the
     // token.
     Park(std::min(options_.park_timeout, deadline - now), nullptr);
@@ -727,6 +736,7 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
     return;
   }
   peer.reader = *std::move(reader);
+  if (peer.id != self_) ++same_host_peers_;
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
       MailboxSender::Open(*peer.reader, identity, self_);
   if (mailbox.ok()) {
