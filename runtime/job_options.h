@@ -47,7 +47,8 @@ struct JobOptions {
   // running, has stalled: it ends with a report of what every actor waits for.
   absl::Duration stall_timeout = absl::Seconds(10);
   // A stream thread with nothing to do polls its inbox this long before it parks (and a rank of a
-  // shared-memory collective waits so long for its peers; network collectives park at once).
+  // shared-memory collective waits so long for its peers; network collectives wait in the
+  // transport's drive instead, transport/transport.h).
   absl::Duration spin_before_park = absl::Microseconds(50);
   // Keep an ActEvent per act (for traces and tests). Costs a few bytes per act.
   bool record_events = true;

@@ -50,7 +50,8 @@ struct Medians {
 // few KiB); "-unbound": no process bound to a core, whatever the placement says. For
 // Loom it also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and
 // the time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking
-// (default 50; the collective's wait on its transfers parks at once).
+// (default 50; the collective's wait on its transfers is the transport's drive, which polls its own
+// 20 us where the host has a core per process).
 int OnlyOne(absl::string_view named, int ranks, int64_t kibibytes, int64_t spin_microseconds) {
   CollectiveRun run;
   run.placed = !absl::ConsumeSuffix(&named, "-unbound");

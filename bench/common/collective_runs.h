@@ -63,7 +63,7 @@ struct LoomCollectiveTiming {
   double between = 0;
 };
 // `spin` replaces JobOptions::spin_before_park in every node (how long its stream threads poll
-// before they park; the network collectives park at once) when it is not negative.
+// before they park; the network collectives wait in the transport's drive) when it is not negative.
 absl::StatusOr<LoomCollectiveTiming> RunLoomCollectiveTimed(
     const CollectiveRun& run, absl::Duration spin = absl::Microseconds(-1));
 
