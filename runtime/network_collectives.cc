@@ -560,46 +560,65 @@ absl::Status NetworkCollectives::RunReduceScatter(Collective& collective) {
                         collective.call.output.Data<float>());
 }
 
+NetworkCollectives::IncomingBlocks NetworkCollectives::PostBlockReceives(
+    Collective& collective, int concat_axis, absl::FunctionRef<Shape(int)> block_from) {
+  const TensorView& output = collective.call.output;
+  const int64_t element_size = DataTypeSize(output.data_type);
+  const int64_t inner = output.shape.ElementsAfter(concat_axis);
+  IncomingBlocks incoming{.offset = std::vector<int64_t>(size_ + 1, 0),
+                          .received = std::vector<int>(size_, -1),
+                          .staged = std::vector<std::byte*>(size_, nullptr)};
+  for (int source = 0; source < size_; ++source) {
+    incoming.offset[source + 1] =
+        incoming.offset[source] + block_from(source).dimension(concat_axis);
+  }
+  for (int source = 0; source < size_; ++source) {
+    if (source == collective.rank) continue;
+    const size_t bytes = static_cast<size_t>(block_from(source).NumElements() * element_size);
+    if (bytes == 0) continue;
+    // Blocks along the leading axes are contiguous in the output: received in place.
+    incoming.staged[source] = collective.staging[source];
+    std::byte* target = incoming.staged[source] != nullptr
+                            ? incoming.staged[source]
+                            : Bytes(output.data) + incoming.offset[source] * inner * element_size;
+    incoming.received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
+  }
+  return incoming;
+}
+
+absl::Status NetworkCollectives::PlaceStagedBlocks(Collective& collective,
+                                                   const IncomingBlocks& incoming, int concat_axis,
+                                                   absl::FunctionRef<Shape(int)> block_from) {
+  const TensorView& output = collective.call.output;
+  const int rank_count = output.shape.rank();
+  for (int source = 0; source < size_; ++source) {
+    if (incoming.staged[source] == nullptr) continue;
+    if (absl::Status status = Await(collective, incoming.received[source]); !status.ok()) {
+      return status;
+    }
+    const Shape block = block_from(source);
+    CopyBlock(TensorView{incoming.staged[source], output.data_type, block},
+              AxisOrigin(rank_count, 0, 0), output,
+              AxisOrigin(rank_count, concat_axis, incoming.offset[source]), block);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NetworkCollectives::RunAllGather(Collective& collective) {
   const int rank = collective.rank;
   const TensorView& input = collective.call.input;
   const TensorView& output = collective.call.output;
   const int axis = collective.call.conf->axis();
-  const int64_t element_size = DataTypeSize(output.data_type);
-  const int64_t inner = output.shape.ElementsAfter(axis);
-  std::vector<int64_t> offset(size_ + 1, 0);
-  for (int source = 0; source < size_; ++source) {
-    offset[source + 1] = offset[source] + collective.known->input_shapes[source].dimension(axis);
-  }
-  std::vector<int> received(size_, -1);
-  std::vector<std::byte*> staged(size_, nullptr);
-  for (int source = 0; source < size_; ++source) {
-    if (source == rank) continue;
-    const size_t bytes =
-        static_cast<size_t>(collective.known->input_shapes[source].NumElements() * element_size);
-    if (bytes == 0) continue;
-    // Blocks along the leading axes are contiguous in the output: received in place.
-    staged[source] = collective.staging[source];
-    std::byte* target = staged[source] != nullptr
-                            ? staged[source]
-                            : Bytes(output.data) + offset[source] * inner * element_size;
-    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
-  }
+  auto block_from = [&](int source) { return collective.known->input_shapes[source]; };
+  const IncomingBlocks incoming = PostBlockReceives(collective, axis, block_from);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank) continue;
     PostSend(collective, Phase::kGather, peer, input.data, static_cast<size_t>(input.ByteSize()));
   }
   const int rank_count = output.shape.rank();
   CopyBlock(input, AxisOrigin(rank_count, axis, 0), output,
-            AxisOrigin(rank_count, axis, offset[rank]), input.shape);
-  for (int source = 0; source < size_; ++source) {
-    if (staged[source] == nullptr) continue;
-    if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
-    const Shape& block = collective.known->input_shapes[source];
-    CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, axis, 0),
-              output, AxisOrigin(rank_count, axis, offset[source]), block);
-  }
-  return absl::OkStatus();
+            AxisOrigin(rank_count, axis, incoming.offset[rank]), input.shape);
+  return PlaceStagedBlocks(collective, incoming, axis, block_from);
 }
 
 absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
@@ -616,11 +635,6 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     block.set_dimension(axis, BalancedRange(block.dimension(axis), size_, destination).size());
     return block;
   };
-  std::vector<int64_t> offset(size_ + 1, 0);
-  for (int source = 0; source < size_; ++source) {
-    offset[source + 1] = offset[source] + block_of(source, rank).dimension(concat_axis);
-  }
-  const int64_t output_inner = output.shape.ElementsAfter(concat_axis);
   const int64_t input_inner = input.shape.ElementsAfter(axis);
   for (int destination = 0; destination < size_; ++destination) {
     if (destination == rank) continue;
@@ -637,19 +651,8 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
     }
     PostSend(collective, Phase::kGather, destination, source, bytes);
   }
-  std::vector<int> received(size_, -1);
-  std::vector<std::byte*> staged(size_, nullptr);
-  for (int source = 0; source < size_; ++source) {
-    if (source == rank) continue;
-    const size_t bytes = static_cast<size_t>(block_of(source, rank).NumElements() * element_size);
-    if (bytes == 0) continue;
-    // Blocks along the leading axes are contiguous in the output: received in place.
-    staged[source] = collective.staging[source];
-    std::byte* target = staged[source] != nullptr
-                            ? staged[source]
-                            : Bytes(output.data) + offset[source] * output_inner * element_size;
-    received[source] = PostReceive(collective, Phase::kGather, source, target, bytes);
-  }
+  auto block_from = [&](int source) { return block_of(source, rank); };
+  const IncomingBlocks incoming = PostBlockReceives(collective, concat_axis, block_from);
   // The transfers start before this rank copies its own block, so that no peer waits for this
   // rank's data (or, on one host, its announcement) for the length of that copy: a drive that
   // ends after its first round posts them. The sends are queued before the receives because a
@@ -657,15 +660,8 @@ absl::Status NetworkCollectives::RunAllToAll(Collective& collective) {
   network_->DriveUntil([] { return true; }, collective.deadline);
   const AxisRange own = BalancedRange(input.shape.dimension(axis), size_, rank);
   CopyBlock(input, AxisOrigin(rank_count, axis, own.begin), output,
-            AxisOrigin(rank_count, concat_axis, offset[rank]), block_of(rank, rank));
-  for (int source = 0; source < size_; ++source) {
-    if (staged[source] == nullptr) continue;
-    if (absl::Status status = Await(collective, received[source]); !status.ok()) return status;
-    const Shape block = block_of(source, rank);
-    CopyBlock(TensorView{staged[source], output.data_type, block}, AxisOrigin(rank_count, 0, 0),
-              output, AxisOrigin(rank_count, concat_axis, offset[source]), block);
-  }
-  return absl::OkStatus();
+            AxisOrigin(rank_count, concat_axis, incoming.offset[rank]), block_of(rank, rank));
+  return PlaceStagedBlocks(collective, incoming, concat_axis, block_from);
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeNetworkCollectives(

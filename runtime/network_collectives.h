@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -204,6 +205,21 @@ class NetworkCollectives final : public CollectiveBackend {
   // contribution and reduces them in rank order into `reduced` (this rank's dense slice).
   absl::Status ReduceToOwners(Collective& collective, const TensorView& input, int axis,
                               float* reduced);
+
+  // The blocks a gather (all-gather, all-to-all) receives: block_from(source) from each peer,
+  // placed along `concat_axis` of the output in rank order.
+  struct IncomingBlocks {
+    std::vector<int64_t> offset;     // by source, along concat_axis (and the total at size_)
+    std::vector<int> received;       // the receives' indices (-1: none)
+    std::vector<std::byte*> staged;  // the staging buffer a block lands in (null: in place)
+  };
+  // Posts a receive for each peer's block: straight into the output where the block is contiguous
+  // there, into its staging buffer otherwise.
+  IncomingBlocks PostBlockReceives(Collective& collective, int concat_axis,
+                                   absl::FunctionRef<Shape(int)> block_from);
+  // Waits for each staged block and copies it to its place in the output.
+  absl::Status PlaceStagedBlocks(Collective& collective, const IncomingBlocks& incoming,
+                                 int concat_axis, absl::FunctionRef<Shape(int)> block_from);
 
   // Post one transfer of `bytes` bytes; nothing (and -1) for an empty one. A transfer that cannot
   // be posted fails the group.
