@@ -9,9 +9,11 @@
 // host), and for reference once per configuration forced onto TCP. Every system's processes are
 // placed alike, as mpirun places its ranks by default (bound to a core each with two ranks, not
 // bound with four: collective_runs.h's RankCpus); for reference Loom also runs once per
-// configuration without it. Each configuration is run kRepetitions times, the systems
-// interleaved; the medians of the runs are compared. The RESULT lines give the configuration
-// with the worst ratio against each peer.
+// configuration without it, and once with single-slot registers (the memory a loop over one input
+// and one output buffer touches, as the peers' loops do; Loom's plan, as the compiler's, gives
+// the collective's registers two slots each, which double what an iteration touches). Each
+// configuration is run kRepetitions times, the systems interleaved; the medians of the runs are
+// compared. The RESULT lines give the configuration with the worst ratio against each peer.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -42,12 +44,14 @@ constexpr double kGoalVersusGloo = 1.0;
 constexpr double kGoalVersusMpi = 1.2;
 
 struct Medians {
-  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0, loom_tcp = 0, loom_unbound = 0;
+  double loom = 0, gloo = 0, mpi = 0, mpi_tcp = 0, loom_tcp = 0, loom_unbound = 0,
+         loom_single_slot = 0;
 };
 
-// `bench_alltoall --only loom|loom-tcp|gloo|mpi[-unbound] RANKS KIB [SPIN_US]`: one side alone,
-// kRepetitions runs of KiB per rank, no RESULT line (for profiling it, or for its fixed cost at a
-// few KiB); "-unbound": no process bound to a core, whatever the placement says. For
+// `bench_alltoall --only loom|loom-tcp|loom-single-slot|gloo|mpi[-unbound] RANKS KIB [SPIN_US]`:
+// one side alone, kRepetitions runs of KiB per rank, no RESULT line (for profiling it, or for its
+// fixed cost at a few KiB); "-unbound": no process bound to a core, whatever the placement says;
+// "loom-single-slot": Loom with single-slot registers (CollectiveRun::register_slots). For
 // Loom it also prints where rank 0's iterations go (LoomCollectiveTiming: the collective's act and
 // the time between acts), and SPIN_US replaces the nodes' stream threads' spin before parking
 // (default 50; the collective's wait on its transfers is the transport's drive, which polls its own
@@ -62,10 +66,12 @@ int OnlyOne(absl::string_view named, int ranks, int64_t kibibytes, int64_t spin_
   run.warmup = kWarmup;
   run.measured = kMeasured;
   if (system == "loom-tcp") run.loom_transports = kLoomTcpOnly;
+  if (system == "loom-single-slot") run.register_slots = 1;
+  const bool loom = system == "loom" || system == "loom-tcp" || system == "loom-single-slot";
   std::vector<double> times, acts, betweens;
   for (int repetition = 0; repetition < kRepetitions; ++repetition) {
     absl::StatusOr<double> time;
-    if (system == "loom" || system == "loom-tcp") {
+    if (loom) {
       absl::StatusOr<LoomCollectiveTiming> timing =
           RunLoomCollectiveTimed(run, absl::Microseconds(spin_microseconds));
       ExitIfError(timing.status(), "loom's all-to-all");
@@ -84,7 +90,7 @@ int OnlyOne(absl::string_view named, int ranks, int64_t kibibytes, int64_t spin_
   std::printf("%s%s, %d ranks, %lld KiB per rank: %s (median %.3f ms)\n", system.c_str(),
               run.placed ? "" : " (unbound)", ranks, static_cast<long long>(kibibytes),
               JoinValues(times, 3).c_str(), Median(times));
-  if (system == "loom" || system == "loom-tcp") {
+  if (loom) {
     std::printf("  rank 0, medians per run: collective act %s ms, between acts %s ms\n",
                 JoinValues(acts, 3).c_str(), JoinValues(betweens, 3).c_str());
   }
@@ -98,8 +104,8 @@ int Main(int argc, char** argv) {
   }
   if (argc != 1) {
     std::fprintf(stderr,
-                 "usage: bench_alltoall [--only loom|loom-tcp|gloo|mpi[-unbound] RANKS KIB "
-                 "[SPIN_US]]\n");
+                 "usage: bench_alltoall [--only loom|loom-tcp|loom-single-slot|gloo|mpi[-unbound] "
+                 "RANKS KIB [SPIN_US]]\n");
     return 2;
   }
   if (!HaveCollectivePeers("alltoall", LOOM_COLLECTIVE_MPI_PEER)) return 2;
@@ -112,8 +118,9 @@ int Main(int argc, char** argv) {
   std::printf("machine at start: %s\n", MachineCheck().c_str());
   std::printf("placement, the same for every system (OpenMPI's default): %s; %s\n",
               DescribePlacement(2).c_str(), DescribePlacement(4).c_str());
-  std::printf("%6s %4s %10s %10s %10s %10s %10s %13s %10s %10s\n", "MiB", "ranks", "loom", "gloo",
-              "openmpi", "loom(tcp)", "mpi(tcp)", "loom(unbound)", "loom/gloo", "loom/mpi");
+  std::printf("%6s %4s %10s %10s %10s %10s %10s %13s %14s %10s %10s\n", "MiB", "ranks", "loom",
+              "gloo", "openmpi", "loom(tcp)", "mpi(tcp)", "loom(unbound)", "loom(1 slot)",
+              "loom/gloo", "loom/mpi");
   std::map<std::pair<int, int>, Medians> results;  // (MiB, ranks)
   for (int ranks : {2, 4}) {
     for (int mebibytes : {1, 4, 16, 64}) {
@@ -145,16 +152,21 @@ int Main(int argc, char** argv) {
       unbound_run.placed = false;
       absl::StatusOr<double> loom_unbound =
           RunCpus(run).empty() ? Median(loom) : RunLoomCollective(unbound_run);
+      CollectiveRun single_slot_run = run;
+      single_slot_run.register_slots = 1;
+      absl::StatusOr<double> loom_single_slot = RunLoomCollective(single_slot_run);
       Medians& result = results[{mebibytes, ranks}];
       result = {Median(loom),
                 Median(gloo),
                 Median(mpi),
                 mpi_tcp.ok() ? *mpi_tcp : -1,
                 loom_tcp.ok() ? *loom_tcp : -1,
-                loom_unbound.ok() ? *loom_unbound : -1};
-      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.2f %13.2f %10.3f %10.3f\n", mebibytes,
-                  ranks, result.loom, result.gloo, result.mpi, result.loom_tcp, result.mpi_tcp,
-                  result.loom_unbound, result.loom / result.gloo, result.loom / result.mpi);
+                loom_unbound.ok() ? *loom_unbound : -1,
+                loom_single_slot.ok() ? *loom_single_slot : -1};
+      std::printf("%6d %4d %10.2f %10.2f %10.2f %10.2f %10.2f %13.2f %14.2f %10.3f %10.3f\n",
+                  mebibytes, ranks, result.loom, result.gloo, result.mpi, result.loom_tcp,
+                  result.mpi_tcp, result.loom_unbound, result.loom_single_slot,
+                  result.loom / result.gloo, result.loom / result.mpi);
       std::printf("       runs: loom %s | gloo %s | openmpi %s\n", JoinValues(loom, 2).c_str(),
                   JoinValues(gloo, 2).c_str(), JoinValues(mpi, 2).c_str());
       std::fflush(stdout);

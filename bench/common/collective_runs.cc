@@ -33,8 +33,8 @@ plan::Plan CollectivePlan(const CollectiveRun& run) {
     *plan.mutable_devices(rank)->mutable_device() = NodeDevice(rank);
     *world->add_devices() = NodeDevice(rank);
     const std::string in = absl::StrCat("in", rank), out = absl::StrCat("out", rank);
-    builder.AddRegister(in, {run.elements}, plan::FLOAT32, 2);
-    builder.AddRegister(out, {run.elements}, plan::FLOAT32, 2);
+    builder.AddRegister(in, {run.elements}, plan::FLOAT32, run.register_slots);
+    builder.AddRegister(out, {run.elements}, plan::FLOAT32, run.register_slots);
     builder.AddRegister(absl::StrCat("unread", rank), {1}, plan::FLOAT32, 1);
     builder.AddTask(absl::StrCat("source", rank), plan::SOURCE, rank, {}, {in}, "bench_noop")
         .set_num_pieces(run.warmup + run.measured);

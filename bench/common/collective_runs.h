@@ -31,6 +31,11 @@ struct CollectiveRun {
   std::string loom_transports = kLoomTransports;  // UCX_TLS of Loom's processes
   // False: no process is bound, whatever RankCpus says (for reference).
   bool placed = true;
+  // Loom's input and output registers' slots: 2, as the compiler gives a register that another
+  // stream reads (the collective's input, filled on the compute stream, and its output, read
+  // there), so that the next piece moves while the collective runs. 1 for reference: the memory
+  // of a loop over one input and one output buffer, as the peers' loops are.
+  int register_slots = 2;
 };
 
 // Where the ranks' processes run, the same for every system: as OpenMPI 4.1's mpirun places its
@@ -44,10 +49,10 @@ std::vector<int> RunCpus(const CollectiveRun& run);
 // RankCpus in words, for the benchmarks' header lines.
 std::string DescribePlacement(int ranks);
 
-// Loom: a whole-job plan with, per rank r on node r/cpu:0, a SOURCE ("bench_noop": its 2-slot
-// register of zeros is the input), the collective as a COLLECTIVE task on the communication
-// stream (one communicator "world" over the nodes, out of place), and a COMPUTE reading the
-// output; each node's part (compiler::SplitByNode) runs in a process of its own as a
+// Loom: a whole-job plan with, per rank r on node r/cpu:0, a SOURCE ("bench_noop": its register
+// of zeros, run.register_slots slots, is the input), the collective as a COLLECTIVE task on the
+// communication stream (one communicator "world" over the nodes, out of place), and a COMPUTE
+// reading the output; each node's part (compiler::SplitByNode) runs in a process of its own as a
 // daemon::NodeJob, as in loomd, so the collective takes the UCX backend (UCX_TLS from the run).
 absl::StatusOr<double> RunLoomCollective(const CollectiveRun& run);
 
