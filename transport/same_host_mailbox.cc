@@ -12,20 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "transport/same_host_mailbox_layout.h"
 
 namespace loom::transport {
 namespace {
-
-constexpr uint64_t kLayoutMagic = 0x31584f424c494d4cull;  // "LMILBOX1"
-constexpr uint32_t kLayoutVersion = 2;
-
-// One record of a message: `length` of its bytes here, and whether the next record continues it.
-struct Record {
-  uint32_t length;
-  uint32_t continued;
-  char bytes[Mailbox::kRecordBytes];
-};
-static_assert(sizeof(Record) == 64);
 
 size_t RecordsFor(size_t bytes) {
   return std::max<size_t>((bytes + Mailbox::kRecordBytes - 1) / Mailbox::kRecordBytes, 1);
@@ -33,33 +23,13 @@ size_t RecordsFor(size_t bytes) {
 
 }  // namespace
 
-// The shared memory. Counters are 64-bit and only grow: a ring holds records [tail, head), and
-// head moves past a message's records only once they are all written.
-// std::atomic of these widths is lock-free, so it works between processes.
-struct Mailbox::Layout {
-  struct alignas(64) Slot {
-    std::atomic<uint64_t> owner;             // the sender's peer id + 1; 0 while free
-    alignas(64) std::atomic<uint64_t> head;  // written by the sender
-    alignas(64) std::atomic<uint64_t> tail;  // written by the owner
-    Record records[kRecordsPerSlot];
-  };
-  uint64_t magic;
-  uint32_t version;
-  uint32_t slot_count;
-  std::atomic<uint32_t> parked;   // owner threads asleep on the wake-up eventfd
-  std::atomic<uint32_t> claimed;  // slots [0, claimed) may have owners
-  Slot slots[kSlots];
-};
-static_assert(std::atomic<uint64_t>::is_always_lock_free);
-static_assert(std::atomic<uint32_t>::is_always_lock_free);
-
 absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(int wake_descriptor) {
   int descriptor = memfd_create("loom-mailbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (descriptor < 0) {
     return absl::InternalError(
         absl::StrCat("creating the same-host mailbox (memfd_create): ", std::strerror(errno)));
   }
-  const size_t size = sizeof(Layout);
+  const size_t size = sizeof(MailboxLayout);
   void* memory = MAP_FAILED;
   if (ftruncate(descriptor, static_cast<off_t>(size)) == 0 &&
       fcntl(descriptor, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
@@ -73,15 +43,15 @@ absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(int wake_descriptor) {
                      " bytes): ", std::strerror(error)));
   }
   // A fresh memfd reads as zeros: every slot free, every counter 0.
-  auto* layout = static_cast<Layout*>(memory);
-  layout->magic = kLayoutMagic;
-  layout->version = kLayoutVersion;
+  auto* layout = static_cast<MailboxLayout*>(memory);
+  layout->magic = kMailboxLayoutMagic;
+  layout->version = kMailboxLayoutVersion;
   layout->slot_count = kSlots;
   return std::unique_ptr<Mailbox>(new Mailbox(descriptor, wake_descriptor, layout));
 }
 
 Mailbox::~Mailbox() {
-  munmap(layout_, sizeof(Layout));
+  munmap(layout_, sizeof(MailboxLayout));
   close(descriptor_);
 }
 
@@ -89,7 +59,7 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
   bool received = false;
   const uint32_t claimed = std::min<uint32_t>(layout_->claimed.load(), kSlots);
   for (uint32_t index = 0; index < claimed; ++index) {
-    Layout::Slot& slot = layout_->slots[index];
+    MailboxLayout::Slot& slot = layout_->slots[index];
     const uint64_t owner = slot.owner.load();
     if (owner == 0) continue;
     const auto sender = static_cast<uint32_t>(owner - 1);
@@ -106,7 +76,7 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
       size_t length = 0;
       bool malformed = false, continued = true;
       for (; tail != head && continued; ++tail) {
-        const Record& record = slot.records[tail % kRecordsPerSlot];
+        const MailboxRecord& record = slot.records[tail % kRecordsPerSlot];
         const uint32_t record_length = record.length;
         continued = record.continued != 0;
         if (record_length > kRecordBytes || length + record_length > kMaxMessageBytes) {
@@ -133,7 +103,7 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
 bool Mailbox::HasRecords() const {
   const uint32_t claimed = std::min<uint32_t>(layout_->claimed.load(), kSlots);
   for (uint32_t index = 0; index < claimed; ++index) {
-    const Layout::Slot& slot = layout_->slots[index];
+    const MailboxLayout::Slot& slot = layout_->slots[index];
     if (slot.head.load() != slot.tail.load()) return true;
   }
   return false;
@@ -161,7 +131,7 @@ absl::StatusOr<std::unique_ptr<MailboxSender>> MailboxSender::Open(const Process
   }
   absl::StatusOr<int> descriptor = process.DuplicateDescriptor(identity.mailbox_descriptor);
   if (!descriptor.ok()) return descriptor.status();
-  const size_t size = sizeof(Mailbox::Layout);
+  const size_t size = sizeof(MailboxLayout);
   struct stat file {};
   void* memory = MAP_FAILED;
   int error = 0;
@@ -180,12 +150,12 @@ absl::StatusOr<std::unique_ptr<MailboxSender>> MailboxSender::Open(const Process
     return absl::InternalError(absl::StrCat("mapping the same-host mailbox of process ",
                                             identity.pid, ": ", std::strerror(error)));
   }
-  auto* layout = static_cast<Mailbox::Layout*>(memory);
+  auto* layout = static_cast<MailboxLayout*>(memory);
   auto unmap = [&](absl::Status status) {
     munmap(memory, size);
     return status;
   };
-  if (layout->magic != kLayoutMagic || layout->version != kLayoutVersion ||
+  if (layout->magic != kMailboxLayoutMagic || layout->version != kMailboxLayoutVersion ||
       layout->slot_count != Mailbox::kSlots) {
     return unmap(absl::FailedPreconditionError(
         absl::StrCat("the same-host mailbox of process ", identity.pid, " has another layout")));
@@ -214,18 +184,18 @@ absl::StatusOr<std::unique_ptr<MailboxSender>> MailboxSender::Open(const Process
 }
 
 MailboxSender::~MailboxSender() {
-  munmap(layout_, sizeof(Mailbox::Layout));
+  munmap(layout_, sizeof(MailboxLayout));
   close(wake_descriptor_);
 }
 
 bool MailboxSender::Post(absl::string_view bytes) {
   if (bytes.size() > Mailbox::kMaxMessageBytes) return false;
-  Mailbox::Layout::Slot& slot = layout_->slots[slot_];
+  MailboxLayout::Slot& slot = layout_->slots[slot_];
   const uint64_t head = slot.head.load(std::memory_order_relaxed);
   const size_t records = RecordsFor(bytes.size());
   if (head - slot.tail.load() + records > Mailbox::kRecordsPerSlot) return false;
   for (size_t index = 0; index < records; ++index) {
-    Record& record = slot.records[(head + index) % Mailbox::kRecordsPerSlot];
+    MailboxRecord& record = slot.records[(head + index) % Mailbox::kRecordsPerSlot];
     absl::string_view part = bytes.substr(index * Mailbox::kRecordBytes, Mailbox::kRecordBytes);
     record.length = static_cast<uint32_t>(part.size());
     record.continued = index + 1 < records ? 1 : 0;

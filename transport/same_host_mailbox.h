@@ -13,6 +13,8 @@
 
 namespace loom::transport {
 
+struct MailboxLayout;  // transport/same_host_mailbox_layout.h
+
 // Small messages between Transports of one host through shared memory: what a same-host copy's
 // announcement and answer travel by (transport/README.md, same-host copies), instead of an active
 // message over TCP loopback. Posting is a store into the receiver's memory; the receiver finds
@@ -67,13 +69,12 @@ class Mailbox {
   void EndPark();
 
  private:
-  struct Layout;
-  Mailbox(int descriptor, int wake_descriptor, Layout* layout)
+  Mailbox(int descriptor, int wake_descriptor, MailboxLayout* layout)
       : descriptor_(descriptor), wake_descriptor_(wake_descriptor), layout_(layout) {}
 
   const int descriptor_;
   const int wake_descriptor_;
-  Layout* const layout_;
+  MailboxLayout* const layout_;
   friend class MailboxSender;
 };
 
@@ -97,10 +98,10 @@ class MailboxSender {
   bool Post(absl::string_view bytes);
 
  private:
-  MailboxSender(Mailbox::Layout* layout, int slot, int wake_descriptor)
+  MailboxSender(MailboxLayout* layout, int slot, int wake_descriptor)
       : layout_(layout), slot_(slot), wake_descriptor_(wake_descriptor) {}
 
-  Mailbox::Layout* const layout_;
+  MailboxLayout* const layout_;
   const int slot_;
   const int wake_descriptor_;
 };

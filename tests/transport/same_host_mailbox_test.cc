@@ -1,14 +1,17 @@
 // The same-host mailbox: messages posted by peers, in order per sender, whole whatever the number
 // of records they take, never blocking, and the wake-up of a parked owner; within this process
-// and from a forked child.
+// and from a forked child; records no sender would write (written into the mailbox's memory
+// directly) dropped without losing the messages around them.
 #include "transport/same_host_mailbox.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transport/transport_test_util.h"
+#include "transport/same_host_mailbox_layout.h"
 
 namespace loom::transport {
 namespace {
@@ -196,6 +200,98 @@ TEST_F(MailboxTest, OnlyAParkedOwnerIsWoken) {
   ASSERT_EQ(read(wake_, &count, sizeof(count)), static_cast<ssize_t>(sizeof(count)));
   EXPECT_EQ(count, 1u);
   EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "parked")));
+}
+
+// The mailbox's memory mapped once more, to write into a slot what a sender that broke the
+// protocol (or memory gone bad) would: records appended at the slot's head, published together.
+class RawSlot {
+ public:
+  RawSlot(int descriptor, int slot) : slot_(slot) {
+    void* memory =
+        mmap(nullptr, sizeof(MailboxLayout), PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0);
+    EXPECT_NE(memory, MAP_FAILED) << std::strerror(errno);
+    layout_ = memory == MAP_FAILED ? nullptr : static_cast<MailboxLayout*>(memory);
+  }
+  ~RawSlot() {
+    if (layout_ != nullptr) munmap(layout_, sizeof(MailboxLayout));
+  }
+  RawSlot(const RawSlot&) = delete;
+  RawSlot& operator=(const RawSlot&) = delete;
+
+  bool mapped() const { return layout_ != nullptr; }
+  MailboxLayout& layout() { return *layout_; }
+  MailboxLayout::Slot& slot() { return layout_->slots[slot_]; }
+  // A record claiming `length` bytes (at most kRecordBytes of them written).
+  void Append(uint32_t length, bool continued) {
+    const uint64_t head = slot().head.load() + appended_++;
+    MailboxRecord& record = slot().records[head % Mailbox::kRecordsPerSlot];
+    record.length = length;
+    record.continued = continued ? 1 : 0;
+    std::memset(record.bytes, 'r', sizeof(record.bytes));
+  }
+  void Publish() {
+    slot().head.store(slot().head.load() + appended_);
+    appended_ = 0;
+  }
+
+ private:
+  const int slot_;
+  MailboxLayout* layout_ = nullptr;
+  uint64_t appended_ = 0;
+};
+
+TEST_F(MailboxTest, MalformedMessagesAreDroppedAndTheOnesAroundThemArrive) {
+  std::unique_ptr<MailboxSender> broken = Sender(4);  // the first slot claimed: slot 0
+  std::unique_ptr<MailboxSender> other = Sender(9);
+  ASSERT_NE(broken, nullptr);
+  ASSERT_NE(other, nullptr);
+  RawSlot raw(mailbox_->descriptor(), 0);
+  ASSERT_TRUE(raw.mapped());
+  EXPECT_TRUE(broken->Post("before"));
+  // A record longer than a record holds.
+  raw.Append(Mailbox::kRecordBytes + 1, /*continued=*/false);
+  raw.Publish();
+  EXPECT_TRUE(broken->Post("between"));
+  // Full records continued past the longest message.
+  const int too_many = static_cast<int>(Mailbox::kMaxMessageBytes / Mailbox::kRecordBytes) + 2;
+  for (int i = 0; i < too_many; ++i) raw.Append(Mailbox::kRecordBytes, i + 1 < too_many);
+  raw.Publish();
+  EXPECT_TRUE(broken->Post("after"));
+  EXPECT_TRUE(other->Post("other"));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(4, "before"), Pair(4, "between"),
+                                                 Pair(4, "after"), Pair(9, "other")));
+  EXPECT_FALSE(mailbox_->HasRecords());
+}
+
+TEST_F(MailboxTest, AMessageCutShortIsDroppedAndTheNextOneArrives) {
+  std::unique_ptr<MailboxSender> sender = Sender(2);
+  ASSERT_NE(sender, nullptr);
+  RawSlot raw(mailbox_->descriptor(), 0);
+  ASSERT_TRUE(raw.mapped());
+  EXPECT_TRUE(sender->Post("whole"));
+  // Published, yet its last record says another follows.
+  raw.Append(Mailbox::kRecordBytes, /*continued=*/true);
+  raw.Append(3, /*continued=*/true);
+  raw.Publish();
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "whole")));
+  EXPECT_FALSE(mailbox_->HasRecords());
+  EXPECT_TRUE(sender->Post("next"));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "next")));
+}
+
+TEST_F(MailboxTest, CountersThatMakeNoSenseAreDroppedAndTheSlotWorksOnAfterwards) {
+  std::unique_ptr<MailboxSender> sender = Sender(6);
+  ASSERT_NE(sender, nullptr);
+  RawSlot raw(mailbox_->descriptor(), 0);
+  ASSERT_TRUE(raw.mapped());
+  // A head more than a ring ahead of the tail, and more slots claimed than there are.
+  raw.slot().head.store(raw.slot().tail.load() + Mailbox::kRecordsPerSlot + 5);
+  raw.layout().claimed.store(Mailbox::kSlots + 1000);
+  EXPECT_TRUE(mailbox_->HasRecords());
+  EXPECT_TRUE(ReceiveAll(*mailbox_).empty());
+  EXPECT_FALSE(mailbox_->HasRecords());
+  EXPECT_TRUE(sender->Post("fine"));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(6, "fine")));
 }
 
 // The owner in a forked child; this process posts into it (a parent may always read its child
