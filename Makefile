@@ -13,9 +13,12 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 BENCH ?=
-# Sanitizer builds compile only the runtime, actors, kernels, transport and their tests.
+# Sanitizer builds compile only the runtime, actors, kernels, transport and their tests (the
+# forking transport tests too: ThreadSanitizer sees only one process's threads, so what they add
+# there is the in-process side; AddressSanitizer checks the mailbox's reads of foreign records).
 SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \
-  loom_kernels_test loom_transport_test loom_network_collectives_transport_test
+  loom_kernels_test loom_transport_test loom_network_collectives_transport_test \
+  loom_transport_process_test loom_same_host_test loom_same_host_mailbox_test
 SANITIZER_LABELS = 'runtime|kernels|transport'
 # UCX's memory hooks (libucm) crash a sanitized thread's exit, so the sanitizer runs turn them off
 # (they keep the registration caches of RDMA and GPU transports right; the tests use TCP, CMA and
