@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -94,15 +97,30 @@ inline absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(
   return Transport::Create(std::move(options));
 }
 
-// Whether a forked child's `probe(parent)` returns true. The child makes no call but `probe`'s
-// system calls and _exit, so forking with threads running is safe.
-inline bool ChildSucceeds(bool (*probe)(pid_t parent)) {
+// Runs `probe(parent)` in a forked child: OK when it returned true, PermissionDenied when it
+// returned false, Internal when the probe could not run (fork or wait failed, or the child was
+// killed). The child makes no call but `probe`'s system calls and _exit, so forking with threads
+// running is safe.
+inline absl::Status RunChildProbe(bool (*probe)(pid_t parent)) {
   const pid_t parent = getpid();
   const pid_t child = fork();
-  if (child < 0) return false;
+  if (child < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (child == 0) _exit(probe(parent) ? 0 : 1);
   int status = 0;
-  return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (waitpid(child, &status, 0) != child) {
+    return absl::InternalError(absl::StrCat("waitpid: ", strerror(errno)));
+  }
+  if (!WIFEXITED(status)) return absl::InternalError("the probe's child was killed");
+  return WEXITSTATUS(status) == 0 ? absl::OkStatus() : absl::PermissionDeniedError("refused");
+}
+
+// Why a probe of `what` found it unavailable, `refusal` where the kernel refused it; "" when it
+// is available.
+inline std::string ProbeUnavailableReason(const absl::Status& probed, absl::string_view what,
+                                          absl::string_view refusal) {
+  if (probed.ok()) return "";
+  if (probed.code() == absl::StatusCode::kPermissionDenied) return std::string(refusal);
+  return absl::StrCat("could not probe for ", what, " on this machine: ", probed.message());
 }
 
 // Why same-host copies cannot work on this machine, or "" when they can: a forked child reads a
@@ -111,28 +129,30 @@ inline bool ChildSucceeds(bool (*probe)(pid_t parent)) {
 // only the opposite direction; seccomp may forbid the call altogether).
 inline std::string SameHostCopiesUnavailableReason() {
   static const uint64_t word = 0x5ca1ab1e5ca1ab1eull;
-  const bool can_read = ChildSucceeds([](pid_t parent) {
+  const absl::Status probed = RunChildProbe([](pid_t parent) {
     uint64_t copy = 0;
     iovec local{&copy, sizeof(copy)};
     iovec remote{const_cast<uint64_t*>(&word), sizeof(word)};
     ssize_t read = process_vm_readv(parent, &local, 1, &remote, 1, 0);
     return read == static_cast<ssize_t>(sizeof(copy)) && copy == word;
   });
-  if (can_read) return "";
-  return "this kernel does not let a process read its parent's memory with process_vm_readv "
-         "(ptrace policy or seccomp), so Loom's same-host copies fall back to UCX here";
+  return ProbeUnavailableReason(
+      probed, "same-host copies",
+      "this kernel does not let a process read its parent's memory with process_vm_readv "
+      "(ptrace policy or seccomp), so Loom's same-host copies fall back to UCX here");
 }
 
 // Why a child could not take a descriptor of its parent with pidfd_getfd (how same-host peers
 // reach each other's mailbox: transport/same_host_mailbox.h), or "" when it can.
 inline std::string MailboxUnavailableReason() {
-  const bool can_take = ChildSucceeds([](pid_t parent) {
+  const absl::Status probed = RunChildProbe([](pid_t parent) {
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, parent, 0));
     return pidfd >= 0 && syscall(SYS_pidfd_getfd, pidfd, /*targetfd=*/0, 0) >= 0;
   });
-  if (can_take) return "";
-  return "this kernel does not let a process take its parent's descriptors with pidfd_getfd, so "
-         "same-host copy messages go through UCX here";
+  return ProbeUnavailableReason(
+      probed, "same-host mailboxes",
+      "this kernel does not let a process take its parent's descriptors with pidfd_getfd, so "
+      "same-host copy messages go through UCX here");
 }
 
 // Waits until `transport` sends its data to `peer` by same-host copy (the peer's announcement that
