@@ -4,7 +4,8 @@
 namespace loom {
 
 // Sets how many threads OpenBLAS uses for each GEMM (process-wide). Tools call it once at start,
-// for example with 1 when every stream thread runs its own kernels. Values below 1 mean 1.
+// for example with 1 when every stream thread runs its own kernels. Values below 1 mean 1. A
+// count that is already set changes nothing (in a forked child: starts no OpenBLAS threads).
 void SetBlasThreads(int threads);
 
 // The number of threads OpenBLAS currently uses.
