@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/loomctl/cluster_state.h"
+#include "client/loomctl/cpu_binding.h"
 #include "client/loomctl/interrupt_signals.h"
 #include "client/loomctl/job_summary.h"
 #include "client/loomctl/local_cluster.h"
@@ -84,6 +85,20 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
   options.loomd = parsed->Has("loomd") ? parsed->Value("loomd") : DefaultLoomd();
   options.memory_budget_per_device = parsed->Value("memory-budget-per-device");
   options.host = parsed->Value("host");
+  if (const std::string binding = parsed->Value("bind-cpus"); binding != "none") {
+    absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
+    if (!allowed.ok()) {
+      error << kUpCommand << ": " << allowed.status().message() << "\n";
+      return kExitFailure;
+    }
+    absl::StatusOr<std::vector<std::vector<int>>> node_cpus =
+        NodeCpus(binding, options.nodes, *allowed);
+    if (!node_cpus.ok()) {
+      error << kUpCommand << ": " << node_cpus.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.node_cpus = *std::move(node_cpus);
+  }
   // Checked here (a usage error naming the flag and the file); the daemons get the paths.
   absl::StatusOr<std::optional<TlsCredentials>> tls = TlsFromArguments(kUpCommand, *parsed);
   if (!tls.ok()) {
@@ -176,12 +191,13 @@ ArgumentSpec ClusterUpArgumentSpec() {
       "on a free port of --host, serves Prometheus metrics on another (--metrics-listen), has\n"
       "--devices cpu:K and a log STATE_DIR/nodeI.log. Waits until the coordinator is SERVING and\n"
       "lists every node READY, then writes STATE_DIR/cluster.json (pids, addresses, metrics\n"
-      "addresses, logs), prints each node's addresses on stderr and the coordinator's\n"
+      "addresses, logs, CPUs), prints each node's addresses on stderr and the coordinator's\n"
       "address on stdout. The other loomctl commands then default to that coordinator (when\n"
       "STATE_DIR is the default one). Refused while a cluster from the same STATE_DIR runs.\n"
       "On failure, prints the end of the failing daemon's log and stops the others. With\n"
       "--tls-ca/--tls-cert/--tls-key every daemon runs with mutual TLS, and the other loomctl\n"
-      "commands then use those files with the recorded coordinator.\n\n"
+      "commands then use those files with the recorded coordinator. --bind-cpus binds each\n"
+      "daemon to CPUs of its own (several loomds on one host otherwise share cores by chance).\n\n"
       "Exit codes: 0 the cluster is ready; 1 it could not be started; 2 usage error.");
   spec.AddFlag("nodes", "N", "1", "the number of daemons (nodes)")
       .AddFlag("devices-per-node", "K", "1", "CPU devices per node (loomd --devices cpu:K)")
@@ -192,6 +208,10 @@ ArgumentSpec ClusterUpArgumentSpec() {
                "passed to every loomd (e.g. 4GiB; 0: no limit; default: the cluster's devices "
                "share 3/4 of this host's memory)")
       .AddFlag("host", "HOST", "127.0.0.1", "the address every daemon listens on")
+      .AddFlag("bind-cpus", "MODE", "none",
+               "none, auto or LIST/LIST/...: bind each daemon to CPUs of its own from its "
+               "start; auto splits the CPUs loomctl may use into one group of consecutive CPUs "
+               "per node, a LIST per node names them (taskset -c's syntax, e.g. 0-1/2-3)")
       .AddFlag("timeout", "DURATION", "60s",
                "how long the daemons may take to start and report every node ready")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");

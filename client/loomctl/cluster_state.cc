@@ -61,7 +61,9 @@ std::string ClusterStateToJson(const ClusterState& state) {
         &json, i == 0 ? "\n" : ",\n", "    {\"rank\": ", node.rank,
         ", \"name\": ", JsonString(node.name), ", \"pid\": ", node.pid,
         ", \"start_ticks\": ", node.start_ticks, ", \"address\": ", JsonString(node.address),
-        ", \"log\": ", JsonString(node.log), ", \"metrics\": ", JsonString(node.metrics), "}");
+        ", \"log\": ", JsonString(node.log), ", \"metrics\": ", JsonString(node.metrics));
+    if (!node.cpus.empty()) absl::StrAppend(&json, ", \"cpus\": ", JsonString(node.cpus));
+    json += "}";
   }
   json += "\n  ]";
   if (!state.tls.authority_path.empty()) {
@@ -108,6 +110,11 @@ absl::StatusOr<ClusterState> ClusterStateFromJson(const std::string& json) {
     record.address = *address;
     record.log = *log;
     record.metrics = *metrics;
+    if (node.Find("cpus") != nullptr) {
+      absl::StatusOr<std::string> cpus = StringMember(node, "cpus");
+      if (!cpus.ok()) return cpus.status();
+      record.cpus = *cpus;
+    }
     state.nodes.push_back(std::move(record));
   }
   if (const JsonValue* tls = root->Find("tls"); tls != nullptr) {

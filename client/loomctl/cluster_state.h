@@ -16,7 +16,7 @@ namespace loom::loomctl {
 //
 //   {"coordinator":"127.0.0.1:40123","loomd":"/.../loomd","nodes":[{"rank":0,"name":"node0",
 //    "pid":4242,"start_ticks":123456,"address":"127.0.0.1:40123","log":"STATE_DIR/node0.log",
-//    "metrics":"127.0.0.1:40124"}, ...]}
+//    "metrics":"127.0.0.1:40124", "cpus":"0-1"}, ...]}
 //
 // and, for a cluster started with --tls-*, "tls":{"ca":PATH,"cert":PATH,"key":PATH}: the files
 // every daemon got, which the other loomctl commands use when they take the recorded coordinator
@@ -32,6 +32,9 @@ struct ClusterNodeRecord {
   std::string log;
   // Where the daemon serves Prometheus metrics (HOST:PORT of http(s)://HOST:PORT/metrics).
   std::string metrics;
+  // The CPUs it is bound to (a CPU list, "0-1"; --bind-cpus), empty when it is not: the member
+  // "cpus", written only for a bound daemon.
+  std::string cpus;
 };
 
 struct ClusterState {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/cluster_client.h"
+#include "client/loomctl/cpu_binding.h"
 #include "client/loomctl/local_process.h"
 #include "glog/logging.h"
 #include "runtime/file_contents.h"
@@ -197,6 +198,10 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
   if (options.nodes < 1 || options.devices_per_node < 1) {
     return absl::InvalidArgumentError("a cluster needs at least one node and one device per node");
   }
+  if (!options.node_cpus.empty() && static_cast<int>(options.node_cpus.size()) != options.nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU lists for ", options.node_cpus.size(),
+                                                   " nodes in a cluster of ", options.nodes));
+  }
   const std::filesystem::path directory(options.state_directory);
   std::error_code error_code;
   std::filesystem::create_directories(directory, error_code);
@@ -276,7 +281,11 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
                         options.tls.certificate_path, "--tls-key", options.tls.private_key_path});
     }
     LOG(INFO) << "starting " << options.loomd << " " << absl::StrJoin(arguments, " ");
-    absl::StatusOr<LocalProcess> process = StartDetachedProcess(options.loomd, arguments, node.log);
+    const std::vector<int> cpus =
+        options.node_cpus.empty() ? std::vector<int>() : options.node_cpus[rank];
+    node.cpus = FormatCpuList(cpus);
+    absl::StatusOr<LocalProcess> process =
+        StartDetachedProcess(options.loomd, arguments, node.log, cpus);
     if (!process.ok()) return FailStart(state.nodes, nullptr, process.status(), progress);
     node.pid = process->pid;
     node.start_ticks = process->start_ticks;
@@ -291,7 +300,8 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     if (rank == 0) state.coordinator = started.address;
     progress << node.name << ": pid " << node.pid << ", listening on " << started.address
              << (rank == 0 ? " (coordinator)" : "") << ", metrics " << metrics_scheme << "://"
-             << started.metrics << "/metrics, log " << node.log << "\n";
+             << started.metrics << "/metrics, log " << node.log
+             << (node.cpus.empty() ? "" : absl::StrCat(", bound to CPUs ", node.cpus)) << "\n";
     progress.flush();
   }
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,6 +30,9 @@ struct LocalClusterOptions {
   std::string memory_budget_per_device;
   // The host every daemon listens on (each on a free port).
   std::string host = "127.0.0.1";
+  // Empty: the daemons are not bound. Otherwise one CPU list per node (cpu_binding.h's NodeCpus):
+  // daemon I is bound to node_cpus[I] from its start.
+  std::vector<std::vector<int>> node_cpus;
   // How long the daemons may take to listen and to report every node ready.
   absl::Duration timeout = absl::Seconds(60);
   // Mutual TLS: every daemon gets these files (the certificate must name `host`), and the
@@ -43,7 +47,8 @@ struct LocalClusterOptions {
 
 // Starts options.nodes daemons: node 0 the coordinator (--node-rank 0), the others joining it
 // (--coordinator ADDRESS --node-rank I), each --listen HOST:0, --metrics-listen HOST:0,
-// --node-name nodeI, --devices cpu:K (and the TLS flags); then waits until the coordinator is
+// --node-name nodeI, --devices cpu:K (and the TLS flags), bound to its CPUs where
+// options.node_cpus has them; then waits until the coordinator is
 // SERVING and lists every node READY, writes the state file and returns it. Progress goes to
 // `progress`.
 // FAILED_PRECONDITION when a cluster recorded in the state directory still runs. On any failure the

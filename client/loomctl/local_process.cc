@@ -1,6 +1,7 @@
 #include "client/loomctl/local_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/loomctl/cpu_binding.h"
 
 namespace loom::loomctl {
 namespace {
@@ -52,7 +54,8 @@ std::optional<uint64_t> ReadStartTicks(int64_t pid, bool zombie_too) {
 
 absl::StatusOr<LocalProcess> StartDetachedProcess(const std::string& program,
                                                   const std::vector<std::string>& arguments,
-                                                  const std::string& log_path) {
+                                                  const std::string& log_path,
+                                                  const std::vector<int>& cpus) {
   // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
   std::vector<std::string> argv_storage;
   argv_storage.push_back(program);
@@ -68,6 +71,11 @@ absl::StatusOr<LocalProcess> StartDetachedProcess(const std::string& program,
   }
   const int null_input = open("/dev/null", O_RDONLY | O_CLOEXEC);
   const std::string exec_failure = absl::StrCat("loomctl: cannot execute ", program, ": ");
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int cpu : cpus) CPU_SET(cpu, &cpu_set);
+  const std::string bind_failure =
+      absl::StrCat("loomctl: cannot bind ", program, " to CPUs ", FormatCpuList(cpus), ": ");
 
   const pid_t pid = fork();
   if (pid < 0) {
@@ -84,9 +92,11 @@ absl::StatusOr<LocalProcess> StartDetachedProcess(const std::string& program,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(program.c_str(), argv.data());
+    const bool bound = cpus.empty() || sched_setaffinity(0, sizeof(cpu_set), &cpu_set) == 0;
+    if (bound) execv(program.c_str(), argv.data());
     const char* reason = std::strerror(errno);
-    ssize_t ignored = write(STDERR_FILENO, exec_failure.data(), exec_failure.size());
+    const std::string& failure = bound ? exec_failure : bind_failure;
+    ssize_t ignored = write(STDERR_FILENO, failure.data(), failure.size());
     ignored = write(STDERR_FILENO, reason, std::strlen(reason));
     ignored = write(STDERR_FILENO, "\n", 1);
     (void)ignored;

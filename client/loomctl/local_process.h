@@ -22,10 +22,13 @@ struct LocalProcess {
 
 // Starts `program` with `arguments` in a session of its own (a terminal's Ctrl-C does not reach
 // it, and it outlives loomctl), stdin from /dev/null, stdout and stderr into `log_path`
-// (truncated). An exec failure is written to the log and ends the child with status 127.
+// (truncated), bound to `cpus` when there are any (before exec: every thread it starts inherits
+// the binding). An exec or binding failure is written to the log and ends the child with status
+// 127.
 absl::StatusOr<LocalProcess> StartDetachedProcess(const std::string& program,
                                                   const std::vector<std::string>& arguments,
-                                                  const std::string& log_path);
+                                                  const std::string& log_path,
+                                                  const std::vector<int>& cpus = {});
 
 // /proc/PID/stat's starttime; nullopt when there is no such process or it is a zombie.
 std::optional<uint64_t> ProcessStartTicks(int64_t pid);

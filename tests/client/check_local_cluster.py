@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """loomctl cluster up / down end to end.
 
-check_local_cluster.py LOOMCTL STATE_DIR NODES [--tls]
+check_local_cluster.py LOOMCTL STATE_DIR NODES [--tls] [--bind]
 
 Starts a local cluster of NODES loomds (the loomd next to loomctl) in STATE_DIR, checks that a
 second `up` is refused, that `loomctl nodes` lists NODES ready nodes and that a training job
@@ -9,7 +9,9 @@ succeeds on it; then `down`: every daemon is gone and the state file removed. Wi
 also checks that a daemon that cannot start fails `up` with the end of its log, leaving nothing
 running, and that Ctrl-C (SIGINT) while `up` waits stops the daemon it started. With --tls the cluster runs with mutual TLS (certificates from scripts/make-certs in
 STATE_DIR/certs): the state file records the files, the commands work with them and a client
-without them gets no answer. Run from the repository root.
+without them gets no answer. With --bind the daemons are bound (--bind-cpus auto where this
+process may use a CPU per node, else one CPU list per node naming the CPUs in turn): every thread
+of each daemon runs on the CPUs the state file records for it. Run from the repository root.
 """
 import json
 import os
@@ -20,6 +22,7 @@ import time
 
 LOOMCTL, STATE_DIRECTORY, NODES = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TLS = "--tls" in sys.argv[4:]
+BIND = "--bind" in sys.argv[4:]
 STATE_FILE = os.path.join(STATE_DIRECTORY, "cluster.json")
 failures = []
 
@@ -61,8 +64,39 @@ if TLS:
                  "--tls-cert", os.path.join(certificates, "local.pem"),
                  "--tls-key", os.path.join(certificates, "local.key")]
 
+bind_flags = []
+if BIND:
+    allowed = sorted(os.sched_getaffinity(0))
+    binding = "auto" if len(allowed) >= NODES else "/".join(
+        str(allowed[rank % len(allowed)]) for rank in range(NODES))
+    bind_flags = ["--bind-cpus", binding]
+
+
+def cpu_list(text):
+    """The CPUs of a CPU list such as '0-3,8'."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def bound_cpus(pid):
+    """The CPU list of every thread of the process, as a set of strings."""
+    lists = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                for line in status:
+                    if line.startswith("Cpus_allowed_list:"):
+                        lists.add(line.split(":", 1)[1].strip())
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return lists
+
+
 result = loomctl("cluster", "up", "--nodes", str(NODES), "--devices-per-node", "2",
-                 "--timeout", "60s", *state_flag, *tls_flags)
+                 "--timeout", "60s", *state_flag, *tls_flags, *bind_flags)
 if result.returncode != 0:
     print(f"FAIL: cluster up exited {result.returncode}", file=sys.stderr)
     sys.exit(1)
@@ -76,6 +110,21 @@ try:
     check(len(nodes) == NODES, f"{NODES} nodes recorded")
     check(all(running(node["pid"], node["start_ticks"]) for node in nodes), "every daemon runs")
     check(all(os.path.exists(node["log"]) for node in nodes), "every daemon has its log")
+    if BIND:
+        recorded = [node.get("cpus", "") for node in nodes]
+        check(all(recorded), f"the state file records every daemon's CPUs: {recorded}")
+        for node in nodes:
+            threads = bound_cpus(node["pid"])
+            check(len(threads) == 1 and cpu_list(threads.pop()) == cpu_list(node["cpus"]),
+                  f"every thread of {node['name']} runs on CPUs {node['cpus']}: {threads}")
+            check(f"bound to CPUs {node['cpus']}" in result.stderr,
+                  f"up says which CPUs {node['name']} is bound to")
+        if bind_flags[1] == "auto":
+            sets = [cpu_list(cpus) for cpus in recorded]
+            check(sum(len(cpus) for cpus in sets) == len(set().union(*sets)),
+                  f"auto gives every daemon CPUs of its own: {recorded}")
+    else:
+        check(all("cpus" not in node for node in nodes), "unbound daemons record no CPUs")
     if TLS:
         check(state.get("tls", {}).get("ca") == tls_flags[1], "the state file records the TLS files")
         check("metrics https://" in result.stderr, "the daemons serve /metrics over HTTPS")
@@ -110,6 +159,16 @@ result = loomctl("cluster", "down", *state_flag)
 check(result.returncode == 0 and "nothing to stop" in result.stderr, "a second down: nothing to do")
 
 if NODES == 1:
+    # More nodes than CPUs to bind them to: a usage error naming the flag, nothing started.
+    too_many = str(len(os.sched_getaffinity(0)) + 1)
+    result = loomctl("cluster", "up", "--nodes", too_many, "--bind-cpus", "auto", *state_flag)
+    check(result.returncode == 2 and f"--bind-cpus auto: {too_many} nodes" in result.stderr,
+          f"--bind-cpus auto with more nodes than CPUs is a usage error: {result.returncode}")
+    result = loomctl("cluster", "up", "--bind-cpus", "0-", *state_flag)
+    check(result.returncode == 2 and "--bind-cpus '0-', node0" in result.stderr,
+          f"a malformed --bind-cpus list is a usage error: {result.returncode}")
+    check(not os.path.exists(STATE_FILE), "no state file after a refused --bind-cpus")
+
     # A daemon that cannot start: up fails with the end of its log and leaves nothing behind.
     result = loomctl("cluster", "up", "--memory-budget-per-device", "lots", *state_flag)
     check(result.returncode == 1, f"up with a bad loomd flag exits 1, not {result.returncode}")

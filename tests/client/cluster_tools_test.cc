@@ -43,6 +43,7 @@ ClusterState TwoNodes() {
     node.address = "127.0.0.1:4000" + std::to_string(rank + 1);
     node.log = "/tmp/state/\"quoted\" node" + std::to_string(rank) + ".log";
     node.metrics = "127.0.0.1:" + std::to_string(9400 + rank);
+    if (rank == 1) node.cpus = "2-3,8";  // node 0 is not bound
     state.nodes.push_back(node);
   }
   return state;
@@ -61,6 +62,9 @@ TEST(ClusterStateTest, RoundTripsThroughTheFile) {
   EXPECT_EQ(read->nodes[1].start_ticks, 123456789013ull);
   EXPECT_EQ(read->nodes[1].metrics, "127.0.0.1:9401");
   EXPECT_EQ(read->nodes[1].log, "/tmp/state/\"quoted\" node1.log");
+  EXPECT_EQ(read->nodes[0].cpus, "");
+  EXPECT_EQ(read->nodes[1].cpus, "2-3,8");
+  EXPECT_THAT(ClusterStateToJson(TwoNodes()), HasSubstr("\"cpus\": \"2-3,8\""));
   // The file is strict JSON.
   EXPECT_TRUE(testing::ParseJson(ClusterStateToJson(TwoNodes())).ok());
 }
