@@ -81,10 +81,14 @@ absl::StatusOr<std::vector<std::vector<int>>> NodeCpus(absl::string_view spec, i
   if (spec == "auto") {
     const int cpus = static_cast<int>(allowed.size());
     if (cpus < nodes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kFlag, " auto: ", nodes, " nodes but this process may use only ", cpus,
-                       cpus == 1 ? " CPU (" : " CPUs (", available,
-                       "); give fewer nodes, a list per node (e.g. 0/0/1), or none"));
+      // The example shares the CPUs out in turn.
+      std::vector<int> example;
+      for (int node = 0; node < nodes && cpus > 0; ++node) example.push_back(allowed[node % cpus]);
+      return absl::InvalidArgumentError(absl::StrCat(kFlag, " auto: ", nodes,
+                                                     " nodes but this process may use only ", cpus,
+                                                     cpus == 1 ? " CPU (" : " CPUs (", available,
+                                                     "); give fewer nodes, a list per node (e.g. ",
+                                                     absl::StrJoin(example, "/"), "), or none"));
     }
     int next = 0;
     for (int node = 0; node < nodes; ++node) {

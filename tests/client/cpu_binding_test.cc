@@ -56,6 +56,8 @@ TEST(NodeCpusTest, AutoRefusesFewerCpusThanNodes) {
   EXPECT_EQ(cpus.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(cpus.status().message(), HasSubstr("--bind-cpus auto: 3 nodes"));
   EXPECT_THAT(cpus.status().message(), HasSubstr("only 2 CPUs (0-1)"));
+  EXPECT_THAT(cpus.status().message(), HasSubstr("a list per node (e.g. 0/1/0)"));
+  EXPECT_EQ(NodeCpus("auto", 1, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NodeCpusTest, ListsNameEachNodesCpus) {
