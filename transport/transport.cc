@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/format_bytes.h"
 #include "transport/ucx_status.h"
 
@@ -164,6 +167,16 @@ ProcessIdentity IdentifyWithMailbox(const uint64_t* probe, const Mailbox* mailbo
   return identity;
 }
 
+// The CPUs this process may run on; failing that (never seen), the host's.
+std::vector<int> ThisProcessCpus() {
+  absl::StatusOr<std::vector<int>> cpus = AllowedCpus(0);
+  if (cpus.ok()) return *std::move(cpus);
+  LOG(WARNING) << cpus.status() << "; counting the host's CPUs";
+  std::vector<int> host(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1));
+  std::iota(host.begin(), host.end(), 0);
+  return host;
+}
+
 }  // namespace
 
 Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
@@ -181,7 +194,7 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       identity_(IdentifyWithMailbox(probe_word_.get(), mailbox_.get())),
       same_host_copies_(same_host_copies),
       address_(EncodeAddress(identity_, worker_->address())),
-      host_cores_(static_cast<int>(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1))) {}
+      same_host_cpus_(ThisProcessCpus()) {}
 
 Transport::~Transport() {
   Stop();
@@ -373,7 +386,7 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   bool finished = false;
   // Polling keeps this process awake for its peers' posts (TransportOptions::progress_spin).
   const absl::Duration spin =
-      same_host_peers_ + 1 <= host_cores_ ? options_.progress_spin : absl::ZeroDuration();
+      same_host_cpus_.HaveACoreEach() ? options_.progress_spin : absl::ZeroDuration();
   absl::Time last_activity = absl::Now();
   while (!stop) {
     const bool busy = Step(stop);
@@ -736,7 +749,14 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
     return;
   }
   peer.reader = *std::move(reader);
-  if (peer.id != self_) ++same_host_peers_;
+  if (peer.id != self_) {
+    absl::StatusOr<std::vector<int>> cpus = AllowedCpus(identity.pid);
+    if (!cpus.ok()) {
+      LOG(INFO) << "node " << self_ << ": peer " << peer.id << ": " << cpus.status()
+                << "; counted as a process without CPUs of its own";
+    }
+    same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
+  }
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
       MailboxSender::Open(*peer.reader, identity, self_);
   if (mailbox.ok()) {

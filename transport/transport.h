@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/same_host.h"
+#include "transport/same_host_cpus.h"
 #include "transport/same_host_mailbox.h"
 #include "transport/ucx_context.h"
 #include "transport/ucx_endpoint.h"
@@ -60,10 +61,11 @@ struct TransportOptions {
   // do not count: they are the same-host transfers' announcements, answers and inline data, whose
   // next record wakes the thread through the mailbox just as cheaply, and for which the spin took
   // the core from the rank's thread that drives those transfers itself.
-  // A thread in DriveUntil polls as long after its last activity of any kind, while this host has
-  // a core for this process and each same-host peer (otherwise polling processes take each other's
-  // cores): a post to the mailbox of a sleeping peer costs the poster that peer's wake-up, up to
-  // 50 us where the peer's core idles in a VM.
+  // A thread in DriveUntil polls as long after its last activity of any kind, while this process
+  // and its same-host peers may run on at least as many CPUs as they are (their affinity: a
+  // cpuset, taskset, `loomctl cluster up --bind-cpus`; otherwise polling processes take each
+  // other's cores, transport/same_host_cpus.h): a post to the mailbox of a sleeping peer costs the
+  // poster that peer's wake-up, up to 50 us where the peer's core idles in a VM.
   absl::Duration progress_spin = absl::Microseconds(20);
   // Longest sleep between progress calls (UCX's timers, e.g. keepalive, need progress).
   absl::Duration park_timeout = absl::Milliseconds(50);
@@ -302,10 +304,9 @@ class Transport {
   absl::flat_hash_map<PeerId, std::unique_ptr<Peer>> peers_;
   absl::flat_hash_set<Operation*> pending_;  // owned; started, waiting for UCX
   std::vector<Peer*> failed_to_close_;
-  // Peers other than this node whose memory this process can read (processes on this host), and
-  // the host's cores: a driver polls before it sleeps only while the processes have a core each.
-  int same_host_peers_ = 0;
-  const int host_cores_;
+  // This process and the peers other than this node whose memory it can read (processes on this
+  // host), with their CPUs: a driver polls before it sleeps only while they have a core each.
+  SameHostCpus same_host_cpus_;
   // Same-host copy messages received, handled after the UCX progress call that delivered them.
   std::vector<ReceivedCopyMessage> copy_inbox_;
   // Receives taken back from UCX for an announced copy, to be copied.

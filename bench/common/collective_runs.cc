@@ -1,7 +1,5 @@
 #include "bench/common/collective_runs.h"
 
-#include <sched.h>
-
 #include <cstdio>
 #include <map>
 
@@ -15,6 +13,7 @@
 #include "bench/common/gloo_collectives.h"
 #include "bench/common/node_job_processes.h"
 #include "compiler/node_split.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/plan_builder.h"
 
 namespace loom::bench {
@@ -63,15 +62,10 @@ plan::Plan CollectivePlan(const CollectiveRun& run) {
 }  // namespace
 
 std::vector<int> RankCpus(int ranks) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (ranks > 2 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE && static_cast<int>(cpus.size()) < ranks; ++cpu) {
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
-  }
-  if (static_cast<int>(cpus.size()) < ranks) return {};
-  return cpus;
+  if (ranks > 2) return {};
+  absl::StatusOr<std::vector<int>> allowed = AllowedCpus(0);
+  if (!allowed.ok() || static_cast<int>(allowed->size()) < ranks) return {};
+  return std::vector<int>(allowed->begin(), allowed->begin() + ranks);
 }
 
 std::vector<int> RunCpus(const CollectiveRun& run) {

@@ -13,6 +13,7 @@
 #include "client/loomctl/local_process.h"
 #include "client/loomctl/parse_options_and_run.h"
 #include "client/loomctl/tls_flags.h"
+#include "runtime/cpu_affinity.h"
 
 namespace loom::loomctl {
 namespace {
@@ -86,7 +87,7 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
   options.memory_budget_per_device = parsed->Value("memory-budget-per-device");
   options.host = parsed->Value("host");
   if (const std::string binding = parsed->Value("bind-cpus"); binding != "none") {
-    absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
+    absl::StatusOr<std::vector<int>> allowed = AllowedCpus(0);
     if (!allowed.ok()) {
       error << kUpCommand << ": " << allowed.status().message() << "\n";
       return kExitFailure;

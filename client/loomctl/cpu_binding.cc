@@ -3,8 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,20 +24,6 @@ absl::StatusOr<int> ParseCpu(absl::string_view text, absl::string_view list) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<int>> AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InternalError(absl::StrCat("cannot read this process's CPUs (sched_getaffinity): ",
-                                            std::strerror(errno)));
-  }
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
 
 absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
   if (text.empty()) return absl::InvalidArgumentError("an empty CPU list");

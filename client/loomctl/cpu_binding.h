@@ -10,11 +10,7 @@
 namespace loom::loomctl {
 
 // Which CPUs `loomctl cluster up --bind-cpus` binds its daemons to (docs/OPERATIONS.md, several
-// loomds on one host).
-
-// The CPUs this process may run on (sched_getaffinity: a cgroup's cpuset or a taskset included),
-// ascending.
-absl::StatusOr<std::vector<int>> AllowedCpus();
+// loomds on one host), out of those loomctl may use (runtime/cpu_affinity.h).
 
 // A CPU list as taskset -c and /proc/PID/status's Cpus_allowed_list write it: "0-3,8" is
 // {0, 1, 2, 3, 8}. Parsing returns the CPUs ascending, each once; INVALID_ARGUMENT names the part

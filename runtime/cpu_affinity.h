@@ -1,0 +1,20 @@
+#ifndef LOOM_RUNTIME_CPU_AFFINITY_H_
+#define LOOM_RUNTIME_CPU_AFFINITY_H_
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace loom {
+
+// The CPUs process `pid` (0: this process) may run on, ascending: its affinity
+// (sched_getaffinity), which a cgroup's cpuset, taskset and `loomctl cluster up --bind-cpus`
+// narrow. Any user may read any process's. NOT_FOUND for a process that does not exist, INTERNAL
+// for another failure, both naming the process.
+absl::StatusOr<std::vector<int>> AllowedCpus(pid_t pid);
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_CPU_AFFINITY_H_

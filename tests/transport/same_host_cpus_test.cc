@@ -1,0 +1,51 @@
+#include "transport/same_host_cpus.h"
+
+#include "gtest/gtest.h"
+
+namespace loom::transport {
+namespace {
+
+TEST(SameHostCpusTest, AloneWithACpu) {
+  const SameHostCpus alone({3});
+  EXPECT_EQ(alone.processes(), 1);
+  EXPECT_EQ(alone.cpus(), 1);
+  EXPECT_TRUE(alone.HaveACoreEach());
+}
+
+TEST(SameHostCpusTest, UnboundProcessesOnTwoCores) {
+  SameHostCpus cpus({0, 1});
+  cpus.AddPeer({0, 1});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  // Four ranks on two cores: the benchmarks' oversubscribed case.
+  cpus.AddPeer({0, 1});
+  cpus.AddPeer({0, 1});
+  EXPECT_EQ(cpus.processes(), 4);
+  EXPECT_EQ(cpus.cpus(), 2);
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+TEST(SameHostCpusTest, ProcessesBoundToCoresOfTheirOwn) {
+  SameHostCpus cpus({0});
+  cpus.AddPeer({1});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+}
+
+// A cluster started under `taskset -c 0` on a host of many cores: the host's core count would
+// have them poll.
+TEST(SameHostCpusTest, ProcessesSharingOneCpu) {
+  SameHostCpus cpus({0});
+  cpus.AddPeer({0});
+  EXPECT_EQ(cpus.cpus(), 1);
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+TEST(SameHostCpusTest, APeerWhoseCpusAreUnknownBringsNone) {
+  SameHostCpus cpus({0, 1});
+  cpus.AddPeer({});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  cpus.AddPeer({});
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+}  // namespace
+}  // namespace loom::transport
