@@ -194,7 +194,8 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       identity_(IdentifyWithMailbox(probe_word_.get(), mailbox_.get())),
       same_host_copies_(same_host_copies),
       address_(EncodeAddress(identity_, worker_->address())),
-      same_host_cpus_(ThisProcessCpus()) {}
+      same_host_cpus_(ThisProcessCpus()),
+      polls_before_sleeping_(same_host_cpus_.HaveACoreEach()) {}
 
 Transport::~Transport() {
   Stop();
@@ -385,8 +386,7 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   bool stop = shutting_down_;
   bool finished = false;
   // Polling keeps this process awake for its peers' posts (TransportOptions::progress_spin).
-  const absl::Duration spin =
-      same_host_cpus_.HaveACoreEach() ? options_.progress_spin : absl::ZeroDuration();
+  const absl::Duration spin = PollsBeforeSleeping() ? options_.progress_spin : absl::ZeroDuration();
   absl::Time last_activity = absl::Now();
   while (!stop) {
     const bool busy = Step(stop);
@@ -756,6 +756,7 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
                 << "; counted as a process without CPUs of its own";
     }
     same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
+    polls_before_sleeping_.store(same_host_cpus_.HaveACoreEach(), std::memory_order_relaxed);
   }
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
       MailboxSender::Open(*peer.reader, identity, self_);

@@ -172,6 +172,12 @@ class Transport {
   // Whether this node's same-host copy messages to `peer` go through the peer's mailbox (this
   // process could map it); for tests and diagnostics. Once AddPeer returned.
   bool PostsToMailboxOf(PeerId peer) const;
+  // Whether a thread in DriveUntil polls (TransportOptions::progress_spin) before it sleeps: while
+  // this process and the same-host peers found so far (those whose memory it can read, probed
+  // when added) may run on a CPU each (transport/same_host_cpus.h). For tests and diagnostics.
+  bool PollsBeforeSleeping() const {
+    return polls_before_sleeping_.load(std::memory_order_relaxed);
+  }
 
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
@@ -307,6 +313,8 @@ class Transport {
   // This process and the peers other than this node whose memory it can read (processes on this
   // host), with their CPUs: a driver polls before it sleeps only while they have a core each.
   SameHostCpus same_host_cpus_;
+  // same_host_cpus_.HaveACoreEach(), for any thread.
+  std::atomic<bool> polls_before_sleeping_;
   // Same-host copy messages received, handled after the UCX progress call that delivered them.
   std::vector<ReceivedCopyMessage> copy_inbox_;
   // Receives taken back from UCX for an announced copy, to be copied.

@@ -39,11 +39,53 @@ TEST(SameHostCpusTest, ProcessesSharingOneCpu) {
   EXPECT_FALSE(cpus.HaveACoreEach());
 }
 
+// Three CPUs for three processes, but two of them confined to CPU 0: the union of the sets would
+// count a core each.
+TEST(SameHostCpusTest, MixedBindingsSharingACpu) {
+  SameHostCpus cpus({0});
+  cpus.AddPeer({0});
+  cpus.AddPeer({1, 2});
+  EXPECT_EQ(cpus.processes(), 3);
+  EXPECT_EQ(cpus.cpus(), 3);
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+TEST(SameHostCpusTest, MixedBindingsWithACpuEach) {
+  SameHostCpus cpus({0});
+  cpus.AddPeer({1, 2});
+  cpus.AddPeer({1, 2});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  cpus.AddPeer({2});
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+// The first process took CPU 0, the only one the second may use: the first moves to CPU 1.
+TEST(SameHostCpusTest, AProcessMovesOverForALaterOne) {
+  SameHostCpus cpus({0, 1});
+  cpus.AddPeer({0});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  // A third whose first CPU cannot be freed takes its second.
+  cpus.AddPeer({1, 2});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  cpus.AddPeer({0, 1, 2});
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
 TEST(SameHostCpusTest, APeerWhoseCpusAreUnknownBringsNone) {
   SameHostCpus cpus({0, 1});
   cpus.AddPeer({});
   EXPECT_TRUE(cpus.HaveACoreEach());
   cpus.AddPeer({});
+  EXPECT_FALSE(cpus.HaveACoreEach());
+}
+
+// An unknown peer may take any CPU the others may use, but only one left free.
+TEST(SameHostCpusTest, AnUnknownPeerNeedsACpuTheOthersLeaveFree) {
+  SameHostCpus cpus({0});
+  cpus.AddPeer({0, 1});
+  EXPECT_TRUE(cpus.HaveACoreEach());
+  cpus.AddPeer({});
+  EXPECT_EQ(cpus.processes(), 3);
   EXPECT_FALSE(cpus.HaveACoreEach());
 }
 

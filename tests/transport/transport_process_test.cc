@@ -3,6 +3,7 @@
 // runs every test in a fresh process), and the child ends with _exit, never returning into
 // GoogleTest.
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu_affinity.h"
 #include "tests/transport/transport_test_util.h"
 #include "transport/transport.h"
 
@@ -296,6 +298,90 @@ TEST_P(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
   ASSERT_TRUE(receive_result.has_value());
   EXPECT_EQ(receive_result->status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(inbox.errors().size(), 1u) << "the peer was reported more than once";
+}
+
+// Confines the calling thread, and the threads it starts from then on, to `cpu`.
+bool BindTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+// The child of the polling tests: on `cpu`, connects with same-host copies, and waits for "bye".
+int BoundChild(int from_parent, int to_parent, int cpu) {
+  if (!BindTo(cpu)) return 9;
+  testing::UseTcpTransports();
+  Inbox inbox;
+  absl::StatusOr<std::unique_ptr<Transport>> transport =
+      MakeTransport(1, &inbox, testing::kTcpAndSameHostCopies);
+  if (!transport.ok()) return 10;
+  std::string parent_address;
+  if (!WriteAddress(to_parent, (*transport)->address())) return 11;
+  if (!ReadAddress(from_parent, &parent_address)) return 12;
+  if (!(*transport)->AddPeer(0, parent_address).ok()) return 13;
+  if (!inbox.WaitForMessages(1, kDeadline) || inbox.messages()[0].second != "bye") return 14;
+  (*transport)->Stop();
+  return 0;
+}
+
+// This process on `parent_cpu`, a child on `child_cpu`: whether this process's transport polls
+// before it sleeps once it knows the child (having polled while alone); nullopt after a failure.
+std::optional<bool> PollsWithAChildOn(int parent_cpu, int child_cpu) {
+  Child child = Fork([child_cpu](int from_parent, int to_parent) {
+    return BoundChild(from_parent, to_parent, child_cpu);
+  });
+  std::optional<bool> polls;
+  [&] {
+    ASSERT_TRUE(BindTo(parent_cpu));
+    testing::UseTcpTransports();
+    Inbox inbox;
+    absl::StatusOr<std::unique_ptr<Transport>> transport =
+        MakeTransport(0, &inbox, testing::kTcpAndSameHostCopies);
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    EXPECT_TRUE((*transport)->PollsBeforeSleeping()) << "alone on a CPU of its own";
+    std::string child_address;
+    ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
+    ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
+    absl::Status added = (*transport)->AddPeer(1, child_address);
+    ASSERT_TRUE(added.ok()) << added;
+    // The probe that found the child on this host read its CPUs.
+    ASSERT_TRUE(testing::WaitForSameHostCopies(**transport, 1, kDeadline));
+    polls = (*transport)->PollsBeforeSleeping();
+    EXPECT_TRUE((*transport)->Send(1, "bye").ok());
+    const int status = WaitForChild(child.pid, kDeadline);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "child status " << status << " (exit code " << WEXITSTATUS(status) << ")";
+    (*transport)->Stop();
+  }();
+  if (!polls.has_value()) {
+    kill(child.pid, SIGKILL);
+    WaitForChild(child.pid, kDeadline);
+  }
+  return polls;
+}
+
+class TransportPollingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string unavailable = testing::SameHostCopiesUnavailableReason();
+    if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+    absl::StatusOr<std::vector<int>> cpus = AllowedCpus(0);
+    ASSERT_TRUE(cpus.ok()) << cpus.status();
+    cpus_ = *std::move(cpus);
+  }
+  std::vector<int> cpus_;
+};
+
+// Two processes confined to one CPU (a cluster under `taskset -c 0`): polling would take the
+// core from the other, so the driver sleeps at once, whatever the host's core count.
+TEST_F(TransportPollingTest, ProcessesOnOneCpuSleepAtOnce) {
+  EXPECT_EQ(PollsWithAChildOn(cpus_[0], cpus_[0]), std::optional<bool>(false));
+}
+
+TEST_F(TransportPollingTest, ProcessesOnCpusOfTheirOwnPoll) {
+  if (cpus_.size() < 2) GTEST_SKIP() << "this process may use only CPU " << cpus_[0];
+  EXPECT_EQ(PollsWithAChildOn(cpus_[0], cpus_[1]), std::optional<bool>(true));
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, TransportProcessTest, ::testing::Bool(),
