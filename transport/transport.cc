@@ -881,12 +881,16 @@ void Transport::HandleCopyMessage(ReceivedCopyMessage received) {
         if (!announcements_.emplace(tag, std::move(received)).second) {
           // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
           // so this is a bug; fail the second sender rather than let it wait forever (an inline
-          // sender is done already: its data are dropped).
+          // sender is done already: its data are dropped, and the receive fails instead).
           absl::Status duplicate = absl::AlreadyExistsError(
               absl::StrCat("node ", self_, " already holds another transfer with tag ", tag,
                            " for a receive not yet posted"));
           if (inline_data) {
             LOG(ERROR) << duplicate << "; dropped the inline data from peer " << from;
+            dropped_duplicates_.emplace(
+                tag, absl::AlreadyExistsError(
+                         absl::StrCat("a second transfer with this tag, from peer ", from,
+                                      ", came before the receive was posted and was dropped")));
           } else {
             SendCopyDone(from, tag, duplicate);
           }
@@ -978,7 +982,12 @@ void Transport::CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyM
   const bool inline_data = request.kind == CopyMessage::kInline;
   absl::Status status;
   auto peer = peers_.find(from);
-  if (request.size > receive->size) {
+  if (auto dropped = dropped_duplicates_.extract(request.tag); !dropped.empty()) {
+    // Another transfer with this tag was dropped (HandleCopyMessage): neither is taken, and an
+    // announced one's sender fails too.
+    status = absl::Status(dropped.mapped().code(),
+                          absl::StrCat(Describe(*receive), ": ", dropped.mapped().message()));
+  } else if (request.size > receive->size) {
     status = absl::InvalidArgumentError(absl::StrCat(Describe(*receive), ": peer ", from, " sent ",
                                                      FormatBytes(request.size),
                                                      ", more than the buffer holds"));

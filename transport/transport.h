@@ -325,6 +325,10 @@ class Transport {
   absl::flat_hash_map<DataTag, Operation*> posted_receives_;
   // Announcements and inline data that came before their receive was posted, by tag.
   absl::flat_hash_map<DataTag, ReceivedCopyMessage> announcements_;
+  // Tags of which inline data came while another transfer with the tag waited for its receive (a
+  // bug of the cluster, whose tags are unique per receiving node): those data were dropped, and
+  // the receive fails with this error rather than take the other transfer's.
+  absl::flat_hash_map<DataTag, absl::Status> dropped_duplicates_;
 };
 
 }  // namespace loom::transport

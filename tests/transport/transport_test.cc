@@ -294,6 +294,55 @@ TEST_P(TransportTest, ASecondAnnouncementOfAWaitingTagIsRefused) {
   EXPECT_TRUE(accepted->ok()) << *accepted;
 }
 
+TEST_P(TransportTest, ASecondInlineTransferOfAWaitingTagFailsTheReceive) {
+  if (!same_host_copies() || !testing::MailboxUnavailableReason().empty()) {
+    GTEST_SKIP() << "inline transfers go through a peer's mailbox";
+  }
+  Connect(3);
+  // Peers 0 and 2 send small data (inline: done at once) with the same tag before node 1 posts its
+  // receive. One of them is dropped; the receive must not take the other as if nothing happened.
+  const std::vector<char> from0(64, 'a'), from2(64, 'c'), later(64, 'l');
+  for (int sender : {0, 2}) {
+    Completion<absl::Status> sent;
+    ASSERT_TRUE(transports_[sender]
+                    ->SendData(1, 78, (sender == 0 ? from0 : from2).data(), 64,
+                               [&](absl::Status status) { sent.Set(status); })
+                    .ok());
+    std::optional<absl::Status> result = sent.Wait(kDeadline);
+    ASSERT_TRUE(result.has_value() && result->ok()) << "peer " << sender;
+  }
+  // Each peer's mailbox messages are handled in order: once a later transfer of each has arrived,
+  // node 1 has seen both with tag 78.
+  for (int sender : {0, 2}) {
+    const DataTag tag = 100 + sender;
+    std::vector<char> destination(64);
+    Completion<absl::StatusOr<size_t>> received;
+    ASSERT_TRUE(transports_[1]
+                    ->ReceiveData(tag, destination.data(), destination.size(),
+                                  [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); })
+                    .ok());
+    Completion<absl::Status> sent;
+    ASSERT_TRUE(transports_[sender]
+                    ->SendData(1, tag, later.data(), later.size(),
+                               [&](absl::Status status) { sent.Set(status); })
+                    .ok());
+    std::optional<absl::StatusOr<size_t>> result = received.Wait(kDeadline);
+    ASSERT_TRUE(result.has_value() && result->ok()) << "tag " << tag;
+    ASSERT_TRUE(sent.Wait(kDeadline).has_value());
+  }
+  std::vector<char> destination(64);
+  Completion<absl::StatusOr<size_t>> received;
+  ASSERT_TRUE(transports_[1]
+                  ->ReceiveData(78, destination.data(), destination.size(),
+                                [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); })
+                  .ok());
+  std::optional<absl::StatusOr<size_t>> result = received.Wait(kDeadline);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status().code(), absl::StatusCode::kAlreadyExists) << result->status();
+  EXPECT_THAT(result->status().message(), HasSubstr("tag 78"));
+  EXPECT_THAT(result->status().message(), HasSubstr("dropped"));
+}
+
 TEST_P(TransportTest, ManyMessagesArriveInOrderPerPeer) {
   Connect(3);
   constexpr int kCount = 5000;
