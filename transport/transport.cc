@@ -756,6 +756,13 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
                 << "; counted as a process without CPUs of its own";
     }
     same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
+    if (PollsBeforeSleeping() && !same_host_cpus_.HaveACoreEach()) {
+      LOG(INFO) << "node " << self_ << ": the " << same_host_cpus_.processes()
+                << " processes of this job on this host cannot each have a CPU of its own (they "
+                   "may run on "
+                << same_host_cpus_.cpus()
+                << " together); a thread waiting for transfers sleeps at once instead of polling";
+    }
     polls_before_sleeping_.store(same_host_cpus_.HaveACoreEach(), std::memory_order_relaxed);
   }
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
