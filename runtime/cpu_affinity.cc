@@ -29,4 +29,19 @@ absl::StatusOr<std::vector<int>> AllowedCpus(pid_t pid) {
   return cpus;
 }
 
+absl::Status BindToCpu(int cpu) {
+  if (cpu < 0) return absl::OkStatus();
+  if (cpu >= CPU_SETSIZE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("binding to CPU ", cpu, ": CPUs are numbered below ", CPU_SETSIZE));
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InternalError(absl::StrCat("binding to CPU ", cpu, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace loom

@@ -15,6 +15,12 @@ namespace loom {
 // for another failure, both naming the process.
 absl::StatusOr<std::vector<int>> AllowedCpus(pid_t pid);
 
+// Confines the calling thread, and the threads it starts afterwards, to CPU `cpu` (as `taskset -c`
+// does for a process started after it; bind before starting threads); a negative `cpu` leaves it as
+// it is. INTERNAL naming the CPU when the kernel refuses (a CPU outside the cgroup's cpuset),
+// INVALID_ARGUMENT for one past CPU_SETSIZE.
+absl::Status BindToCpu(int cpu);
+
 }  // namespace loom
 
 #endif  // LOOM_RUNTIME_CPU_AFFINITY_H_

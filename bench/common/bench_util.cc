@@ -1,9 +1,6 @@
 #include "bench/common/bench_util.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -123,17 +120,6 @@ absl::Status RegisterNoopKernel(KernelRegistry* registry) {
                             [](const KernelInit& init) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                               return std::make_unique<NoopKernel>();
                             });
-}
-
-absl::Status BindToCpu(int cpu) {
-  if (cpu < 0) return absl::OkStatus();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InternalError(absl::StrCat("binding to CPU ", cpu, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace loom::bench

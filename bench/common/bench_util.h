@@ -38,10 +38,6 @@ double GemmGflops(const KernelRegistry& kernels);
 // and about half that when another tenant's work shares them.
 std::string MachineCheck();
 
-// Binds the calling process, and the threads it starts afterwards, to CPU `cpu` (as `taskset -c`
-// would); a negative `cpu` leaves it as it is.
-absl::Status BindToCpu(int cpu);
-
 // Registers "bench_noop" for CPU: a kernel whose Compute does nothing (any inputs and outputs),
 // so that an act costs only the runtime's own work.
 absl::Status RegisterNoopKernel(KernelRegistry* registry);

@@ -22,6 +22,7 @@
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
+#include "runtime/cpu_affinity.h"
 
 namespace loom::bench {
 namespace {

@@ -44,10 +44,7 @@ TEST(AllowedCpusTest, ReadsAnotherProcesssCpus) {
     // Binds itself to this process's last CPU, says so, and waits to be let go (the end of the
     // parent's release pipe closing).
     close(release[1]);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(last, &set);
-    const char ok = sched_setaffinity(0, sizeof(set), &set) == 0 ? 1 : 0;
+    const char ok = BindToCpu(last).ok() ? 1 : 0;
     char done;
     _exit(write(bound[1], &ok, 1) == 1 && read(release[0], &done, 1) >= 0 && ok ? 0 : 1);
   }
@@ -66,6 +63,20 @@ TEST(AllowedCpusTest, ReadsAnotherProcesssCpus) {
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(gone.status().message(), HasSubstr(absl::StrCat("process ", child)));
   for (int descriptor : {bound[0], bound[1], release[0]}) close(descriptor);
+}
+
+TEST(BindToCpuTest, ANegativeCpuLeavesTheBindingAlone) {
+  absl::StatusOr<std::vector<int>> before = AllowedCpus(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_TRUE(BindToCpu(-1).ok());
+  EXPECT_EQ(AllowedCpus(0).value(), *before);
+}
+
+TEST(BindToCpuTest, ACpuThisProcessMayNotUseIsRefusedNamingIt) {
+  // The last CPU of the widest set the kernel takes: no machine this runs on has it.
+  const absl::Status status = BindToCpu(CPU_SETSIZE - 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("CPU ", CPU_SETSIZE - 1)));
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // runs every test in a fresh process), and the child ends with _exit, never returning into
 // GoogleTest.
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -300,17 +299,9 @@ TEST_P(TransportProcessTest, KilledPeerIsReportedToTheSurvivor) {
   EXPECT_EQ(inbox.errors().size(), 1u) << "the peer was reported more than once";
 }
 
-// Confines the calling thread, and the threads it starts from then on, to `cpu`.
-bool BindTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return sched_setaffinity(0, sizeof(set), &set) == 0;
-}
-
 // The child of the polling tests: on `cpu`, connects with same-host copies, and waits for "bye".
 int BoundChild(int from_parent, int to_parent, int cpu) {
-  if (!BindTo(cpu)) return 9;
+  if (!BindToCpu(cpu).ok()) return 9;
   testing::UseTcpTransports();
   Inbox inbox;
   absl::StatusOr<std::unique_ptr<Transport>> transport =
@@ -333,7 +324,8 @@ std::optional<bool> PollsWithAChildOn(int parent_cpu, int child_cpu) {
   });
   std::optional<bool> polls;
   [&] {
-    ASSERT_TRUE(BindTo(parent_cpu));
+    absl::Status bound = BindToCpu(parent_cpu);
+    ASSERT_TRUE(bound.ok()) << bound;
     testing::UseTcpTransports();
     Inbox inbox;
     absl::StatusOr<std::unique_ptr<Transport>> transport =
