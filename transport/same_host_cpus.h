@@ -10,10 +10,11 @@ namespace loom::transport {
 
 // The processes of a Transport's job on this host (itself and its same-host peers) and the CPUs
 // they may run on (runtime/cpu_affinity.h): whether a thread of this process waiting in
-// Transport::DriveUntil polls before it sleeps (TransportOptions::progress_spin). Polling pays
-// only while every process has a core to poll on; where the processes outnumber the CPUs they may
-// use (four ranks on two cores, a cluster started under `taskset -c 0`, `--bind-cpus 0/0`), the
-// polling processes take each other's cores. The host's core count alone misses the last two.
+// Transport::DriveUntil polls busily before it sleeps (TransportOptions::progress_spin) or yields
+// its CPU between polls (TransportOptions::shared_cpu_poll). A busy poll pays only while every
+// process has a core to poll on; where the processes outnumber the CPUs they may use (four ranks
+// on two cores, a cluster started under `taskset -c 0`, `--bind-cpus 0/0`), busily polling
+// processes hold each other's cores. The host's core count alone misses the last two.
 //
 // "A core each" means each process can be given a CPU of its own among those it may run on (a
 // matching of processes to CPUs, grown by one augmenting path per peer): the mixed binding

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -195,7 +196,7 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       same_host_copies_(same_host_copies),
       address_(EncodeAddress(identity_, worker_->address())),
       same_host_cpus_(ThisProcessCpus()),
-      polls_before_sleeping_(same_host_cpus_.HaveACoreEach()) {}
+      has_a_cpu_of_its_own_(same_host_cpus_.HaveACoreEach()) {}
 
 Transport::~Transport() {
   Stop();
@@ -385,8 +386,11 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   drivers_waiting_.fetch_sub(1);
   bool stop = shutting_down_;
   bool finished = false;
-  // Polling keeps this process awake for its peers' posts (TransportOptions::progress_spin).
-  const absl::Duration spin = PollsBeforeSleeping() ? options_.progress_spin : absl::ZeroDuration();
+  // Polling keeps this process awake for its peers' posts: busily with a CPU of its own
+  // (TransportOptions::progress_spin), yielding the CPU between rounds where same-host processes
+  // share CPUs (TransportOptions::shared_cpu_poll), so that a peer this one waits for runs there.
+  const bool yields = !HasACpuOfItsOwn();
+  const absl::Duration spin = yields ? options_.shared_cpu_poll : options_.progress_spin;
   absl::Time last_activity = absl::Now();
   while (!stop) {
     const bool busy = Step(stop);
@@ -404,7 +408,11 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
       continue;
     }
     if (now >= deadline) break;
-    if (has_commands_.load() || now - last_activity < spin) continue;
+    if (has_commands_.load()) continue;
+    if (now - last_activity < spin) {
+      if (yields) sched_yield();
+      continue;
+    }
     // Enqueue wakes this poll through the eventfd: sleeping_ is true while a driver holds the
     // token.
     Park(std::min(options_.park_timeout, deadline - now), nullptr);
@@ -756,14 +764,14 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
                 << "; counted as a process without CPUs of its own";
     }
     same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
-    if (PollsBeforeSleeping() && !same_host_cpus_.HaveACoreEach()) {
+    if (HasACpuOfItsOwn() && !same_host_cpus_.HaveACoreEach()) {
       LOG(INFO) << "node " << self_ << ": the " << same_host_cpus_.processes()
                 << " processes of this job on this host cannot each have a CPU of its own (they "
                    "may run on "
                 << same_host_cpus_.cpus()
-                << " together); a thread waiting for transfers sleeps at once instead of polling";
+                << " together); a thread waiting for transfers yields its CPU between polls";
     }
-    polls_before_sleeping_.store(same_host_cpus_.HaveACoreEach(), std::memory_order_relaxed);
+    has_a_cpu_of_its_own_.store(same_host_cpus_.HaveACoreEach(), std::memory_order_relaxed);
   }
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
       MailboxSender::Open(*peer.reader, identity, self_);

@@ -62,11 +62,19 @@ struct TransportOptions {
   // next record wakes the thread through the mailbox just as cheaply, and for which the spin took
   // the core from the rank's thread that drives those transfers itself.
   // A thread in DriveUntil polls as long after its last activity of any kind, while this process
-  // and its same-host peers may run on at least as many CPUs as they are (their affinity: a
-  // cpuset, taskset, `loomctl cluster up --bind-cpus`; otherwise polling processes take each
-  // other's cores, transport/same_host_cpus.h): a post to the mailbox of a sleeping peer costs the
-  // poster that peer's wake-up, up to 50 us where the peer's core idles in a VM.
+  // and its same-host peers may each run on a CPU of their own (their affinity: a cpuset,
+  // taskset, `loomctl cluster up --bind-cpus`; transport/same_host_cpus.h): a post to the mailbox
+  // of a sleeping peer costs the poster that peer's wake-up, up to 50 us where the peer's core
+  // idles in a VM.
   absl::Duration progress_spin = absl::Microseconds(20);
+  // Where they cannot (more same-host processes than CPUs for them), a thread in DriveUntil polls
+  // this long after its last activity, calling sched_yield() between rounds, before it sleeps:
+  // the peer it waits for may be the process that this CPU would run next, which the yield lets
+  // run at once, where a busy poll would hold the CPU for its time slice and a sleep would cost a
+  // wake-up per message (OpenMPI's ranks yield between polls on an oversubscribed host, too).
+  // 4 ranks of an all-to-all on 2 cores: 0.45 ms instead of 0.65 at 1 MiB, 1.32 instead of 1.66 at
+  // 4 MiB (docs/PERFORMANCE.md, alltoall, *A driver yields between polls where CPUs are shared*).
+  absl::Duration shared_cpu_poll = absl::Milliseconds(2);
   // Longest sleep between progress calls (UCX's timers, e.g. keepalive, need progress).
   absl::Duration park_timeout = absl::Milliseconds(50);
   // Deadline of AddPeer (waits for the progress thread to create the endpoint).
@@ -172,12 +180,11 @@ class Transport {
   // Whether this node's same-host copy messages to `peer` go through the peer's mailbox (this
   // process could map it); for tests and diagnostics. Once AddPeer returned.
   bool PostsToMailboxOf(PeerId peer) const;
-  // Whether a thread in DriveUntil polls (TransportOptions::progress_spin) before it sleeps: while
-  // this process and the same-host peers found so far (those whose memory it can read, probed
-  // when added) may run on a CPU each (transport/same_host_cpus.h). For tests and diagnostics.
-  bool PollsBeforeSleeping() const {
-    return polls_before_sleeping_.load(std::memory_order_relaxed);
-  }
+  // Whether this process and the same-host peers found so far (those whose memory it can read,
+  // probed when added) may run on a CPU each (transport/same_host_cpus.h): a thread in DriveUntil
+  // then polls busily before it sleeps (TransportOptions::progress_spin), otherwise it yields its
+  // CPU between polls (TransportOptions::shared_cpu_poll). For tests and diagnostics.
+  bool HasACpuOfItsOwn() const { return has_a_cpu_of_its_own_.load(std::memory_order_relaxed); }
 
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
@@ -311,10 +318,11 @@ class Transport {
   absl::flat_hash_set<Operation*> pending_;  // owned; started, waiting for UCX
   std::vector<Peer*> failed_to_close_;
   // This process and the peers other than this node whose memory it can read (processes on this
-  // host), with their CPUs: a driver polls before it sleeps only while they have a core each.
+  // host), with their CPUs: a driver polls busily before it sleeps only while they have a core
+  // each.
   SameHostCpus same_host_cpus_;
   // same_host_cpus_.HaveACoreEach(), for any thread.
-  std::atomic<bool> polls_before_sleeping_;
+  std::atomic<bool> has_a_cpu_of_its_own_;
   // Same-host copy messages received, handled after the UCX progress call that delivered them.
   std::vector<ReceivedCopyMessage> copy_inbox_;
   // Receives taken back from UCX for an announced copy, to be copied.

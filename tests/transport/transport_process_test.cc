@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -316,14 +317,17 @@ int BoundChild(int from_parent, int to_parent, int cpu) {
   return 0;
 }
 
-// This process on `parent_cpu`, a child on `child_cpu`: whether this process's transport polls
-// before it sleeps once it knows the child (having polled while alone); nullopt after a failure.
-std::optional<bool> PollsWithAChildOn(int parent_cpu, int child_cpu) {
+// This process on `parent_cpu`, a child on `child_cpu`: whether this process's transport finds a
+// CPU of its own once it knows the child (having had one while alone), i.e. polls busily rather
+// than yielding; nullopt after a failure.
+std::optional<bool> HasACpuWithAChildOn(int parent_cpu, int child_cpu) {
   Child child = Fork([child_cpu](int from_parent, int to_parent) {
     return BoundChild(from_parent, to_parent, child_cpu);
   });
-  std::optional<bool> polls;
-  [&] {
+  std::optional<bool> has_a_cpu;
+  // On a thread of its own, bound with the threads it starts, so that the test's thread keeps
+  // its CPUs for the next test.
+  std::thread([&] {
     absl::Status bound = BindToCpu(parent_cpu);
     ASSERT_TRUE(bound.ok()) << bound;
     testing::UseTcpTransports();
@@ -331,7 +335,7 @@ std::optional<bool> PollsWithAChildOn(int parent_cpu, int child_cpu) {
     absl::StatusOr<std::unique_ptr<Transport>> transport =
         MakeTransport(0, &inbox, testing::kTcpAndSameHostCopies);
     ASSERT_TRUE(transport.ok()) << transport.status();
-    EXPECT_TRUE((*transport)->PollsBeforeSleeping()) << "alone on a CPU of its own";
+    EXPECT_TRUE((*transport)->HasACpuOfItsOwn()) << "alone on a CPU of its own";
     std::string child_address;
     ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
     ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
@@ -339,18 +343,18 @@ std::optional<bool> PollsWithAChildOn(int parent_cpu, int child_cpu) {
     ASSERT_TRUE(added.ok()) << added;
     // The probe that found the child on this host read its CPUs.
     ASSERT_TRUE(testing::WaitForSameHostCopies(**transport, 1, kDeadline));
-    polls = (*transport)->PollsBeforeSleeping();
+    has_a_cpu = (*transport)->HasACpuOfItsOwn();
     EXPECT_TRUE((*transport)->Send(1, "bye").ok());
     const int status = WaitForChild(child.pid, kDeadline);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << "child status " << status << " (exit code " << WEXITSTATUS(status) << ")";
     (*transport)->Stop();
-  }();
-  if (!polls.has_value()) {
+  }).join();
+  if (!has_a_cpu.has_value()) {
     kill(child.pid, SIGKILL);
     WaitForChild(child.pid, kDeadline);
   }
-  return polls;
+  return has_a_cpu;
 }
 
 class TransportPollingTest : public ::testing::Test {
@@ -365,15 +369,15 @@ class TransportPollingTest : public ::testing::Test {
   std::vector<int> cpus_;
 };
 
-// Two processes confined to one CPU (a cluster under `taskset -c 0`): polling would take the
-// core from the other, so the driver sleeps at once, whatever the host's core count.
-TEST_F(TransportPollingTest, ProcessesOnOneCpuSleepAtOnce) {
-  EXPECT_EQ(PollsWithAChildOn(cpus_[0], cpus_[0]), std::optional<bool>(false));
+// Two processes confined to one CPU (a cluster under `taskset -c 0`): a busy poll would hold the
+// core the other needs, so the driver yields it between polls, whatever the host's core count.
+TEST_F(TransportPollingTest, ProcessesOnOneCpuYieldBetweenPolls) {
+  EXPECT_EQ(HasACpuWithAChildOn(cpus_[0], cpus_[0]), std::optional<bool>(false));
 }
 
-TEST_F(TransportPollingTest, ProcessesOnCpusOfTheirOwnPoll) {
+TEST_F(TransportPollingTest, ProcessesOnCpusOfTheirOwnPollBusily) {
   if (cpus_.size() < 2) GTEST_SKIP() << "this process may use only CPU " << cpus_[0];
-  EXPECT_EQ(PollsWithAChildOn(cpus_[0], cpus_[1]), std::optional<bool>(true));
+  EXPECT_EQ(HasACpuWithAChildOn(cpus_[0], cpus_[1]), std::optional<bool>(true));
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, TransportProcessTest, ::testing::Bool(),
