@@ -19,7 +19,7 @@ BENCH ?=
 SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \
   loom_kernels_test loom_transport_test loom_network_collectives_transport_test \
   loom_transport_process_test loom_same_host_test loom_same_host_mailbox_test \
-  loom_same_host_cpus_test
+  loom_same_host_cpus_test loom_transport_network_test
 SANITIZER_LABELS = 'runtime|kernels|transport'
 # UCX's memory hooks (libucm) crash a sanitized thread's exit, so the sanitizer runs turn them off
 # (they keep the registration caches of RDMA and GPU transports right; the tests use TCP, CMA and

@@ -66,8 +66,8 @@ absl::StatusOr<ActorMessage> TransportNetwork::Decode(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<TransportNetwork>> TransportNetwork::Create(
-    int node, UcxContextOptions context) {
-  std::unique_ptr<TransportNetwork> network(new TransportNetwork(node));
+    int node, UcxContextOptions context, absl::Duration stop_grace) {
+  std::unique_ptr<TransportNetwork> network(new TransportNetwork(node, stop_grace));
   TransportOptions options;
   options.self = static_cast<PeerId>(node);
   options.context = std::move(context);
@@ -89,10 +89,28 @@ absl::StatusOr<std::unique_ptr<TransportNetwork>> TransportNetwork::Create(
 TransportNetwork::~TransportNetwork() { Stop(); }
 
 void TransportNetwork::Stop() {
-  if (transport_ != nullptr) transport_->Stop();
+  if (transport_ != nullptr) {
+    WaitForProbedPeers();
+    transport_->Stop();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   receiver_ = nullptr;
   on_error_ = nullptr;
+}
+
+void TransportNetwork::WaitForProbedPeers() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopped_) return;
+  stopped_ = true;
+  auto settled = [&] {
+    for (int peer : probed_) {
+      if (!probed_by_.contains(peer) && !peer_failures_.contains(peer)) return false;
+    }
+    return true;
+  };
+  if (!peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(stop_grace_), settled)) {
+    VLOG(1) << "node " << node_ << " stops without having heard from every peer it probed";
+  }
 }
 
 absl::Status TransportNetwork::Connect(int peer, absl::string_view address) {
@@ -121,7 +139,12 @@ void TransportNetwork::JobEnded() {
 }
 
 absl::Status TransportNetwork::SendProbe(int peer) {
-  return transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
+  absl::Status sent = transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
+  if (sent.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    probed_.insert(peer);
+  }
+  return sent;
 }
 
 absl::StatusOr<std::map<int, absl::Status>> TransportNetwork::WaitForProbes(

@@ -41,8 +41,11 @@ class TransportNetwork final : public Network {
   // the status names the peer.
   using ErrorHandler = std::function<void(const absl::Status& status)>;
 
-  static absl::StatusOr<std::unique_ptr<TransportNetwork>> Create(int node,
-                                                                  UcxContextOptions context = {});
+  // How long Stop() waits at most for the probes of peers this node probed and has not heard from.
+  static constexpr absl::Duration kDefaultStopGrace = absl::Seconds(1);
+
+  static absl::StatusOr<std::unique_ptr<TransportNetwork>> Create(
+      int node, UcxContextOptions context = {}, absl::Duration stop_grace = kDefaultStopGrace);
   ~TransportNetwork() override;
 
   // The bytes other nodes pass to Connect.
@@ -82,6 +85,12 @@ class TransportNetwork final : public Network {
 
   // Stops the transport: pending transfers complete with Cancelled; nothing is delivered after it
   // returns. Call before the JobRuntime that receives the messages is destroyed.
+  // First, the first time, it waits up to Create's `stop_grace` for a probe from every peer this
+  // node sent one to and has neither heard from nor lost: such a peer may still be setting up its
+  // connection to this node, and UCX 1.13 aborts a process whose connection is closed under it in
+  // the middle of that (transport/README.md, *Shutdown*). A peer's probe comes after its side is
+  // set up. After a job that started every peer was heard from, so it waits only for a job
+  // aborted while it connected.
   void Stop();
 
   // Wire format of an actor message (exposed for tests).
@@ -92,20 +101,25 @@ class TransportNetwork final : public Network {
   static absl::StatusOr<ActorMessage> Decode(absl::string_view bytes);
 
  private:
-  explicit TransportNetwork(int node) : node_(node) {}
+  TransportNetwork(int node, absl::Duration stop_grace) : node_(node), stop_grace_(stop_grace) {}
   void OnMessage(PeerId from, absl::string_view bytes);
   void OnPeerError(PeerId peer, const absl::Status& status);
+  // Waits (at most stop_grace_) until every peer probed by this node was heard from or lost.
+  void WaitForProbedPeers();
 
   const int node_;
+  const absl::Duration stop_grace_;
   std::unique_ptr<Transport> transport_;
   std::mutex mutex_;
   MessageReceiver receiver_;  // guarded by mutex_
   ErrorHandler on_error_;     // guarded by mutex_
   // Notified when a probe arrives or a peer fails.
   std::condition_variable peers_changed_;
+  absl::flat_hash_set<int> probed_;            // guarded by mutex_: the peers sent a probe
   absl::flat_hash_set<int> probed_by_;         // guarded by mutex_
   std::map<int, absl::Status> peer_failures_;  // guarded by mutex_: the first error per peer
   absl::Status probe_wait_interrupted_;        // guarded by mutex_
+  bool stopped_ = false;                       // guarded by mutex_
 };
 
 }  // namespace loom::transport
