@@ -39,7 +39,7 @@ void SameHostCpus::Decide() {
   // Every known process has a CPU of its own, and the CPUs left over suffice for the unknown ones
   // (which may take any).
   const int known = static_cast<int>(cpus_of_process_.size());
-  have_a_core_each_ = matched_processes_ == known && cpus() - known >= unknown_processes_;
+  have_a_cpu_each_ = matched_processes_ == known && cpus() - known >= unknown_processes_;
 }
 
 }  // namespace loom::transport

@@ -29,7 +29,7 @@ class SameHostCpus {
   // may take any CPU the others may use, so it needs one of them left free.
   void AddPeer(const std::vector<int>& cpus);
 
-  bool HaveACoreEach() const { return have_a_core_each_; }
+  bool HaveACpuEach() const { return have_a_cpu_each_; }
   int processes() const { return static_cast<int>(cpus_of_process_.size()) + unknown_processes_; }
   // The CPUs any of the processes may use.
   int cpus() const { return static_cast<int>(all_cpus_.size()); }
@@ -47,7 +47,7 @@ class SameHostCpus {
   absl::flat_hash_set<int> all_cpus_;
   absl::flat_hash_map<int, int> process_of_cpu_;  // the matching
   int matched_processes_ = 0;
-  bool have_a_core_each_ = false;
+  bool have_a_cpu_each_ = false;
 };
 
 }  // namespace loom::transport

@@ -196,7 +196,7 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       same_host_copies_(same_host_copies),
       address_(EncodeAddress(identity_, worker_->address())),
       same_host_cpus_(ThisProcessCpus()),
-      has_a_cpu_of_its_own_(same_host_cpus_.HaveACoreEach()) {}
+      same_host_processes_have_a_cpu_each_(same_host_cpus_.HaveACpuEach()) {}
 
 Transport::~Transport() {
   Stop();
@@ -389,7 +389,7 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   // Polling keeps this process awake for its peers' posts: busily with a CPU of its own
   // (TransportOptions::progress_spin), yielding the CPU between rounds where same-host processes
   // share CPUs (TransportOptions::shared_cpu_poll), so that a peer this one waits for runs there.
-  const bool yields = !HasACpuOfItsOwn();
+  const bool yields = !SameHostProcessesHaveACpuEach();
   const absl::Duration spin = yields ? options_.shared_cpu_poll : options_.progress_spin;
   absl::Time last_activity = absl::Now();
   while (!stop) {
@@ -764,14 +764,15 @@ void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
                 << "; counted as a process without CPUs of its own";
     }
     same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
-    if (HasACpuOfItsOwn() && !same_host_cpus_.HaveACoreEach()) {
+    if (SameHostProcessesHaveACpuEach() && !same_host_cpus_.HaveACpuEach()) {
       LOG(INFO) << "node " << self_ << ": the " << same_host_cpus_.processes()
                 << " processes of this job on this host cannot each have a CPU of its own (they "
                    "may run on "
                 << same_host_cpus_.cpus()
                 << " together); a thread waiting for transfers yields its CPU between polls";
     }
-    has_a_cpu_of_its_own_.store(same_host_cpus_.HaveACoreEach(), std::memory_order_relaxed);
+    same_host_processes_have_a_cpu_each_.store(same_host_cpus_.HaveACpuEach(),
+                                               std::memory_order_relaxed);
   }
   absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
       MailboxSender::Open(*peer.reader, identity, self_);

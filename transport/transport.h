@@ -184,7 +184,9 @@ class Transport {
   // probed when added) may run on a CPU each (transport/same_host_cpus.h): a thread in DriveUntil
   // then polls busily before it sleeps (TransportOptions::progress_spin), otherwise it yields its
   // CPU between polls (TransportOptions::shared_cpu_poll). For tests and diagnostics.
-  bool HasACpuOfItsOwn() const { return has_a_cpu_of_its_own_.load(std::memory_order_relaxed); }
+  bool SameHostProcessesHaveACpuEach() const {
+    return same_host_processes_have_a_cpu_each_.load(std::memory_order_relaxed);
+  }
 
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
@@ -321,8 +323,8 @@ class Transport {
   // host), with their CPUs: a driver polls busily before it sleeps only while they have a core
   // each.
   SameHostCpus same_host_cpus_;
-  // same_host_cpus_.HaveACoreEach(), for any thread.
-  std::atomic<bool> has_a_cpu_of_its_own_;
+  // same_host_cpus_.HaveACpuEach(), for any thread.
+  std::atomic<bool> same_host_processes_have_a_cpu_each_;
   // Same-host copy messages received, handled after the UCX progress call that delivered them.
   std::vector<ReceivedCopyMessage> copy_inbox_;
   // Receives taken back from UCX for an announced copy, to be copied.

@@ -335,7 +335,7 @@ std::optional<bool> HasACpuWithAChildOn(int parent_cpu, int child_cpu) {
     absl::StatusOr<std::unique_ptr<Transport>> transport =
         MakeTransport(0, &inbox, testing::kTcpAndSameHostCopies);
     ASSERT_TRUE(transport.ok()) << transport.status();
-    EXPECT_TRUE((*transport)->HasACpuOfItsOwn()) << "alone on a CPU of its own";
+    EXPECT_TRUE((*transport)->SameHostProcessesHaveACpuEach()) << "alone on a CPU of its own";
     std::string child_address;
     ASSERT_TRUE(WriteAddress(child.to_child, (*transport)->address()));
     ASSERT_TRUE(ReadAddress(child.from_child, &child_address));
@@ -343,7 +343,7 @@ std::optional<bool> HasACpuWithAChildOn(int parent_cpu, int child_cpu) {
     ASSERT_TRUE(added.ok()) << added;
     // The probe that found the child on this host read its CPUs.
     ASSERT_TRUE(testing::WaitForSameHostCopies(**transport, 1, kDeadline));
-    has_a_cpu = (*transport)->HasACpuOfItsOwn();
+    has_a_cpu = (*transport)->SameHostProcessesHaveACpuEach();
     EXPECT_TRUE((*transport)->Send(1, "bye").ok());
     const int status = WaitForChild(child.pid, kDeadline);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -371,11 +371,11 @@ class TransportPollingTest : public ::testing::Test {
 
 // Two processes confined to one CPU (a cluster under `taskset -c 0`): a busy poll would hold the
 // core the other needs, so the driver yields it between polls, whatever the host's core count.
-TEST_F(TransportPollingTest, ProcessesOnOneCpuYieldBetweenPolls) {
+TEST_F(TransportPollingTest, ProcessesOnOneCpuDoNotHaveACpuEach) {
   EXPECT_EQ(HasACpuWithAChildOn(cpus_[0], cpus_[0]), std::optional<bool>(false));
 }
 
-TEST_F(TransportPollingTest, ProcessesOnCpusOfTheirOwnPollBusily) {
+TEST_F(TransportPollingTest, ProcessesOnTwoCpusHaveACpuEach) {
   if (cpus_.size() < 2) GTEST_SKIP() << "this process may use only CPU " << cpus_[0];
   EXPECT_EQ(HasACpuWithAChildOn(cpus_[0], cpus_[1]), std::optional<bool>(true));
 }
