@@ -13,7 +13,10 @@
 namespace loom::testing {
 namespace {
 
-constexpr int64_t kDeviceLatencyNanoseconds = 2'000'000;
+// Long against a thread's scheduling delays: the same-stream check below says that a consumer
+// started within this time, and with 2 ms a run under ThreadSanitizer on a busy 2-core machine
+// started it 2.5 ms after the producer's act.
+constexpr int64_t kDeviceLatencyNanoseconds = 100'000'000;
 
 // Work "completes" a fixed time after the event is recorded.
 class DelayedCompletion final : public CompletionEvent {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,71 +24,64 @@ class TransportNetworkStopTest : public ::testing::Test {
  protected:
   void SetUp() override { transport::testing::UseTcpTransports(); }
 
-  static std::unique_ptr<TransportNetwork> Open(int node, absl::Duration stop_grace) {
-    absl::StatusOr<std::unique_ptr<TransportNetwork>> network =
-        TransportNetwork::Create(node, {}, stop_grace);
-    EXPECT_TRUE(network.ok()) << network.status();
-    if (!network.ok()) return nullptr;
-    (*network)->SetHandlers([](const ActorMessage&) {}, [](const absl::Status&) {});
-    return *std::move(network);
+  // Replaces nodes_ with nodes 0..count-1, unconnected, each stopping with `stop_grace`.
+  void OpenNodes(int count, absl::Duration stop_grace) {
+    nodes_.clear();
+    for (int node = 0; node < count; ++node) {
+      absl::StatusOr<std::unique_ptr<TransportNetwork>> network =
+          TransportNetwork::Create(node, {}, stop_grace);
+      ASSERT_TRUE(network.ok()) << network.status();
+      (*network)->SetHandlers([](const ActorMessage&) {}, [](const absl::Status&) {});
+      nodes_.push_back(*std::move(network));
+    }
   }
 
-  // How long `network`'s Stop takes.
-  static absl::Duration TimeStop(TransportNetwork& network) {
+  // Connects `node` to `peer` and sends it a probe.
+  void Probe(int node, int peer) {
+    ASSERT_TRUE(nodes_[node]->Connect(peer, nodes_[peer]->address()).ok());
+    ASSERT_TRUE(nodes_[node]->SendProbe(peer).ok());
+  }
+
+  // How long node `node`'s Stop takes.
+  absl::Duration TimeStop(int node) {
     const absl::Time start = absl::Now();
-    network.Stop();
+    nodes_[node]->Stop();
     return absl::Now() - start;
   }
+
+  std::vector<std::unique_ptr<TransportNetwork>> nodes_;
 };
 
 TEST_F(TransportNetworkStopTest, WaitsItsGraceForAProbedPeerNotHeardFromOnce) {
   constexpr absl::Duration kGrace = absl::Milliseconds(300);
-  std::unique_ptr<TransportNetwork> node0 = Open(0, kGrace);
-  std::unique_ptr<TransportNetwork> node1 = Open(1, kGrace);
-  ASSERT_NE(node0, nullptr);
-  ASSERT_NE(node1, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(2, kGrace));
   // Node 1 never probes back (as a peer that has not had the connect command yet).
-  ASSERT_TRUE(node0->Connect(1, node1->address()).ok());
-  ASSERT_TRUE(node0->SendProbe(1).ok());
-  EXPECT_GE(TimeStop(*node0), kGrace);
+  ASSERT_NO_FATAL_FAILURE(Probe(0, 1));
+  EXPECT_GE(TimeStop(0), kGrace);
   // Only the first stop waits: the destructor's returns at once.
-  EXPECT_LT(TimeStop(*node0), kGrace);
+  EXPECT_LT(TimeStop(0), kGrace);
 }
 
 TEST_F(TransportNetworkStopTest, DoesNotWaitForPeersHeardFromOrNeverProbed) {
-  constexpr absl::Duration kGrace = absl::Seconds(60);
-  std::unique_ptr<TransportNetwork> node0 = Open(0, kGrace);
-  std::unique_ptr<TransportNetwork> node1 = Open(1, kGrace);
-  std::unique_ptr<TransportNetwork> node2 = Open(2, kGrace);
-  ASSERT_NE(node0, nullptr);
-  ASSERT_NE(node1, nullptr);
-  ASSERT_NE(node2, nullptr);
-  for (TransportNetwork* network : {node0.get(), node1.get()}) {
-    const int peer = 1 - network->node();
-    TransportNetwork* other = peer == 0 ? node0.get() : node1.get();
-    ASSERT_TRUE(network->Connect(peer, other->address()).ok());
-    ASSERT_TRUE(network->SendProbe(peer).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(3, absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(Probe(0, 1));
+  ASSERT_NO_FATAL_FAILURE(Probe(1, 0));
   // Connected to, never probed: nothing to wait for.
-  ASSERT_TRUE(node0->Connect(2, node2->address()).ok());
+  ASSERT_TRUE(nodes_[0]->Connect(2, nodes_[2]->address()).ok());
   absl::StatusOr<std::map<int, absl::Status>> unreachable =
-      node0->WaitForProbes({1}, absl::Seconds(30));
+      nodes_[0]->WaitForProbes({1}, absl::Seconds(30));
   ASSERT_TRUE(unreachable.ok()) << unreachable.status();
   ASSERT_TRUE(unreachable->empty()) << unreachable->begin()->second;
-  EXPECT_LT(TimeStop(*node0), absl::Seconds(30));
+  EXPECT_LT(TimeStop(0), absl::Seconds(30));
 }
 
 TEST_F(TransportNetworkStopTest, APeerLostEndsTheWait) {
-  constexpr absl::Duration kGrace = absl::Seconds(60);
-  std::unique_ptr<TransportNetwork> node0 = Open(0, kGrace);
-  std::unique_ptr<TransportNetwork> node1 = Open(1, kGrace);
-  ASSERT_NE(node0, nullptr);
-  ASSERT_NE(node1, nullptr);
-  const std::string address = node1->address();
-  node1.reset();  // its worker is gone: connecting to it fails
-  ASSERT_TRUE(node0->Connect(1, address).ok());
-  ASSERT_TRUE(node0->SendProbe(1).ok());
-  EXPECT_LT(TimeStop(*node0), absl::Seconds(30));
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(2, absl::Seconds(60)));
+  const std::string address = nodes_[1]->address();
+  nodes_[1]->Stop();  // its worker is gone: connecting to it fails
+  ASSERT_TRUE(nodes_[0]->Connect(1, address).ok());
+  ASSERT_TRUE(nodes_[0]->SendProbe(1).ok());
+  EXPECT_LT(TimeStop(0), absl::Seconds(30));
 }
 
 // What the grace is for: a node probed by a peer and stopped soon after (a job aborted while it
@@ -99,20 +93,15 @@ TEST_F(TransportNetworkStopTest, APeerLostEndsTheWait) {
 TEST_F(TransportNetworkStopTest, StoppingRightAfterAPeersProbeLeavesThePeerAlive) {
   for (int round = 0; round < 120; ++round) {
     SCOPED_TRACE(round);
-    std::unique_ptr<TransportNetwork> node0 = Open(0, absl::Seconds(30));
-    std::unique_ptr<TransportNetwork> node1 = Open(1, absl::Seconds(30));
-    ASSERT_NE(node0, nullptr);
-    ASSERT_NE(node1, nullptr);
-    ASSERT_TRUE(node0->Connect(1, node1->address()).ok());
-    ASSERT_TRUE(node1->Connect(0, node0->address()).ok());
-    ASSERT_TRUE(node0->SendProbe(1).ok());
-    ASSERT_TRUE(node1->SendProbe(0).ok());
+    ASSERT_NO_FATAL_FAILURE(OpenNodes(2, absl::Seconds(30)));
+    ASSERT_NO_FATAL_FAILURE(Probe(0, 1));
+    ASSERT_NO_FATAL_FAILURE(Probe(1, 0));
     absl::SleepFor(absl::Microseconds(37 * (round % 60)));
-    EXPECT_LT(TimeStop(*node0), absl::Seconds(20));
+    EXPECT_LT(TimeStop(0), absl::Seconds(20));
     // Node 1 heard from node 0 (whose probe came before it stopped) or lost it; either way it is
     // alive to say so.
     absl::StatusOr<std::map<int, absl::Status>> unreachable =
-        node1->WaitForProbes({0}, absl::Seconds(20));
+        nodes_[1]->WaitForProbes({0}, absl::Seconds(20));
     ASSERT_TRUE(unreachable.ok()) << unreachable.status();
   }
 }
