@@ -85,12 +85,12 @@ class TransportNetwork final : public Network {
 
   // Stops the transport: pending transfers complete with Cancelled; nothing is delivered after it
   // returns. Call before the JobRuntime that receives the messages is destroyed.
-  // First, the first time, it waits up to Create's `stop_grace` for a probe from every peer this
-  // node sent one to and has neither heard from nor lost: such a peer may still be setting up its
-  // connection to this node, and UCX 1.13 aborts a process whose connection is closed under it in
-  // the middle of that (transport/README.md, *Shutdown*). A peer's probe comes after its side is
-  // set up. After a job that started every peer was heard from, so it waits only for a job
-  // aborted while it connected.
+  // Before that (on the first call only) it waits up to Create's `stop_grace` for a probe from
+  // every peer this node sent one to and has neither heard from nor lost: such a peer may still be
+  // setting up its connection to this node, and UCX 1.13 aborts a process whose connection is
+  // closed under it in the middle of that (transport/README.md, *Shutdown*). A peer's probe comes
+  // after its side is set up. After a job that started, every peer was heard from, so it waits
+  // only for a job aborted while it connected.
   void Stop();
 
   // Wire format of an actor message (exposed for tests).
