@@ -100,17 +100,20 @@ void TransportNetwork::Stop() {
 
 void TransportNetwork::WaitForProbedPeers() {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (stopped_) return;
-  stopped_ = true;
   auto settled = [&] {
     for (int peer : probed_) {
-      if (!probed_by_.contains(peer) && !peer_failures_.contains(peer)) return false;
+      if (!HeardFromOrLost(peer)) return false;
     }
     return true;
   };
   if (!peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(stop_grace_), settled)) {
     VLOG(1) << "node " << node_ << " stops without having heard from every peer it probed";
   }
+  probed_.clear();  // a second Stop (the destructor's) has nothing to wait for
+}
+
+bool TransportNetwork::HeardFromOrLost(int peer) const {
+  return probed_by_.contains(peer) || peer_failures_.contains(peer);
 }
 
 absl::Status TransportNetwork::Connect(int peer, absl::string_view address) {
@@ -153,7 +156,7 @@ absl::StatusOr<std::map<int, absl::Status>> TransportNetwork::WaitForProbes(
   auto settled = [&] {
     if (!probe_wait_interrupted_.ok()) return true;
     for (int peer : peers) {
-      if (!probed_by_.contains(peer) && !peer_failures_.contains(peer)) return false;
+      if (!HeardFromOrLost(peer)) return false;
     }
     return true;
   };

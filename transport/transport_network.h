@@ -106,6 +106,8 @@ class TransportNetwork final : public Network {
   void OnPeerError(PeerId peer, const absl::Status& status);
   // Waits (at most stop_grace_) until every peer probed by this node was heard from or lost.
   void WaitForProbedPeers();
+  // Whether a probe arrived from `peer` or its connection failed. Call with mutex_ held.
+  bool HeardFromOrLost(int peer) const;
 
   const int node_;
   const absl::Duration stop_grace_;
@@ -119,7 +121,6 @@ class TransportNetwork final : public Network {
   absl::flat_hash_set<int> probed_by_;         // guarded by mutex_
   std::map<int, absl::Status> peer_failures_;  // guarded by mutex_: the first error per peer
   absl::Status probe_wait_interrupted_;        // guarded by mutex_
-  bool stopped_ = false;                       // guarded by mutex_
 };
 
 }  // namespace loom::transport
