@@ -109,18 +109,22 @@ bool Mailbox::HasRecords() const {
   return false;
 }
 
-bool Mailbox::BeginPark() {
-  // Sequentially consistent, against MailboxSender::Post: either the sender sees `parked` and
-  // writes the eventfd, or this sees the sender's record.
+bool Mailbox::BeginPark(Reader as) {
+  // Sequentially consistent, against MailboxSender::Post: either the sender sees the counter of
+  // its reader and writes the eventfd, or this sees the sender's record.
   layout_->parked.fetch_add(1);
+  if (as == Reader::kDriver) layout_->drivers_parked.fetch_add(1);
   if (HasRecords()) {
-    layout_->parked.fetch_sub(1);
+    EndPark(as);
     return false;
   }
   return true;
 }
 
-void Mailbox::EndPark() { layout_->parked.fetch_sub(1); }
+void Mailbox::EndPark(Reader as) {
+  if (as == Reader::kDriver) layout_->drivers_parked.fetch_sub(1);
+  layout_->parked.fetch_sub(1);
+}
 
 absl::StatusOr<std::unique_ptr<MailboxSender>> MailboxSender::Open(const ProcessReader& process,
                                                                    const ProcessIdentity& identity,
@@ -188,7 +192,7 @@ MailboxSender::~MailboxSender() {
   close(wake_descriptor_);
 }
 
-bool MailboxSender::Post(absl::string_view bytes) {
+bool MailboxSender::Post(absl::string_view bytes, Mailbox::Reader reader) {
   if (bytes.size() > Mailbox::kMaxMessageBytes) return false;
   MailboxLayout::Slot& slot = layout_->slots[slot_];
   const uint64_t head = slot.head.load(std::memory_order_relaxed);
@@ -202,7 +206,9 @@ bool MailboxSender::Post(absl::string_view bytes) {
     if (!part.empty()) std::memcpy(record.bytes, part.data(), part.size());
   }
   slot.head.store(head + records);
-  if (layout_->parked.load() > 0) {
+  const std::atomic<uint32_t>& sleepers =
+      reader == Mailbox::Reader::kDriver ? layout_->drivers_parked : layout_->parked;
+  if (sleepers.load() > 0) {
     uint64_t one = 1;
     // EAGAIN: the counter is full, so the owner is being woken anyway.
     if (write(wake_descriptor_, &one, sizeof(one)) < 0 && errno != EAGAIN) {

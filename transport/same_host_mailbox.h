@@ -63,10 +63,19 @@ class Mailbox {
   // Whether a record is waiting; any thread.
   bool HasRecords() const;
 
-  // Around a sleep on the wake-up eventfd: posts while parked write it. BeginPark returns false
-  // (and parks nothing) when a record is already waiting; then EndPark must not be called.
-  bool BeginPark();
-  void EndPark();
+  // Who a message is for, so that a post wakes only a thread that waits for it: any thread of the
+  // owner (kAnyThread), or only a thread that drives the owner's transport in a wait of its own
+  // (kDriver: the messages of a transfer whose two ends are driven, Transport::Queueing::
+  // kDeferred). A parked thread is woken by the posts for any thread, a thread parked as a driver
+  // by every post. So an owner's idle progress thread sleeps through the messages of the
+  // collectives its ranks drive: each wake-up cost a rank about 10 us of its CPU and two context
+  // switches (docs/PERFORMANCE.md, alltoall).
+  enum class Reader { kAnyThread, kDriver };
+
+  // Around a sleep on the wake-up eventfd: posts for `as` while parked write it. BeginPark returns
+  // false (and parks nothing) when a record is already waiting; then EndPark must not be called.
+  bool BeginPark(Reader as);
+  void EndPark(Reader as);
 
  private:
   Mailbox(int descriptor, int wake_descriptor, MailboxLayout* layout)
@@ -92,10 +101,10 @@ class MailboxSender {
   MailboxSender(const MailboxSender&) = delete;
   MailboxSender& operator=(const MailboxSender&) = delete;
 
-  // Posts `bytes` (at most Mailbox::kMaxMessageBytes) and wakes the owner if it sleeps. False when
-  // the message is too long or the ring has no room for it: then nothing was posted. One thread
-  // at a time.
-  bool Post(absl::string_view bytes);
+  // Posts `bytes` (at most Mailbox::kMaxMessageBytes) and wakes the owner if a thread of it that
+  // `reader` names sleeps (Mailbox::Reader). False when the message is too long or the ring has no
+  // room for it: then nothing was posted. One thread at a time.
+  bool Post(absl::string_view bytes, Mailbox::Reader reader = Mailbox::Reader::kAnyThread);
 
  private:
   MailboxSender(MailboxLayout* layout, int slot, int wake_descriptor)

@@ -13,7 +13,7 @@ namespace loom::transport {
 // and its tests (which write records no sender would) use it.
 
 inline constexpr uint64_t kMailboxLayoutMagic = 0x31584f424c494d4cull;  // "LMILBOX1"
-inline constexpr uint32_t kMailboxLayoutVersion = 2;
+inline constexpr uint32_t kMailboxLayoutVersion = 3;
 
 // One record of a message: `length` of its bytes here, and whether the next record continues it.
 struct MailboxRecord {
@@ -36,8 +36,9 @@ struct MailboxLayout {
   uint64_t magic;
   uint32_t version;
   uint32_t slot_count;
-  std::atomic<uint32_t> parked;   // owner threads asleep on the wake-up eventfd
-  std::atomic<uint32_t> claimed;  // slots [0, claimed) may have owners
+  std::atomic<uint32_t> parked;          // owner threads asleep on the wake-up eventfd
+  std::atomic<uint32_t> drivers_parked;  // those of them parked as drivers (Mailbox::Reader)
+  std::atomic<uint32_t> claimed;         // slots [0, claimed) may have owners
   Slot slots[Mailbox::kSlots];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

@@ -79,6 +79,7 @@ struct Transport::Operation {
   void* receive_buffer = nullptr;
   size_t size = 0;
   MessageHeader header{};
+  bool driven = false;  // queued kDeferred
   unsigned message_id = kActorMessageId;
   std::string message;
   SendCallback send_callback;
@@ -264,6 +265,7 @@ absl::Status Transport::SendData(PeerId peer, DataTag tag, const void* buffer, s
   operation->send_buffer = buffer;
   operation->size = size;
   operation->send_callback = std::move(callback);
+  operation->driven = queueing == Queueing::kDeferred;
   return Enqueue(std::move(operation), queueing);
 }
 
@@ -275,6 +277,7 @@ absl::Status Transport::ReceiveData(DataTag tag, void* buffer, size_t size,
   operation->receive_buffer = buffer;
   operation->size = size;
   operation->receive_callback = std::move(callback);
+  operation->driven = queueing == Queueing::kDeferred;
   return Enqueue(std::move(operation), queueing);
 }
 
@@ -360,15 +363,19 @@ void Transport::Park(absl::Duration timeout, std::unique_lock<std::mutex>* token
   if (!armed.ok()) LOG(ERROR) << "node " << self_ << ": " << armed.status();
   if (!armed.ok() || !*armed) return;  // events are waiting
   // Same-host peers post to the mailbox without an event of the worker; a post while parked
-  // writes the wake-up eventfd.
-  if (mailbox_ != nullptr && !mailbox_->BeginPark()) return;
+  // writes the wake-up eventfd, if it is for this thread: a driver (no token to let go of) reads
+  // every message, the progress thread those of driven transfers only while some are pending.
+  const Mailbox::Reader reader = token == nullptr || driven_pending_ > 0
+                                     ? Mailbox::Reader::kDriver
+                                     : Mailbox::Reader::kAnyThread;
+  if (mailbox_ != nullptr && !mailbox_->BeginPark(reader)) return;
   pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
   if (token != nullptr) token->unlock();
   if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
     PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
   }
-  if (mailbox_ != nullptr) mailbox_->EndPark();
+  if (mailbox_ != nullptr) mailbox_->EndPark(reader);
   if (token != nullptr) token->lock();
   // Drained only with the token held: while a driver holds it, the progress thread may sleep in
   // this poll too, and a wake-up meant for the driver (a command queued meanwhile, WakeDriver)
@@ -419,11 +426,16 @@ bool Transport::DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline) 
   }
   if (!shutting_down_) {
     // Hand the worker back armed, so that its next event wakes the progress thread if it sleeps;
-    // wake it when work is left (or Stop() was called).
+    // wake it when work is left (or Stop() was called), and when the drive ends early with driven
+    // operations pending, so that it parks as their driver (their messages do not wake it
+    // otherwise, and the caller now waits without driving).
     while (!stop && Step(stop)) {
     }
     absl::StatusOr<bool> armed = stop ? false : worker_->Arm();
-    if (stop || has_commands_.load() || !armed.ok() || !*armed) Wake();
+    if (stop || has_commands_.load() || !armed.ok() || !*armed ||
+        (!finished && driven_pending_ > 0)) {
+      Wake();
+    }
   }
   token.unlock();
   token_returned_.notify_all();
@@ -503,6 +515,7 @@ std::string Transport::Describe(const Operation& operation) const {
 }
 
 void Transport::StartOperation(std::unique_ptr<Operation> operation) {
+  if (operation->driven) ++driven_pending_;  // until Finish
   if (shutting_down_) {
     absl::Status cancelled = absl::CancelledError(
         absl::StrCat(Describe(*operation), " was cancelled: the transport stopped"));
@@ -616,6 +629,7 @@ void Transport::Complete(Operation* raw, ucs_status_t status, size_t received_by
 
 void Transport::Finish(std::unique_ptr<Operation> operation, absl::Status status,
                        size_t received_bytes) {
+  if (operation->driven) --driven_pending_;
   switch (operation->kind) {
     case Operation::Kind::kMessage:
       if (!status.ok() && !shutting_down_) {
@@ -796,7 +810,8 @@ void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::s
     auto found = peers_.find(peer);
     if (found != peers_.end() && found->second->mailbox != nullptr && !found->second->failed &&
         found->second->mailbox->Post(
-            absl::string_view(reinterpret_cast<const char*>(&message), sizeof(message)))) {
+            absl::string_view(reinterpret_cast<const char*>(&message), sizeof(message)),
+            ReaderOf(message))) {
       return;
     }
   }
@@ -810,10 +825,17 @@ void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::s
   StartOperation(std::move(operation));
 }
 
-void Transport::SendCopyDone(PeerId peer, DataTag tag, const absl::Status& status) {
+Mailbox::Reader Transport::ReaderOf(const CopyMessage& message) {
+  return (message.flags & CopyMessage::kDriven) != 0 ? Mailbox::Reader::kDriver
+                                                     : Mailbox::Reader::kAnyThread;
+}
+
+void Transport::SendCopyDone(PeerId peer, const CopyMessage& announcement,
+                             const absl::Status& status) {
   CopyMessage done;
   done.kind = CopyMessage::kDone;
-  done.tag = tag;
+  done.flags = announcement.flags & CopyMessage::kDriven;
+  done.tag = announcement.tag;
   done.status_code = static_cast<uint32_t>(status.code());
   SendCopyMessage(peer, done, status.message());
 }
@@ -892,8 +914,9 @@ void Transport::HandleCopyMessage(ReceivedCopyMessage received) {
       }
       auto posted = posted_receives_.find(message.tag);
       if (posted == posted_receives_.end()) {
-        const DataTag tag = message.tag;
-        const bool inline_data = message.kind == CopyMessage::kInline;
+        const CopyMessage announcement = message;  // `received` moves into the table
+        const DataTag tag = announcement.tag;
+        const bool inline_data = announcement.kind == CopyMessage::kInline;
         if (!announcements_.emplace(tag, std::move(received)).second) {
           // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
           // so this is a bug; fail the second sender rather than let it wait forever (an inline
@@ -908,7 +931,7 @@ void Transport::HandleCopyMessage(ReceivedCopyMessage received) {
                          absl::StrCat("a second transfer with this tag, from peer ", from,
                                       ", came before the receive was posted and was dropped")));
           } else {
-            SendCopyDone(from, tag, duplicate);
+            SendCopyDone(from, announcement, duplicate);
           }
         }
         return;
@@ -949,6 +972,7 @@ bool Transport::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {
   if (peer.mailbox == nullptr || operation->size > kMaxInlineBytes) return false;
   CopyMessage message;
   message.kind = CopyMessage::kInline;
+  message.flags = operation->driven ? CopyMessage::kDriven : 0;
   message.tag = operation->tag;
   message.size = operation->size;
   char bytes[Mailbox::kMaxMessageBytes];
@@ -957,7 +981,8 @@ bool Transport::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {
   if (operation->size > 0) {
     std::memcpy(bytes + sizeof(message), operation->send_buffer, operation->size);
   }
-  if (!peer.mailbox->Post(absl::string_view(bytes, sizeof(message) + operation->size))) {
+  if (!peer.mailbox->Post(absl::string_view(bytes, sizeof(message) + operation->size),
+                          ReaderOf(message))) {
     return false;  // a full ring: through UCX
   }
   Finish(std::move(operation), absl::OkStatus(), 0);
@@ -974,6 +999,7 @@ bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
   if (copy_sends_.contains(key)) return false;  // the same tag twice at once: UCX matches those
   CopyMessage announce;
   announce.kind = CopyMessage::kAnnounce;
+  announce.flags = operation->driven ? CopyMessage::kDriven : 0;
   announce.tag = operation->tag;
   announce.address = reinterpret_cast<uintptr_t>(operation->send_buffer);
   announce.size = operation->size;
@@ -1019,7 +1045,7 @@ void Transport::CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyM
         read.code(), absl::StrCat(Describe(*receive), " from peer ", from, ": ", read.message()));
   }
   if (!inline_data && peer != peers_.end() && !peer->second->failed) {
-    SendCopyDone(from, request.tag, status);
+    SendCopyDone(from, request, status);
   }
   Finish(std::move(receive), std::move(status), request.size);
 }

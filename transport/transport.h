@@ -124,7 +124,13 @@ class Transport {
   // How SendData and ReceiveData queue their operation: kWake wakes the progress thread when it
   // sleeps; kDeferred leaves it queued for the caller's DriveUntil, which comes next and starts it
   // without that wake-up (a sleeping progress thread still looks at its queue every
-  // options.park_timeout, so a forgotten drive costs time, not the operation).
+  // options.park_timeout, so a forgotten drive costs time, not the operation). A kDeferred
+  // transfer's same-host messages (its announcement or inline data, and the answer to an
+  // announcement) wake only a thread of the peer that drives, not its idle progress thread: both
+  // ends of a kDeferred transfer are meant to be driven (the network collectives'). A peer whose
+  // end is not finds them at its next round of work, at the latest after its park timeout. While
+  // kDeferred operations of this node are pending, its progress thread wakes for such messages
+  // too, so that a wait a DriveUntil ended early (another driver, the deadline) is not held up.
   enum class Queueing { kWake, kDeferred };
 
   static absl::StatusOr<std::unique_ptr<Transport>> Create(TransportOptions options);
@@ -198,13 +204,18 @@ class Transport {
   struct Peer;
   // A same-host copy message (its wire format; an error text or the data may follow it).
   struct CopyMessage {
-    enum Kind : uint32_t {
+    enum Kind : uint16_t {
       kCanRead = 1,   // receiver to sender, once: "I can read your memory"
       kAnnounce = 2,  // sender to receiver: `size` bytes for `tag` are at `address`
       kDone = 3,      // receiver to sender: the transfer `tag` is over (`status_code`, then text)
       kInline = 4,    // sender to receiver: the `size` bytes for `tag` follow (mailbox only)
     };
-    uint32_t kind = 0;
+    // kAnnounce, kInline: the sender's end is driven (Queueing::kDeferred), so the receiver's end
+    // is meant to be too; kDone: the sender's announcement said so. The message then wakes only a
+    // driving thread of its receiver (Mailbox::Reader::kDriver).
+    static constexpr uint16_t kDriven = 1;
+    uint16_t kind = 0;
+    uint16_t flags = 0;
     uint32_t status_code = 0;  // absl::StatusCode of kDone
     uint64_t tag = 0;
     uint64_t address = 0;
@@ -253,8 +264,10 @@ class Transport {
   // Same-host copies (progress thread).
   void ProbeSameHost(Peer& peer, const ProcessIdentity& identity);
   void SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error = "");
-  // kDone for the transfer `tag` announced by `peer`: its outcome at this receiver.
-  void SendCopyDone(PeerId peer, DataTag tag, const absl::Status& status);
+  // Which of the peer's threads `message` wakes in its mailbox (CopyMessage::kDriven).
+  static Mailbox::Reader ReaderOf(const CopyMessage& message);
+  // kDone for the transfer `announcement` from `peer`: its outcome at this receiver.
+  void SendCopyDone(PeerId peer, const CopyMessage& announcement, const absl::Status& status);
   // Moves the mailbox's records into copy_inbox_; whether there were any.
   bool ReceiveFromMailbox();
   bool HandleCopyMessages();
@@ -318,6 +331,10 @@ class Transport {
   bool shutting_down_ = false;
   absl::flat_hash_map<PeerId, std::unique_ptr<Peer>> peers_;
   absl::flat_hash_set<Operation*> pending_;  // owned; started, waiting for UCX
+  // Operations queued kDeferred that started and did not finish: while there are any, the progress
+  // thread parks as a driver (Mailbox::Reader::kDriver), standing in for a driver that stopped
+  // early.
+  int driven_pending_ = 0;
   std::vector<Peer*> failed_to_close_;
   // This process and the peers other than this node whose memory it can read (processes on this
   // host), with their CPUs: a driver polls busily before it sleeps only while they have a core

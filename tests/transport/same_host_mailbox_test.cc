@@ -190,16 +190,51 @@ TEST_F(MailboxTest, OnlyAParkedOwnerIsWoken) {
   EXPECT_TRUE(sender->Post("not parked"));
   EXPECT_FALSE(Readable(wake_)) << "a post to an owner that is not parked wrote the eventfd";
   // A record is waiting: the owner must not sleep.
-  EXPECT_FALSE(mailbox_->BeginPark());
+  EXPECT_FALSE(mailbox_->BeginPark(Mailbox::Reader::kAnyThread));
   ReceiveAll(*mailbox_);
-  ASSERT_TRUE(mailbox_->BeginPark());
+  ASSERT_TRUE(mailbox_->BeginPark(Mailbox::Reader::kAnyThread));
   EXPECT_TRUE(sender->Post("parked"));
   EXPECT_TRUE(Readable(wake_)) << "a post to a parked owner did not wake it";
-  mailbox_->EndPark();
+  mailbox_->EndPark(Mailbox::Reader::kAnyThread);
   uint64_t count = 0;
   ASSERT_EQ(read(wake_, &count, sizeof(count)), static_cast<ssize_t>(sizeof(count)));
   EXPECT_EQ(count, 1u);
   EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "parked")));
+}
+
+// A post for drivers wakes an owner thread parked as a driver, and no other: an idle progress
+// thread sleeps through the messages of the transfers its node's ranks drive.
+TEST_F(MailboxTest, APostForDriversWakesOnlyAThreadParkedAsADriver) {
+  std::unique_ptr<MailboxSender> sender = Sender(2);
+  ASSERT_NE(sender, nullptr);
+  auto drain = [this] {
+    uint64_t count = 0;
+    return read(wake_, &count, sizeof(count)) == static_cast<ssize_t>(sizeof(count));
+  };
+  ASSERT_TRUE(mailbox_->BeginPark(Mailbox::Reader::kAnyThread));
+  EXPECT_TRUE(sender->Post("for a driver", Mailbox::Reader::kDriver));
+  EXPECT_FALSE(Readable(wake_)) << "a post for drivers woke a thread not parked as one";
+  mailbox_->EndPark(Mailbox::Reader::kAnyThread);
+  // Not lost: the next look finds it, and a thread parking now does not sleep over it.
+  EXPECT_FALSE(mailbox_->BeginPark(Mailbox::Reader::kDriver));
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "for a driver")));
+
+  ASSERT_TRUE(mailbox_->BeginPark(Mailbox::Reader::kDriver));
+  EXPECT_TRUE(sender->Post("for a driver", Mailbox::Reader::kDriver));
+  EXPECT_TRUE(Readable(wake_)) << "a post for drivers did not wake a parked driver";
+  ASSERT_TRUE(drain());
+  EXPECT_TRUE(sender->Post("for anyone"));
+  EXPECT_TRUE(Readable(wake_)) << "a post for any thread did not wake a parked driver";
+  mailbox_->EndPark(Mailbox::Reader::kDriver);
+  ASSERT_TRUE(drain());
+  EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(2, "for a driver"), Pair(2, "for anyone")));
+
+  // Once the driver is up, a thread parked for any post is not woken by posts for drivers again.
+  ASSERT_TRUE(mailbox_->BeginPark(Mailbox::Reader::kAnyThread));
+  EXPECT_TRUE(sender->Post("late", Mailbox::Reader::kDriver));
+  EXPECT_FALSE(Readable(wake_));
+  mailbox_->EndPark(Mailbox::Reader::kAnyThread);
+  ReceiveAll(*mailbox_);
 }
 
 // The mailbox's memory mapped once more, to write into a slot what a sender that broke the
@@ -318,10 +353,10 @@ TEST_F(MailboxTest, ADifferentProcessPostsAndWakesTheOwner) {
         in_order = in_order && sender == 5 && bytes == absl::StrCat(expected);
         ++expected;
       });
-      if (any || !(*mailbox)->BeginPark()) continue;
+      if (any || !(*mailbox)->BeginPark(Mailbox::Reader::kAnyThread)) continue;
       pollfd entry{wake, POLLIN, 0};
       if (poll(&entry, 1, /*timeout=*/10000) != 1) _exit(4);  // never woken
-      (*mailbox)->EndPark();
+      (*mailbox)->EndPark(Mailbox::Reader::kAnyThread);
       uint64_t count;
       while (read(wake, &count, sizeof(count)) > 0) {
       }

@@ -697,6 +697,48 @@ TEST_P(TransportTest, DriveUntilEndsAtItsDeadlineAndAtStop) {
   EXPECT_FALSE(transports_[1]->DriveUntil([] { return true; }, absl::Now() + absl::Seconds(1)));
 }
 
+// A deferred transfer's same-host messages wake only a driving thread of the receiver, not its
+// idle progress thread (Mailbox::Reader). A receiver whose drive ended before its transfer was over
+// (here its deadline) waits without driving: its progress thread then stands in, so the transfer
+// completes at once rather than after the progress thread's park timeout.
+TEST_P(TransportTest, ADeferredTransferCompletesAfterItsReceiversDriveEndedEarly) {
+  park_timeout_ = absl::Seconds(30);
+  Connect(2);
+  DataTag tag = 40;
+  for (size_t size : {size_t{16}, size_t{64} * 1024}) {  // inline, and announced
+    SCOPED_TRACE(absl::StrCat(size, " bytes"));
+    std::vector<char> source(size, 'd');
+    std::vector<char> destination(size);
+    Completion<absl::StatusOr<size_t>> received;
+    ASSERT_TRUE(transports_[1]
+                    ->ReceiveData(
+                        ++tag, destination.data(), destination.size(),
+                        [&](absl::StatusOr<size_t> bytes) { received.Set(bytes); },
+                        Transport::Queueing::kDeferred)
+                    .ok());
+    EXPECT_FALSE(
+        transports_[1]->DriveUntil([] { return false; }, absl::Now() + absl::Milliseconds(50)));
+    absl::SleepFor(absl::Milliseconds(50));  // the receiver's progress thread is asleep again
+    std::atomic<bool> sent{false};
+    ASSERT_TRUE(transports_[0]
+                    ->SendData(
+                        1, tag, source.data(), source.size(),
+                        [&](absl::Status status) {
+                          EXPECT_TRUE(status.ok()) << status;
+                          sent.store(true);
+                        },
+                        Transport::Queueing::kDeferred)
+                    .ok());
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(transports_[0]->DriveUntil([&] { return sent.load(); }, start + absl::Seconds(20)));
+    std::optional<absl::StatusOr<size_t>> result = received.Wait(absl::Seconds(20));
+    ASSERT_TRUE(result.has_value()) << "the receive never completed";
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "it waited for the park timeout (30 s)";
+    ASSERT_TRUE(result->ok()) << result->status();
+    EXPECT_EQ(source, destination);
+  }
+}
+
 TEST_P(TransportTest, WakeDriverMakesASleepingDriverLookAgain) {
   // A driver with nothing to do sleeps on the worker's events up to the park timeout; a condition
   // another thread makes true (an abort) is seen at once after WakeDriver, not at that timeout.
