@@ -221,6 +221,12 @@ absl::StatusOr<std::vector<std::string>> RunNodePlansInProcesses(
   signal(SIGPIPE, SIG_IGN);
   std::fflush(stdout);
   std::fflush(stderr);
+  // The children inherit the OpenBLAS thread count they are to use, so that they never set it:
+  // OpenBLAS rebuilds its pool in a forked child on the first openblas_set_num_threads, whatever
+  // the count, and the new worker spins on sched_yield for about 100 ms beside the node's threads
+  // (docs/PERFORMANCE.md, alltoall). A benchmark's full run set it already (MachineCheck); its
+  // --only runs did not.
+  SetBlasThreads(options.blas_threads);
   std::vector<Child> children;
   for (size_t position = 0; position < plans.size(); ++position) {
     const plan::Plan& node_plan = plans[position];

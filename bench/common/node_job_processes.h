@@ -26,7 +26,8 @@ struct NodeJobProcessOptions {
   transport::UcxContextOptions ucx;
   // A child that has not finished by then is killed (SIGALRM) and the run fails.
   absl::Duration deadline = absl::Seconds(120);
-  // OpenBLAS threads per GEMM in each child (loomd's --blas-threads, default 1).
+  // OpenBLAS threads per GEMM in each child (loomd's --blas-threads, default 1); this process's
+  // count becomes the same (RunNodePlansInProcesses).
   int blas_threads = 1;
   // By position in the plans: the network namespace (a name of `ip netns`, under /var/run/netns)
   // the node's process enters before it makes its network, so that nodes run as hosts of their
