@@ -28,6 +28,37 @@ std::string RankList(const std::vector<int>& ranks) {
 
 std::byte* Bytes(void* data) { return static_cast<std::byte*>(data); }
 
+// Whether, in the direct exchange of the collective with these input shapes (by rank), every
+// rank receives a transfer from every peer: then no rank can finish a run before every peer has
+// started it (NetworkCollectives' class comment).
+bool EveryRankHearsFromEveryPeer(const plan::CollectiveConf& conf,
+                                 const std::vector<Shape>& input_shapes) {
+  const int size = static_cast<int>(input_shapes.size());
+  // The elements `source` sends to each other rank must be there for every pair.
+  for (int source = 0; source < size; ++source) {
+    const Shape& input = input_shapes[source];
+    if (input.NumElements() == 0) return false;
+    for (int destination = 0; destination < size; ++destination) {
+      switch (conf.kind()) {
+        case plan::ALL_GATHER:  // the whole input to every peer
+          break;
+        case plan::ALL_TO_ALL:      // slice `destination` along `axis`
+        case plan::REDUCE_SCATTER:  // the owner's slice along `axis`
+          if (BalancedRange(input.dimension(conf.axis()), size, destination).size() == 0) {
+            return false;
+          }
+          break;
+        case plan::ALL_REDUCE:  // the owner's chunk of the flattened elements, and back
+          if (BalancedRange(input.NumElements(), size, destination).size() == 0) return false;
+          break;
+        default:
+          return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 // One rank's collective in progress.
@@ -53,12 +84,12 @@ struct NetworkCollectives::Collective {
   CollectiveHeader own;
   std::byte* header_slots = nullptr;
   std::vector<int> header_receives;
-  // The shapes of this collective, in state.known: from an earlier run (then the peers' headers
-  // are checked against them when they arrive), or learned from the headers; null until then.
+  // The shapes of this collective, in state.known: from an earlier run (then the peers' headers,
+  // where they are exchanged, are checked against them), or learned from the headers; null until
+  // then.
   const KnownCollective* known = nullptr;
   // This rank's staging buffers by slot (known->staging_bytes); null: the block moves in place.
   std::vector<std::byte*> staging;
-  bool headers_checked = false;
   // "header exchange" or "data exchange", and when its wait gives up.
   const char* stage = "header exchange";
   Clock::time_point deadline;
@@ -193,18 +224,14 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
 
 absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
-  if (absl::Status status = SendHeader(collective); !status.ok()) return status;
   auto known = collective.state.known.find(collective.call.conf->sequence());
-  if (known != collective.state.known.end() &&
-      known->second.data_type == collective.call.output.data_type) {
-    // The shapes of this collective's earlier runs: the headers are checked against them too.
-    collective.known = &known->second;
-  }
-  // The data moves at once, and the headers are checked before any received data is used, when
-  // the shapes are known and this rank's buffers are the ones they imply: receives posted from
-  // them then land inside this rank's buffers, whatever the peers send. Otherwise (the first
-  // run, or this rank's shapes changed) the headers come first.
-  if (collective.known == nullptr || !OwnBuffersFit(collective)) {
+  if (known != collective.state.known.end()) collective.known = &known->second;
+  if (collective.known != nullptr && collective.known->data_only) {
+    // A later run where every rank hears from every peer: the data alone, after this rank's own
+    // check against the runs every rank agreed on (see the class comment).
+    if (absl::Status status = CheckRerun(collective); !status.ok()) return status;
+  } else {
+    if (absl::Status status = SendHeader(collective); !status.ok()) return status;
     if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
     collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
   }
@@ -233,10 +260,49 @@ absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   return Await(collective, -1);
 }
 
-bool NetworkCollectives::OwnBuffersFit(const Collective& collective) const {
+absl::Status NetworkCollectives::CheckRerun(const Collective& collective) const {
   const CollectiveCall& call = collective.call;
-  return call.input.shape == collective.known->input_shapes[collective.rank] &&
-         call.output.shape == collective.known->output_shape;
+  const plan::CollectiveConf& conf = *call.conf;
+  const CollectiveHeader& first = collective.known->own;
+  // Built on a failure only: this runs before every collective.
+  const auto failure = [&](auto&&... parts) {
+    return absl::InternalError(absl::StrCat("communicator '", name_, "': rank ", collective.rank,
+                                            " runs collective ", DescribeCollective(conf),
+                                            parts...));
+  };
+  const int64_t placed = collective.instance % num_collectives_;
+  if (conf.sequence() != placed) {
+    auto expected = collective.state.known.find(placed);
+    return failure(" as the communicator's collective number ", collective.instance,
+                   ", where its global order of ", num_collectives_, " collectives puts ",
+                   expected != collective.state.known.end()
+                       ? absl::StrCat(DescribeCollective(expected->second.own.conf),
+                                      ", which every rank ran before")
+                       : absl::StrCat("sequence ", placed),
+                   ": the ranks left the communicator's global order (a plan bug)");
+  }
+  if (conf.name() != first.conf.name() || conf.kind() != first.conf.kind() ||
+      conf.reduce() != first.conf.reduce() || conf.axis() != first.conf.axis() ||
+      conf.concat_axis() != first.conf.concat_axis()) {
+    return failure(" as ", DescribeCollectiveSettings(conf),
+                   ", where its earlier runs of sequence ", conf.sequence(), " ran ",
+                   DescribeCollective(first.conf), " as ", DescribeCollectiveSettings(first.conf),
+                   " (a plan bug)");
+  }
+  const auto changed = [&](absl::string_view buffer, const TensorView& now,
+                           plan::DataType first_type, const Shape& first_shape) {
+    return failure(" with its ", buffer, " ", DataTypeName(now.data_type), " ",
+                   now.shape.ToString(), " where its earlier runs had ", DataTypeName(first_type),
+                   " ", first_shape.ToString(),
+                   " (a collective's buffers are the same at every piece: its registers)");
+  };
+  if (call.input.data_type != first.input_type || call.input.shape != first.input_shape) {
+    return changed("input", call.input, first.input_type, first.input_shape);
+  }
+  if (call.output.data_type != first.output_type || call.output.shape != first.output_shape) {
+    return changed("output", call.output, first.output_type, first.output_shape);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NetworkCollectives::SendHeader(Collective& collective) {
@@ -269,7 +335,6 @@ absl::Status NetworkCollectives::SendHeader(Collective& collective) {
 }
 
 absl::Status NetworkCollectives::CheckHeaders(Collective& collective) {
-  collective.headers_checked = true;
   const int rank = collective.rank;
   const char* stage = collective.stage;
   collective.stage = "header exchange";
@@ -311,6 +376,13 @@ absl::Status NetworkCollectives::CheckHeaders(Collective& collective) {
     return status;
   }
   if (collective.known != nullptr) {
+    if (collective.own.input_type != collective.known->data_type) {
+      return absl::InternalError(absl::StrCat(
+          "communicator '", name_, "': collective ", DescribeCollective(*collective.call.conf),
+          ": its buffers are ", DataTypeName(collective.own.input_type),
+          " where its earlier runs had ", DataTypeName(collective.known->data_type),
+          " (a collective's buffers are the same at every piece: its registers)"));
+    }
     for (int source = 0; source < size_; ++source) {
       if (headers[source].input_shape == collective.known->input_shapes[source]) continue;
       return absl::InternalError(absl::StrCat(
@@ -352,9 +424,6 @@ int NetworkCollectives::PostSend(Collective& collective, Phase phase, int destin
 }
 
 absl::Status NetworkCollectives::Await(Collective& collective, int index) {
-  if (!collective.headers_checked) {
-    if (absl::Status status = CheckHeaders(collective); !status.ok()) return status;
-  }
   return AwaitTransfer(collective, *collective.group, index);
 }
 
@@ -408,8 +477,10 @@ absl::Status NetworkCollectives::LearnCollective(Collective& collective,
                                                  const std::vector<CollectiveHeader>& headers) {
   const CollectiveCall& call = collective.call;
   KnownCollective learned;
+  learned.own = collective.own;
   learned.data_type = call.output.data_type;
   for (const CollectiveHeader& header : headers) learned.input_shapes.push_back(header.input_shape);
+  learned.data_only = EveryRankHearsFromEveryPeer(*call.conf, learned.input_shapes);
   absl::StatusOr<Shape> output =
       CollectiveOutputShape(*call.conf, learned.input_shapes, collective.rank);
   absl::StatusOr<std::vector<int64_t>> bytes =

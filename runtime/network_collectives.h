@@ -29,23 +29,32 @@ namespace loom {
 // node is its own network peer, so every rank runs the same code and the same transfers.
 //
 // One collective, on each rank r of n:
-//  1. Headers. r sends its CollectiveHeader (identity, settings, position in the order, data
-//     types, shapes) to every peer and receives theirs. Every rank runs CheckCollectiveAgreement
+//  1. Headers, at a collective's first run (a sequence number of the communicator). r sends its
+//     CollectiveHeader (identity, settings, position in the order, data types, shapes) to every
+//     peer and receives theirs, before any data moves. Every rank runs CheckCollectiveAgreement
 //     on the same n headers, so a mismatch (different collective, order, settings or shapes)
 //     fails every rank with the same INTERNAL (or INVALID_ARGUMENT) error naming both collectives
 //     and ranks. The headers tell r every peer's shapes, so both ends of each transfer agree on
 //     its size.
-//     The first run of a collective (a sequence number of the communicator) waits for the
-//     headers before any data moves. Later runs reuse the shapes of the first (a collective reads
-//     and writes registers, whose shapes do not change), so their data moves at once, beside the
-//     headers: the headers still arrive before r uses any data it received (every wait for data
-//     checks them first), and a peer whose shapes changed fails every rank with INTERNAL naming
-//     it. (A rank whose own buffers differ from those shapes waits for the headers first, so
-//     that no receive is posted into a buffer it does not fit.) Decision: this saves a message
-//     round trip per collective, the largest part of a small collective's time over TCP
-//     (docs/PERFORMANCE.md, alltoall), and keeps the check; a mismatch now fails after some data
-//     moved instead of before, which costs nothing, since the job fails either way and data only
-//     ever lands in the transfer's own buffers.
+//     Later runs move the data alone, sized by the shapes of the first (a collective reads and
+//     writes registers, whose shapes do not change), after r checks its own collective against
+//     what every rank agreed on (CheckRerun): that it is the one the communicator's order puts
+//     at this position, with the settings, data types and shapes of its own first run. If every
+//     rank passes, every rank runs a collective all ranks agreed on at its first run, at the
+//     same position, so they agree now; a rank that fails fails at once, before it posts any
+//     transfer, with INTERNAL naming both collectives (or the buffer that changed), and its job
+//     aborts the others (their waits end at the abort, or at their deadline). Exception: a
+//     collective in which some rank receives nothing from some peer (an empty block or slice:
+//     EveryRankHearsFromEveryPeer) keeps the headers at every run, since its data would not hold
+//     the ranks together (below).
+//     Decision: the header exchange was the largest part of a small collective's time (1 MiB
+//     all-to-alls on 4 processes of one host took 0.42 ms with it, 0.25 without:
+//     docs/PERFORMANCE.md, alltoall), and a rank's own check keeps the invariant of DESIGN.md §4
+//     (the job fails naming both collectives instead of hanging). What it gives up: in a
+//     mismatch after the first run only the rank that left the order names it; the others end
+//     when the job aborts them with its reason. (A runtime rank cannot leave the order: its node
+//     runs a communicator's collectives in turn, runtime/collective_turn.h; the check is against
+//     bugs.)
 //  2. Data, by direct exchange: every transfer goes from the rank that has the bytes to the rank
 //     that needs them, all transfers of a phase at once, receives posted before sends.
 //     - all-gather: r sends its input to every peer;
@@ -88,9 +97,10 @@ namespace loom {
 //   bits 14..27  source rank, 14 bits
 //   bits  0..13  destination rank, 14 bits
 // Unique per (communicator, instance, phase, source, destination) among the transfers that can be
-// in flight at once: a rank finishes collective k only after it received every peer's header for
-// k, so no two ranks are more than one collective apart and the instance never wraps onto a live
-// one. Create fails with INVALID_ARGUMENT for a communicator with a larger index or more ranks.
+// in flight at once: a rank finishes collective k only after it received a transfer of k from
+// every peer (its header, or its data where the data alone move), so no two ranks are more than
+// one collective apart and the instance never wraps onto a live one. Create fails with
+// INVALID_ARGUMENT for a communicator with a larger index or more ranks.
 //
 // Waits end: Abort, and any failure of one of this node's ranks, interrupts every local rank at
 // once (Run returns the first reason; every later Run fails at once); a transfer error (a lost
@@ -161,6 +171,9 @@ class NetworkCollectives final : public CollectiveBackend {
   // What a rank learned of a collective it ran (by sequence number) from the first run's headers:
   // every rank's input shape, and what they imply for this rank.
   struct KnownCollective {
+    CollectiveHeader own;  // this rank's, at the first run
+    // Whether later runs move the data alone (EveryRankHearsFromEveryPeer; class comment).
+    bool data_only = false;
     plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;  // of the elements
     std::vector<Shape> input_shapes;                         // by rank
     Shape output_shape;                                      // this rank's
@@ -186,12 +199,14 @@ class NetworkCollectives final : public CollectiveBackend {
   void FailLocked(absl::Status status);
 
   absl::Status RunCollective(Collective& collective);
-  // Whether this rank's input and output have the shapes that collective.known implies.
-  bool OwnBuffersFit(const Collective& collective) const;
+  // A run without headers (collective.known->data_only): this rank's collective is the one the
+  // communicator's order puts at this position, with the settings, data types and shapes of its
+  // first run; INTERNAL naming both collectives, or the buffer that changed, otherwise.
+  absl::Status CheckRerun(const Collective& collective) const;
   // Posts the receives of the peers' headers and sends this rank's to every peer.
   absl::Status SendHeader(Collective& collective);
-  // Waits for the peers' headers and checks them: agreement, and the shapes of earlier runs
-  // when the data already moves with them (otherwise it learns the collective from them).
+  // Waits for the peers' headers and checks them: agreement, and the data types and shapes of
+  // earlier runs where there were any (otherwise it learns the collective from them).
   absl::Status CheckHeaders(Collective& collective);
   // Records in collective.state.known, and points collective.known at, what every rank's header
   // says of the collective; INVALID_ARGUMENT when the shapes do not fit together.
@@ -226,10 +241,9 @@ class NetworkCollectives final : public CollectiveBackend {
   int PostReceive(Collective& collective, Phase phase, int source, void* buffer, size_t bytes);
   int PostSend(Collective& collective, Phase phase, int destination, const void* buffer,
                size_t bytes);
-  // Waits for data transfer `index` (-1: all of them), after the headers were checked, and turns
-  // how the wait ended into a status.
+  // Waits for data transfer `index` (-1: all of them) and turns how the wait ended into a status.
   absl::Status Await(Collective& collective, int index);
-  // The same for transfer `index` of `group`, without the headers.
+  // The same for transfer `index` of `group` (the headers' or the data's).
   absl::Status AwaitTransfer(Collective& collective, TransferGroup& group, int index);
   // Sets collective.staging: the buffers collective.known names, from the rank's kept ones
   // (grown when too small) and kept alive by the collective's group; RESOURCE_EXHAUSTED naming

@@ -182,9 +182,9 @@ TEST(NetworkCollectivesTest, AllToAllBetweenEveryPairOfAxes) {
   }
 }
 
-TEST(NetworkCollectivesTest, LaterRunsMoveTheDataWithTheHeadersAndStayExact) {
-  // From its second run a collective posts its data before the peers' headers arrive, sized by
-  // the shapes of the first run: uneven gathers and all-to-alls must still land exactly.
+TEST(NetworkCollectivesTest, LaterRunsMoveTheDataAloneAndStayExact) {
+  // From its second run a collective posts its data without headers, sized by the shapes of the
+  // first run: uneven gathers and all-to-alls must still land exactly.
   const std::vector<int> placement = {0, 1, 1};
   const int size = static_cast<int>(placement.size());
   std::vector<Shape> gathered, exchanged;
@@ -218,8 +218,71 @@ TEST(NetworkCollectivesTest, LaterRunsMoveTheDataWithTheHeadersAndStayExact) {
   }
 }
 
-TEST(NetworkCollectivesTest, AShapeThatChangesBetweenRunsFailsEveryRankNamingIt) {
+TEST(NetworkCollectivesTest, LaterRunsMoveOnlyTheData) {
+  // An all-to-all of 3 ranks: 6 headers and 6 blocks at its first run, the 6 blocks alone after.
   Cluster cluster({0, 1, 1}, 1);
+  const plan::CollectiveConf conf =
+      MakeCollectiveConf(plan::ALL_TO_ALL, 0, "exchange", plan::REDUCE_SUM, 0, 0);
+  const CollectiveCase test_case{conf, plan::FLOAT32, std::vector<Shape>(3, Shape{6, 2})};
+  for (int piece = 0; piece < 3; ++piece) {
+    SCOPED_TRACE(absl::StrCat("piece ", piece));
+    RankBuffers buffers = MakeRankBuffers(test_case, 10 + piece);
+    const std::vector<HostTensor> expected = ReferenceOutputs(test_case, buffers);
+    const int64_t before = cluster.network().transfers();
+    for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), conf, buffers, piece)) {
+      ASSERT_TRUE(status.ok()) << status;
+    }
+    EXPECT_EQ(cluster.network().transfers() - before, piece == 0 ? 12 : 6);
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_TRUE(buffers.outputs[rank].bytes == expected[rank].bytes) << "rank " << rank;
+    }
+  }
+}
+
+TEST(NetworkCollectivesTest, ACollectiveWhereARankHearsFromNotEveryPeerKeepsItsHeaders) {
+  // Rank 1 brings nothing to the gather, so rank 0 hears from no peer but through the headers:
+  // they go with every run, and a later mismatch is still named by every rank.
+  Cluster cluster({0, 1}, 2, TestOptions(absl::Seconds(20)));
+  const plan::CollectiveConf gather =
+      MakeCollectiveConf(plan::ALL_GATHER, 0, "gather", plan::REDUCE_SUM, 0);
+  const plan::CollectiveConf other =
+      MakeCollectiveConf(plan::ALL_GATHER, 1, "other", plan::REDUCE_SUM, 0);
+  const CollectiveCase test_case{gather, plan::FLOAT32, {Shape{3}, Shape{0}}};
+  std::vector<CollectiveBackend*> backends = cluster.BackendOfRank();
+  RankBuffers buffers = MakeRankBuffers(test_case, 4);
+  for (int instance = 0; instance < 2; ++instance) {
+    const plan::CollectiveConf& conf = instance == 0 ? gather : other;
+    const int64_t before = cluster.network().transfers();
+    for (const absl::Status& status : RunRanks(backends, conf, buffers, 0)) {
+      ASSERT_TRUE(status.ok()) << status;
+    }
+    EXPECT_EQ(cluster.network().transfers() - before, 3);  // two headers, rank 0's input
+  }
+  const int64_t before = cluster.network().transfers();
+  for (const absl::Status& status : RunRanks(backends, gather, buffers, 1)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  EXPECT_EQ(cluster.network().transfers() - before, 3);
+  // Rank 1 runs 'gather' again where the order puts 'other'.
+  absl::Status status1;
+  std::thread rank1([&] {
+    status1 = backends[1]->Run(
+        CollectiveCall{1, &gather, 2, buffers.inputs[1].View(), buffers.outputs[1].View()});
+  });
+  const absl::Status status0 = backends[0]->Run(
+      CollectiveCall{0, &other, 1, buffers.inputs[0].View(), buffers.outputs[0].View()});
+  rank1.join();
+  for (const absl::Status& status : {status0, status1}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("rank 0 runs collective 'other' (sequence 1) while rank 1 runs "
+                          "'gather' (sequence 0)"));
+  }
+}
+
+TEST(NetworkCollectivesTest, ABufferThatChangesBetweenRunsFailsTheRankNamingIt) {
+  // A node each: a failure of one of a node's ranks fails the others with its reason.
+  Cluster cluster({0, 1, 2}, 1);
   const plan::CollectiveConf conf =
       MakeCollectiveConf(plan::ALL_GATHER, 0, "gather", plan::REDUCE_SUM, 0);
   CollectiveCase test_case{conf, plan::FLOAT32, {Shape{2}, Shape{2}, Shape{2}}};
@@ -228,22 +291,64 @@ TEST(NetworkCollectivesTest, AShapeThatChangesBetweenRunsFailsEveryRankNamingIt)
     ASSERT_TRUE(status.ok()) << status;
   }
   // Rank 1 now brings 1 element, so every output shrinks to 5: the ranks agree with each other,
-  // but not with the first run. (Receives posted from the first run's shapes would write past
-  // the end of the outputs; AddressSanitizer builds of this test would see it.)
+  // but not with the first run, and each finds it before any transfer is posted. (Receives
+  // posted from the first run's shapes would write past the end of the outputs; AddressSanitizer
+  // builds of this test would see it.)
   test_case.inputs[1] = Shape{1};
   buffers = MakeRankBuffers(test_case, 6);
-  for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), conf, buffers, 1)) {
+  const int64_t before = cluster.network().transfers();
+  const std::vector<absl::Status> statuses = RunRanks(cluster.BackendOfRank(), conf, buffers, 1);
+  EXPECT_EQ(cluster.network().transfers(), before);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(statuses[rank].code(), absl::StatusCode::kInternal) << statuses[rank];
+  }
+  EXPECT_THAT(statuses[1].message(),
+              HasSubstr("communicator 'comm': rank 1 runs collective 'gather' (sequence 0) with "
+                        "its input float32 [1] where its earlier runs had float32 [2]"));
+  EXPECT_THAT(statuses[0].message(),
+              HasSubstr("rank 0 runs collective 'gather' (sequence 0) with its output float32 "
+                        "[5] where its earlier runs had float32 [6]"));
+  // A data type that changes is named the same way.
+  Cluster typed({0, 1}, 1);
+  const CollectiveCase floats{conf, plan::FLOAT32, {Shape{2}, Shape{2}}};
+  RankBuffers first = MakeRankBuffers(floats, 7);
+  for (const absl::Status& status : RunRanks(typed.BackendOfRank(), conf, first, 0)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  RankBuffers integers =
+      MakeRankBuffers(CollectiveCase{conf, plan::INT64, {Shape{2}, Shape{2}}}, 8);
+  for (const absl::Status& status : RunRanks(typed.BackendOfRank(), conf, integers, 1)) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
-    EXPECT_THAT(status.message(),
-                HasSubstr("collective 'gather' (sequence 0): rank 1's input is [1] where its "
-                          "earlier runs had [2]"));
+    EXPECT_THAT(status.message(), HasSubstr("with its input int64 [2] where its earlier runs had "
+                                            "float32 [2]"));
   }
 }
 
-TEST(NetworkCollectivesTest, ARankLeavingTheOrderAfterTheFirstRunIsStillNamed) {
-  // Both ranks ran 'a' and 'b' once, so at the next 'a' they send their data at once; rank 1
-  // runs 'b' there instead. Both must fail naming the two collectives, not time out and not
-  // report the failed data transfer ('b' sends 64 floats where 'a' receives 32).
+TEST(NetworkCollectivesTest, ACollectiveWhoseSettingsChangeBetweenRunsIsNamed) {
+  Cluster cluster({0, 1}, 1);
+  const plan::CollectiveConf first =
+      MakeCollectiveConf(plan::ALL_TO_ALL, 0, "exchange", plan::REDUCE_SUM, 0, 1);
+  const plan::CollectiveConf changed =
+      MakeCollectiveConf(plan::ALL_TO_ALL, 0, "exchange", plan::REDUCE_SUM, 1, 0);
+  RankBuffers buffers =
+      MakeRankBuffers(CollectiveCase{first, plan::FLOAT32, std::vector<Shape>(2, Shape{2, 2})}, 3);
+  for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), first, buffers, 0)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (const absl::Status& status : RunRanks(cluster.BackendOfRank(), changed, buffers, 1)) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("runs collective 'exchange' (sequence 0) as all-to-all axis 1 "
+                          "concat_axis 0, where its earlier runs of sequence 0 ran 'exchange' "
+                          "(sequence 0) as all-to-all axis 0 concat_axis 1"));
+  }
+}
+
+TEST(NetworkCollectivesTest, ARankLeavingTheOrderAfterTheFirstRunNamesBothAtOnce) {
+  // Both ranks ran 'a' and 'b' once, so at the next 'a' they move the data alone; rank 1 runs
+  // 'b' there instead. It fails at once naming both collectives, before it sends anything; rank
+  // 0, which waits for its data, ends when the job aborts it with that reason (the job controller
+  // does it; here the test), not at its deadline.
   Cluster cluster({0, 1}, 2, TestOptions(absl::Seconds(20)));
   const plan::CollectiveConf first = MakeCollectiveConf(plan::ALL_REDUCE, 0, "a");
   const plan::CollectiveConf second =
@@ -260,21 +365,23 @@ TEST(NetworkCollectivesTest, ARankLeavingTheOrderAfterTheFirstRunIsStillNamed) {
     ASSERT_TRUE(status.ok()) << status;
   }
   const auto start = std::chrono::steady_clock::now();
-  absl::Status status1;
-  std::thread rank1([&] {
-    status1 = backends[1]->Run(
-        CollectiveCall{1, &second, 1, gathered.inputs[1].View(), gathered.outputs[1].View()});
+  absl::Status status0;
+  std::thread rank0([&] {
+    status0 = backends[0]->Run(
+        CollectiveCall{0, &first, 1, reduced.inputs[0].View(), reduced.outputs[0].View()});
   });
-  const absl::Status status0 = backends[0]->Run(
-      CollectiveCall{0, &first, 1, reduced.inputs[0].View(), reduced.outputs[0].View()});
-  rank1.join();
+  const absl::Status status1 = backends[1]->Run(
+      CollectiveCall{1, &second, 1, gathered.inputs[1].View(), gathered.outputs[1].View()});
+  EXPECT_EQ(status1.code(), absl::StatusCode::kInternal) << status1;
+  EXPECT_THAT(status1.message(),
+              HasSubstr("communicator 'comm': rank 1 runs collective 'b' (sequence 1) as the "
+                        "communicator's collective number 2, where its global order of 2 "
+                        "collectives puts 'a' (sequence 0), which every rank ran before"));
+  backends[0]->Abort(status1);
+  rank0.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  for (const absl::Status& status : {status0, status1}) {
-    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
-    EXPECT_THAT(status.message(),
-                HasSubstr("rank 0 runs collective 'a' (sequence 0), an all-reduce while rank 1 "
-                          "runs 'b' (sequence 1), an all-gather"));
-  }
+  EXPECT_EQ(status0.code(), absl::StatusCode::kAborted) << status0;
+  EXPECT_THAT(status0.message(), HasSubstr("rank 1 runs collective 'b' (sequence 1)"));
 }
 
 TEST(NetworkCollectivesTest, ASumInRotatedOrderWouldDifferSoTheComparisonHasTeeth) {
