@@ -48,7 +48,7 @@ namespace loom {
 //     EveryRankHearsFromEveryPeer) keeps the headers at every run, since its data would not hold
 //     the ranks together (below).
 //     Decision: the header exchange was the largest part of a small collective's time (1 MiB
-//     all-to-alls on 4 processes of one host took 0.42 ms with it, 0.25 without:
+//     all-to-alls on 4 processes of one host took 0.43 ms with it, 0.27 without:
 //     docs/PERFORMANCE.md, alltoall), and a rank's own check keeps the invariant of DESIGN.md §4
 //     (the job fails naming both collectives instead of hanging). What it gives up: in a
 //     mismatch after the first run only the rank that left the order names it; the others end
