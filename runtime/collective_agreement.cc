@@ -26,6 +26,17 @@ std::string DescribeCollectiveSettings(const plan::CollectiveConf& conf) {
   return text;
 }
 
+bool SameCollectiveSettings(const plan::CollectiveConf& a, const plan::CollectiveConf& b) {
+  if (a.kind() != b.kind()) return false;
+  // As DescribeCollectiveSettings reads it: max, or else sum.
+  if (IsReduction(a.kind()) &&
+      (a.reduce() == plan::REDUCE_MAX) != (b.reduce() == plan::REDUCE_MAX)) {
+    return false;
+  }
+  if (a.kind() != plan::ALL_REDUCE && a.axis() != b.axis()) return false;
+  return a.kind() != plan::ALL_TO_ALL || a.concat_axis() == b.concat_axis();
+}
+
 absl::Status CheckCollectiveAgreement(absl::string_view communicator, int num_collectives,
                                       int64_t position,
                                       absl::Span<const CollectiveSignature> ranks) {
@@ -45,7 +56,7 @@ absl::Status CheckCollectiveAgreement(absl::string_view communicator, int num_co
           prefix, "rank 0 runs collective ", first_text, " while rank ", rank, " runs ", other_text,
           ": the ranks left the communicator's global order (a plan bug)"));
     }
-    if (DescribeCollectiveSettings(first) != DescribeCollectiveSettings(other)) {
+    if (!SameCollectiveSettings(first, other)) {
       return absl::InternalError(
           absl::StrCat(prefix, "ranks 0 and ", rank, " run collective ", DescribeCollective(first),
                        " with different settings: ", DescribeCollectiveSettings(first), " vs ",

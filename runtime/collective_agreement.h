@@ -38,6 +38,10 @@ absl::Status CheckCollectiveAgreement(absl::string_view communicator, int num_co
 // must share beyond the collective's identity.
 std::string DescribeCollectiveSettings(const plan::CollectiveConf& conf);
 
+// Whether `a` and `b` have the same settings in that sense (the fields their kind uses), without
+// building the strings.
+bool SameCollectiveSettings(const plan::CollectiveConf& a, const plan::CollectiveConf& b);
+
 }  // namespace loom
 
 #endif  // LOOM_RUNTIME_COLLECTIVE_AGREEMENT_H_

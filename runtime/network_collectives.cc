@@ -30,30 +30,25 @@ std::byte* Bytes(void* data) { return static_cast<std::byte*>(data); }
 
 // Whether, in the direct exchange of the collective with these input shapes (by rank), every
 // rank receives a transfer from every peer: then no rank can finish a run before every peer has
-// started it (NetworkCollectives' class comment).
+// started it (NetworkCollectives' class comment). A balanced split of a length into `size` parts
+// has no empty part when the length is at least `size`.
 bool EveryRankHearsFromEveryPeer(const plan::CollectiveConf& conf,
                                  const std::vector<Shape>& input_shapes) {
-  const int size = static_cast<int>(input_shapes.size());
-  // The elements `source` sends to each other rank must be there for every pair.
-  for (int source = 0; source < size; ++source) {
-    const Shape& input = input_shapes[source];
+  const int64_t size = static_cast<int64_t>(input_shapes.size());
+  for (const Shape& input : input_shapes) {
     if (input.NumElements() == 0) return false;
-    for (int destination = 0; destination < size; ++destination) {
-      switch (conf.kind()) {
-        case plan::ALL_GATHER:  // the whole input to every peer
-          break;
-        case plan::ALL_TO_ALL:      // slice `destination` along `axis`
-        case plan::REDUCE_SCATTER:  // the owner's slice along `axis`
-          if (BalancedRange(input.dimension(conf.axis()), size, destination).size() == 0) {
-            return false;
-          }
-          break;
-        case plan::ALL_REDUCE:  // the owner's chunk of the flattened elements, and back
-          if (BalancedRange(input.NumElements(), size, destination).size() == 0) return false;
-          break;
-        default:
-          return false;
-      }
+    switch (conf.kind()) {
+      case plan::ALL_GATHER:  // the whole input to every peer
+        break;
+      case plan::ALL_TO_ALL:      // slice q along `axis` to rank q
+      case plan::REDUCE_SCATTER:  // slice q along `axis` to its owner q
+        if (input.dimension(conf.axis()) < size) return false;
+        break;
+      case plan::ALL_REDUCE:  // chunk q of the flattened elements to its owner q, and back
+        if (input.NumElements() < size) return false;
+        break;
+      default:
+        return false;
     }
   }
   return true;
@@ -194,6 +189,9 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
                                                    ", not on this node ", node_));
   }
   RankState& state = ranks_[rank];
+  // The shapes of this collective's earlier runs, if any (state.known is this rank's thread's).
+  auto found = state.known.find(call.conf->sequence());
+  const KnownCollective* known = found != state.known.end() ? &found->second : nullptr;
   int64_t instance = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -208,9 +206,12 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
     }
     instance = state.instance++;
     state.group = std::make_shared<TransferGroup>();
-    state.header_group = std::make_shared<TransferGroup>();
+    if (known == nullptr || !known->data_only) {
+      state.header_group = std::make_shared<TransferGroup>();
+    }
   }
   Collective collective(call, instance, state);
+  collective.known = known;
   absl::Status status = RunCollective(collective);
   std::lock_guard<std::mutex> lock(mutex_);
   state.group = nullptr;
@@ -224,8 +225,6 @@ absl::Status NetworkCollectives::Run(const CollectiveCall& call) {
 
 absl::Status NetworkCollectives::RunCollective(Collective& collective) {
   collective.deadline = Clock::now() + absl::ToChronoNanoseconds(options_.timeout);
-  auto known = collective.state.known.find(collective.call.conf->sequence());
-  if (known != collective.state.known.end()) collective.known = &known->second;
   if (collective.known != nullptr && collective.known->data_only) {
     // A later run where every rank hears from every peer: the data alone, after this rank's own
     // check against the runs every rank agreed on (see the class comment).
@@ -281,9 +280,7 @@ absl::Status NetworkCollectives::CheckRerun(const Collective& collective) const 
                        : absl::StrCat("sequence ", placed),
                    ": the ranks left the communicator's global order (a plan bug)");
   }
-  if (conf.name() != first.conf.name() || conf.kind() != first.conf.kind() ||
-      conf.reduce() != first.conf.reduce() || conf.axis() != first.conf.axis() ||
-      conf.concat_axis() != first.conf.concat_axis()) {
+  if (conf.name() != first.conf.name() || !SameCollectiveSettings(conf, first.conf)) {
     return failure(" as ", DescribeCollectiveSettings(conf),
                    ", where its earlier runs of sequence ", conf.sequence(), " ran ",
                    DescribeCollective(first.conf), " as ", DescribeCollectiveSettings(first.conf),
@@ -376,11 +373,12 @@ absl::Status NetworkCollectives::CheckHeaders(Collective& collective) {
     return status;
   }
   if (collective.known != nullptr) {
-    if (collective.own.input_type != collective.known->data_type) {
+    const plan::DataType first_type = collective.known->own.input_type;
+    if (collective.own.input_type != first_type) {
       return absl::InternalError(absl::StrCat(
           "communicator '", name_, "': collective ", DescribeCollective(*collective.call.conf),
           ": its buffers are ", DataTypeName(collective.own.input_type),
-          " where its earlier runs had ", DataTypeName(collective.known->data_type),
+          " where its earlier runs had ", DataTypeName(first_type),
           " (a collective's buffers are the same at every piece: its registers)"));
     }
     for (int source = 0; source < size_; ++source) {
@@ -478,20 +476,14 @@ absl::Status NetworkCollectives::LearnCollective(Collective& collective,
   const CollectiveCall& call = collective.call;
   KnownCollective learned;
   learned.own = collective.own;
-  learned.data_type = call.output.data_type;
   for (const CollectiveHeader& header : headers) learned.input_shapes.push_back(header.input_shape);
   learned.data_only = EveryRankHearsFromEveryPeer(*call.conf, learned.input_shapes);
-  absl::StatusOr<Shape> output =
-      CollectiveOutputShape(*call.conf, learned.input_shapes, collective.rank);
-  absl::StatusOr<std::vector<int64_t>> bytes =
-      output.ok() ? CollectiveStagingBytes(*call.conf, learned.input_shapes, collective.rank,
-                                           learned.data_type)
-                  : output.status();
+  absl::StatusOr<std::vector<int64_t>> bytes = CollectiveStagingBytes(
+      *call.conf, learned.input_shapes, collective.rank, call.output.data_type);
   if (!bytes.ok()) {
     return absl::Status(bytes.status().code(),
                         absl::StrCat("communicator '", name_, "': ", bytes.status().message()));
   }
-  learned.output_shape = *std::move(output);
   learned.staging_bytes = *std::move(bytes);
   KnownCollective& known = collective.state.known[call.conf->sequence()];
   known = std::move(learned);

@@ -169,19 +169,18 @@ class NetworkCollectives final : public CollectiveBackend {
     const size_t size;
   };
   // What a rank learned of a collective it ran (by sequence number) from the first run's headers:
-  // every rank's input shape, and what they imply for this rank.
+  // its own header, every rank's input shape, and what they imply for this rank.
   struct KnownCollective {
-    CollectiveHeader own;  // this rank's, at the first run
+    CollectiveHeader own;  // this rank's at the first run: its data types and shapes
     // Whether later runs move the data alone (EveryRankHearsFromEveryPeer; class comment).
     bool data_only = false;
-    plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;  // of the elements
-    std::vector<Shape> input_shapes;                         // by rank
-    Shape output_shape;                                      // this rank's
-    std::vector<int64_t> staging_bytes;                      // CollectiveStagingBytes
+    std::vector<Shape> input_shapes;     // by rank
+    std::vector<int64_t> staging_bytes;  // CollectiveStagingBytes
   };
   struct RankState {
     int64_t instance = 0;  // collectives this rank started; guarded by mutex_
-    // The data and header transfers of the collective in progress; guarded by mutex_.
+    // The data and header transfers of the collective in progress (no header group where the
+    // data move alone); guarded by mutex_.
     std::shared_ptr<TransferGroup> group;
     std::shared_ptr<TransferGroup> header_group;
     // Where its staging buffers come from (ranks on this node only).
