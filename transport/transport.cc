@@ -341,14 +341,8 @@ void Transport::ProgressLoop() {
 bool Transport::Step(bool& stop, bool* worker_busy) {
   bool busy = false;
   if (has_commands_.load()) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stop_requested_) {
-        stop = true;
-        return false;
-      }
-    }
-    busy = RunCommands();
+    busy = RunCommands(stop);
+    if (stop) return false;
   }
   while (worker_->Progress()) busy = true;
   if (worker_busy != nullptr) *worker_busy = busy;
@@ -448,10 +442,18 @@ void Transport::HandOver(std::unique_lock<std::mutex>& token) {
   sleeping_.store(false);
 }
 
-bool Transport::RunCommands() {
+bool Transport::RunCommands(bool& stop) {
   std::deque<Command> commands;
   {
+    // The stop request is looked at where has_commands_ is cleared: Stop() sets it after
+    // stop_requested_, so a request that comes after this look leaves has_commands_ set for the
+    // next round. (Looked at in a section of its own, a request made between the two was cleared
+    // with the commands, and the progress thread went on parking, unaware of it.)
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_requested_) {
+      stop = true;
+      return false;
+    }
     commands.swap(commands_);
     has_commands_.store(false);
   }

@@ -253,7 +253,9 @@ class Transport {
   void Park(absl::Duration timeout, std::unique_lock<std::mutex>* token);
   // Progress thread: lets the waiting drivers have the token, and takes it back after them.
   void HandOver(std::unique_lock<std::mutex>& token);
-  bool RunCommands();
+  // Runs the queued commands and returns whether there were any; sets `stop` instead (running
+  // none) once Stop() was called.
+  bool RunCommands(bool& stop);
   void RunCommand(Command command);
   void AddPeerNow(AddPeerCommand& command);
   void StartOperation(std::unique_ptr<Operation> operation);

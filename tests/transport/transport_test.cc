@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transport/transport_test_util.h"
@@ -448,6 +450,29 @@ TEST_P(TransportTest, StopCancelsPendingReceivesAndSends) {
 
   // The survivor learns that its peer went away.
   EXPECT_TRUE(inboxes_[0]->WaitForErrors(1, absl::Seconds(5)));
+}
+
+// A Stop made while the progress thread takes queued commands ends the progress thread. It was
+// lost when it came between the progress thread's look at the stop request and its taking of the
+// commands (which cleared the flag Stop had raised): the thread parked on, and Stop never returned.
+// A flood of messages keeps the progress thread taking commands; the stops land 0 to 0.9 ms in.
+TEST_P(TransportTest, AStopMadeWhileCommandsAreTakenEndsTheProgressThread) {
+  for (int round = 0; round < 100; ++round) {
+    SCOPED_TRACE(round);
+    transports_.clear();
+    inboxes_.clear();
+    ASSERT_NO_FATAL_FAILURE(Connect(2));
+    std::thread sender([&] {
+      while (transports_[1]->Send(0, "flood").ok()) {
+      }
+    });
+    absl::SleepFor(absl::Microseconds(100 * (round % 10)));
+    std::future<void> stopped = std::async(std::launch::async, [&] { transports_[1]->Stop(); });
+    // A lost stop never returns: end the process rather than the test's wait.
+    CHECK(stopped.wait_for(std::chrono::seconds(10)) == std::future_status::ready)
+        << "round " << round << ": Transport::Stop did not return within 10 seconds";
+    sender.join();
+  }
 }
 
 // Transfers queued kDeferred by both ends and driven by both callers: each drive ends with its
