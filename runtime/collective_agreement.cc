@@ -49,8 +49,8 @@ absl::Status CheckCollectiveAgreement(absl::string_view communicator, int num_co
       std::string first_text = DescribeCollective(first);
       std::string other_text = DescribeCollective(other);
       if (first.kind() != other.kind()) {
-        absl::StrAppend(&first_text, ", an ", CollectiveKindName(first.kind()));
-        absl::StrAppend(&other_text, ", an ", CollectiveKindName(other.kind()));
+        absl::StrAppend(&first_text, ", kind ", CollectiveKindName(first.kind()), ",");
+        absl::StrAppend(&other_text, ", kind ", CollectiveKindName(other.kind()));
       }
       return absl::InternalError(absl::StrCat(
           prefix, "rank 0 runs collective ", first_text, " while rank ", rank, " runs ", other_text,

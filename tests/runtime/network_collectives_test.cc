@@ -539,8 +539,8 @@ TEST(NetworkCollectivesTest, ADifferentKindOnOneRankIsNamed) {
   for (const absl::Status& status : {status0, status1}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
     EXPECT_THAT(status.message(),
-                HasSubstr("rank 0 runs collective 'grads' (sequence 0), an all-reduce while rank "
-                          "1 runs 'grads' (sequence 0), an all-gather"));
+                HasSubstr("rank 0 runs collective 'grads' (sequence 0), kind all-reduce, while "
+                          "rank 1 runs 'grads' (sequence 0), kind all-gather"));
   }
 }
 
