@@ -1,5 +1,6 @@
 #include "runtime/collective_agreement.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,27 +15,40 @@ bool SameCollective(const plan::CollectiveConf& a, const plan::CollectiveConf& b
   return a.sequence() == b.sequence() && a.name() == b.name() && a.kind() == b.kind();
 }
 
+// The fields of a collective's settings that its kind uses, the others left out: settings compare
+// equal exactly when they are described alike.
+struct CollectiveSettings {
+  plan::CollectiveKind kind = plan::COLLECTIVE_KIND_UNSPECIFIED;
+  bool max = false;  // a reduction's operator: max, or else sum
+  std::optional<int32_t> axis;
+  std::optional<int32_t> concat_axis;
+  bool operator==(const CollectiveSettings&) const = default;
+};
+
+CollectiveSettings SettingsOf(const plan::CollectiveConf& conf) {
+  CollectiveSettings settings;
+  settings.kind = conf.kind();
+  if (IsReduction(conf.kind())) settings.max = conf.reduce() == plan::REDUCE_MAX;
+  if (conf.kind() != plan::ALL_REDUCE) settings.axis = conf.axis();
+  if (conf.kind() == plan::ALL_TO_ALL) settings.concat_axis = conf.concat_axis();
+  return settings;
+}
+
 }  // namespace
 
 std::string DescribeCollectiveSettings(const plan::CollectiveConf& conf) {
-  std::string text = CollectiveKindName(conf.kind());
-  if (IsReduction(conf.kind())) {
-    absl::StrAppend(&text, conf.reduce() == plan::REDUCE_MAX ? " max" : " sum");
+  const CollectiveSettings settings = SettingsOf(conf);
+  std::string text = CollectiveKindName(settings.kind);
+  if (IsReduction(settings.kind)) absl::StrAppend(&text, settings.max ? " max" : " sum");
+  if (settings.axis.has_value()) absl::StrAppend(&text, " axis ", *settings.axis);
+  if (settings.concat_axis.has_value()) {
+    absl::StrAppend(&text, " concat_axis ", *settings.concat_axis);
   }
-  if (conf.kind() != plan::ALL_REDUCE) absl::StrAppend(&text, " axis ", conf.axis());
-  if (conf.kind() == plan::ALL_TO_ALL) absl::StrAppend(&text, " concat_axis ", conf.concat_axis());
   return text;
 }
 
 bool SameCollectiveSettings(const plan::CollectiveConf& a, const plan::CollectiveConf& b) {
-  if (a.kind() != b.kind()) return false;
-  // As DescribeCollectiveSettings reads it: max, or else sum.
-  if (IsReduction(a.kind()) &&
-      (a.reduce() == plan::REDUCE_MAX) != (b.reduce() == plan::REDUCE_MAX)) {
-    return false;
-  }
-  if (a.kind() != plan::ALL_REDUCE && a.axis() != b.axis()) return false;
-  return a.kind() != plan::ALL_TO_ALL || a.concat_axis() == b.concat_axis();
+  return SettingsOf(a) == SettingsOf(b);
 }
 
 absl::Status CheckCollectiveAgreement(absl::string_view communicator, int num_collectives,
