@@ -17,10 +17,10 @@ BENCH ?=
 # forking transport tests too: ThreadSanitizer sees only one process's threads, so what they add
 # there is the in-process side; AddressSanitizer checks the mailbox's reads of foreign records).
 SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \
-  loom_kernels_test loom_transport_test loom_network_collectives_transport_test \
+  loom_kernels_test loom_core_test loom_transport_test loom_transport_drive_test loom_network_collectives_transport_test \
   loom_transport_process_test loom_same_host_test loom_same_host_mailbox_test \
   loom_same_host_cpus_test loom_transport_network_test
-SANITIZER_LABELS = 'runtime|kernels|transport'
+SANITIZER_LABELS = 'core|runtime|kernels|transport'
 # UCX's memory hooks (libucm) crash a sanitized thread's exit, so the sanitizer runs turn them off
 # (they keep the registration caches of RDMA and GPU transports right; the tests use TCP, CMA and
 # self, which register nothing). Also for the build: the test discovery runs the binaries.
@@ -63,7 +63,8 @@ bench: build
 	scripts/bench $(BUILD_DIR) $(BENCH)
 
 format:
-	find proto runtime actors kernels compiler daemon client tests bench examples \
+	find core device kernels runtime transport actors testing compiler node rpc cli client daemon \
+	  tools tests bench \
 	  \( -name '*.h' -o -name '*.cc' \) -print0 | xargs -0 clang-format -i
 
 clean:

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/collective_shapes.h"
+#include "core/collective_shapes.h"
 
 namespace loom {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_ACTORS_COLLECTIVE_ACTOR_H_
 #define LOOM_ACTORS_COLLECTIVE_ACTOR_H_
 
+// The actor of a COLLECTIVE task: CollectiveActor hands one rank's input and output slots to its
+// communicator's CollectiveBackend. It acts only on its turn in the CollectiveTurn it shares with
+// the communicator's other collective actors on its stream, so that every rank runs the
+// communicator's collectives in the same order.
+
 #include <string>
 
 #include "runtime/actor.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_ACTORS_COMPUTE_ACTOR_H_
 #define LOOM_ACTORS_COMPUTE_ACTOR_H_
 
+// The actors that run a kernel: ComputeActor (a COMPUTE task, one kernel call per piece, the kernel
+// built from the node's KernelRegistry in Initialize) and SourceActor (a SOURCE task: a compute
+// actor without inputs that emits the task's number of pieces).
+
 #include <memory>
 #include <vector>
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_ACTORS_MICRO_BATCH_ACTORS_H_
 #define LOOM_ACTORS_MICRO_BATCH_ACTORS_H_
 
+// The actors of micro-batching (UNPACK, REPEAT and ACCUMULATE tasks) with factor M: UnpackActor
+// splits each piece along axis 0 into M pieces, RepeatActor emits each piece M times, and
+// AccumulateActor sums M consecutive pieces into one (a step's gradients).
+
 #include <cstdint>
 
 #include "runtime/actor.h"

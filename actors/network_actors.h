@@ -1,6 +1,11 @@
 #ifndef LOOM_ACTORS_NETWORK_ACTORS_H_
 #define LOOM_ACTORS_NETWORK_ACTORS_H_
 
+// The two actors that move a register between nodes (SEND and RECEIVE tasks): SendActor on the
+// producer's node and ReceiveActor on the consumer's, which trade credits (free, posted receive
+// slots) and pieces over the job's Network. Also the transfer tag of a receive slot
+// (ReceiveSlotTag) and the most slots a RECEIVE register may have (kMaxReceiveSlots).
+
 #include <cstdint>
 #include <deque>
 #include <memory>

@@ -1,15 +1,20 @@
 #ifndef LOOM_ACTORS_SINK_ACTOR_H_
 #define LOOM_ACTORS_SINK_ACTOR_H_
 
+// The actor of a SINK task: SinkActor copies the pieces it receives to the host, charged to its
+// device's memory budget, to keep them for the job or report them to
+// JobOptions::sink_piece_callback. FetchedPieces reads what a job's sink kept, by sink name:
+// local runs assemble their fetches from it, `loomctl run-plan` writes it out.
+
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "runtime/actor.h"
 #include "runtime/job_options.h"
 #include "runtime/job_runtime.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

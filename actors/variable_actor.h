@@ -1,6 +1,11 @@
 #ifndef LOOM_ACTORS_VARIABLE_ACTOR_H_
 #define LOOM_ACTORS_VARIABLE_ACTOR_H_
 
+// The actor of a VARIABLE task: VariableActor holds a model variable's value in the one slot of its
+// output register and its optimizer states in buffers of its own, initializes them in act 0, runs
+// the optimizer in place on each step's gradient, and makes the host copies (VariableHolder) behind
+// periodic snapshots and the final checkpoint.
+
 #include <memory>
 #include <vector>
 
@@ -23,7 +28,7 @@ namespace loom {
 // Optimizer states (moments) are buffers of the value's shape owned by the actor: zero at first,
 // or, when the task has state_initializers (one per state; a job resumed from a checkpoint), filled
 // by them in act 0 right after the initializer.
-class VariableActor final : public Actor {
+class VariableActor final : public Actor, public VariableHolder {
  public:
   using Actor::Actor;
   ~VariableActor() override;
@@ -37,7 +42,7 @@ class VariableActor final : public Actor {
   // A host copy of `view` (the value or a state), made on the actor's stream and waited for.
   absl::StatusOr<HostTensor> CopyToHost(const TensorView& view) const;
   // Host copies of the value and every state, as CopyToHost makes them.
-  absl::StatusOr<VariableOnHost> CopyVariableToHost() const;
+  absl::StatusOr<VariableOnHost> CopyVariableToHost() const override;
 
  protected:
   bool CanAct() const override;

@@ -9,8 +9,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/grpc_durations.h"
-#include "client/message_payload.h"
 #include "client/raw_unary_call.h"
 #include "glog/logging.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -19,6 +17,9 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "rpc/grpc_durations.h"
+#include "rpc/grpc_status.h"
+#include "rpc/message_payload.h"
 
 namespace loom {
 namespace {
@@ -97,11 +98,6 @@ bool WatchCancellation::Attach(grpc::ClientContext* context) {
   return !cancelled_;
 }
 
-absl::Status StatusFromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 ClusterClient::ClusterClient(std::string address, ClusterClientOptions options,
                              std::shared_ptr<grpc::Channel> channel)
     : address_(std::move(address)),
@@ -145,7 +141,7 @@ std::unique_ptr<grpc::ClientContext> ClusterClient::CallContext(absl::Duration t
 }
 
 absl::Status ClusterClient::FromGrpc(const grpc::Status& status, const std::string& call) const {
-  absl::Status converted = StatusFromGrpc(status);
+  absl::Status converted = FromGrpcStatus(status);
   switch (converted.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:

@@ -1,6 +1,12 @@
 #ifndef LOOM_CLIENT_CLUSTER_CLIENT_H_
 #define LOOM_CLIENT_CLUSTER_CLIENT_H_
 
+// ClusterClient, the C++ client of a running Loom cluster: the loom.v1 JobService and
+// ClusterService calls on the coordinator's loomd (submit, get, list, cancel and watch jobs; plans,
+// traces, nodes, health), each with a deadline. Its options (ClusterClientOptions,
+// SubmitJobOptions, WatchOptions with WatchCancellation), and names of job and node states.
+// loomctl's cluster commands and the benchmarks' local clusters connect with it.
+
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -11,12 +17,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "proto/job.pb.h"
 #include "proto/loom/v1/cluster_service.grpc.pb.h"
 #include "proto/loom/v1/job_service.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace loom {
 
@@ -29,7 +35,7 @@ struct ClusterClientOptions {
   absl::Duration call_timeout = absl::Seconds(60);
   // The largest message sent or received; loomd's --max-message-size (64 MiB by default).
   int max_message_bytes = 64 << 20;
-  // Mutual TLS (client/tls.h), for a daemon started with --tls-ca/--tls-cert/--tls-key; the
+  // Mutual TLS (rpc/tls.h), for a daemon started with --tls-ca/--tls-cert/--tls-key; the
   // daemon's certificate must name the host of the address. nullopt: plaintext.
   std::optional<TlsCredentials> tls;
   // gRPC keepalive: a ping every `keepalive_interval` while a call is open, and a ping left
@@ -156,10 +162,6 @@ class ClusterClient {
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
 };
-
-// gRPC's status as absl::Status: the same code (the canonical codes are the same numbers) and
-// message.
-absl::Status StatusFromGrpc(const grpc::Status& status);
 
 // "RUNNING" for JOB_STATE_RUNNING; "UNSPECIFIED" for 0.
 std::string JobStateName(v1::JobState state);

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/tensor_bytes.h"
+#include "core/tensor_bytes.h"
 
 namespace loom {
 

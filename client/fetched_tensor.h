@@ -1,9 +1,13 @@
 #ifndef LOOM_CLIENT_FETCHED_TENSOR_H_
 #define LOOM_CLIENT_FETCHED_TENSOR_H_
 
+// HostTensorOf: the host tensor that a JobEvent.fetched carries, for a job submitted with
+// SubmitJobOptions::stream_fetches, checked against its data type and shape. `loomctl`'s fetch
+// directory (tools/loomctl/fetch_directory.h) writes what it returns.
+
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "proto/loom/v1/job_service.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

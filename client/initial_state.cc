@@ -6,8 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace {

@@ -1,15 +1,20 @@
 #ifndef LOOM_CLIENT_INITIAL_STATE_H_
 #define LOOM_CLIENT_INITIAL_STATE_H_
 
+// Starting a job from a safetensors checkpoint (job::InitialState): StartFromCheckpoint and
+// InitialStateFromCheckpoint check the checkpoint's header against the job's variables and
+// optimizer, CheckOptimizerStates checks it against the compiled plan, and OptimizerStateNames
+// gives PyTorch's names of a variable's optimizer states. `loomctl run` and `submit` use it.
+
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/safetensors.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
-#include "runtime/checkpoint/safetensors.h"
 
 namespace loom {
 

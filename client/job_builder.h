@@ -1,6 +1,11 @@
 #ifndef LOOM_CLIENT_JOB_BUILDER_H_
 #define LOOM_CLIENT_JOB_BUILDER_H_
 
+// JobBuilder: jobs built in C++ rather than written as .pbtxt files, the same job::Job proto. It
+// adds placements, variables, inputs, ops (matmul, add, bias_add, relu, gelu and any other by
+// type) and fetches; free functions make attribute values, initializers and input sources.
+// loom-gpt's model and some benchmarks build their jobs with it.
+
 #include <cstdint>
 #include <initializer_list>
 #include <map>

@@ -1,6 +1,10 @@
 #ifndef LOOM_CLIENT_RAW_UNARY_CALL_H_
 #define LOOM_CLIENT_RAW_UNARY_CALL_H_
 
+// RawUnaryCall: a unary gRPC call with serialized bytes in and out, without generated code. The
+// cluster client's health check (grpc.health.v1, which ships no C++ code) and the cluster tests
+// call it.
+
 #include <memory>
 #include <string>
 

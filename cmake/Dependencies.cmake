@@ -17,7 +17,7 @@ if(NOT LOOM_RUNTIME_ONLY)
   find_package(gRPC CONFIG REQUIRED)
   find_package(prometheus-cpp CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
-  # Checking TLS certificates and keys at start, and the HTTPS of /metrics (client/tls.cc): the
+  # Checking TLS certificates and keys at start, and the HTTPS of /metrics (rpc/tls.cc): the
   # OpenSSL gRPC and cpp-httplib link on Debian.
   find_package(OpenSSL REQUIRED)
   # libsystemd (sd_notify: loomd's readiness and watchdog under systemd) ships only a .pc file.

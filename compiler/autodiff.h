@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_AUTODIFF_H_
 #define LOOM_COMPILER_AUTODIFF_H_
 
+// Reverse-mode autodiff (AddBackward): the job-to-job pass that adds to a training job the ops
+// computing "grad/<variable>" for every variable its loss depends on, each op's part emitted by
+// its definition's Gradient. Compile (compiler/compiler.h) runs it when the job names a loss,
+// after the mixed-precision casts and before gradient clipping.
+
 #include <string>
 
 #include "absl/status/statusor.h"

@@ -1,8 +1,8 @@
 #include "compiler/boxing.h"
 
 #include "absl/strings/str_cat.h"
-#include "runtime/balanced_split.h"
-#include "runtime/data_type.h"
+#include "core/balanced_split.h"
+#include "core/data_type.h"
 
 namespace loom::compiler {
 namespace {

@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_BOXING_H_
 #define LOOM_COMPILER_BOXING_H_
 
+// Boxing: how a tensor gets from one (placement, nd-SBP) layout to another. LocalWindowOf gives
+// the window of a logical tensor that one rank holds; PlanBoxing breaks a conversion into
+// BoxingSteps (collectives along one hierarchy axis, local slices, pads and zero-fills, copies
+// between placements); BoxingCost, the bytes it moves per rank, is what SBP inference ranks
+// signatures by. The lowering turns the steps into tasks (compiler/boxing_lowering.cc).
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,7 +19,7 @@
 namespace loom::compiler {
 
 // The window of a logical tensor that one rank holds under an nd-SBP: hierarchy axes apply in
-// order, each splitting what the previous ones left (balanced, as runtime/balanced_split.h).
+// order, each splitting what the previous ones left (balanced, as core/balanced_split.h).
 struct LocalWindow {
   std::vector<int64_t> begin;  // per tensor axis
   Shape shape;
@@ -62,7 +68,9 @@ struct BoxingPlan {
   std::vector<BoxingStep> destination_steps;
   double bytes = 0;
 
-  bool empty() const { return source_steps.empty() && !crosses_placements && destination_steps.empty(); }
+  bool empty() const {
+    return source_steps.empty() && !crosses_placements && destination_steps.empty();
+  }
 };
 
 // Plans the conversion. Errors (INVALID_ARGUMENT) only for conversions no step supports.

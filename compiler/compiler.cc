@@ -14,12 +14,12 @@
 #include "compiler/parallel_for.h"
 #include "compiler/pieces_per_step.h"
 #include "compiler/sbp_inference.h"
+#include "core/device_name.h"
+#include "core/file_contents.h"
+#include "core/format_bytes.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
-#include "runtime/device_name.h"
-#include "runtime/file_contents.h"
-#include "runtime/format_bytes.h"
 
 namespace loom::compiler {
 

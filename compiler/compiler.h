@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_COMPILER_H_
 #define LOOM_COMPILER_COMPILER_H_
 
+// The compiler's entry point: Compile runs the passes over a job (mixed-precision casts, autodiff
+// and gradient clipping, validation and type inference, SBP inference, lowering, the split per
+// node, the memory check) and returns a CompileResult holding the whole job's plan and one plan
+// per node. Beside it: Explain and PlanToDot, the views of a result that `loomctl compile` prints
+// (--explain) and writes (--dot), and ReadJobFile, which reads a job in any of its three formats.
+
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_GRADIENT_CLIPPING_H_
 #define LOOM_COMPILER_GRADIENT_CLIPPING_H_
 
+// Gradient clipping by global L2 norm (AddGradientClipping): the job-to-job pass that Compile
+// (compiler/compiler.h) runs after autodiff when the job sets max_grad_norm. It puts the
+// "squared_norm", "clip_coefficient" and "scale_by" ops of compiler/ops/clip_ops.h between the
+// variables' gradients and the optimizer.
+
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 

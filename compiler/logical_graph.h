@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_LOGICAL_GRAPH_H_
 #define LOOM_COMPILER_LOGICAL_GRAPH_H_
 
+// The logical graph that the compiler's passes work on: LogicalNode (a variable, input or op with
+// its placement, SBP hints and, once inferred, SBPs), LogicalTensor, and LogicalGraph, the whole
+// job in topological order with its step, micro-batch and pipeline settings. BuildLogicalGraph
+// builds it from a job (passes 1 and 2). Also DeviceSet, the devices a job is compiled for, and
+// IndexedDeviceSet, the same set indexed for membership checks.
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,8 +17,8 @@
 #include "compiler/op_definition.h"
 #include "compiler/placement.h"
 #include "compiler/sbp.h"
+#include "core/device_key.h"
 #include "proto/job.pb.h"
-#include "runtime/device_key.h"
 
 namespace loom::compiler {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_LOWERING_H_
 #define LOOM_COMPILER_LOWERING_H_
 
+// LowerToPlan, passes 5 and 7: the logical graph, after SBP inference, lowered to the whole job's
+// physical plan of tasks, registers and communicators, with the boxing between ops. Compile
+// (compiler/compiler.h) calls it; the lowering's state and parts are GraphLowering's
+// (compiler/graph_lowering.h), internal to the compiler.
+
 #include "absl/status/statusor.h"
 #include "compiler/logical_graph.h"
 #include "proto/plan.pb.h"

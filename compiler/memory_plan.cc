@@ -8,20 +8,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/parallel_for.h"
-#include "runtime/collective_backend_kind.h"
-#include "runtime/collective_staging.h"
-#include "runtime/data_type.h"
-#include "runtime/device_key.h"
-#include "runtime/device_name.h"
-#include "runtime/format_bytes.h"
-#include "runtime/host_buffer_layout.h"
-#include "runtime/tensor.h"
+#include "core/collective_backend_kind.h"
+#include "core/collective_staging.h"
+#include "core/data_type.h"
+#include "core/device_key.h"
+#include "core/device_name.h"
+#include "core/format_bytes.h"
+#include "core/host_buffer_layout.h"
+#include "core/tensor.h"
 
 namespace loom::compiler {
 namespace {
 
 // What a buffer of `bytes` takes on `device`: on a CPU device, what the runtime's host allocator
-// lays out (huge pages from 1 MiB: runtime/host_buffer_layout.h). For the host devices of a GPU
+// lays out (huge pages from 1 MiB: core/host_buffer_layout.h). For the host devices of a GPU
 // job, whose pinned buffers take their bytes, this is an upper bound.
 int64_t BufferBytes(int64_t bytes, const plan::Device& device) {
   return device.type() == plan::CPU ? LayOutHostBuffer(bytes).footprint_bytes : bytes;

@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_MEMORY_PLAN_H_
 #define LOOM_COMPILER_MEMORY_PLAN_H_
 
+// Pass 9, the memory check: EstimateMemory gives what each device of a job's node plans will
+// allocate (registers, optimizer and accumulator states, collective staging) as a
+// DeviceMemoryEstimate, and CheckMemory fails with RESOURCE_EXHAUSTED when one exceeds its
+// device's budget. Compile (compiler/compiler.h) runs CheckMemory on the node plans; `loomctl
+// compile` sums the estimates in its summary of a plan.
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +23,7 @@ struct DeviceMemoryEstimate {
   int64_t register_bytes = 0;
   // Its variables' optimizer states and its accumulators' sums.
   int64_t state_bytes = 0;
-  // The staging buffers its ranks of network collectives hold (runtime/collective_staging.h).
+  // The staging buffers its ranks of network collectives hold (core/collective_staging.h).
   int64_t staging_bytes = 0;
   int64_t budget_bytes = 0;
 
@@ -28,7 +34,7 @@ struct DeviceMemoryEstimate {
 // each device will allocate, as the runtime allocates it. Registers live on their producer's
 // device, every slot counted; a variable holds its optimizer states (one slot of its value each)
 // and an accumulator its sum (one slot of its input); a CPU device's buffers count as the host
-// allocator lays them out on huge pages (runtime/host_buffer_layout.h). The staging of network
+// allocator lays them out on huge pages (core/host_buffer_layout.h). The staging of network
 // collectives is what CollectiveStagingBytes gives for the register shapes, one buffer per slot of
 // each (communicator, rank) sized for the largest of its collectives. Not counted: the host
 // copies of fetched tensors a sink keeps (charged as they arrive). In the order of the plans'

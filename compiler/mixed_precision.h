@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_MIXED_PRECISION_H_
 #define LOOM_COMPILER_MIXED_PRECISION_H_
 
+// Mixed precision (AddMixedPrecisionCasts): the job-to-job pass that Compile (compiler/compiler.h)
+// runs before autodiff when Job.matmul_data_type is set to another type than float32. With
+// BFLOAT16, matmuls and causal attention compute on bfloat16 casts of their float32 inputs, and
+// their consumers still read float32.
+
 #include "absl/status/statusor.h"
 #include "compiler/logical_graph.h"
 #include "compiler/op_definition.h"

@@ -11,8 +11,8 @@
 #include "absl/strings/string_view.h"
 #include "compiler/parallel_for.h"
 #include "compiler/pieces_per_step.h"
-#include "runtime/device_name.h"
-#include "runtime/shared_kernels.h"
+#include "core/device_name.h"
+#include "core/shared_kernels.h"
 
 namespace loom::compiler {
 namespace {

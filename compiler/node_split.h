@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_NODE_SPLIT_H_
 #define LOOM_COMPILER_NODE_SPLIT_H_
 
+// Pass 8 (SplitByNode): the whole job's plan cut into one plan per node, with a SEND and RECEIVE
+// task pair (through the hosts' memory for a GPU's register) wherever a register is read on
+// another node than its producer's. Compile (compiler/compiler.h) runs it after lowering; the
+// memory check then reads the node plans.
+
 #include <vector>
 
 #include "proto/plan.pb.h"

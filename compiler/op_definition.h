@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_OP_DEFINITION_H_
 #define LOOM_COMPILER_OP_DEFINITION_H_
 
+// The compiler's interface to op types: OpDefinition (type inference, SBP signatures, a cost hint,
+// lowering to a kernel conf, and the gradient) and what a definition sees of an op (OpContext,
+// LoweringContext, GradientRequest and the GradientBuilder it emits into). OpRegistry is the
+// table of definitions by op type that RegisterStandardOps fills from compiler/ops/. Also
+// TensorType, OpAttributes (typed reads of an op's attributes) and small checks for definitions.
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,9 +15,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "compiler/sbp.h"
+#include "core/tensor.h"
 #include "google/protobuf/map.h"
 #include "proto/plan.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom::compiler {
 

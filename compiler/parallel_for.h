@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_PARALLEL_FOR_H_
 #define LOOM_COMPILER_PARALLEL_FOR_H_
 
+// The threads of the compile passes that work node by node (the split per node and the memory
+// check): ParallelFor runs a loop body over [0, count) on up to a given number of threads, and
+// DefaultCompileThreads is the number a compile uses when CompileOptions::threads is 0.
+
 #include "absl/functional/function_ref.h"
 
 namespace loom::compiler {

@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "runtime/recorded_steps.h"
+#include "core/plan_steps.h"
 
 namespace loom::compiler {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_PIECES_PER_STEP_H_
 #define LOOM_COMPILER_PIECES_PER_STEP_H_
 
+// Pieces per step: how many pieces of a task make one step (num_micro_batches for a task that acts
+// on every micro-batch, else one). Compile (compiler/compiler.h) sets them on the whole plan after
+// lowering (SetPiecesPerStep); the node split gives its SEND and RECEIVE tasks the pieces of the
+// register they move (OutputPiecesPerStep).
+
 #include <cstdint>
 
 #include "proto/plan.pb.h"

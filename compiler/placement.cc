@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/device_name.h"
+#include "core/device_name.h"
 
 namespace loom::compiler {
 
@@ -113,8 +113,7 @@ Placement Placement::OnHosts() const {
 std::string Placement::ToString() const {
   std::vector<std::string> names;
   for (const plan::Device& device : devices_) {
-    names.push_back(absl::StrCat(device.node() == 0 ? "" : absl::StrCat("node", device.node(), "/"),
-                                 DeviceTypeName(device.type()), ":", device.index()));
+    names.push_back(PlacementDeviceName(device));
   }
   return absl::StrCat("[", absl::StrJoin(names, ", "), "] as [", absl::StrJoin(hierarchy_, ", "),
                       "]");

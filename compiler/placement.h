@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_PLACEMENT_H_
 #define LOOM_COMPILER_PLACEMENT_H_
 
+// Placements: the devices a variable, input or op runs on (Placement), as a row-major hierarchy
+// whose ranks have coordinates; the groups along one hierarchy axis that collectives run in; and
+// OnHosts, the same placement on the GPUs' hosts. ParseDevice reads a device name such as "cpu:0"
+// or "node1/cpu:2".
+
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_SBP_H_
 #define LOOM_COMPILER_SBP_H_
 
+// SBP, the layout of a logical tensor on a placement's devices: Sbp on one hierarchy axis (split,
+// broadcast, partial sum or partial max) and NdSbp, one Sbp per axis. ParseSbp and ParseNdSbp read
+// the annotations of a job in OneFlow's or DTensor's spelling; NdSbpToString prints them.
+
 #include <string>
 #include <vector>
 

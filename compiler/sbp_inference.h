@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_SBP_INFERENCE_H_
 #define LOOM_COMPILER_SBP_INFERENCE_H_
 
+// Pass 4, SBP inference (InferSbp): every op of the logical graph gets one SBP signature, the one
+// whose inputs need the fewest bytes of boxing (BoxingCost, compiler/boxing.h). Compile
+// (compiler/compiler.h) runs it on the logical graph before lowering.
+
 #include "absl/status/status.h"
 #include "compiler/logical_graph.h"
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_CHECKPOINT_SNAPSHOTS_H_
 #define LOOM_DAEMON_CHECKPOINT_SNAPSHOTS_H_
 
+// A node's parts of the checkpoints a job saves every few steps (LaunchNodeJob.
+// checkpoint_every_steps): CheckpointSnapshots collects the snapshots the node's VARIABLE tasks
+// hand over after each step and writes the node's part of a complete step's checkpoint on a writer
+// thread of its own, for the coordinator to assemble. The NodeAgent holds one per such job.
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/device_name.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "runtime/actor_id.h"
@@ -146,7 +147,7 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   for (const v1::DeviceInfo& device : node.devices()) {
     v1::DeviceInfo* added = entry.info.add_devices();
     *added = device;
-    added->set_name(absl::StrCat("node", index, "/", device.type(), ":", device.index()));
+    added->set_name(DeviceName(index, device.type(), device.index()));
   }
   entry.info.clear_running_job_id();
   entry.sender = std::move(sender);

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_CLUSTER_H_
 #define LOOM_DAEMON_CLUSTER_H_
 
+// The coordinator's registry of its nodes: Cluster keeps node 0 (itself) and every worker that
+// registered through a NodeService session, with their indices, heartbeats and message limits,
+// marks a node whose session ended or went silent MISSING and tells the lost-node handler, and
+// sends the nodes their commands. Also ValidateRegistration, the checks a RegisterNode must pass.
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_CLUSTER_SERVICE_H_
 #define LOOM_DAEMON_CLUSTER_SERVICE_H_
 
+// The coordinator's loom.v1.ClusterService: ClusterServiceImpl answers ListNodes with every node
+// of its Cluster, which must outlive it. A worker serves the same service by forwarding the call
+// to its coordinator (coordinator_forwarding.h).
+
 #include "daemon/cluster.h"
 #include "proto/loom/v1/cluster_service.grpc.pb.h"
 

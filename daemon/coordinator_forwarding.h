@@ -1,16 +1,21 @@
 #ifndef LOOM_DAEMON_COORDINATOR_FORWARDING_H_
 #define LOOM_DAEMON_COORDINATOR_FORWARDING_H_
 
+// What a worker loomd serves in place of the coordinator's JobService and ClusterService:
+// WorkerJobServiceImpl and WorkerClusterServiceImpl forward each call, with its deadline and
+// cancellation, to the coordinator over the channel CoordinatorChannel makes (the worker's TLS
+// credentials, message limit and keepalive), so that a client may talk to any loomd of the cluster.
+
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/time/time.h"
-#include "client/tls.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "proto/loom/v1/cluster_service.grpc.pb.h"
 #include "proto/loom/v1/job_service.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 

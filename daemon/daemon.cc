@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "client/tls.h"
+#include "core/device_name.h"
 #include "daemon/host_port.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -15,7 +15,8 @@
 #include "grpcpp/server_builder.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
-#include "runtime/device_backends.h"
+#include "node/device_backends.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 constexpr absl::Duration kWatchersDeadline = absl::Seconds(5);
 
 // The GPUs of --devices cuda:I,J must exist here (cuda:all found them already).
-absl::Status CheckDevicesExist(const loomctl::DeviceSpec& devices) {
+absl::Status CheckDevicesExist(const cli::DeviceSpec& devices) {
   if (devices.type != plan::CUDA) return absl::OkStatus();
   absl::StatusOr<int> count = CudaDeviceCount();
   if (!count.ok()) {
@@ -72,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   const char* type = options.devices.type == plan::CUDA ? "cuda" : "cpu";
   for (int index : options.devices.indices) {
     v1::DeviceInfo& device = devices.emplace_back();
-    device.set_name(absl::StrCat("node0/", type, ":", index));
+    device.set_name(DeviceName(0, type, index));
     device.set_type(type);
     device.set_index(index);
     device.set_memory_budget_bytes(daemon->memory_budget_.bytes);

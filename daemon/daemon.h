@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_DAEMON_H_
 #define LOOM_DAEMON_DAEMON_H_
 
+// One loomd as a whole: Daemon::Start builds the gRPC server and what stands behind it (on the
+// coordinator the Cluster, the JobManager and their services; on a worker the forwarding services
+// and the WorkerSession; on both the NodeAgent, the metrics and the --data-dir lock), and Shutdown
+// takes it down in order. main.cc runs one; the daemon tests start one in their process.
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,7 +43,8 @@ namespace loom::daemon {
 //   (*daemon)->Shutdown(absl::Seconds(20));
 class Daemon {
  public:
-  // Registers the CPU kernels, starts the job worker and serves on options.listen_address.
+  // Registers the kernels of every device type this build has (RegisterAllKernels), starts the
+  // job worker and serves on options.listen_address.
   // UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
   // Shutdown(zero grace) when it was not called.

@@ -10,12 +10,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/loomctl/compile_command.h"
-#include "client/loomctl/tls_flags.h"
+#include "cli/tls_flags.h"
 #include "compiler/parallel_for.h"
-#include "runtime/device_backends.h"
-#include "runtime/format_bytes.h"
-#include "runtime/host_memory.h"
+#include "core/format_bytes.h"
+#include "device/host_memory.h"
+#include "node/device_backends.h"
 
 namespace loom::daemon {
 namespace {
@@ -28,25 +27,25 @@ std::string HostName() {
   return name;
 }
 
-absl::StatusOr<absl::Duration> ParseDurationFlag(const loomctl::ParsedArguments& arguments,
+absl::StatusOr<absl::Duration> ParseDurationFlag(const cli::ParsedArguments& arguments,
                                                  const std::string& flag) {
   absl::Duration duration;
   const std::string text = arguments.Value(flag);
   if (!absl::ParseDuration(text, &duration) || duration < absl::ZeroDuration()) {
-    return loomctl::UsageError(kCommand, absl::StrCat("--", flag,
-                                                      " must be a duration >= 0 (e.g. "
-                                                      "500ms, 10s, 2m), not '",
-                                                      text, "'"));
+    return cli::UsageError(kCommand, absl::StrCat("--", flag,
+                                                  " must be a duration >= 0 (e.g. "
+                                                  "500ms, 10s, 2m), not '",
+                                                  text, "'"));
   }
   return duration;
 }
 
-absl::StatusOr<int> ParsePositiveFlag(const loomctl::ParsedArguments& arguments,
+absl::StatusOr<int> ParsePositiveFlag(const cli::ParsedArguments& arguments,
                                       const std::string& flag) {
   int value = 0;
   const std::string text = arguments.Value(flag);
   if (!absl::SimpleAtoi(text, &value) || value < 1) {
-    return loomctl::UsageError(
+    return cli::UsageError(
         kCommand, absl::StrCat("--", flag, " must be a whole number >= 1, not '", text, "'"));
   }
   return value;
@@ -54,8 +53,8 @@ absl::StatusOr<int> ParsePositiveFlag(const loomctl::ParsedArguments& arguments,
 
 }  // namespace
 
-loomctl::ArgumentSpec DaemonArgumentSpec() {
-  loomctl::ArgumentSpec spec(
+cli::ArgumentSpec DaemonArgumentSpec() {
+  cli::ArgumentSpec spec(
       kCommand,
       "The Loom daemon. Serves the gRPC API loom.v1 (JobService: SubmitJob, GetJob, ListJobs,\n"
       "CancelJob, WatchJob, GetPlan; ClusterService: ListNodes), the standard grpc.health.v1\n"
@@ -147,29 +146,29 @@ loomctl::ArgumentSpec DaemonArgumentSpec() {
                "in memory, compressed; the oldest traces go first (the newest is always kept)")
       .AddFlag("blas-threads", "N", "1", "OpenBLAS threads per GEMM")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
-  loomctl::AddTlsFlags(spec);
+  cli::AddTlsFlags(spec);
   return spec;
 }
 
-absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments) {
+absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& arguments) {
   DaemonOptions options;
   options.listen_address = arguments.Value("listen");
   if (options.listen_address.empty() || options.listen_address.find(':') == std::string::npos) {
-    return loomctl::UsageError(
+    return cli::UsageError(
         kCommand, absl::StrCat("--listen must be HOST:PORT, not '", options.listen_address, "'"));
   }
   options.coordinator_address = arguments.Value("coordinator");
   if (!options.coordinator_address.empty() &&
       options.coordinator_address.find(':') == std::string::npos) {
-    return loomctl::UsageError(kCommand, absl::StrCat("--coordinator must be HOST:PORT, not '",
-                                                      options.coordinator_address, "'"));
+    return cli::UsageError(kCommand, absl::StrCat("--coordinator must be HOST:PORT, not '",
+                                                  options.coordinator_address, "'"));
   }
   if (!absl::SimpleAtoi(arguments.Value("node-rank"), &options.node_rank) ||
       options.node_rank < -1 || (options.node_rank == 0 && !options.coordinator_address.empty())) {
-    return loomctl::UsageError(kCommand,
-                               absl::StrCat("--node-rank must be -1 or a node index >= 1 (0 is the "
-                                            "coordinator's), not '",
-                                            arguments.Value("node-rank"), "'"));
+    return cli::UsageError(kCommand,
+                           absl::StrCat("--node-rank must be -1 or a node index >= 1 (0 is the "
+                                        "coordinator's), not '",
+                                        arguments.Value("node-rank"), "'"));
   }
 
   for (auto [flag, target] : std::vector<std::pair<const char*, std::string*>>{
@@ -177,8 +176,8 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
            {"health-listen", &options.health_listen_address}}) {
     *target = arguments.Value(flag);
     if (!target->empty() && target->find(':') == std::string::npos) {
-      return loomctl::UsageError(
-          kCommand, absl::StrCat("--", flag, " must be HOST:PORT, not '", *target, "'"));
+      return cli::UsageError(kCommand,
+                             absl::StrCat("--", flag, " must be HOST:PORT, not '", *target, "'"));
     }
   }
 
@@ -187,8 +186,8 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
 
-  absl::StatusOr<loomctl::DeviceSpec> devices =
-      loomctl::ParseDeviceSpec(kCommand, arguments.Value("devices"), CudaDeviceCount);
+  absl::StatusOr<cli::DeviceSpec> devices =
+      cli::ParseDeviceSpec(kCommand, arguments.Value("devices"), CudaDeviceCount);
   if (!devices.ok()) return devices.status();
   options.devices = *std::move(devices);
 
@@ -196,7 +195,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
       budget_text != "auto") {
     absl::StatusOr<int64_t> budget = ParseByteSize(budget_text);
     if (!budget.ok()) {
-      return loomctl::UsageError(
+      return cli::UsageError(
           kCommand,
           absl::StrCat("--memory-budget-per-device: ", budget.status().message(), " (or auto)"));
     }
@@ -206,7 +205,7 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   absl::StatusOr<int64_t> message_bytes = ParseByteSize(arguments.Value("max-message-size"));
   if (!message_bytes.ok() || *message_bytes < 1024 ||
       *message_bytes > std::numeric_limits<int>::max()) {
-    return loomctl::UsageError(
+    return cli::UsageError(
         kCommand, absl::StrCat("--max-message-size must be a size from 1KiB to 2GiB, not '",
                                arguments.Value("max-message-size"), "'"));
   }
@@ -214,13 +213,13 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
 
   absl::StatusOr<int64_t> fetched_bytes = ParseByteSize(arguments.Value("max-fetched-bytes"));
   if (!fetched_bytes.ok()) {
-    return loomctl::UsageError(
-        kCommand, absl::StrCat("--max-fetched-bytes: ", fetched_bytes.status().message()));
+    return cli::UsageError(kCommand,
+                           absl::StrCat("--max-fetched-bytes: ", fetched_bytes.status().message()));
   }
   options.max_fetched_bytes = *fetched_bytes;
   absl::StatusOr<int64_t> trace_bytes = ParseByteSize(arguments.Value("max-kept-trace-bytes"));
   if (!trace_bytes.ok()) {
-    return loomctl::UsageError(
+    return cli::UsageError(
         kCommand, absl::StrCat("--max-kept-trace-bytes: ", trace_bytes.status().message()));
   }
   options.max_kept_trace_bytes = *trace_bytes;
@@ -249,17 +248,15 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& 
   }
   options.verbose = arguments.Switch("verbose");
   options.metrics_plaintext = arguments.Switch("metrics-plaintext");
-  absl::StatusOr<std::optional<TlsCredentials>> tls =
-      loomctl::TlsFromArguments(kCommand, arguments);
+  absl::StatusOr<std::optional<TlsCredentials>> tls = cli::TlsFromArguments(kCommand, arguments);
   if (!tls.ok()) return tls.status();
   options.tls = *std::move(tls);
   if (options.peer_probe_timeout <= absl::ZeroDuration()) {
-    return loomctl::UsageError(kCommand, "--peer-probe-timeout must be > 0");
+    return cli::UsageError(kCommand, "--peer-probe-timeout must be > 0");
   }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.node_timeout <= options.heartbeat_interval) {
-    return loomctl::UsageError(kCommand,
-                               "--heartbeat-interval must be > 0 and below --node-timeout");
+    return cli::UsageError(kCommand, "--heartbeat-interval must be > 0 and below --node-timeout");
   }
   return options;
 }

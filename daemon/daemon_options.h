@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_DAEMON_OPTIONS_H_
 #define LOOM_DAEMON_DAEMON_OPTIONS_H_
 
+// loomd's configuration: DaemonOptions (one field per flag), DaemonArgumentSpec (the flags and
+// --help, as a cli::ArgumentSpec) and DaemonOptionsFrom, which reads parsed arguments into them.
+// Also ResolveMemoryBudget, each device's memory budget as given or for `auto`, and ParseByteSize,
+// the byte sizes the flags take ("512MiB", "4GiB").
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -8,9 +13,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/loomctl/arguments.h"
-#include "client/loomctl/device_spec.h"
-#include "client/tls.h"
+#include "cli/arguments.h"
+#include "cli/device_spec.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 
@@ -39,7 +44,7 @@ struct DaemonOptions {
   // nothing is kept on disk.
   std::string data_directory;
   // This node's devices (--devices): cpu:1 unless told.
-  loomctl::DeviceSpec devices = {plan::CPU, {0}};
+  cli::DeviceSpec devices = {plan::CPU, {0}};
   // Each device's memory budget; 0: no limit; nullopt (`auto`): see ResolveMemoryBudget.
   std::optional<int64_t> memory_budget_per_device_bytes;
   absl::Duration stall_timeout = absl::Seconds(10);
@@ -75,10 +80,10 @@ struct DaemonOptions {
 };
 
 // loomd's flags and --help text.
-loomctl::ArgumentSpec DaemonArgumentSpec();
+cli::ArgumentSpec DaemonArgumentSpec();
 
 // INVALID_ARGUMENT naming the flag when a value is malformed.
-absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const loomctl::ParsedArguments& arguments);
+absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& arguments);
 
 // The memory budget of each of this node's devices, and how it was chosen (for the start-up line).
 struct MemoryBudget {
@@ -87,7 +92,7 @@ struct MemoryBudget {
 };
 
 // --memory-budget-per-device as given, or for `auto`: CPU devices share three quarters of the
-// memory this process may use (runtime/host_memory.h: the host's, or its cgroup's limit); GPUs
+// memory this process may use (device/host_memory.h: the host's, or its cgroup's limit); GPUs
 // get no budget beyond their own memory (an allocation past it fails the job cleanly).
 absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options);
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_DIRECTORY_LOCK_H_
 #define LOOM_DAEMON_DIRECTORY_LOCK_H_
 
+// DirectoryLock: the flock on <directory>/lock that keeps a second loomd out of a --data-dir
+// while one uses it. The Daemon acquires it at start and holds it for its whole life; the lock
+// file holds the owner's pid, which a refused Acquire names.
+
 #include <string>
 
 #include "absl/status/statusor.h"

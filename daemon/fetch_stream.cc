@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom::daemon {
 namespace {

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_FETCH_STREAM_H_
 #define LOOM_DAEMON_FETCH_STREAM_H_
 
+// The coordinator's assembly of fetched tensors for a job submitted with stream_fetches:
+// FetchStream puts every piece of the plan's fetches together from the parts the nodes forward and
+// hands each, as a FetchedTensor, to the JobManager, which adds it to the job's events for its
+// watchers. FetchStream::CheckLimits is the check at submit of what such a job would stream.
+
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -8,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/fetch_pieces.h"
+#include "node/fetch_pieces.h"
 #include "proto/loom/v1/job_service.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"

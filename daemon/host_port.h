@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_HOST_PORT_H_
 #define LOOM_DAEMON_HOST_PORT_H_
 
+// WithPort: a listen address with the port a server bound, for servers started on port 0. The
+// Daemon (its gRPC and health servers) and the MetricsServer make the addresses they report with
+// it.
+
 #include <string>
 
 namespace loom::daemon {

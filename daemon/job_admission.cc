@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/placement.h"
-#include "runtime/device_name.h"
+#include "core/device_name.h"
 #include "runtime/plan_validation.h"
 
 namespace loom::daemon {
@@ -103,7 +103,7 @@ absl::Status CheckJobFitsCluster(const job::Job& job, const compiler::DeviceSet&
       remedy));
 }
 
-absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(
+absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> AdmitJob(
     job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options) {
   if (absl::Status status = CheckJobShapes(job); !status.ok()) return status;
   if (absl::Status status = CheckJobFitsCluster(job, devices); !status.ok()) return status;
@@ -112,8 +112,8 @@ absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(
     job.add_fetch(job.loss());
   }
   const std::string name = job.name();
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
-      loomctl::CompileJobWithStandardOps(std::move(job), devices, options);
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
+      compiler::CompileJobWithStandardOps(std::move(job), devices, options);
   if (!compiled.ok()) return compiled.status();
   // What the runtime would refuse when the job's turn comes is refused now.
   const plan::Plan& plan = (*compiled)->result.plan;

@@ -1,12 +1,17 @@
 #ifndef LOOM_DAEMON_JOB_ADMISSION_H_
 #define LOOM_DAEMON_JOB_ADMISSION_H_
 
+// Admitting a submitted job on the coordinator: the checks that it places nothing outside the
+// cluster's devices (CheckJobFitsCluster) and that its shapes fit in 64 bits (CheckJobShapes), and
+// AdmitJob, which runs them, compiles the job under each device's memory budget and validates the
+// plan. JobManager::Submit admits every job with AdmitJob before it queues it.
+
 #include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/loomctl/compile_command.h"
+#include "compiler/compile_for_devices.h"
 #include "compiler/logical_graph.h"
 #include "proto/job.pb.h"
 
@@ -28,7 +33,7 @@ absl::Status CheckJobShapes(const job::Job& job);
 // RESOURCE_EXHAUSTED for a device over its memory budget, or a plan of more than `options`'
 // max_tasks), CheckJobShapes' and CheckJobFitsCluster's; INVALID_ARGUMENT for a job with nothing
 // to run; INTERNAL for a plan the runtime would refuse (runtime/plan_validation.h).
-absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> AdmitJob(
+absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> AdmitJob(
     job::Job job, const compiler::DeviceSet& devices, const compiler::CompileOptions& options = {});
 
 }  // namespace loom::daemon

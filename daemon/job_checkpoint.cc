@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/safetensors.h"
 #include "glog/logging.h"
-#include "runtime/checkpoint/safetensors.h"
 
 namespace loom::daemon {
 namespace {
@@ -155,7 +155,7 @@ absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& p
   std::map<std::string, VariableOnHost> variables;
   for (const plan::Task& task : runtime.plan().tasks()) {
     if (task.kind() != plan::VARIABLE) continue;
-    absl::StatusOr<VariableOnHost> copy = CopyVariableToHost(runtime, task.name());
+    absl::StatusOr<VariableOnHost> copy = runtime.CopyVariableToHost(task.name());
     if (!copy.ok()) {
       return absl::Status(copy.status().code(),
                           absl::StrCat("node ", runtime.plan().node(),

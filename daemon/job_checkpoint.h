@@ -1,6 +1,12 @@
 #ifndef LOOM_DAEMON_JOB_CHECKPOINT_H_
 #define LOOM_DAEMON_JOB_CHECKPOINT_H_
 
+// Saving a cluster job's variables to SubmitJobRequest.checkpoint_path: the path's check at
+// submit, where the nodes' parts lie (StepPartsPath, CheckpointPartPath), how a node writes its
+// part (WriteCheckpointPart: the NodeAgent at the job's end, CheckpointSnapshots every few steps),
+// and how the coordinator assembles the parts into one checkpoint (AssembleCheckpointParts) and
+// removes them.
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -8,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "client/checkpoint_assembly.h"
+#include "node/checkpoint_assembly.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_runtime.h"
 #include "runtime/variable_snapshot.h"

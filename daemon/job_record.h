@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_JOB_RECORD_H_
 #define LOOM_DAEMON_JOB_RECORD_H_
 
+// JobRecord: what the coordinator holds of one job (its info, compiled or compressed plan, events,
+// each node's progress while it launches and runs, periodic checkpoint parts and trace), kept by
+// the JobManager and guarded by its mutex. Also IsTerminal, whether a job state is an end.
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -10,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/loomctl/compile_command.h"
+#include "compiler/compile_for_devices.h"
 #include "daemon/packed_events.h"
 #include "daemon/trace_parts.h"
 #include "proto/loom/v1/job_service.pb.h"
@@ -25,7 +29,7 @@ struct JobRecord {
   // Until the job ended (then it goes, with the job and logical graph it holds: several MB for a
   // small model, which the finished jobs kept would hold), and null for a restored job. Never
   // changes once queued: shared with whoever copies or writes the plan outside the lock.
-  std::shared_ptr<const loomctl::CompiledJob> compiled;
+  std::shared_ptr<const compiler::CompiledJob> compiled;
   // Once `compiled` went, without a data directory: its GetPlanResponse, compressed
   // (compressed_message.h: a fraction of the parsed size), shared with GetPlan's readers. With
   // one, GetPlan reads it from there.

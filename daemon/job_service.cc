@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "client/message_payload.h"
-#include "daemon/grpc_status.h"
+#include "rpc/grpc_status.h"
+#include "rpc/message_payload.h"
 
 namespace loom::daemon {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_JOB_SERVICE_H_
 #define LOOM_DAEMON_JOB_SERVICE_H_
 
+// The coordinator's loom.v1.JobService: JobServiceImpl turns each call into a JobManager call,
+// bounds the WatchJob streams open at once (--max-watches) and cuts GetTrace's parts to the message
+// limit. At shutdown the Daemon waits for its open watches to end (WaitForWatchesToEnd).
+
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>

@@ -12,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "runtime/file_contents.h"
+#include "core/file_contents.h"
 
 namespace loom::daemon {
 namespace {

@@ -1,15 +1,19 @@
 #ifndef LOOM_DAEMON_JOB_STORE_H_
 #define LOOM_DAEMON_JOB_STORE_H_
 
+// The coordinator's job history on disk (loomd --data-dir): JobStore saves and loads each job's
+// StoredJob, plan and trace, and the last job number, under <directory>/jobs/, every write atomic.
+// The JobManager restores its jobs from it at start and writes to it through a JobStoreWriter.
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/file_contents.h"
 #include "proto/loom/daemon/stored_job.pb.h"
 #include "proto/loom/v1/job_service.pb.h"
-#include "runtime/file_contents.h"
 
 namespace loom::daemon {
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_JOB_STORE_WRITER_H_
 #define LOOM_DAEMON_JOB_STORE_WRITER_H_
 
+// JobStoreWriter: the JobManager's queue of writes to its JobStore, made in order on a thread of
+// their own, so that none is made under the manager's mutex and no API call waits for a disk. Each
+// write gets a ticket that a caller may wait for (WaitFor).
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/loomctl/arguments.h"
+#include "absl/synchronization/mutex.h"
+#include "cli/arguments.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_options.h"
 #include "daemon/systemd_notify.h"
@@ -16,23 +17,27 @@
 
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
+  // Debian's Abseil is built with assertions, whose absl::Mutex aborts the process on a lock-order
+  // cycle it merely could deadlock on; a daemon reports such a cycle in its log instead (the
+  // tests, which keep the default, abort on one).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kReport);
   FLAGS_logtostderr = true;
 
-  const loom::loomctl::ArgumentSpec spec = loom::daemon::DaemonArgumentSpec();
-  absl::StatusOr<loom::loomctl::ParsedArguments> parsed =
+  const loom::cli::ArgumentSpec spec = loom::daemon::DaemonArgumentSpec();
+  absl::StatusOr<loom::cli::ParsedArguments> parsed =
       spec.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) {
     std::cerr << parsed.status().message() << "\n";
-    return loom::loomctl::kExitUsage;
+    return loom::cli::kExitUsage;
   }
   if (parsed->help_requested()) {
     std::cout << spec.Help();
-    return loom::loomctl::kExitSuccess;
+    return loom::cli::kExitSuccess;
   }
   absl::StatusOr<loom::daemon::DaemonOptions> options = loom::daemon::DaemonOptionsFrom(*parsed);
   if (!options.ok()) {
     std::cerr << options.status().message() << "\n";
-    return loom::loomctl::kExitUsage;
+    return loom::cli::kExitUsage;
   }
   FLAGS_minloglevel = options->verbose ? google::GLOG_INFO : google::GLOG_WARNING;
 
@@ -52,7 +57,7 @@ int main(int argc, char** argv) {
       loom::daemon::Daemon::Start(*options);
   if (!daemon.ok()) {
     std::cerr << "loomd: " << daemon.status().message() << "\n";
-    return loom::loomctl::kExitFailure;
+    return loom::cli::kExitFailure;
   }
   // Scripts read the address (and the port picked for port 0) from this line.
   std::cout << "loomd: node '" << options->node_name << "' listening on " << (*daemon)->address()
@@ -81,5 +86,5 @@ int main(int argc, char** argv) {
   (*daemon)->Shutdown(options->shutdown_grace);
   daemon->reset();
   std::cout << "loomd: stopped" << std::endl;
-  return loom::loomctl::kExitSuccess;
+  return loom::cli::kExitSuccess;
 }

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_METRICS_H_
 #define LOOM_DAEMON_METRICS_H_
 
+// One loomd's Prometheus metrics: DaemonMetrics, the runtime's counters of this node's part of
+// every job (it is their RuntimeMetrics) and, on the coordinator, the jobs' ends, steps,
+// checkpoints and MoE assignments. Also the names of the MoE fetches the coordinator counts and the
+// label values of task kinds and job states. The MetricsServer serves its registry.
+
 #include <array>
 #include <memory>
 
@@ -77,7 +82,7 @@ class DaemonMetrics final : public RuntimeMetrics {
 };
 
 // The fetches whose pieces the coordinator counts into the MoE metrics, when a job has them
-// (examples/gpt's MoE GPT fetches both): float32 scalars of dropped assignments, and float32
+// (tools/loom-gpt's MoE GPT fetches both): float32 scalars of dropped assignments, and float32
 // [experts] of assignments per expert.
 inline constexpr char kMoeDroppedFetch[] = "moe.dropped";
 inline constexpr char kMoeTokensPerExpertFetch[] = "moe.tokens_per_expert";

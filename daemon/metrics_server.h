@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_METRICS_SERVER_H_
 #define LOOM_DAEMON_METRICS_SERVER_H_
 
+// MetricsServer: loomd's GET /metrics (--metrics-listen) in the Prometheus text format, over
+// cpp-httplib, as plain HTTP or HTTPS with mutual TLS. It serves the collectables it is given: the
+// Daemon passes DaemonMetrics' registry and its ScrapeGauges.
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/tls.h"
 #include "prometheus/collectable.h"
+#include "rpc/tls.h"
 
 namespace httplib {
 class Server;
@@ -22,10 +26,8 @@ namespace loom::daemon {
 // TextSerializer, over cpp-httplib: plain HTTP, or HTTPS with mutual TLS (a scraper must present
 // a certificate of the daemon's authority, as every gRPC client must).
 //
-// Not prometheus-cpp's own Exposer: Debian 12 builds its CivetWeb with 100 KiB thread stacks, and
-// in a process that loads libquadmath (OpenBLAS -> libgfortran does) glibc formats every printf
-// through its slow positional path, which overflows those stacks as soon as a CivetWeb thread
-// names itself: loomd crashed at start. docs/ARCHITECTURE.md, "Dependencies", says more.
+// Not prometheus-cpp's own Exposer, which crashed loomd at start. (Why: docs/ARCHITECTURE.md,
+// "Dependencies and why", `/metrics` HTTP server.)
 class MetricsServer {
  public:
   // `address` is HOST:PORT (port 0 picks a free one). HTTPS with `tls`, plain HTTP without.

@@ -8,12 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/grpc_status.h"
 #include "daemon/job_checkpoint.h"
 #include "daemon/trace_parts.h"
 #include "glog/logging.h"
+#include "node/device_backends.h"
+#include "rpc/grpc_status.h"
 #include "runtime/chrome_trace.h"
-#include "runtime/device_backends.h"
 
 namespace loom::daemon {
 namespace {

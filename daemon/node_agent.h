@@ -1,6 +1,12 @@
 #ifndef LOOM_DAEMON_NODE_AGENT_H_
 #define LOOM_DAEMON_NODE_AGENT_H_
 
+// NodeAgent: the worker half of every loomd (the coordinator has one for its own node). It runs
+// this node's part of a job through a NodeJob on the coordinator's commands (launch, connect,
+// start, abort, release), one job at a time, and reports what happens. On a worker the
+// WorkerSession feeds it commands and sends its updates. Also CheckUpdateFits, an update's check
+// against the message limit.
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

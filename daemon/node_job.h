@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_NODE_JOB_H_
 #define LOOM_DAEMON_NODE_JOB_H_
 
+// NodeJob: one node's part of a job that spans nodes: its plan's JobRuntime and the UCX
+// TransportNetwork to the other nodes (one per job). It goes through the phases the coordinator
+// drives (Create, Connect, WaitForPeers, JoinCommunicators, Start, Wait); the NodeAgent holds the
+// current one.
+
 #include <map>
 #include <memory>
 #include <string>

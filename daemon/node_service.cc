@@ -4,8 +4,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/grpc_status.h"
 #include "glog/logging.h"
+#include "rpc/grpc_status.h"
 
 namespace loom::daemon {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_NODE_SERVICE_H_
 #define LOOM_DAEMON_NODE_SERVICE_H_
 
+// The coordinator's loom.v1.NodeService: NodeServiceImpl serves each worker's Session stream,
+// registering the worker in the Cluster, passing its job updates to the JobManager and writing the
+// commands the Cluster sends it.
+
 #include "daemon/cluster.h"
 #include "daemon/job_manager.h"
 #include "proto/loom/v1/node_service.grpc.pb.h"

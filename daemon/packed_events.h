@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_PACKED_EVENTS_H_
 #define LOOM_DAEMON_PACKED_EVENTS_H_
 
+// How the coordinator holds a job's events: HeldEvents while the job runs, and once it ended its
+// events packed into one compressed string (PackEvents), which WithPackedEvents merges back into
+// what a watcher reads. Fetched tensors stay unpacked, to be released as a whole later.
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -14,12 +18,11 @@ namespace loom::daemon {
 // A job's events as the coordinator holds them: each parsed, in sequence order.
 using HeldEvents = std::deque<std::shared_ptr<v1::JobEvent>>;
 
-// A finished job's events take a fraction of their parsed size serialized and compressed
-// (compressed_message.h; a step event: about 30 bytes against 290, the messages, their
-// timestamps and the shared pointers' blocks), and a coordinator remembers up to
-// --max-finished-jobs jobs of up to --max-events-per-job events each. Returns every event of
-// `events` but the fetched tensors (large, and released as a whole later), packed; those leave
-// `events`.
+// A finished job's events, serialized and compressed (compressed_message.h), for a coordinator
+// that remembers up to --max-finished-jobs jobs of up to --max-events-per-job events each. (Sizes:
+// docs/ARCHITECTURE.md, "The cluster", *What the coordinator holds of its jobs*.) Returns every
+// event of `events` but the fetched tensors (large, and released as a whole later), packed; those
+// leave `events`.
 std::string PackEvents(HeldEvents* events);
 
 // `events` (in sequence order) with the events of `packed` (from PackEvents) from

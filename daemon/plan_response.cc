@@ -15,7 +15,7 @@ namespace loom::daemon {
 
 using google::protobuf::internal::WireFormatLite;
 
-v1::GetPlanResponse PlanResponseOf(const loomctl::CompiledJob& compiled, std::optional<int> node) {
+v1::GetPlanResponse PlanResponseOf(const compiler::CompiledJob& compiled, std::optional<int> node) {
   v1::GetPlanResponse response;
   if (node.has_value()) {
     *response.add_node_plans() = compiled.result.node_plans[static_cast<size_t>(*node)];
@@ -34,7 +34,7 @@ void KeepOnlyNodePlan(int node, v1::GetPlanResponse* response) {
   *response->add_node_plans() = std::move(kept);
 }
 
-absl::StatusOr<std::string> SerializedPlanResponse(const loomctl::CompiledJob& compiled,
+absl::StatusOr<std::string> SerializedPlanResponse(const compiler::CompiledJob& compiled,
                                                    bool compressed) {
   std::string bytes;
   {

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_REACHABILITY_H_
 #define LOOM_DAEMON_REACHABILITY_H_
 
+// UnreachableNodesError: the error of a launch whose nodes could not all reach each other over UCX
+// in the connect phase's probes. It names first the node(s) no other node reached, then every
+// failed pair. The JobManager's connect phase (NameUnreachableNodes, job_manager_run.cc) makes it
+// from the nodes' reports.
+
 #include <functional>
 #include <map>
 #include <string>

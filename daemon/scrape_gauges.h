@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_SCRAPE_GAUGES_H_
 #define LOOM_DAEMON_SCRAPE_GAUGES_H_
 
+// ScrapeGauges: Prometheus gauges whose values are read at scrape time from functions that ask the
+// component owning the truth (on the coordinator the nodes and the jobs by state and the job
+// history's bytes; on a worker whether it is connected to its coordinator). The Daemon fills it
+// and the MetricsServer collects it next to DaemonMetrics' registry.
+
 #include <functional>
 #include <string>
 #include <utility>

@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_STEP_TRACKER_H_
 #define LOOM_DAEMON_STEP_TRACKER_H_
 
+// StepTracker: the coordinator's StepEvent per finished training step of the running job, made
+// from the pieces of the loss and the other scalar fetches that its nodes forward (StepCollector),
+// and the assembly of further counted fetches (the MoE metrics). The JobManager creates one for
+// each training job it runs.
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/fetch_pieces.h"
-#include "client/step_losses.h"
+#include "node/fetch_pieces.h"
+#include "node/step_collector.h"
 #include "proto/loom/v1/job_service.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_DAEMON_SYSTEMD_NOTIFY_H_
 #define LOOM_DAEMON_SYSTEMD_NOTIFY_H_
 
+// SystemdNotifier: loomd's notifications to systemd through sd_notify (READY=1, WATCHDOG=1 pings
+// from a thread of its own, STOPPING=1), no-ops outside systemd. main.cc uses it; it is the
+// library loom_systemd_notify, which only the binary and its test link.
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>

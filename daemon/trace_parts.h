@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_TRACE_PARTS_H_
 #define LOOM_DAEMON_TRACE_PARTS_H_
 
+// A finished job's Chrome trace in parts: TracePartLength cuts a part where a UTF-8 character ends
+// (the coordinator's GetTrace parts, and the parts a node sends its trace in), and PackedTrace
+// holds the document in compressed chunks when the coordinator has no data directory, so that
+// reading a part inflates only the chunks it overlaps.
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,8 +26,8 @@ namespace loom::daemon {
 size_t TracePartLength(absl::string_view window, int64_t max_bytes);
 
 // The trace as the coordinator keeps it without a data directory: the JSON document in
-// compressed chunks (a trace compresses about 10x), so that a part is read by inflating only the
-// chunks it overlaps.
+// compressed chunks, so that a part is read by inflating only the chunks it overlaps. (Sizes:
+// docs/ARCHITECTURE.md, "The cluster", *What the coordinator holds of its jobs*.)
 class PackedTrace {
  public:
   static constexpr int64_t kDefaultChunkBytes = 4 << 20;

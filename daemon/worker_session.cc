@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/grpc_durations.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
+#include "rpc/grpc_durations.h"
 
 namespace loom::daemon {
 

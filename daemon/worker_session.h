@@ -1,6 +1,11 @@
 #ifndef LOOM_DAEMON_WORKER_SESSION_H_
 #define LOOM_DAEMON_WORKER_SESSION_H_
 
+// WorkerSession: a worker loomd's NodeService session with its coordinator. It registers the
+// node, sends heartbeats and the NodeAgent's updates (queued, within the message limit), hands the
+// coordinator's commands to the agent, and when the session breaks aborts the running job and
+// reconnects.
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -15,10 +20,10 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
 #include "daemon/node_agent.h"
 #include "grpcpp/client_context.h"
 #include "proto/loom/v1/node_service.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 
@@ -41,7 +46,7 @@ class WorkerSession {
     int max_message_bytes = 64 << 20;
     // Report waits while the updates queued for the coordinator hold more than this.
     size_t max_queued_update_bytes = size_t{64} << 20;
-    // Mutual TLS to the coordinator (client/tls.h); nullopt: plaintext.
+    // Mutual TLS to the coordinator (rpc/tls.h); nullopt: plaintext.
     std::optional<TlsCredentials> tls;
   };
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_ATTRIBUTES_H_
 #define LOOM_KERNELS_ATTRIBUTES_H_
 
+// Attributes: typed access (int, float, bool, string, int list, with or without a default) to the
+// attributes of a kernel's configuration (plan::KernelConf). The kernel factories of every device
+// read their attributes through it; errors name the attribute and what was expected.
+
 #include <cstdint>
 #include <string>
 #include <vector>

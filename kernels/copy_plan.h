@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_COPY_PLAN_H_
 #define LOOM_KERNELS_COPY_PLAN_H_
 
+// CopyPlan: a copy of a box of elements between two strided layouts, planned once with unit axes
+// dropped, contiguous axes merged and transposes tiled. The CPU and CUDA layout kernels
+// (transpose, slice, pad, concat) copy by it.
+
 #include <cstdint>
 
 #include "absl/container/inlined_vector.h"

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_FLAT_PACK_KERNELS_H_
 #define LOOM_KERNELS_FLAT_PACK_KERNELS_H_
 
+// The kernels of gradient buckets, "pack_flat" and "unpack_flat": byte copies on the task's stream
+// that pack several tensors into one flat tensor and back. One implementation serves every device
+// type; RegisterCpuKernels and RegisterCudaKernels both register it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_KERNEL_H_
 #define LOOM_KERNELS_KERNEL_H_
 
+// The kernel interface: KernelInit (what a kernel is built from: its configuration, shapes and
+// stream), KernelContext (one act's input and output slices and piece index) and Kernel, whose
+// Compute runs on the task's stream thread. The compute and variable actors build their kernels
+// through a KernelRegistry and run them.
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/tensor.h"
+#include "device/stream_context.h"
 #include "proto/plan.pb.h"
-#include "runtime/stream_context.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 
@@ -24,7 +29,7 @@ struct KernelInit {
   std::vector<plan::TensorDesc> inputs;
   std::vector<plan::TensorDesc> outputs;
   // The stream the kernel will run on (not owned; outlives the kernel). CPU kernels ignore it;
-  // CUDA kernels enqueue their work on it (see runtime/cuda/cuda_stream_context.h).
+  // CUDA kernels enqueue their work on it (see device/cuda/cuda_stream_context.h).
   StreamContext* stream = nullptr;
 };
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/device_name.h"
+#include "core/device_name.h"
 
 namespace loom {
 

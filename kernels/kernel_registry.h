@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_KERNEL_REGISTRY_H_
 #define LOOM_KERNELS_KERNEL_REGISTRY_H_
 
+// KernelRegistry: kernel factories (KernelFactory) keyed by (op type, device type). Whoever builds
+// a runtime fills one (RegisterCpuKernels, RegisterCudaKernels) and passes it along to the actors,
+// which create each task's kernel from it.
+
 #include <functional>
 #include <memory>
 #include <string>

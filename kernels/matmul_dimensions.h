@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_MATMUL_DIMENSIONS_H_
 #define LOOM_KERNELS_MATMUL_DIMENSIONS_H_
 
+// MatmulDimensions, the GEMM sizes of one "matmul" (batch, m, n, k, transposes, a shared b), and
+// CheckMatmul, which checks a matmul's attributes and shapes and computes them; FitsBlasInt checks
+// that a size fits BLAS's int. Shared by the CPU (OpenBLAS) and CUDA (cuBLAS) matmul kernels.
+
 #include <cstdint>
 
 #include "absl/status/statusor.h"

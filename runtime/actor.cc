@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/device_name.h"
 #include "glog/logging.h"
-#include "runtime/device_name.h"
 
 namespace loom {
 

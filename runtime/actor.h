@@ -1,6 +1,12 @@
 #ifndef LOOM_RUNTIME_ACTOR_H_
 #define LOOM_RUNTIME_ACTOR_H_
 
+// The base class of every actor and what an actor is built from. Actor implements the act rule
+// (act when every input has a READY slot and every output a free slot), the bookkeeping of READY,
+// FREE and END_OF_DATA messages, exhaustion and time accounting, which the kinds in actors/ refine.
+// ActorInit holds an actor's task, registers, stream, memory and per-kind settings; MessageSender
+// is how an actor hands messages to its stream thread.
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -8,6 +14,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
+#include "device/stream_context.h"
 #include "proto/plan.pb.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
@@ -17,8 +25,6 @@
 #include "runtime/network.h"
 #include "runtime/register.h"
 #include "runtime/runtime_metrics.h"
-#include "runtime/stream_context.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

@@ -1,7 +1,7 @@
 #include "runtime/actor_id.h"
 
 #include "absl/strings/str_cat.h"
-#include "runtime/device_name.h"
+#include "core/device_name.h"
 
 namespace loom {
 

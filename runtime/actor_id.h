@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_ACTOR_ID_H_
 #define LOOM_RUNTIME_ACTOR_ID_H_
 
+// ActorId: a 64-bit id that packs an actor's node, device, stream and task index, so that stream
+// threads, JobRuntime and the network route messages by arithmetic on it. Its stream part
+// (stream_key()) names the stream, and so the thread, the actor runs on.
+
 #include <cstdint>
 #include <string>
 

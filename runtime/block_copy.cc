@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom {
 

@@ -1,12 +1,17 @@
 #ifndef LOOM_RUNTIME_BLOCK_COPY_H_
 #define LOOM_RUNTIME_BLOCK_COPY_H_
 
+// Strided copies of blocks between dense row-major tensors: ForEachBlockRun calls back once per
+// contiguous run of a block (a template, for callers that copy or combine the runs their own way),
+// CopyBlock copies a block's bytes, and AxisOrigin gives the origin of a slice along one axis. The
+// CPU collective backends (shared memory, network) pack, place and reduce slices with them.
+
 #include <cstdint>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
+#include "core/tensor.h"
 #include "glog/logging.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

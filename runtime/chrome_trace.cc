@@ -12,12 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/device_name.h"
+#include "core/json_string.h"
+#include "core/plan_steps.h"
 #include "runtime/actor_id.h"
-#include "runtime/device_name.h"
 #include "runtime/job_runtime.h"
-#include "runtime/json_string.h"
 #include "runtime/plan_validation.h"
-#include "runtime/recorded_steps.h"
 
 namespace loom {
 namespace {

@@ -1,6 +1,12 @@
 #ifndef LOOM_RUNTIME_CHROME_TRACE_H_
 #define LOOM_RUNTIME_CHROME_TRACE_H_
 
+// Chrome traces of what a job did, drawn from JobRuntime::events(): one node's whole trace
+// (ChromeTraceJson, WriteChromeTrace), one node's events alone (ChromeTraceEvents, with
+// TraceOffsets for jobs that continue others), and a document from several nodes' events
+// (ChromeTraceDocument, WriteChromeTraceFile). Used by `loomctl` and by loomd's node agent and job
+// history.
+
 #include <cstdint>
 #include <string>
 #include <vector>

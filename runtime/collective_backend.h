@@ -1,14 +1,19 @@
 #ifndef LOOM_RUNTIME_COLLECTIVE_BACKEND_H_
 #define LOOM_RUNTIME_COLLECTIVE_BACKEND_H_
 
+// The interface between collective actors and what moves a collective's data: CollectiveCall (one
+// rank's part of one collective) and CollectiveBackend (Run, Abort, and the joining of ranks on
+// several nodes), with the contract every backend keeps. The backends are in runtime/collectives/
+// (shared memory, network, NCCL); JobRuntime makes one per communicator.
+
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/tensor.h"
 #include "proto/plan.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_COLLECTIVE_TURN_H_
 #define LOOM_RUNTIME_COLLECTIVE_TURN_H_
 
+// CollectiveTurn: the order in which one communicator's collective actors on one stream may act
+// (sequence 0, 1, ..., n-1, then again for the next piece), and how that order ends when a member
+// is exhausted. JobRuntime makes one per (stream, communicator); CollectiveActor waits for its turn
+// and passes it on.
+
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/format_bytes.h"
 #include "glog/logging.h"
-#include "runtime/format_bytes.h"
 
 namespace loom {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_DEVICE_MEMORY_H_
 #define LOOM_RUNTIME_DEVICE_MEMORY_H_
 
+// DeviceMemory: the memory of one device of a job, an allocator over a MemoryResource that charges
+// every byte (registers, staging buffers, sink copies) to the device's budget and answers a request
+// over the budget with RESOURCE_EXHAUSTED instead of crashing. JobRuntime makes one per device of
+// the plan.
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -8,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "runtime/format_bytes.h"
-#include "runtime/memory_resource.h"
+#include "core/format_bytes.h"
+#include "device/memory_resource.h"
 
 namespace loom {
 
@@ -29,7 +34,7 @@ class DeviceMemory {
 
   // 64-byte aligned, zero-filled memory. `owner` says what it is for ("register 'x' slot 1"). The
   // budget is charged the resource's footprint of `bytes` (host buffers of 1 MiB or more are
-  // rounded to huge pages: runtime/host_buffer_layout.h).
+  // rounded to huge pages: core/host_buffer_layout.h).
   absl::StatusOr<void*> Allocate(int64_t bytes, const std::string& owner);
   void Free(void* pointer);
 

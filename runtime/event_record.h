@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_EVENT_RECORD_H_
 #define LOOM_RUNTIME_EVENT_RECORD_H_
 
+// The runtime's record of what a job did: ActEvent (one act of one actor, with its start and end)
+// and ActorSummary (where one actor's time went: busy, blocked on input or output, waiting for its
+// thread). Stream threads and actors fill them; JobRuntime hands them out after the job, for
+// traces, tests and job summaries.
+
 #include <cstdint>
 #include <string>
 

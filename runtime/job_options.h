@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_JOB_OPTIONS_H_
 #define LOOM_RUNTIME_JOB_OPTIONS_H_
 
+// What the runner of a job chooses for its JobRuntime: JobOptions (timeouts, event recording, the
+// factories of stream contexts, memory resources and collective backends, the network, metrics, and
+// the sink and snapshot callbacks), and the sinks' live output, SinkPiece and SinkPieceCallback.
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,14 +15,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/plan_steps.h"
+#include "core/tensor.h"
+#include "device/memory_resource.h"
+#include "device/stream_context.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
-#include "runtime/memory_resource.h"
 #include "runtime/network.h"
-#include "runtime/recorded_steps.h"
 #include "runtime/runtime_metrics.h"
-#include "runtime/stream_context.h"
-#include "runtime/tensor.h"
 #include "runtime/variable_snapshot.h"
 
 namespace loom {

@@ -6,14 +6,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/collective_backend_kind.h"
+#include "core/device_name.h"
+#include "core/shared_kernels.h"
 #include "glog/logging.h"
-#include "runtime/collective_backend_kind.h"
-#include "runtime/device_name.h"
+#include "runtime/collectives/network_collectives.h"
+#include "runtime/collectives/shared_memory_collectives.h"
 #include "runtime/metered_network.h"
-#include "runtime/network_collectives.h"
 #include "runtime/plan_validation.h"
-#include "runtime/shared_kernels.h"
-#include "runtime/shared_memory_collectives.h"
 
 namespace loom {
 namespace {
@@ -499,6 +499,14 @@ const Actor* JobRuntime::FindActor(const std::string& task_name) const {
     if (actor->name() == task_name) return actor.get();
   }
   return nullptr;
+}
+
+absl::StatusOr<VariableOnHost> JobRuntime::CopyVariableToHost(const std::string& task) const {
+  const auto* variable = dynamic_cast<const VariableHolder*>(FindActor(task));
+  if (variable == nullptr) {
+    return absl::NotFoundError(absl::StrCat("the job has no variable task named '", task, "'"));
+  }
+  return variable->CopyVariableToHost();
 }
 
 }  // namespace loom

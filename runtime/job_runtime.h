@@ -1,6 +1,12 @@
 #ifndef LOOM_RUNTIME_JOB_RUNTIME_H_
 #define LOOM_RUNTIME_JOB_RUNTIME_H_
 
+// JobRuntime: runs one node's plan. It builds the registers, actors, collective backends and stream
+// threads, joins communicators across nodes, starts the job, waits for its end or its first failure
+// (detecting stalls), and keeps the events and per-actor summaries. Also ActorFactory, the function
+// that builds each task's actor. Used by loomd's node jobs, local runs, `loomctl`, tests and
+// benchmarks.
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +30,7 @@
 #include "runtime/job_options.h"
 #include "runtime/register.h"
 #include "runtime/stream_thread.h"
+#include "runtime/variable_snapshot.h"
 
 namespace loom {
 
@@ -81,6 +88,10 @@ class JobRuntime final : public JobControl {
   const plan::Plan& plan() const { return plan_; }
   // nullptr when no task has this name.
   const Actor* FindActor(const std::string& task_name) const;
+  // After a run (no act can run any more): the value and states of the VARIABLE task `task`,
+  // copied to the host (VariableHolder). NOT_FOUND naming the task when the job has no variable
+  // task of that name.
+  absl::StatusOr<VariableOnHost> CopyVariableToHost(const std::string& task) const;
   const std::vector<std::string>& task_names() const { return task_names_; }
   // Memory per device, in the plan's device order.
   const std::vector<std::shared_ptr<DeviceMemory>>& device_memories() const { return memories_; }

@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_MESSAGE_H_
 #define LOOM_RUNTIME_MESSAGE_H_
 
+// The messages between actors: MessageType (READY, FREE and END_OF_DATA, commands to threads,
+// wake-ups, the SEND/RECEIVE protocol and network completions) and ActorMessage, the small
+// fixed-size message that stream threads route and the Network carries between nodes.
+
 #include <cstdint>
 
 #include "runtime/actor_id.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_MESSAGE_QUEUE_H_
 #define LOOM_RUNTIME_MESSAGE_QUEUE_H_
 
+// MessageQueue: the inbox of a stream thread, one per StreamThread. Any thread pushes ActorMessages
+// to it; the stream thread takes them all at once and, when there are none, spins briefly before it
+// parks.
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_METERED_NETWORK_H_
 #define LOOM_RUNTIME_METERED_NETWORK_H_
 
+// MeteredNetwork: a Network that counts the bytes of completed transfers in RuntimeMetrics and
+// forwards everything to the network it wraps. JobRuntime puts one in front of the job's network
+// when the job has metrics.
+
 #include <string>
 
 #include "runtime/network.h"

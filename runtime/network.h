@@ -1,6 +1,12 @@
 #ifndef LOOM_RUNTIME_NETWORK_H_
 #define LOOM_RUNTIME_NETWORK_H_
 
+// Network: what the runtime of one node needs to reach the job's other nodes: actor messages,
+// tagged data transfers into buffers the receiver posted, and driving the network from a thread
+// that waits for its transfers. TransportNetwork implements it over UCX
+// (transport/transport_network.h); JobRuntime, the SEND/RECEIVE actors and the network collectives
+// use it.
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_PLAN_TEXT_H_
 #define LOOM_RUNTIME_PLAN_TEXT_H_
 
+// Reading and writing plan files: ParsePlanText parses a plan in protobuf text format, ReadPlanFile
+// reads a .pbtxt (or binary .pb) file, and WritePlanFile writes either, by the path's extension.
+// Used by `loomctl compile` and `loomctl run-plan`.
+
 #include <string>
 
 #include "absl/status/statusor.h"

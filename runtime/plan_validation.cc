@@ -9,13 +9,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/collective_shapes.h"
+#include "core/data_type.h"
+#include "core/device_key.h"
+#include "core/device_name.h"
+#include "core/shared_kernels.h"
+#include "core/tensor.h"
 #include "runtime/actor_id.h"
-#include "runtime/collective_shapes.h"
-#include "runtime/data_type.h"
-#include "runtime/device_key.h"
-#include "runtime/device_name.h"
-#include "runtime/shared_kernels.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 namespace {

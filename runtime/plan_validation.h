@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_PLAN_VALIDATION_H_
 #define LOOM_RUNTIME_PLAN_VALIDATION_H_
 
+// ValidatePlan: the checks a plan passes before any actor is built (names, devices, registers and
+// their producers, what each task kind needs, no cycles), each error INVALID_ARGUMENT naming the
+// task or register at fault; and TaskIndex, a task's index in the job. JobRuntime validates every
+// plan it runs; loomd's job admission and `loomctl run-plan` call it too.
+
 #include "absl/status/status.h"
 #include "proto/plan.pb.h"
 

@@ -1,7 +1,7 @@
 #include "runtime/register.h"
 
 #include "absl/strings/str_cat.h"
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom {
 

@@ -1,15 +1,19 @@
 #ifndef LOOM_RUNTIME_REGISTER_H_
 #define LOOM_RUNTIME_REGISTER_H_
 
+// Register: a register's description (name, shape, data type, producer and consumers) and its slot
+// buffers, allocated from the producer's device memory. JobRuntime builds one per register of the
+// plan; actors use its slots as READY and FREE messages allow.
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "proto/plan.pb.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
-#include "runtime/tensor.h"
 
 namespace loom {
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_RUNTIME_RUNTIME_METRICS_H_
 #define LOOM_RUNTIME_RUNTIME_METRICS_H_
 
+// RuntimeMetrics: the interface through which a running job reports live counters (acts, actor
+// time, queued messages, transferred bytes, collectives), with the labels ActorTime and
+// TransferDirection. loomd implements it and exports it to Prometheus (daemon/metrics.h).
+
 #include <cstdint>
 
 #include "absl/strings/string_view.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_STREAM_THREAD_H_
 #define LOOM_RUNTIME_STREAM_THREAD_H_
 
+// StreamThread: the OS thread of one stream. It owns the stream's actors, drains their inbox, lets
+// the ready actor with the highest priority act first, and holds back the messages of an
+// asynchronous act until its device work completed. JobControl is what these threads see of their
+// job; JobRuntime implements it.
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -14,12 +19,12 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/plan_steps.h"
+#include "device/stream_context.h"
 #include "runtime/actor.h"
 #include "runtime/event_record.h"
 #include "runtime/message_queue.h"
-#include "runtime/recorded_steps.h"
 #include "runtime/runtime_metrics.h"
-#include "runtime/stream_context.h"
 
 namespace loom {
 

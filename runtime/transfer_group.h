@@ -1,6 +1,11 @@
 #ifndef LOOM_RUNTIME_TRANSFER_GROUP_H_
 #define LOOM_RUNTIME_TRANSFER_GROUP_H_
 
+// TransferGroup: the network transfers of one rank's part of one collective, posted and awaited on
+// the rank's thread and completed on network threads, with how a wait ended (done, failed,
+// interrupted, timed out) and the staging buffers it keeps alive until every completion ran. Used
+// by NetworkCollectives.
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

@@ -1,13 +1,19 @@
 #ifndef LOOM_RUNTIME_VARIABLE_SNAPSHOT_H_
 #define LOOM_RUNTIME_VARIABLE_SNAPSHOT_H_
 
+// Host copies of variables, for checkpoints: VariableOnHost (a value and its optimizer states),
+// VariableSnapshot and VariableSnapshotCallback (periodic snapshots while a job runs), and
+// VariableHolder, which the VARIABLE actor implements for both the snapshots and the final
+// checkpoint.
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/tensor.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
 
 namespace loom {
 
@@ -34,6 +40,15 @@ struct VariableSnapshot {
 // snapshot and return: the variable's stream waits) and must not block on other actors. An error it
 // returns fails the job, like an optimizer error of that variable.
 using VariableSnapshotCallback = std::function<absl::Status(VariableSnapshot)>;
+
+// What a VARIABLE actor offers: its value and states copied to the host on its own stream (a
+// GPU's are in device memory). The one copy behind both checkpoints: the periodic snapshots above
+// and, after a run, the final checkpoint (JobRuntime::CopyVariableToHost).
+class VariableHolder {
+ public:
+  virtual ~VariableHolder() = default;
+  virtual absl::StatusOr<VariableOnHost> CopyVariableToHost() const = 0;
+};
 
 }  // namespace loom
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace loom::testing {
 

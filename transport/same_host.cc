@@ -13,7 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "runtime/format_bytes.h"
+#include "core/format_bytes.h"
 
 namespace loom::transport {
 namespace {

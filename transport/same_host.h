@@ -1,6 +1,11 @@
 #ifndef LOOM_TRANSPORT_SAME_HOST_H_
 #define LOOM_TRANSPORT_SAME_HOST_H_
 
+// What same-host copies need to know of the processes: ProcessIdentity (what a Transport publishes
+// so that a peer can tell it shares the host and may read its memory), the transport address that
+// carries it with UCX's worker address (EncodeAddress, DecodeAddress), whether UCX's transport list
+// allows such copies, and ProcessReader, which reads another process's memory (process_vm_readv).
+
 #include <sys/types.h>
 
 #include <cstddef>

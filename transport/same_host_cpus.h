@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_SAME_HOST_CPUS_H_
 #define LOOM_TRANSPORT_SAME_HOST_CPUS_H_
 
+// SameHostCpus: whether the processes of a Transport's job on this host can each run on a CPU of
+// their own (a matching of processes to the CPUs they may use), which decides whether a thread in
+// Transport::DriveUntil polls busily or yields its CPU between polls.
+
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,7 +13,7 @@
 namespace loom::transport {
 
 // The processes of a Transport's job on this host (itself and its same-host peers) and the CPUs
-// they may run on (runtime/cpu_affinity.h): whether a thread of this process waiting in
+// they may run on (core/cpu_affinity.h): whether a thread of this process waiting in
 // Transport::DriveUntil polls busily before it sleeps (TransportOptions::progress_spin) or yields
 // its CPU between polls (TransportOptions::shared_cpu_poll). A busy poll pays only while every
 // process has a core to poll on; where the processes outnumber the CPUs they may use (four ranks

@@ -1,6 +1,11 @@
 #ifndef LOOM_TRANSPORT_SAME_HOST_MAILBOX_H_
 #define LOOM_TRANSPORT_SAME_HOST_MAILBOX_H_
 
+// Same-host mailboxes: Mailbox (a process's inbox in shared memory, a sealed memfd of per-sender
+// rings, woken through an eventfd) and MailboxSender (a peer's mailbox mapped into this process,
+// with the slot it posts in). A Transport sends the messages of same-host copies this way where the
+// peer has a mailbox, instead of over UCX.
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,9 +24,8 @@ struct MailboxLayout;  // transport/same_host_mailbox_layout.h
 // announcement and answer travel by (transport/README.md, same-host copies), instead of an active
 // message over TCP loopback. Posting is a store into the receiver's memory; the receiver finds
 // the message at its next round of work, and a receiver asleep is woken through its wake-up
-// eventfd. Measured here: a TCP loopback round trip between two sleeping processes took 22 us,
-// an eventfd round trip 13 us, and UCX adds its own work on top of TCP; a receiver that is busy
-// (driving a collective) sees a posted message without any system call at all.
+// eventfd. (Why, and what it saves: docs/ARCHITECTURE.md, "Registers across nodes", the
+// mailbox; docs/PERFORMANCE.md, alltoall, *Copy messages through shared memory*.)
 //
 // A mailbox is a sealed memfd (it cannot shrink or grow, so a peer cannot make it fault), made
 // by its owner, which publishes the descriptor numbers of the memfd and of its wake-up eventfd in
@@ -31,13 +35,13 @@ struct MailboxLayout;  // transport/same_host_mailbox_layout.h
 // peer's Transport, whose token serialises its threads) and one consumer (the owner's token
 // holder).
 //
-// Decision: records are small and fixed (kRecordBytes); a message takes as many consecutive
-// records as it needs, up to kMaxMessageBytes, and is published at once. A message that does not
-// fit, or a ring without room for it, is the caller's to send another way (the Transport sends it
-// over UCX): posting never waits. Slots are not given back while the mailbox lives (a Transport
-// lives for one job; a peer that restarts claims another slot, and a mailbox without free slots
-// refuses new peers, who then use UCX), since a slot freed while its old producer might still
-// write would mix two streams.
+// Records are fixed (kRecordBytes); a message takes as many consecutive records as it needs, up
+// to kMaxMessageBytes, and is published at once. A message that does not fit, or a ring without
+// room for it, is the caller's to send another way (the Transport sends it over UCX): posting
+// never waits. Slots are not given back while the mailbox lives: a peer that restarts claims
+// another slot, and a mailbox without free slots refuses new peers, who then use UCX. (Why:
+// docs/ARCHITECTURE.md, "Registers across nodes", *Decision: the mailbox's records are small and
+// fixed*.)
 class Mailbox {
  public:
   static constexpr int kSlots = 64;
@@ -68,8 +72,8 @@ class Mailbox {
   // (kDriver: the messages of a transfer whose two ends are driven, Transport::Queueing::
   // kDeferred). A parked thread is woken by the posts for any thread, a thread parked as a driver
   // by every post. So an owner's idle progress thread sleeps through the messages of the
-  // collectives its ranks drive: each wake-up cost a rank about 10 us of its CPU and two context
-  // switches (docs/PERFORMANCE.md, alltoall).
+  // collectives its ranks drive. (Why: docs/PERFORMANCE.md, alltoall, *A collective's messages
+  // wake only a driving rank*.)
   enum class Reader { kAnyThread, kDriver };
 
   // Around a sleep on the wake-up eventfd: posts for `as` while parked write it. BeginPark returns

@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_SAME_HOST_MAILBOX_LAYOUT_H_
 #define LOOM_TRANSPORT_SAME_HOST_MAILBOX_LAYOUT_H_
 
+// The layout of a same-host mailbox's shared memory (MailboxLayout, its slots and MailboxRecord),
+// which the mailbox's owner and every peer posting to it map: the format between the processes.
+// Private to the mailbox's code and its tests.
+
 #include <atomic>
 #include <cstdint>
 

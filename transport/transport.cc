@@ -10,31 +10,18 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <numeric>
 #include <optional>
-#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/format_bytes.h"
 #include "glog/logging.h"
-#include "runtime/cpu_affinity.h"
-#include "runtime/format_bytes.h"
+#include "transport/same_host_copies.h"
+#include "transport/transport_operation.h"
 #include "transport/ucx_status.h"
 
 namespace loom::transport {
-namespace {
-
-// The active message ids of actor messages and of same-host copy messages; every message carries
-// its sender in the header.
-constexpr unsigned kActorMessageId = 1;
-constexpr unsigned kCopyMessageId = 2;
-
-struct MessageHeader {
-  PeerId sender;
-};
-
-}  // namespace
 
 // The outcome of an AddPeerCommand, handed from the progress thread to the caller. A std::mutex
 // rather than absl::Notification, so that ThreadSanitizer sees the hand-off (Debian's Abseil is
@@ -57,44 +44,8 @@ struct Transport::AddPeerResult {
 
   std::mutex mutex;
   std::condition_variable changed;
-  bool done = false;    // guarded by mutex
-  absl::Status status;  // guarded by mutex
-};
-
-struct Transport::Peer {
-  Transport* transport;
-  PeerId id;
-  std::unique_ptr<UcxEndpoint> endpoint;
-  bool failed = false;
-  std::unique_ptr<ProcessReader> reader;   // set when this process can read the peer's memory
-  std::unique_ptr<MailboxSender> mailbox;  // set when this process can post to the peer's mailbox
-};
-
-struct Transport::Operation {
-  enum class Kind { kMessage, kSendData, kReceiveData };
-  Kind kind;
-  PeerId peer = 0;  // not for kReceiveData
-  DataTag tag = 0;
-  const void* send_buffer = nullptr;
-  void* receive_buffer = nullptr;
-  size_t size = 0;
-  MessageHeader header{};
-  bool driven = false;  // queued kDeferred
-  unsigned message_id = kActorMessageId;
-  std::string message;
-  SendCallback send_callback;
-  ReceiveCallback receive_callback;
-  Transport* transport = nullptr;
-  void* request = nullptr;
-  // A receive's callback can run inside ucp_tag_recv_nbx (UCP_OP_ATTR_FLAG_NO_IMM_CMPL); while the
-  // call is in progress the completion is only recorded, and handled when the call returns.
-  bool starting = false;
-  bool completed_while_starting = false;
-  ucs_status_t early_status = UCS_OK;
-  size_t early_length = 0;
-  // A posted receive whose sender announced a same-host copy (or sent its data inline): cancelled
-  // in UCX, then copied.
-  std::optional<ReceivedCopyMessage> copy_from;
+  bool done ABSL_GUARDED_BY(mutex) = false;
+  absl::Status status ABSL_GUARDED_BY(mutex);
 };
 
 absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions options) {
@@ -148,7 +99,8 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions op
     return UcxStatusToStatus(status, "registering the actor message handler");
   }
   handler.id = kCopyMessageId;
-  handler.cb = &Transport::OnCopyMessage;
+  handler.cb = &SameHostCopies::OnCopyMessage;
+  handler.arg = transport->copies_.get();
   status = ucp_worker_set_am_recv_handler(transport->worker_->handle(), &handler);
   if (status != UCS_OK) {
     return UcxStatusToStatus(status, "registering the same-host copy message handler");
@@ -157,29 +109,6 @@ absl::StatusOr<std::unique_ptr<Transport>> Transport::Create(TransportOptions op
   transport->progress_thread_ = std::thread([t = transport.get()] { t->ProgressLoop(); });
   return transport;
 }
-
-namespace {
-
-ProcessIdentity IdentifyWithMailbox(const uint64_t* probe, const Mailbox* mailbox) {
-  ProcessIdentity identity = IdentifyThisProcess(probe);
-  if (mailbox != nullptr) {
-    identity.mailbox_descriptor = mailbox->descriptor();
-    identity.wake_descriptor = mailbox->wake_descriptor();
-  }
-  return identity;
-}
-
-// The CPUs this process may run on; failing that (never seen), the host's.
-std::vector<int> ThisProcessCpus() {
-  absl::StatusOr<std::vector<int>> cpus = AllowedCpus(0);
-  if (cpus.ok()) return *std::move(cpus);
-  LOG(WARNING) << cpus.status() << "; counting the host's CPUs";
-  std::vector<int> host(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1));
-  std::iota(host.begin(), host.end(), 0);
-  return host;
-}
-
-}  // namespace
 
 Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> context,
                      std::unique_ptr<UcxWorker> worker, int wake_fd, bool same_host_copies,
@@ -191,13 +120,8 @@ Transport::Transport(TransportOptions options, std::unique_ptr<UcxContext> conte
       context_(std::move(context)),
       worker_(std::move(worker)),
       wake_fd_(wake_fd),
-      probe_word_(std::make_unique<uint64_t>(std::random_device()() * 0x100000001ull + 1)),
-      mailbox_(std::move(mailbox)),
-      identity_(IdentifyWithMailbox(probe_word_.get(), mailbox_.get())),
-      same_host_copies_(same_host_copies),
-      address_(EncodeAddress(identity_, worker_->address())),
-      same_host_cpus_(ThisProcessCpus()),
-      same_host_processes_have_a_cpu_each_(same_host_cpus_.HaveACpuEach()) {}
+      copies_(std::make_unique<SameHostCopies>(*this, std::move(mailbox), same_host_copies)),
+      address_(EncodeAddress(copies_->identity(), worker_->address())) {}
 
 Transport::~Transport() {
   Stop();
@@ -232,15 +156,11 @@ absl::Status Transport::AddPeer(PeerId peer, absl::string_view address) {
   return *added;
 }
 
-bool Transport::CopiesDirectlyTo(PeerId peer) const {
-  std::lock_guard<std::mutex> lock(readers_mutex_);
-  return same_host_copies_ && readers_.contains(peer);
-}
+bool Transport::CopiesDirectlyTo(PeerId peer) const { return copies_->CopiesDirectlyTo(peer); }
 
-bool Transport::PostsToMailboxOf(PeerId peer) const {
-  std::lock_guard<std::mutex> lock(readers_mutex_);
-  return mailbox_peers_.contains(peer);
-}
+bool Transport::PostsToMailboxOf(PeerId peer) const { return copies_->PostsToMailboxOf(peer); }
+
+bool Transport::SameHostProcessesHaveACpuEach() const { return copies_->ProcessesHaveACpuEach(); }
 
 absl::Status Transport::Send(PeerId peer, absl::string_view bytes) {
   if (bytes.size() > kMaxMessageBytes) {
@@ -346,8 +266,8 @@ bool Transport::Step(bool& stop, bool* worker_busy) {
   }
   while (worker_->Progress()) busy = true;
   if (worker_busy != nullptr) *worker_busy = busy;
-  if (ReceiveFromMailbox()) busy = true;
-  if (HandleCopyMessages()) busy = true;
+  if (copies_->ReceiveFromMailbox()) busy = true;
+  if (copies_->HandleCopyMessages()) busy = true;
   if (!failed_to_close_.empty()) CloseFailedEndpoints();
   return busy;
 }
@@ -362,14 +282,15 @@ void Transport::Park(absl::Duration timeout, std::unique_lock<std::mutex>* token
   const Mailbox::Reader reader = token == nullptr || driven_pending_ > 0
                                      ? Mailbox::Reader::kDriver
                                      : Mailbox::Reader::kAnyThread;
-  if (mailbox_ != nullptr && !mailbox_->BeginPark(reader)) return;
+  Mailbox* const mailbox = copies_->mailbox();
+  if (mailbox != nullptr && !mailbox->BeginPark(reader)) return;
   pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
   if (token != nullptr) token->unlock();
   if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
     PLOG(ERROR) << "node " << self_ << ": polling the UCX worker";
   }
-  if (mailbox_ != nullptr) mailbox_->EndPark(reader);
+  if (mailbox != nullptr) mailbox->EndPark(reader);
   if (token != nullptr) token->lock();
   // Drained only with the token held: while a driver holds it, the progress thread may sleep in
   // this poll too, and a wake-up meant for the driver (a command queued meanwhile, WakeDriver)
@@ -491,7 +412,7 @@ void Transport::AddPeerNow(AddPeerCommand& command) {
     if (endpoint.ok()) {
       peer->endpoint = *std::move(endpoint);
       Peer& added = *peers_.emplace(command.peer, std::move(peer)).first->second;
-      if (same_host_copies_) ProbeSameHost(added, address->identity);
+      if (copies_->enabled()) copies_->ProbeSameHost(added, address->identity);
     } else {
       status = absl::Status(endpoint.status().code(),
                             absl::StrCat("node ", self_, ": connecting to peer ", command.peer,
@@ -532,7 +453,7 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
   ucs_status_ptr_t request = nullptr;
 
   if (operation->kind == Operation::Kind::kReceiveData) {
-    if (StartCopyReceive(operation)) return;
+    if (copies_->StartCopyReceive(operation)) return;
     // Always through the callback, which reports the received length: with an immediate
     // completion UCX 1.13 sometimes left the length in recv_info at 0.
     params.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -551,7 +472,7 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
       return;
     }
     if (operation->kind == Operation::Kind::kSendData &&
-        (SendInline(operation, *found->second) || StartCopySend(operation))) {
+        (copies_->SendInline(operation, *found->second) || copies_->StartCopySend(operation))) {
       return;
     }
     ucp_ep_h endpoint = found->second->endpoint->handle();
@@ -581,7 +502,7 @@ void Transport::StartOperation(std::unique_ptr<Operation> operation) {
   } else {
     operation->request = request;
     if (operation->kind == Operation::Kind::kReceiveData) {
-      posted_receives_.emplace(operation->tag, operation.get());
+      copies_->RememberPostedReceive(operation.get());
     }
     pending_.insert(operation.release());
   }
@@ -612,11 +533,10 @@ void Transport::Complete(Operation* raw, ucs_status_t status, size_t received_by
     operation->request = nullptr;
   }
   if (operation->kind == Operation::Kind::kReceiveData) {
-    auto posted = posted_receives_.find(operation->tag);
-    if (posted != posted_receives_.end() && posted->second == raw) posted_receives_.erase(posted);
+    copies_->ForgetPostedReceive(raw);
     if (operation->copy_from.has_value() && !shutting_down_) {
       // Copied after the UCX call that reported the cancellation, as messages are handled.
-      receives_to_copy_.push_back(std::move(operation));
+      copies_->TakeCancelledReceive(std::move(operation));
       return;
     }
   }
@@ -673,7 +593,7 @@ void Transport::OnPeerFailed(Peer* peer, const absl::Status& status) {
   // UCX requires a failed endpoint to be closed with the force mode; not from inside its callback.
   failed_to_close_.push_back(peer);
   if (shutting_down_) return;
-  FailCopySends(peer->id, absl::StrCat("failed: ", status.message()));
+  copies_->FailCopySends(peer->id, absl::StrCat("failed: ", status.message()));
   if (on_peer_error_) {
     on_peer_error_(peer->id, status);  // the owner knows whether it matters
   } else {
@@ -712,13 +632,7 @@ ucs_status_t Transport::OnActiveMessage(void* argument, const void* header, size
 
 void Transport::Shutdown() {
   shutting_down_ = true;
-  for (std::unique_ptr<Operation>& receive : receives_to_copy_) {
-    absl::Status cancelled = absl::CancelledError(
-        absl::StrCat(Describe(*receive), " was cancelled: the transport stopped"));
-    Finish(std::move(receive), std::move(cancelled), 0);
-  }
-  receives_to_copy_.clear();
-  FailCopySends(std::nullopt, "was cancelled: the transport stopped");
+  copies_->CancelAll();
   std::deque<Command> commands;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -754,321 +668,6 @@ void Transport::Shutdown() {
   // Destroying the worker closes its sockets, which is how the peers learn that this node left
   // (a forced endpoint close does not tell the peer).
   worker_.reset();
-}
-
-// Same-host copies. The receiver of data from a peer on this host reads the sender's buffer with
-// process_vm_readv; the three messages of transport.h's CopyMessage travel through the peer's
-// mailbox, or as active messages on its UCX endpoint (an error text, a full ring, no mailbox).
-
-void Transport::ProbeSameHost(Peer& peer, const ProcessIdentity& identity) {
-  absl::StatusOr<std::unique_ptr<ProcessReader>> reader = ProcessReader::Open(identity, identity_);
-  if (!reader.ok()) {
-    // Another host is the normal case; on this host it means no permission (ptrace policy,
-    // seccomp, another user): worth a line, since those data then take TCP loopback.
-    if (!identity.host.empty() && identity.host == identity_.host) {
-      LOG(INFO) << "node " << self_ << ": peer " << peer.id
-                << " runs on this host but its memory cannot be read (" << reader.status()
-                << "); its data go through UCX";
-    }
-    return;
-  }
-  peer.reader = *std::move(reader);
-  if (peer.id != self_) {
-    absl::StatusOr<std::vector<int>> cpus = AllowedCpus(identity.pid);
-    if (!cpus.ok()) {
-      LOG(INFO) << "node " << self_ << ": peer " << peer.id << ": " << cpus.status()
-                << "; counted as a process without CPUs of its own";
-    }
-    same_host_cpus_.AddPeer(cpus.ok() ? *cpus : std::vector<int>());
-    if (SameHostProcessesHaveACpuEach() && !same_host_cpus_.HaveACpuEach()) {
-      LOG(INFO) << "node " << self_ << ": the " << same_host_cpus_.processes()
-                << " processes of this job on this host cannot each have a CPU of its own (they "
-                   "may run on "
-                << same_host_cpus_.cpus()
-                << " together); a thread waiting for transfers yields its CPU between polls";
-    }
-    same_host_processes_have_a_cpu_each_.store(same_host_cpus_.HaveACpuEach(),
-                                               std::memory_order_relaxed);
-  }
-  absl::StatusOr<std::unique_ptr<MailboxSender>> mailbox =
-      MailboxSender::Open(*peer.reader, identity, self_);
-  if (mailbox.ok()) {
-    peer.mailbox = *std::move(mailbox);
-    std::lock_guard<std::mutex> lock(readers_mutex_);
-    mailbox_peers_.insert(peer.id);
-  } else {
-    LOG(INFO) << "node " << self_ << ": same-host copy messages to peer " << peer.id
-              << " go through UCX: " << mailbox.status();
-  }
-  CopyMessage can_read;
-  can_read.kind = CopyMessage::kCanRead;
-  SendCopyMessage(peer.id, can_read);
-}
-
-void Transport::SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error) {
-  // Through the peer's mailbox when it fits there (an error text does not: it goes with UCX);
-  // messages of either path are independent of each other, so they may take both.
-  if (error.empty()) {
-    auto found = peers_.find(peer);
-    if (found != peers_.end() && found->second->mailbox != nullptr && !found->second->failed &&
-        found->second->mailbox->Post(
-            absl::string_view(reinterpret_cast<const char*>(&message), sizeof(message)),
-            ReaderOf(message))) {
-      return;
-    }
-  }
-  auto operation = std::make_unique<Operation>();
-  operation->kind = Operation::Kind::kMessage;
-  operation->peer = peer;
-  operation->header.sender = self_;
-  operation->message_id = kCopyMessageId;
-  operation->message.assign(reinterpret_cast<const char*>(&message), sizeof(message));
-  absl::StrAppend(&operation->message, error.substr(0, kMaxMessageBytes - sizeof(message)));
-  StartOperation(std::move(operation));
-}
-
-Mailbox::Reader Transport::ReaderOf(const CopyMessage& message) {
-  return (message.flags & CopyMessage::kDriven) != 0 ? Mailbox::Reader::kDriver
-                                                     : Mailbox::Reader::kAnyThread;
-}
-
-void Transport::SendCopyDone(PeerId peer, const CopyMessage& announcement,
-                             const absl::Status& status) {
-  CopyMessage done;
-  done.kind = CopyMessage::kDone;
-  done.flags = announcement.flags & CopyMessage::kDriven;
-  done.tag = announcement.tag;
-  done.status_code = static_cast<uint32_t>(status.code());
-  SendCopyMessage(peer, done, status.message());
-}
-
-ucs_status_t Transport::OnCopyMessage(void* argument, const void* header, size_t header_length,
-                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
-  auto* transport = static_cast<Transport*>(argument);
-  if (header_length != sizeof(MessageHeader) || length < sizeof(CopyMessage) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    LOG(ERROR) << "node " << transport->self_ << ": dropped a malformed same-host copy message ("
-               << header_length << "-byte header, " << length << " bytes)";
-    return UCS_OK;
-  }
-  if (transport->shutting_down_) return UCS_OK;
-  ReceivedCopyMessage received;
-  MessageHeader message_header;
-  std::memcpy(&message_header, header, sizeof(message_header));
-  received.from = message_header.sender;
-  std::memcpy(&received.message, data, sizeof(received.message));
-  received.trailer.assign(static_cast<const char*>(data) + sizeof(CopyMessage),
-                          length - sizeof(CopyMessage));
-  // Handled after the progress call: the handling posts sends and cancels requests, which UCX
-  // callbacks should not.
-  transport->copy_inbox_.push_back(std::move(received));
-  return UCS_OK;
-}
-
-bool Transport::ReceiveFromMailbox() {
-  if (mailbox_ == nullptr || shutting_down_) return false;
-  return mailbox_->Receive([this](uint32_t sender, absl::string_view bytes) {
-    if (bytes.size() < sizeof(CopyMessage)) {
-      LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of " << bytes.size()
-                 << " bytes from peer " << sender << " in the mailbox";
-      return;
-    }
-    ReceivedCopyMessage received;
-    received.from = sender;
-    std::memcpy(&received.message, bytes.data(), sizeof(received.message));
-    received.trailer = std::string(bytes.substr(sizeof(CopyMessage)));
-    copy_inbox_.push_back(std::move(received));
-  });
-}
-
-bool Transport::HandleCopyMessages() {
-  if (copy_inbox_.empty() && receives_to_copy_.empty()) return false;
-  std::vector<ReceivedCopyMessage> inbox;
-  inbox.swap(copy_inbox_);
-  for (ReceivedCopyMessage& received : inbox) HandleCopyMessage(std::move(received));
-  // Cancelling a receive (HandleCopyMessage) may report it at once or in a later progress call.
-  std::vector<std::unique_ptr<Operation>> receives;
-  receives.swap(receives_to_copy_);
-  for (std::unique_ptr<Operation>& receive : receives) {
-    ReceivedCopyMessage source = *std::move(receive->copy_from);
-    CopyInto(std::move(receive), source);
-  }
-  return true;
-}
-
-void Transport::HandleCopyMessage(ReceivedCopyMessage received) {
-  if (shutting_down_) return;
-  const PeerId from = received.from;
-  const CopyMessage& message = received.message;
-  switch (message.kind) {
-    case CopyMessage::kCanRead: {
-      std::lock_guard<std::mutex> lock(readers_mutex_);
-      readers_.insert(from);
-      return;
-    }
-    case CopyMessage::kAnnounce:
-    case CopyMessage::kInline: {
-      if (message.kind == CopyMessage::kInline && received.trailer.size() != message.size) {
-        LOG(ERROR) << "node " << self_ << ": dropped inline data with tag " << message.tag
-                   << " from peer " << from << ": " << received.trailer.size()
-                   << " bytes where it says " << message.size;
-        return;
-      }
-      auto posted = posted_receives_.find(message.tag);
-      if (posted == posted_receives_.end()) {
-        const CopyMessage announcement = message;  // `received` moves into the table
-        const DataTag tag = announcement.tag;
-        const bool inline_data = announcement.kind == CopyMessage::kInline;
-        if (!announcements_.emplace(tag, std::move(received)).second) {
-          // Two transfers with one tag waiting: the cluster's tags are unique per receiving node,
-          // so this is a bug; fail the second sender rather than let it wait forever (an inline
-          // sender is done already: its data are dropped, and the receive fails instead).
-          absl::Status duplicate = absl::AlreadyExistsError(
-              absl::StrCat("node ", self_, " already holds another transfer with tag ", tag,
-                           " for a receive not yet posted"));
-          if (inline_data) {
-            LOG(ERROR) << duplicate << "; dropped the inline data from peer " << from;
-            dropped_duplicates_.emplace(
-                tag, absl::AlreadyExistsError(
-                         absl::StrCat("a second transfer with this tag, from peer ", from,
-                                      ", came before the receive was posted and was dropped")));
-          } else {
-            SendCopyDone(from, announcement, duplicate);
-          }
-        }
-        return;
-      }
-      // The receive is in UCX; cancelling it completes it with UCS_ERR_CANCELED, and Complete
-      // then copies instead (no UCX send has this tag: the sender used the mailbox instead).
-      Operation* receive = posted->second;
-      posted_receives_.erase(posted);
-      receive->copy_from = std::move(received);
-      ucp_request_cancel(worker_->handle(), receive->request);
-      return;
-    }
-    case CopyMessage::kDone: {
-      auto found = copy_sends_.find(std::make_pair(from, message.tag));
-      if (found == copy_sends_.end()) {
-        LOG(ERROR) << "node " << self_ << ": peer " << from
-                   << " answered a same-host copy with tag " << message.tag
-                   << " that this node did not announce";
-        return;
-      }
-      std::unique_ptr<Operation> send = std::move(found->second);
-      copy_sends_.erase(found);
-      absl::Status status;
-      if (message.status_code != 0) {
-        status = absl::Status(
-            static_cast<absl::StatusCode>(message.status_code),
-            absl::StrCat(Describe(*send), ": the receiver's copy failed: ", received.trailer));
-      }
-      Finish(std::move(send), std::move(status), 0);
-      return;
-    }
-  }
-  LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of unknown kind "
-             << message.kind << " from peer " << from;
-}
-
-bool Transport::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {
-  if (peer.mailbox == nullptr || operation->size > kMaxInlineBytes) return false;
-  CopyMessage message;
-  message.kind = CopyMessage::kInline;
-  message.flags = operation->driven ? CopyMessage::kDriven : 0;
-  message.tag = operation->tag;
-  message.size = operation->size;
-  char bytes[Mailbox::kMaxMessageBytes];
-  std::memcpy(bytes, &message, sizeof(message));
-  // (memcpy wants valid pointers even for no bytes, and an empty transfer may have none.)
-  if (operation->size > 0) {
-    std::memcpy(bytes + sizeof(message), operation->send_buffer, operation->size);
-  }
-  if (!peer.mailbox->Post(absl::string_view(bytes, sizeof(message) + operation->size),
-                          ReaderOf(message))) {
-    return false;  // a full ring: through UCX
-  }
-  Finish(std::move(operation), absl::OkStatus(), 0);
-  return true;
-}
-
-bool Transport::StartCopySend(std::unique_ptr<Operation>& operation) {
-  if (!same_host_copies_ || operation->size < options_.same_host_copy_min_bytes) return false;
-  {
-    std::lock_guard<std::mutex> lock(readers_mutex_);
-    if (!readers_.contains(operation->peer)) return false;
-  }
-  auto key = std::make_pair(operation->peer, operation->tag);
-  if (copy_sends_.contains(key)) return false;  // the same tag twice at once: UCX matches those
-  CopyMessage announce;
-  announce.kind = CopyMessage::kAnnounce;
-  announce.flags = operation->driven ? CopyMessage::kDriven : 0;
-  announce.tag = operation->tag;
-  announce.address = reinterpret_cast<uintptr_t>(operation->send_buffer);
-  announce.size = operation->size;
-  PeerId peer = operation->peer;
-  copy_sends_.emplace(key, std::move(operation));
-  SendCopyMessage(peer, announce);
-  return true;
-}
-
-bool Transport::StartCopyReceive(std::unique_ptr<Operation>& operation) {
-  auto announced = announcements_.find(operation->tag);
-  if (announced == announcements_.end()) return false;
-  ReceivedCopyMessage source = std::move(announced->second);
-  announcements_.erase(announced);
-  CopyInto(std::move(operation), source);
-  return true;
-}
-
-void Transport::CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyMessage& source) {
-  const PeerId from = source.from;
-  const CopyMessage& request = source.message;
-  const bool inline_data = request.kind == CopyMessage::kInline;
-  absl::Status status;
-  auto peer = peers_.find(from);
-  if (auto dropped = dropped_duplicates_.extract(request.tag); !dropped.empty()) {
-    // Another transfer with this tag was dropped (HandleCopyMessage): neither is taken, and an
-    // announced one's sender fails too.
-    status = absl::Status(dropped.mapped().code(),
-                          absl::StrCat(Describe(*receive), ": ", dropped.mapped().message()));
-  } else if (request.size > receive->size) {
-    status = absl::InvalidArgumentError(absl::StrCat(Describe(*receive), ": peer ", from, " sent ",
-                                                     FormatBytes(request.size),
-                                                     ", more than the buffer holds"));
-  } else if (inline_data) {
-    if (request.size > 0) std::memcpy(receive->receive_buffer, source.trailer.data(), request.size);
-  } else if (peer == peers_.end() || peer->second->reader == nullptr) {
-    status = absl::InternalError(absl::StrCat(Describe(*receive), ": peer ", from,
-                                              " announced a same-host copy this node cannot read"));
-  } else if (absl::Status read =
-                 peer->second->reader->Read(request.address, receive->receive_buffer, request.size);
-             !read.ok()) {
-    status = absl::Status(
-        read.code(), absl::StrCat(Describe(*receive), " from peer ", from, ": ", read.message()));
-  }
-  if (!inline_data && peer != peers_.end() && !peer->second->failed) {
-    SendCopyDone(from, request, status);
-  }
-  Finish(std::move(receive), std::move(status), request.size);
-}
-
-void Transport::FailCopySends(std::optional<PeerId> peer, absl::string_view reason) {
-  std::vector<std::unique_ptr<Operation>> failed;
-  for (auto it = copy_sends_.begin(); it != copy_sends_.end();) {
-    if (!peer.has_value() || it->first.first == *peer) {
-      failed.push_back(std::move(it->second));
-      copy_sends_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  for (std::unique_ptr<Operation>& send : failed) {
-    absl::Status status =
-        peer.has_value()
-            ? absl::UnavailableError(absl::StrCat(Describe(*send), ": the peer ", reason))
-            : absl::CancelledError(absl::StrCat(Describe(*send), " ", reason));
-    Finish(std::move(send), std::move(status), 0);
-  }
 }
 
 }  // namespace loom::transport

@@ -1,6 +1,11 @@
 #ifndef LOOM_TRANSPORT_TRANSPORT_H_
 #define LOOM_TRANSPORT_TRANSPORT_H_
 
+// Transport: moves actor messages and register data between the nodes of a cluster over UCX, with
+// one progress thread per Transport, DriveUntil for a thread that waits for its own transfers, and
+// same-host copies between processes of one host. Also its options (TransportOptions), the peer and
+// tag types, and the callbacks it runs. TransportNetwork builds the runtime's Network on it.
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -15,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
@@ -24,7 +30,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/same_host.h"
-#include "transport/same_host_cpus.h"
 #include "transport/same_host_mailbox.h"
 #include "transport/ucx_context.h"
 #include "transport/ucx_endpoint.h"
@@ -56,24 +61,18 @@ struct TransportOptions {
   PeerErrorHandler on_peer_error;
   UcxContextOptions context;
   // After the last activity of the UCX worker (or the last queued command) the progress thread
-  // polls this long before sleeping on the worker's event file descriptor (waking a sleeping thread
-  // costs milliseconds on small machines; spinning costs a core). Same-host mailbox records alone
-  // do not count: they are the same-host transfers' announcements, answers and inline data, whose
-  // next record wakes the thread through the mailbox just as cheaply, and for which the spin took
-  // the core from the rank's thread that drives those transfers itself.
+  // polls this long before sleeping on the worker's event file descriptor. Same-host mailbox
+  // records alone (the same-host transfers' announcements, answers and inline data) do not count.
   // A thread in DriveUntil polls as long after its last activity of any kind, while this process
   // and its same-host peers may each run on a CPU of their own (their affinity: a cpuset,
-  // taskset, `loomctl cluster up --bind-cpus`; transport/same_host_cpus.h): a post to the mailbox
-  // of a sleeping peer costs the poster that peer's wake-up, up to 50 us where the peer's core
-  // idles in a VM.
+  // taskset, `loomctl cluster up --bind-cpus`; transport/same_host_cpus.h). (Why, and
+  // measurements: transport/README.md, "One worker per Transport" and "A waiting thread may drive
+  // the worker itself"; docs/PERFORMANCE.md, alltoall.)
   absl::Duration progress_spin = absl::Microseconds(20);
   // Where they cannot (more same-host processes than CPUs for them), a thread in DriveUntil polls
-  // this long after its last activity, calling sched_yield() between rounds, before it sleeps:
-  // the peer it waits for may be the process that this CPU would run next, which the yield lets
-  // run at once, where a busy poll would hold the CPU for its time slice and a sleep would cost a
-  // wake-up per message (OpenMPI's ranks yield between polls on an oversubscribed host, too).
-  // 4 ranks of an all-to-all on 2 cores: 0.45 ms instead of 0.65 at 1 MiB, 1.32 instead of 1.66 at
-  // 4 MiB (docs/PERFORMANCE.md, alltoall, *A driver yields between polls where CPUs are shared*).
+  // this long after its last activity, calling sched_yield() between rounds, before it sleeps.
+  // (Why: docs/ARCHITECTURE.md, "Collectives between nodes"; measured in docs/PERFORMANCE.md,
+  // alltoall, *A driver yields between polls where CPUs are shared*.)
   absl::Duration shared_cpu_poll = absl::Milliseconds(2);
   // Longest sleep between progress calls (UCX's timers, e.g. keepalive, need progress).
   absl::Duration park_timeout = absl::Milliseconds(50);
@@ -85,11 +84,9 @@ struct TransportOptions {
   // could read this process's memory, unless this is false or UCX's transport list excludes
   // `cma` (e.g. UCX_TLS=tcp): then everything goes through UCX.
   bool same_host_copies = true;
-  // Smaller transfers go through UCX even to such a peer: a copy costs two messages on its path
-  // (announcement, answer) where UCX sends a small transfer eagerly in one. Measured crossover:
-  // all-to-alls of 4 KiB per peer took 0.053-0.057 ms over UCX against 0.068-0.085 by copy, of
-  // 32 KiB about the same (transport/README.md). The smallest (up to kMaxInlineBytes, e.g. the
-  // collectives' headers) go inline through the peer's mailbox where there is one.
+  // Smaller transfers go through UCX even to such a peer. The smallest (up to kMaxInlineBytes,
+  // e.g. the collectives' headers) go inline through the peer's mailbox where there is one. (Why,
+  // and the measured crossover: transport/README.md, "Same-host copies".)
   size_t same_host_copy_min_bytes = 32 * 1024;
 };
 
@@ -190,9 +187,7 @@ class Transport {
   // probed when added) may run on a CPU each (transport/same_host_cpus.h): a thread in DriveUntil
   // then polls busily before it sleeps (TransportOptions::progress_spin), otherwise it yields its
   // CPU between polls (TransportOptions::shared_cpu_poll). For tests and diagnostics.
-  bool SameHostProcessesHaveACpuEach() const {
-    return same_host_processes_have_a_cpu_each_.load(std::memory_order_relaxed);
-  }
+  bool SameHostProcessesHaveACpuEach() const;
 
   // Stops the progress thread and joins it: queued and pending operations complete with
   // Cancelled, endpoints are closed and the worker is destroyed, which closes its connections
@@ -200,33 +195,12 @@ class Transport {
   void Stop();
 
  private:
+  // Defined in transport/transport_operation.h.
   struct Operation;
   struct Peer;
-  // A same-host copy message (its wire format; an error text or the data may follow it).
-  struct CopyMessage {
-    enum Kind : uint16_t {
-      kCanRead = 1,   // receiver to sender, once: "I can read your memory"
-      kAnnounce = 2,  // sender to receiver: `size` bytes for `tag` are at `address`
-      kDone = 3,      // receiver to sender: the transfer `tag` is over (`status_code`, then text)
-      kInline = 4,    // sender to receiver: the `size` bytes for `tag` follow (mailbox only)
-    };
-    // kAnnounce, kInline: the sender's end is driven (Queueing::kDeferred), so the receiver's end
-    // is meant to be too; kDone: the sender's announcement said so. The message then wakes only a
-    // driving thread of its receiver (Mailbox::Reader::kDriver).
-    static constexpr uint16_t kDriven = 1;
-    uint16_t kind = 0;
-    uint16_t flags = 0;
-    uint32_t status_code = 0;  // absl::StatusCode of kDone
-    uint64_t tag = 0;
-    uint64_t address = 0;
-    uint64_t size = 0;
-  };
-  struct ReceivedCopyMessage {
-    PeerId from;
-    CopyMessage message;
-    std::string trailer;  // what followed it: kDone's error text, kInline's data
-  };
-  static_assert(sizeof(CopyMessage) + kMaxInlineBytes == Mailbox::kMaxMessageBytes);
+  // The same-host copy protocol: its messages, its state and their handling
+  // (transport/same_host_copies.h).
+  class SameHostCopies;
   struct AddPeerResult;
   struct AddPeerCommand {
     PeerId peer;
@@ -263,25 +237,6 @@ class Transport {
   void Finish(std::unique_ptr<Operation> operation, absl::Status status, size_t received_bytes);
   void OnPeerFailed(Peer* peer, const absl::Status& status);
   void CloseFailedEndpoints();
-  // Same-host copies (progress thread).
-  void ProbeSameHost(Peer& peer, const ProcessIdentity& identity);
-  void SendCopyMessage(PeerId peer, const CopyMessage& message, absl::string_view error = "");
-  // Which of the peer's threads `message` wakes in its mailbox (CopyMessage::kDriven).
-  static Mailbox::Reader ReaderOf(const CopyMessage& message);
-  // kDone for the transfer `announcement` from `peer`: its outcome at this receiver.
-  void SendCopyDone(PeerId peer, const CopyMessage& announcement, const absl::Status& status);
-  // Moves the mailbox's records into copy_inbox_; whether there were any.
-  bool ReceiveFromMailbox();
-  bool HandleCopyMessages();
-  void HandleCopyMessage(ReceivedCopyMessage received);
-  // A small send through the peer's mailbox, data and all: done once posted.
-  bool SendInline(std::unique_ptr<Operation>& operation, Peer& peer);
-  bool StartCopySend(std::unique_ptr<Operation>& operation);
-  bool StartCopyReceive(std::unique_ptr<Operation>& operation);
-  // Fills `receive` from `source` (a kAnnounce or kInline message) and finishes it.
-  void CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyMessage& source);
-  // Fails the announced sends to `peer` (every peer: nullopt) with `reason`.
-  void FailCopySends(std::optional<PeerId> peer, absl::string_view reason);
   void Shutdown();
   std::string Describe(const Operation& operation) const;
 
@@ -291,8 +246,6 @@ class Transport {
   static void OnEndpointError(void* argument, ucp_ep_h endpoint, ucs_status_t status);
   static ucs_status_t OnActiveMessage(void* argument, const void* header, size_t header_length,
                                       void* data, size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnCopyMessage(void* argument, const void* header, size_t header_length,
-                                    void* data, size_t length, const ucp_am_recv_param_t* param);
 
   const PeerId self_;
   // Used by the token holder only; moved out of the options before options_ takes the rest.
@@ -302,13 +255,9 @@ class Transport {
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;  // destroyed by the progress thread as it ends
   const int wake_fd_;                  // wakes the thread sleeping on the worker (Park)
-  // Same-host copies: the word peers probe, the mailbox peers post their copy messages to (null
-  // without same-host copies, or when it could not be made; drained by the token holder), this
-  // process's identity, and whether they are on.
-  const std::unique_ptr<uint64_t> probe_word_;
-  const std::unique_ptr<Mailbox> mailbox_;
-  const ProcessIdentity identity_;
-  const bool same_host_copies_;
+  // Same-host copies: this process's identity and mailbox, which peers can read us, the copies
+  // in flight. Before address_, which carries the identity.
+  const std::unique_ptr<SameHostCopies> copies_;
   const std::string address_;
 
   // The worker token: whoever holds it drives the worker and owns the state below "Token holder
@@ -317,16 +266,13 @@ class Transport {
   std::condition_variable token_returned_;  // a driver let go of the token
   std::atomic<int> drivers_waiting_{0};     // threads in DriveUntil waiting for the token
   std::mutex mutex_;
-  std::deque<Command> commands_;  // guarded by mutex_
-  bool stop_requested_ = false;   // guarded by mutex_
+  std::deque<Command> commands_ ABSL_GUARDED_BY(mutex_);
+  bool stop_requested_ ABSL_GUARDED_BY(mutex_) = false;
   std::atomic<bool> has_commands_{false};
   // True while the progress thread sleeps or waits for the token (and before it first runs):
   // then a queued command must write the wake-up eventfd, which wakes a driver too.
   std::atomic<bool> sleeping_{true};
-  mutable std::mutex readers_mutex_;
-  absl::flat_hash_set<PeerId> readers_;        // guarded by readers_mutex_: peers that can read us
-  absl::flat_hash_set<PeerId> mailbox_peers_;  // guarded by readers_mutex_: Peer::mailbox set
-  std::mutex stop_mutex_;                      // serialises Stop()
+  std::mutex stop_mutex_;  // serialises Stop()
   std::thread progress_thread_;
 
   // Token holder only.
@@ -338,26 +284,6 @@ class Transport {
   // early.
   int driven_pending_ = 0;
   std::vector<Peer*> failed_to_close_;
-  // This process and the peers other than this node whose memory it can read (processes on this
-  // host), with their CPUs: a driver polls busily before it sleeps only while they have a core
-  // each.
-  SameHostCpus same_host_cpus_;
-  // same_host_cpus_.HaveACpuEach(), for any thread.
-  std::atomic<bool> same_host_processes_have_a_cpu_each_;
-  // Same-host copy messages received, handled after the UCX progress call that delivered them.
-  std::vector<ReceivedCopyMessage> copy_inbox_;
-  // Receives taken back from UCX for an announced copy, to be copied.
-  std::vector<std::unique_ptr<Operation>> receives_to_copy_;
-  // Data sends announced to their receiver, waiting for its answer; by (peer, tag). Owned.
-  absl::flat_hash_map<std::pair<PeerId, DataTag>, std::unique_ptr<Operation>> copy_sends_;
-  // Receives posted to UCX, by tag: a same-host announcement with their tag takes them back.
-  absl::flat_hash_map<DataTag, Operation*> posted_receives_;
-  // Announcements and inline data that came before their receive was posted, by tag.
-  absl::flat_hash_map<DataTag, ReceivedCopyMessage> announcements_;
-  // Tags of which inline data came while another transfer with the tag waited for its receive (a
-  // bug of the cluster, whose tags are unique per receiving node): those data were dropped, and
-  // the receive fails with this error rather than take the other transfer's.
-  absl::flat_hash_map<DataTag, absl::Status> dropped_duplicates_;
 };
 
 }  // namespace loom::transport

@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_UCX_CONTEXT_H_
 #define LOOM_TRANSPORT_UCX_CONTEXT_H_
 
+// UcxContext: the owner of a UCX context (ucp_context_h), created with the features the Transport
+// uses (active messages, tag messages, wake-up), and UcxContextOptions, the UCX configuration
+// overrides a daemon's config passes in.
+
 #include <ucp/api/ucp.h>
 
 #include <memory>

@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_UCX_ENDPOINT_H_
 #define LOOM_TRANSPORT_UCX_ENDPOINT_H_
 
+// UcxEndpoint: the owner of a UCX endpoint (ucp_ep_h), the connection from a worker to a peer's
+// worker, with peer-failure error handling and a forced or flushed close. The Transport keeps one
+// per peer.
+
 #include <ucp/api/ucp.h>
 
 #include <memory>

@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_UCX_STATUS_H_
 #define LOOM_TRANSPORT_UCX_STATUS_H_
 
+// UcxStatusToStatus: the conversion of a UCX status into an absl::Status whose message says what
+// was being done. The UCX wrappers (context, worker, endpoint) and the Transport report UCX errors
+// with it.
+
 #include <ucs/type/status.h>
 
 #include "absl/status/status.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_TRANSPORT_UCX_WORKER_H_
 #define LOOM_TRANSPORT_UCX_WORKER_H_
 
+// UcxWorker: the owner of a UCX worker (ucp_worker_h), a Transport's progress engine: its address
+// for peers, Progress, and the event file descriptor a thread sleeps on. One per Transport; threads
+// take turns on it through the Transport's worker token.
+
 #include <ucp/api/ucp.h>
 
 #include <memory>

@@ -27,7 +27,7 @@
 #include "caf/all.hpp"
 #include "glog/logging.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 
 namespace loom::bench {
 namespace {

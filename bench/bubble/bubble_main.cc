@@ -19,11 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "client/job_builder.h"
-#include "client/local_run.h"
 #include "compiler/compiler.h"
 #include "glog/logging.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "runtime/pipeline_analysis.h"
+#include "node/local_run.h"
+#include "testing/pipeline_analysis.h"
 
 namespace loom::bench {
 namespace {

@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/tensor.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
-#include "runtime/tensor.h"
 
 namespace loom::bench {
 namespace {

@@ -13,8 +13,8 @@
 #include "bench/common/gloo_collectives.h"
 #include "bench/common/node_job_processes.h"
 #include "compiler/node_split.h"
-#include "runtime/cpu_affinity.h"
-#include "runtime/plan_builder.h"
+#include "core/cpu_affinity.h"
+#include "testing/plan_builder.h"
 
 namespace loom::bench {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
-#include "runtime/cpu_affinity.h"
+#include "core/cpu_affinity.h"
 
 #ifdef LOOM_BENCH_HAVE_GLOO
 #include "gloo/allreduce.h"

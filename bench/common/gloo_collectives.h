@@ -22,7 +22,7 @@ enum class GlooCollective {
 // Runs `ranks` processes (forked from this one) that connect a Gloo context over TCP on
 // 127.0.0.1 (a FileStore rendezvous in a fresh directory under /tmp), then, after a barrier, run
 // `collective` on a float32 buffer of `elements` zeros per rank `iterations` times back to back.
-// Rank r's process is bound to CPU cpus[r] where there is one (runtime/cpu_affinity.h's BindToCpu).
+// Rank r's process is bound to CPU cpus[r] where there is one (core/cpu_affinity.h's BindToCpu).
 // Returns rank 0's steady-clock time (nanoseconds) at which each call returned. This process
 // must not have started threads (it forks).
 absl::StatusOr<std::vector<int64_t>> RunGlooCollective(GlooCollective collective, int ranks,

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
-#include "client/local_run.h"
 #include "compiler/compiler.h"
-#include "runtime/device_backends.h"
+#include "node/device_backends.h"
+#include "node/local_run.h"
 
 namespace loom::bench {
 

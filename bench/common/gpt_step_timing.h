@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "compiler/logical_graph.h"
-#include "examples/gpt/gpt_model.h"
 #include "kernels/kernel_registry.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::bench {
 

@@ -18,11 +18,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
+#include "core/cpu_affinity.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/cpu_affinity.h"
 
 namespace loom::bench {
 namespace {

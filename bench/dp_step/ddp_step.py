@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """The PyTorch side of bench_dp_step: the tiny GPT (tests/oracle/models.py, the model of
-examples/gpt) trained data-parallel on WORLD processes with DistributedDataParallel over the gloo
+tools/loom-gpt) trained data-parallel on WORLD processes with DistributedDataParallel over the gloo
 backend, on this machine.
 
     /usr/bin/python3 bench/dp_step/ddp_step.py --world-size 2 --warmup 3 --steps 20 --output r.json
 
 The launcher (no --rank) starts WORLD worker processes of this script on a free TCP port and
 waits for them. Every worker runs --warmup + --steps steps of the global batch --batch (rank r
-takes rows [r * B / WORLD, (r + 1) * B / WORLD) of the batch that examples/gpt reads at that step
+takes rows [r * B / WORLD, (r + 1) * B / WORLD) of the batch that tools/loom-gpt reads at that step
 from the token file), each step zero_grad, forward, backward (DDP all-reduces the gradients in
 buckets during backward, averaging them over the ranks), AdamW step, with one BLAS/OpenMP thread
 per process. A step's time is the interval between the ends of successive steps on rank 0 (as

@@ -3,7 +3,7 @@
 // processes), in one run.
 //
 // Loom: a local cluster of two loomd processes (coordinator + worker, one CPU device each, OpenBLAS
-// at one thread: loomd's default --blas-threads 1); the job is examples/gpt's tiny GPT (V=256,
+// at one thread: loomd's default --blas-threads 1); the job is tools/loom-gpt's tiny GPT (V=256,
 // T=64, D=128, 4 layers, 4 heads, F=512, global batch 16, AdamW) with data_parallel = 2 and
 // devices_per_node = 1, i.e. node0/cpu:0 and node1/cpu:0, submitted through the ClusterClient
 // for kWarmup + kMeasured steps. A step's time is the StepEvent's step_time_seconds: the
@@ -25,7 +25,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/command.h"
 #include "bench/common/local_cluster.h"
-#include "examples/gpt/gpt_model.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 #ifndef LOOMD_BINARY
 #define LOOMD_BINARY ""

@@ -1,4 +1,4 @@
-// bench_gpt_step: one training step of the tiny GPT (examples/gpt, default config: V=256, T=64,
+// bench_gpt_step: one training step of the tiny GPT (tools/loom-gpt, default config: V=256, T=64,
 // D=128, 4 layers, 4 heads, F=512, batch 16, AdamW) on one CPU device, against the same model
 // and step in PyTorch (tests/oracle/reference.py --steps-timing, Debian's python3-torch) on the
 // same machine, both at one thread, in one run.
@@ -19,10 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/gpt_step_timing.h"
-#include "examples/gpt/gpt_model.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::bench {
 namespace {

@@ -9,7 +9,7 @@
 //                      [--layers L] [--heads H] [--mlp-width F] [--vocab V] [--float32]
 //                      [--peak-tflops P]
 //
-// Loom: examples/gpt's job (the oracle tests' model) compiled for cuda:0 (its token batches read
+// Loom: tools/loom-gpt's job (the oracle tests' model) compiled for cuda:0 (its token batches read
 // on cpu:0) and run in this process, W + S steps per job; a step's time is the interval between
 // the ends of successive acts of the loss's sink (step t + 1 reads the weights step t updated).
 // PyTorch: host wall time of zero_grad, forward, backward and AdamW's step, with the device
@@ -39,10 +39,10 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/command.h"
 #include "bench/common/gpt_step_timing.h"
-#include "examples/gpt/gpt_model.h"
+#include "device/cuda/cuda_devices.h"
 #include "glog/logging.h"
-#include "runtime/cuda/cuda_devices.h"
-#include "runtime/device_backends.h"
+#include "node/device_backends.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::bench {
 namespace {

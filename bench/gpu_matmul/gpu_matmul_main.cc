@@ -27,11 +27,11 @@
 #include "absl/strings/str_split.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/command.h"
+#include "device/cuda/cuda_devices.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/cuda_stream_context.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/cuda/cuda_devices.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/cuda_stream_context.h"
 
 namespace loom::bench {
 namespace {

@@ -23,15 +23,15 @@
 #include "absl/strings/str_cat.h"
 #include "actors/actor_factory.h"
 #include "bench/common/bench_util.h"
+#include "device/cuda/cuda_devices.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/cuda_stream_context.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_devices.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/cuda_stream_context.h"
+#include "node/cuda_backend.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 
 namespace loom::bench {
 namespace {

@@ -1,4 +1,4 @@
-// bench_moe_step: one training step of the MoE GPT (examples/gpt with --experts 4: the tiny GPT
+// bench_moe_step: one training step of the MoE GPT (tools/loom-gpt with --experts 4: the tiny GPT
 // with an MoE MLP of 4 experts, top-2, capacity factor 1.25 in blocks 1 and 3; batch 16) on two
 // CPU devices, data parallel, with the experts split over the two devices (EP=2: the token
 // exchange is two all-to-alls per MoE layer and direction) against the experts replicated on
@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/gpt_step_timing.h"
-#include "examples/gpt/gpt_model.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::bench {
 namespace {

@@ -21,7 +21,7 @@
 #include "glog/logging.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 
 namespace loom::bench {
 namespace {

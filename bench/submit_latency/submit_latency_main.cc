@@ -2,7 +2,7 @@
 // of three loomd processes (a coordinator and two workers, one CPU device each), through the C++
 // ClusterClient as a user would.
 //
-// The job: the GPT of examples/gpt in a small configuration (T = 16, width 32, 2 layers, 2 heads,
+// The job: the GPT of tools/loom-gpt in a small configuration (T = 16, width 32, 2 layers, 2 heads,
 // MLP 64, batch 12, AdamW, 2 steps), data-parallel over the three nodes (node<i>/cpu:0), so that
 // the path crosses every node: SubmitJob (validation, compilation, the node split), the launch on
 // the three nodes (actors built, a UCX network per node), the connect barrier, the start, a first
@@ -29,7 +29,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/command.h"
 #include "bench/common/local_cluster.h"
-#include "examples/gpt/gpt_model.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 #ifndef LOOMD_BINARY
 #define LOOMD_BINARY ""

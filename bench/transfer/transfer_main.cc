@@ -63,7 +63,7 @@
 #include "bench/common/command.h"
 #include "bench/common/node_job_processes.h"
 #include "compiler/node_split.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 #include "tests/cluster/virtual_hosts.h"
 
 namespace loom::bench {

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_BIAS_ADD_OP_H_
 #define LOOM_COMPILER_OPS_BIAS_ADD_OP_H_
 
+// The "bias_add" op (MakeBiasAddOp): a float32 bias vector added along the last axis of x, split
+// on x's leading axes or, with the bias split too, on its last axis. One of the op definitions
+// that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_CAST_OP_H_
 #define LOOM_COMPILER_OPS_CAST_OP_H_
 
+// The "cast" op (MakeCastOp): a tensor converted between float32 and bfloat16, which mixed
+// precision (compiler/mixed_precision.h) puts around matmuls and attention; its gradient is a
+// cast back. One of the op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc)
+// puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

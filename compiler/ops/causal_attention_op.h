@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 #define LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_
 
+// The "causal_attention" op (MakeCausalAttentionOp): scaled dot-product attention with a causal
+// mask on [B, H, T, Dh] tensors, split by batch or by head. One of the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table. Also the attention
+// scale and the data type check that its gradient op "causal_attention_grad" shares.
+
 #include <memory>
 
 #include "absl/types/span.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_CLIP_OPS_H_
 #define LOOM_COMPILER_OPS_CLIP_OPS_H_
 
+// The ops of gradient clipping by global L2 norm, "squared_norm", "clip_coefficient" and
+// "scale_by" (MakeSquaredNormOp, MakeClipCoefficientOp, MakeScaleByOp), which AddGradientClipping
+// (compiler/gradient_clipping.h) puts between the gradients and the optimizer. Among the op
+// definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

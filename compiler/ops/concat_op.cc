@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom::compiler {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_CONCAT_OP_H_
 #define LOOM_COMPILER_OPS_CONCAT_OP_H_
 
+// The "concat" op (MakeConcatOp): inputs of one data type joined along one axis, split on any
+// other axis. One of the op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc)
+// puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

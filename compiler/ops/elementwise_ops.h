@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_ELEMENTWISE_OPS_H_
 #define LOOM_COMPILER_OPS_ELEMENTWISE_OPS_H_
 
+// The element-wise ops on float32 tensors: add, subtract, multiply and divide with NumPy
+// broadcasting (MakeBinaryOp), and relu, gelu, tanh, scale and identity (MakeUnaryOp). Among the
+// op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

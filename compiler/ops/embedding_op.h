@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_OPS_EMBEDDING_OP_H_
 #define LOOM_COMPILER_OPS_EMBEDDING_OP_H_
 
+// The "embedding" op (MakeEmbeddingOp): rows of a float32 table looked up by integer ids, split by
+// the ids (data parallel), by the embedding dimension, or by the table's rows (vocab parallel).
+// One of the op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the
+// op table. Also LowerEmbeddingTable, the kernel conf with the device's row offset, which
+// "embedding_grad" lowers with too.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

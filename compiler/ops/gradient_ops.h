@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_OPS_GRADIENT_OPS_H_
 #define LOOM_COMPILER_OPS_GRADIENT_OPS_H_
 
+// The definitions of the ops that autodiff (compiler/autodiff.h) emits: "ones_like", the seed of
+// the backward pass, and the gradient ops of the activations, broadcasting, softmax, cross
+// entropy, layer norm, slice ("pad"), embedding and causal attention. The gradient functions of
+// compiler/ops/gradients.h emit them; RegisterStandardOps (compiler/ops/standard_ops.cc) puts
+// them in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

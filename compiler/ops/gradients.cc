@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom::compiler {
 namespace {

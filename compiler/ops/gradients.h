@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_GRADIENTS_H_
 #define LOOM_COMPILER_OPS_GRADIENTS_H_
 
+// The gradient functions of the forward ops, in one table rather than in every op's file:
+// WithGradient gives an op definition the Gradient that its op type's entry emits.
+// RegisterStandardOps (compiler/ops/standard_ops.cc) wraps every definition with it, and autodiff
+// (compiler/autodiff.h) calls the Gradient.
+
 #include <memory>
 #include <string>
 

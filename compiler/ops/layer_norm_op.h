@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_LAYER_NORM_OP_H_
 #define LOOM_COMPILER_OPS_LAYER_NORM_OP_H_
 
+// The "layer_norm" op (MakeLayerNormOp): normalisation of a float32 tensor over its last axis
+// with a scale (gamma) and shift (beta), split on any other axis. One of the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_MATMUL_OP_H_
 #define LOOM_COMPILER_OPS_MATMUL_OP_H_
 
+// The "matmul" op (MakeMatmulOp): matrix products, batched and with optional transposes, split
+// by batch, by rows of a, by columns of b, or on the inner dimension as a partial sum. One of the
+// op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,12 @@
 #ifndef LOOM_COMPILER_OPS_MOE_ROUTE_OP_H_
 #define LOOM_COMPILER_OPS_MOE_ROUTE_OP_H_
 
+// The routing of a mixture-of-experts layer: "moe_route" (MakeMoeRouteOp) fills each expert's
+// slots with tokens from the router's probabilities, up to a capacity per group (MoeCapacity),
+// and "moe_route_grad" (MakeMoeRouteGradOp) is its gradient. Among the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table; the ops of
+// compiler/ops/moe_slot_ops.h move the tokens to and from the slots.
+
 #include <cstdint>
 #include <memory>
 

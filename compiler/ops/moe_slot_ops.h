@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_MOE_SLOT_OPS_H_
 #define LOOM_COMPILER_OPS_MOE_SLOT_OPS_H_
 
+// The token exchange of a mixture-of-experts layer around moe_route's slots: "moe_dispatch"
+// copies each slot's token row for its expert, "moe_combine" adds the experts' weighted outputs
+// back per token, and "moe_dispatch_grad" is moe_dispatch's gradient. Among the op definitions
+// that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_OP_CHECKS_H_
 #define LOOM_COMPILER_OPS_OP_CHECKS_H_
 
+// Helpers shared by the op definitions of compiler/ops/: checks of an op's attributes, input data
+// types and ranks, with messages that name the input; axis normalisation; builders of kernel conf
+// attributes (IntAttribute, EmptyKernelConf, ...); and LocalRange, the range of a tensor axis that
+// a rank holds under an nd-SBP.
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -9,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/op_definition.h"
-#include "runtime/balanced_split.h"
+#include "core/balanced_split.h"
 
 namespace loom::compiler {
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_REDUCE_OPS_H_
 #define LOOM_COMPILER_OPS_REDUCE_OPS_H_
 
+// The reductions "reduce_sum" and "reduce_mean" (MakeReduceSumOp, MakeReduceMeanOp) of a float32
+// tensor over some of its axes, split on a kept axis or, as a partial sum, on a reduced one. Among
+// the op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

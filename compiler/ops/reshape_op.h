@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_RESHAPE_OP_H_
 #define LOOM_COMPILER_OPS_RESHAPE_OP_H_
 
+// The "reshape" op (MakeReshapeOp): a row-major reshape of any data type, split only where every
+// device's slice is the same bytes under both shapes. One of the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

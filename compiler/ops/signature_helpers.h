@@ -1,6 +1,11 @@
 #ifndef LOOM_COMPILER_OPS_SIGNATURE_HELPERS_H_
 #define LOOM_COMPILER_OPS_SIGNATURE_HELPERS_H_
 
+// Helpers for the definitions of element-wise ops: ElementwiseSignatures, the split and broadcast
+// signatures of an op whose output element i depends only on input element i, and
+// BroadcastShapes, NumPy broadcasting of two shapes. The elementwise, cast, softmax, sleep and
+// gradient ops of compiler/ops/ use them.
+
 #include <cstdint>
 #include <vector>
 

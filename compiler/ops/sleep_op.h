@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_SLEEP_OP_H_
 #define LOOM_COMPILER_OPS_SLEEP_OP_H_
 
+// The "sleep" op (MakeSleepOp): an identity that takes a set time, forward and backward, so that
+// pipeline tests and benchmarks can build jobs of known cost. One of the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_SLICE_OP_H_
 #define LOOM_COMPILER_OPS_SLICE_OP_H_
 
+// The "slice" op (MakeSliceOp): a box of a tensor on logical indices, split on the axes it keeps
+// whole; its gradient is "pad" (compiler/ops/gradient_ops.h). One of the op definitions that
+// RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_SPARSE_CROSS_ENTROPY_OP_H_
 #define LOOM_COMPILER_OPS_SPARSE_CROSS_ENTROPY_OP_H_
 
+// The "sparse_cross_entropy" op (MakeSparseCrossEntropyOp): the cross-entropy loss of float32
+// logits against integer class labels, one loss per example, split on the batch axes. One of the
+// op definitions that RegisterStandardOps (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_COMPILER_OPS_TRANSPOSE_OP_H_
 #define LOOM_COMPILER_OPS_TRANSPOSE_OP_H_
 
+// The "transpose" op (MakeTransposeOp): a permutation of the axes of a tensor of any data type,
+// whose splits follow the permuted axes. One of the op definitions that RegisterStandardOps
+// (compiler/ops/standard_ops.cc) puts in the op table.
+
 #include <memory>
 
 #include "compiler/op_definition.h"

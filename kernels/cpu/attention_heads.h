@@ -1,10 +1,15 @@
 #ifndef LOOM_KERNELS_CPU_ATTENTION_HEADS_H_
 #define LOOM_KERNELS_CPU_ATTENTION_HEADS_H_
 
+// Per-head helpers of the CPU attention kernel and its gradient, which compute in float32 on one
+// (batch, head) [T, Dh] matrix at a time: HeadAsFloat32 and HeadOutput widen bfloat16 tensors or
+// give scratch for them, StoreHead narrows results back, and RoundToBfloat16 rounds P and dS as the
+// CUDA kernels store them.
+
 #include <cstdint>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace loom::cpu {
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_ATTENTION_KERNEL_H_
 #define LOOM_KERNELS_CPU_ATTENTION_KERNEL_H_
 
+// The CPU kernel of "causal_attention" (CreateCausalAttentionKernel): scaled dot-product attention
+// with a causal mask over q, k, v [B, H, T, Dh], two OpenBLAS GEMMs around a stable softmax.
+// RegisterCpuKernels registers it; its gradient is gradients/attention_grad_kernel.h.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_ATTENTION_PROBABILITIES_H_
 #define LOOM_KERNELS_CPU_ATTENTION_PROBABILITIES_H_
 
+// ComputeCausalAttentionProbabilities: the causal softmax probabilities of one (batch, head),
+// computed the same way by the CPU attention kernel and by its gradient, which recomputes them
+// instead of keeping the forward's.
+
 namespace loom::cpu {
 
 // The causal attention probabilities of one (batch, head), shared by the attention kernel and its

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_BIAS_ADD_KERNEL_H_
 #define LOOM_KERNELS_CPU_BIAS_ADD_KERNEL_H_
 
+// The CPU kernel of "bias_add" (CreateBiasAddKernel): float32 x plus a bias along x's last axis.
+// RegisterCpuKernels registers it; its gradient with respect to the bias is "reduce_sum_to"
+// (gradients/broadcast_grad_kernels.h).
+
 #include <memory>
 
 #include "absl/status/statusor.h"

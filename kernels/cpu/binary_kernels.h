@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_BINARY_KERNELS_H_
 #define LOOM_KERNELS_CPU_BINARY_KERNELS_H_
 
+// The CPU kernels of the element-wise binary ops "add", "subtract", "multiply" and "divide":
+// float32, with NumPy broadcasting: BroadcastShapes (broadcast.h) gives the output's shape and
+// BroadcastIteration the walk over it, planned once when the kernel is built. RegisterCpuKernels
+// registers them.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_BLAS_CORE_H_
 #define LOOM_KERNELS_CPU_BLAS_CORE_H_
 
+// Which OpenBLAS kernels this process runs: BlasCoreName (the core OpenBLAS chose for the CPU),
+// BlasCoreWarning (what to tell the operator when those are generic kernels far older than the CPU)
+// and WarnIfBlasKernelsAreGeneric, which loomd and loomctl's run commands call once at start.
+
 #include <string>
 
 namespace loom {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_BLAS_THREADS_H_
 #define LOOM_KERNELS_CPU_BLAS_THREADS_H_
 
+// OpenBLAS's thread count per GEMM, process-wide, for the CPU kernels' GEMMs (matmul, attention):
+// SetBlasThreads, which loomd, loomctl's run commands and the benchmarks call once at start, and
+// BlasThreads, the count in use.
+
 namespace loom {
 
 // Sets how many threads OpenBLAS uses for each GEMM (process-wide). Tools call it once at start,

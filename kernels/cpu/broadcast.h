@@ -1,11 +1,16 @@
 #ifndef LOOM_KERNELS_CPU_BROADCAST_H_
 #define LOOM_KERNELS_CPU_BROADCAST_H_
 
+// NumPy broadcasting for the element-wise kernels: BroadcastShapes, the shape two shapes broadcast
+// to, and BroadcastIteration, a walk over a broadcast output with merged axes and per-input
+// strides, planned once. The CPU binary kernels walk it; the CUDA element-wise and gradient kernels
+// build their index tables from it.
+
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace loom::cpu {
 

@@ -4,9 +4,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_CAST_KERNEL_H_
 #define LOOM_KERNELS_CPU_CAST_KERNEL_H_
 
+// float32 <-> bfloat16 conversion (Float32ToBfloat16 rounds to nearest even, Bfloat16ToFloat32 is
+// exact) and the CPU kernel of "cast" with its checks (CheckCast), which the CUDA cast kernel
+// makes too. The CPU kernels that store bfloat16 (matmul, attention) and the node's tensor
+// statistics use the conversions.
+
 #include <cstdint>
 #include <memory>
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_CAUSAL_ATTENTION_SETTINGS_H_
 #define LOOM_KERNELS_CPU_CAUSAL_ATTENTION_SETTINGS_H_
 
+// CausalAttentionSettings and ReadCausalAttentionSettings: the sizes (B * H, T, Dh), scale and
+// data type that a causal attention kernel is built for, checked from its KernelInit. Shared by
+// the CPU attention kernel, its gradient and the CUDA attention kernels.
+
 #include <cstdint>
 
 #include "absl/status/statusor.h"

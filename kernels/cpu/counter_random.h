@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_COUNTER_RANDOM_H_
 #define LOOM_KERNELS_CPU_COUNTER_RANDOM_H_
 
+// The counter-based random generator of the "random" and "random_integers" kernels: SplitMix64
+// mixing (MixBits, RandomStreamKey, RandomBits) and the maps from random bits to uniform, bounded
+// and standard normal values. The CPU and CUDA random kernels and loom-gpt's model
+// (tools/loom-gpt/gpt_model.cc) use it.
+
 #include <cmath>
 #include <cstdint>
 

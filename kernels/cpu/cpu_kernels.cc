@@ -27,15 +27,12 @@
 #include "kernels/cpu/unary_kernels.h"
 #include "kernels/cpu/zeros_like_kernel.h"
 #include "kernels/flat_pack_kernels.h"
+#include "kernels/kernel_table.h"
 
 namespace loom {
 
 absl::Status RegisterCpuKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {"matmul", cpu::CreateMatmulKernel},
       {"add", cpu::CreateAddKernel},
       {"subtract", cpu::CreateSubtractKernel},
@@ -75,9 +72,8 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
   };
-  for (const Entry& entry : kEntries) {
-    absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);
-    if (!status.ok()) return status;
+  if (absl::Status status = RegisterKernelTable(registry, plan::CPU, kEntries); !status.ok()) {
+    return status;
   }
   // Groups with tables of their own: gradients, optimizers, data sources.
   if (absl::Status status = RegisterCpuGradientKernels(registry); !status.ok()) return status;

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_CPU_KERNELS_H_
 #define LOOM_KERNELS_CPU_CPU_KERNELS_H_
 
+// RegisterCpuKernels: fills a KernelRegistry with every CPU kernel, the forward ops, sources and
+// boxing helpers, and the groups of gradients/, optimizers/ and data/. The node's device backends
+// and the tests build their registries with it.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

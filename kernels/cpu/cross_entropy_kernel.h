@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_CROSS_ENTROPY_KERNEL_H_
 #define LOOM_KERNELS_CPU_CROSS_ENTROPY_KERNEL_H_
 
+// The CPU kernel of "sparse_cross_entropy" (CreateSparseCrossEntropyKernel): the per-sample softmax
+// cross-entropy of float32 logits against integer class labels, with an ignore_index.
+// RegisterCpuKernels registers it; the CUDA kernel checks its configuration with this factory.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

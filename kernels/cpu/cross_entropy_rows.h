@@ -1,12 +1,16 @@
 #ifndef LOOM_KERNELS_CPU_CROSS_ENTROPY_ROWS_H_
 #define LOOM_KERNELS_CPU_CROSS_ENTROPY_ROWS_H_
 
+// What the sparse cross-entropy kernels share per row of logits: SampleShapeOfLogits,
+// CheckSparseLabel and ComputeShiftedExponentialSum (the parts of a row's stable log-sum-exp). The
+// CPU kernel and its gradient use them, and the CUDA ones use CheckSparseLabel for their messages.
+
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace loom::cpu {
 

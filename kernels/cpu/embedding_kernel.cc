@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "kernels/cpu/embedding_row_range.h"
 #include "kernels/cpu/embedding_shapes.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

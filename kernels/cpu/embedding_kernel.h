@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_EMBEDDING_KERNEL_H_
 #define LOOM_KERNELS_CPU_EMBEDDING_KERNEL_H_
 
+// The CPU kernel of "embedding" (CreateEmbeddingKernel): a row lookup in a float32 table by
+// integer ids, with the vocabulary-parallel attributes "row_offset" and "logical_rows" (ids of
+// other shards give rows of zeros). RegisterCpuKernels registers it; the CUDA embedding kernel
+// checks its configuration with this factory.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,13 +1,18 @@
 #ifndef LOOM_KERNELS_CPU_EMBEDDING_ROW_RANGE_H_
 #define LOOM_KERNELS_CPU_EMBEDDING_ROW_RANGE_H_
 
+// EmbeddingRowRange: the rows of a (possibly vocabulary-parallel) embedding table that one kernel
+// holds, read from 'row_offset' and 'logical_rows' by ReadEmbeddingRowRange, with the check of an
+// id and the local row that holds it. Shared by the CPU and CUDA embedding kernels and their
+// gradients.
+
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor.h"
 #include "kernels/kernel.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 

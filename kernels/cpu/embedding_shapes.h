@@ -1,11 +1,15 @@
 #ifndef LOOM_KERNELS_CPU_EMBEDDING_SHAPES_H_
 #define LOOM_KERNELS_CPU_EMBEDDING_SHAPES_H_
 
+// EmbeddingTableShape and CheckEmbeddingShapes: the shape checks that the CPU embedding kernel and
+// its gradient share (a [rows, width] table, and gathered rows of the ids' shape with width
+// appended).
+
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/tensor.h"
+#include "core/tensor.h"
 
 namespace loom::cpu {
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_FILL_KERNEL_H_
 #define LOOM_KERNELS_CPU_FILL_KERNEL_H_
 
+// The CPU kernel of "fill" (CreateFillKernel): a source with no inputs whose float32, int32 or
+// int64 output holds one value everywhere (attribute "value", or "int_value" exactly).
+// RegisterCpuKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

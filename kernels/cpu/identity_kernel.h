@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_IDENTITY_KERNEL_H_
 #define LOOM_KERNELS_CPU_IDENTITY_KERNEL_H_
 
+// The CPU kernel of "identity" (CreateIdentityKernel): its one input copied byte for byte to its
+// one output of the same data type and shape, so any data type is accepted. RegisterCpuKernels
+// registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/data_type.h"
+#include "core/data_type.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,15 +1,20 @@
 #ifndef LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
 #define LOOM_KERNELS_CPU_KERNEL_CHECKS_H_
 
+// The checks that the CPU kernel factories share (arity, data types, shapes; messages start with
+// the op type), helpers for messages and strides (DescribeTensor, DescribeIndex, RowMajorStrides),
+// and TensorSignature, which Compute checks each act's tensors against. The CUDA kernels and the
+// matmul checks use them too.
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor.h"
 #include "kernels/kernel.h"
 #include "proto/plan.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_LAYER_NORM_KERNEL_H_
 #define LOOM_KERNELS_CPU_LAYER_NORM_KERNEL_H_
 
+// The CPU kernel of "layer_norm" (CreateLayerNormKernel): float32 layer normalisation over the last
+// axis with PyTorch's semantics, optionally also writing each row's mean and rstd for the backward
+// pass. RegisterCpuKernels registers it; the CUDA layer_norm kernel checks its configuration with
+// this factory.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

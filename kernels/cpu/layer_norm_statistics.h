@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_LAYER_NORM_STATISTICS_H_
 #define LOOM_KERNELS_CPU_LAYER_NORM_STATISTICS_H_
 
+// ComputeRowStatistics: the mean and rstd of one layer_norm row, inline, in two passes over kLanes
+// float accumulators added in double. The CPU layer_norm kernel and its gradient both call it, so
+// that they see the same numbers.
+
 #include <cmath>
 #include <cstdint>
 

@@ -12,11 +12,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/copy_plan.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

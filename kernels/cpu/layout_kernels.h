@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_LAYOUT_KERNELS_H_
 #define LOOM_KERNELS_CPU_LAYOUT_KERNELS_H_
 
+// The CPU kernels that move elements without looking at their values: "reshape", "transpose",
+// "slice", "pad" and "concat", for any data type with a size, the strided copies planned by
+// CopyPlan (kernels/copy_plan.h). RegisterCpuKernels registers them; the CUDA layout kernels check
+// their configurations with these factories.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/cast_kernel.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/matmul_dimensions.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_MATMUL_KERNEL_H_
 #define LOOM_KERNELS_CPU_MATMUL_KERNEL_H_
 
+// The CPU kernel of "matmul" (CreateMatmulKernel): plain and batched matrix products of float32 or
+// bfloat16 tensors through OpenBLAS, bfloat16 widened to float32 copies and rounded once on
+// output. Its sizes and checks come from kernels/matmul_dimensions.h, shared with the CUDA kernel.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

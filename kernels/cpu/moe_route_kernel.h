@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_MOE_ROUTE_KERNEL_H_
 #define LOOM_KERNELS_CPU_MOE_ROUTE_KERNEL_H_
 
+// The CPU kernels of mixture-of-experts routing: "moe_route" (each token's top-k experts assigned
+// to the experts' capacity slots, with drop counts and expert fractions) and its gradient
+// "moe_route_grad". RegisterCpuKernels registers them; the CUDA kernels
+// (kernels/cuda/moe_kernels.h) have exactly their semantics.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

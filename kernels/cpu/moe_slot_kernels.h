@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_MOE_SLOT_KERNELS_H_
 #define LOOM_KERNELS_CPU_MOE_SLOT_KERNELS_H_
 
+// The CPU kernels of the mixture-of-experts token exchange around moe_route's slots:
+// "moe_dispatch" (token rows into expert slots), "moe_combine" (expert outputs weighted back into
+// token rows) and "moe_dispatch_grad". RegisterCpuKernels registers them; the CUDA slot kernels
+// have exactly their semantics.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

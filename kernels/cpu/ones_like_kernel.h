@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_ONES_LIKE_KERNEL_H_
 #define LOOM_KERNELS_CPU_ONES_LIKE_KERNEL_H_
 
+// The CPU kernel of "ones_like" (CreateOnesLikeKernel): a float32 tensor of ones in the shape of
+// its input (of any data type), with which autodiff seeds the backward pass. RegisterCpuKernels
+// registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

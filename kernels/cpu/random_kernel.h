@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_RANDOM_KERNEL_H_
 #define LOOM_KERNELS_CPU_RANDOM_KERNEL_H_
 
+// The CPU kernels of seeded random tensors: "random" (float32, uniform or normal) and
+// "random_integers" (int32 or int64 in [0, high)). Every element is a pure function of the seed,
+// the step and its place in the logical tensor (counter_random.h), so every slice or split holds
+// the unsplit tensor's values. The CUDA random kernels run these factories' checks first.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_REDUCE_KERNELS_H_
 #define LOOM_KERNELS_CPU_REDUCE_KERNELS_H_
 
+// The CPU kernels of the float32 reductions "reduce_sum" and "reduce_mean" over some axes of their
+// input (attributes "axes", "keep_dims", and "divisor" for reduce_mean), summed in double.
+// RegisterCpuKernels registers them; the CUDA reduce kernels check their configurations with these
+// factories.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

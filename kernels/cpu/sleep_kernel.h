@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_SLEEP_KERNEL_H_
 #define LOOM_KERNELS_CPU_SLEEP_KERNEL_H_
 
+// The CPU kernel of "sleep" (CreateSleepKernel): a synthetic op for benchmarks and tests, each act
+// of which takes a given number of microseconds and may pass input 0 through to output 0.
+// RegisterCpuKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

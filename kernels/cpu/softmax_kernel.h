@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_
 #define LOOM_KERNELS_CPU_SOFTMAX_KERNEL_H_
 
+// The CPU kernels of "softmax" and "log_softmax" (CreateSoftmaxKernel, CreateLogSoftmaxKernel):
+// float32, over the last axis, with each row's maximum subtracted first. Their gradients are in
+// gradients/softmax_grad_kernels.h; the CUDA row kernels check their configurations with these
+// factories.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

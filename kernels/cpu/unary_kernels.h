@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_UNARY_KERNELS_H_
 #define LOOM_KERNELS_CPU_UNARY_KERNELS_H_
 
+// The CPU kernels of the element-wise float32 ops with one input: "relu", "gelu" (exact erf form),
+// "tanh" and "scale". RegisterCpuKernels registers them; the gradients of relu, gelu and tanh are
+// in gradients/activation_grad_kernels.h.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

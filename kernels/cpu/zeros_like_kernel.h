@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_ZEROS_LIKE_KERNEL_H_
 #define LOOM_KERNELS_CPU_ZEROS_LIKE_KERNEL_H_
 
+// The CPU kernel of "zeros_like" (CreateZerosLikeKernel): a tensor of zeros of its input's data
+// type and shape, for any data type, which boxing uses for B -> P on every rank of a group but the
+// first. RegisterCpuKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -19,14 +19,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/scoped_device.h"
 #include "kernels/cpu/causal_attention_settings.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/device_values.cuh"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/scoped_device.h"
-#include "runtime/tensor.h"
+#include "kernels/kernel_table.h"
 
 namespace loom::cuda {
 namespace {
@@ -422,21 +423,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCausalAttentionGradKernel(const Ke
 }  // namespace
 
 absl::Status RegisterCudaAttentionKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {kForwardOpType, CreateCausalAttentionKernel},
       {kGradOpType, CreateCausalAttentionGradKernel},
   };
-  for (const Entry& entry : kEntries) {
-    if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-        !status.ok()) {
-      return status;
-    }
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }
 
 }  // namespace loom::cuda

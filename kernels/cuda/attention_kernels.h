@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CUDA_ATTENTION_KERNELS_H_
 #define LOOM_KERNELS_CUDA_ATTENTION_KERNELS_H_
 
+// RegisterCudaAttentionKernels: the CUDA kernels of "causal_attention" and
+// "causal_attention_grad", with the CPU kernels' semantics and checks, composed of cuBLAS batched
+// GEMMs and a causal masked softmax. RegisterCudaKernels calls it; attention_kernels.cu defines
+// them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/cuda_status.h"
+#include "device/cuda/cuda_status.h"
 
 namespace loom::cuda {
 

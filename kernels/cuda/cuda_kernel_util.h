@@ -1,14 +1,19 @@
 #ifndef LOOM_KERNELS_CUDA_CUDA_KERNEL_UTIL_H_
 #define LOOM_KERNELS_CUDA_CUDA_KERNEL_UTIL_H_
 
+// What the CUDA kernel files share on the host: StreamOf (a kernel's CudaStreamContext), BlocksFor
+// (grid-stride launch sizes), What (how a kernel's errors name it), the helpers that check a
+// configuration with the CPU factory (IsBfloat16, Float32View, CheckLikeCpu) and Allocated, which
+// finishes building a kernel.
+
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/cuda_stream_context.h"
 #include "kernels/kernel.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/cuda_stream_context.h"
 
 namespace loom::cuda {
 

@@ -12,23 +12,19 @@
 #include "kernels/cuda/row_gradient_kernels.h"
 #include "kernels/cuda/row_kernels.h"
 #include "kernels/flat_pack_kernels.h"
+#include "kernels/kernel_table.h"
 
 namespace loom {
 
 absl::Status RegisterCudaKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {"matmul", cuda::CreateMatmulKernel},
       // Byte copies on the stream: the CPU's implementation serves.
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
   };
-  for (const Entry& entry : kEntries) {
-    absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-    if (!status.ok()) return status;
+  if (absl::Status status = RegisterKernelTable(registry, plan::CUDA, kEntries); !status.ok()) {
+    return status;
   }
   // Groups with tables of their own.
   for (absl::Status (*group)(KernelRegistry*) :

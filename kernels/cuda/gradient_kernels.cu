@@ -15,6 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/scoped_device.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/gradients/broadcast_grad_kernels.h"
@@ -22,10 +26,7 @@
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/device_values.cuh"
 #include "kernels/cuda/gradient_kernels.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/scoped_device.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
+#include "kernels/kernel_table.h"
 
 namespace loom::cuda {
 namespace {
@@ -690,23 +691,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumToKernel(const KernelInit
 }  // namespace
 
 absl::Status RegisterCudaGradientKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {ReluGradFunction::kOpType, CreateActivationGradKernel<ReluGradFunction>},
       {GeluGradFunction::kOpType, CreateActivationGradKernel<GeluGradFunction>},
       {TanhGradFunction::kOpType, CreateActivationGradKernel<TanhGradFunction>},
       {kBroadcastTo, CreateBroadcastToKernel},
       {kReduceSumTo, CreateReduceSumToKernel},
   };
-  for (const Entry& entry : kEntries) {
-    if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-        !status.ok())
-      return status;
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }
 
 }  // namespace loom::cuda

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CUDA_GRADIENT_KERNELS_H_
 #define LOOM_KERNELS_CUDA_GRADIENT_KERNELS_H_
 
+// RegisterCudaGradientKernels: the CUDA kernels of the element-wise gradients (relu_grad,
+// gelu_grad, tanh_grad) and of broadcast_to and reduce_sum_to, with their CPU kernels' semantics
+// and checks. RegisterCudaKernels calls it; gradient_kernels.cu defines them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "device/cuda/scoped_device.h"
 #include "kernels/cpu/data/safetensors_slice_kernel.h"
 #include "kernels/cpu/data/token_batch_kernel.h"
 #include "kernels/cuda/cuda_kernel_util.h"
-#include "runtime/cuda/scoped_device.h"
 
 namespace loom::cuda {
 namespace {

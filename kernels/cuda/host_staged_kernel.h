@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CUDA_HOST_STAGED_KERNEL_H_
 #define LOOM_KERNELS_CUDA_HOST_STAGED_KERNEL_H_
 
+// RegisterCudaHostStagedKernels: the CUDA registrations of the ops that only a CPU can compute,
+// "safetensors_slice" and "token_batch", which run their CPU kernels into pinned host buffers and
+// copy them to the GPU on the task's stream. RegisterCudaKernels calls it.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -13,15 +13,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
 #include "kernels/attributes.h"
 #include "kernels/copy_plan.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/layout_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/layout_kernels.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
+#include "kernels/kernel_table.h"
 
 namespace loom::cuda {
 namespace {
@@ -434,23 +435,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConcatKernel(const KernelInit& ini
 }  // namespace
 
 absl::Status RegisterCudaLayoutKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {kTranspose, CreateTransposeKernel},
       {kSlice, CreateSliceKernel},
       {kPad, CreatePadKernel},
       {kConcat, CreateConcatKernel},
   };
-  for (const Entry& entry : kEntries) {
-    if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-        !status.ok()) {
-      return status;
-    }
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }
 
 }  // namespace loom::cuda

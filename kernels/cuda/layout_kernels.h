@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CUDA_LAYOUT_KERNELS_H_
 #define LOOM_KERNELS_CUDA_LAYOUT_KERNELS_H_
 
+// RegisterCudaLayoutKernels: the CUDA kernels of "transpose", "slice", "pad" and "concat", with
+// the CPU layout kernels' semantics and checks, copying by the same CopyPlan (kernels/copy_plan.h).
+// RegisterCudaKernels calls it; layout_kernels.cu defines them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CUDA_MATMUL_KERNEL_H_
 #define LOOM_KERNELS_CUDA_MATMUL_KERNEL_H_
 
+// The CUDA kernel of "matmul" (CreateMatmulKernel): the CPU kernel's shapes and attributes
+// (kernels/matmul_dimensions.h), computed with cuBLAS on the stream's handle, float32 without TF32
+// and bfloat16 on the tensor cores. RegisterCudaKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

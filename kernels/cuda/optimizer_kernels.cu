@@ -11,14 +11,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/scoped_device.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/optimizers/optimizer_checks.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/optimizer_kernels.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/cuda/scoped_device.h"
-#include "runtime/tensor.h"
+#include "kernels/kernel_table.h"
 
 namespace loom::cuda {
 namespace {
@@ -570,24 +571,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateScaleByKernel(const KernelInit& in
 }  // namespace
 
 absl::Status RegisterCudaOptimizerKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {kSgd, CreateSgdKernel},
       {kAdamW, CreateAdamWKernel},
       {kSquaredNorm, CreateSquaredNormKernel},
       {kClipCoefficient, CreateClipCoefficientKernel},
       {kScaleBy, CreateScaleByKernel},
   };
-  for (const Entry& entry : kEntries) {
-    if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-        !status.ok()) {
-      return status;
-    }
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }
 
 }  // namespace loom::cuda

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CUDA_OPTIMIZER_KERNELS_H_
 #define LOOM_KERNELS_CUDA_OPTIMIZER_KERNELS_H_
 
+// RegisterCudaOptimizerKernels: the CUDA kernels of "sgd", "adamw", "squared_norm",
+// "clip_coefficient" and "scale_by", float32 only, with the CPU kernels' semantics and checks and,
+// but for the last bit of squared_norm, their exact results. RegisterCudaKernels calls it;
+// optimizer_kernels.cu defines them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -10,14 +10,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/counter_random.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/random_kernel.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/random_kernels.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/tensor.h"
 
 namespace loom::cuda {
 namespace {

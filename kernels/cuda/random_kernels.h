@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CUDA_RANDOM_KERNELS_H_
 #define LOOM_KERNELS_CUDA_RANDOM_KERNELS_H_
 
+// RegisterCudaRandomKernels: the CUDA kernels of "random" and "random_integers", which run the
+// CPU's counter-based generator (kernels/cpu/counter_random.h) in device code, with the CPU
+// kernels' attributes and checks. RegisterCudaKernels calls it; random_kernels.cu defines them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -12,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_status.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/cross_entropy_rows.h"
 #include "kernels/cpu/embedding_row_range.h"
@@ -25,8 +27,7 @@
 #include "kernels/cuda/device_values.cuh"
 #include "kernels/cuda/row_gradient_kernels.h"
 #include "kernels/cuda/row_reductions.cuh"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/tensor.h"
+#include "kernels/kernel_table.h"
 
 namespace loom::cuda {
 namespace {
@@ -697,24 +698,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateEmbeddingGradKernel(const KernelIn
 }  // namespace
 
 absl::Status RegisterCudaRowGradientKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {kSoftmaxGrad, CreateSoftmaxGradKernel},
       {kLogSoftmaxGrad, CreateLogSoftmaxGradKernel},
       {kLayerNormGrad, CreateLayerNormGradKernel},
       {kCrossEntropyGrad, CreateSparseCrossEntropyGradKernel},
       {kEmbeddingGrad, CreateEmbeddingGradKernel},
   };
-  for (const Entry& entry : kEntries) {
-    if (absl::Status status = registry->Register(entry.op_type, plan::CUDA, entry.factory);
-        !status.ok()) {
-      return status;
-    }
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }
 
 }  // namespace loom::cuda

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CUDA_ROW_GRADIENT_KERNELS_H_
 #define LOOM_KERNELS_CUDA_ROW_GRADIENT_KERNELS_H_
 
+// RegisterCudaRowGradientKernels: the CUDA kernels of the row-wise gradients (softmax_grad,
+// log_softmax_grad, layer_norm_grad, sparse_cross_entropy_grad, embedding_grad), with their CPU
+// kernels' semantics and checks and sums in a fixed order. RegisterCudaKernels calls it;
+// row_gradient_kernels.cu defines them.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

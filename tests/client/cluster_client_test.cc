@@ -112,7 +112,7 @@ TEST_F(ClusterClientTest, ListJobsGathersEveryPage) {
 
 TEST_F(ClusterClientTest, ARejectedJobIsInvalidArgumentNamingTheOp) {
   absl::StatusOr<job::Job> job =
-      compiler::ReadJobFile(LOOM_SOURCE_DIR "/tests/client/jobs/shape_mismatch.pbtxt");
+      compiler::ReadJobFile(LOOM_SOURCE_DIR "/tests/tools/loomctl/jobs/shape_mismatch.pbtxt");
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<v1::JobInfo> submitted = client_->SubmitJob(*job);
   EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);

@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "examples/gpt/gpt_model.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -18,6 +17,7 @@
 #include "proto/loom/v1/node_service.grpc.pb.h"
 #include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
+#include "tools/loom-gpt/gpt_model.h"
 #include "transport/transport_network.h"
 
 namespace loom::testing {

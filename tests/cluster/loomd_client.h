@@ -9,11 +9,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "examples/gpt/gpt_model.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "proto/loom/v1/cluster_service.grpc.pb.h"
 #include "proto/loom/v1/job_service.grpc.pb.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::testing {
 

@@ -17,12 +17,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "examples/gpt/gpt_model.h"
+#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/safetensors.h"
 #include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::testing {
 namespace {

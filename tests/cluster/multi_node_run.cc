@@ -4,17 +4,17 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_run.h"
 #include "daemon/job_admission.h"
 #include "daemon/node_job.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "node/local_run.h"
 
 namespace loom::testing {
 
 absl::StatusOr<std::vector<plan::Plan>> CompileForNodes(const job::Job& job, int nodes,
                                                         int devices_per_node,
                                                         plan::Plan* whole_plan) {
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
       daemon::AdmitJob(job, compiler::DeviceSet::Cpus(nodes * devices_per_node, nodes));
   if (!compiled.ok()) return compiled.status();
   *whole_plan = (*compiled)->result.plan;

@@ -8,12 +8,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "kernels/kernel_registry.h"
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
 #include "runtime/job_runtime.h"
-#include "runtime/tensor.h"
 
 namespace loom::testing {
 

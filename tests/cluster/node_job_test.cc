@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/memory_plan.h"
-#include "examples/gpt/gpt_model.h"
+#include "core/device_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "runtime/device_name.h"
 #include "tests/cluster/multi_node_run.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::testing {
 namespace {

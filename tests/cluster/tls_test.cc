@@ -2,7 +2,7 @@
 // one authority (scripts/make-certs) form a cluster and run a job across both nodes for a client
 // with its own certificate; a client or a worker without a certificate of that authority gets
 // nothing.
-#include "client/tls.h"
+#include "rpc/tls.h"
 
 #include <fstream>
 #include <memory>
@@ -16,7 +16,7 @@
 #include "client/cluster_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/test_certificates.h"
+#include "tests/rpc/test_certificates.h"
 #include "tests/cluster/loomd_client.h"
 #include "tests/cluster/loomd_process.h"
 
@@ -147,7 +147,7 @@ TEST_F(TlsTest, APlaintextClientGetsNoAnswer) {
 
 TEST_F(TlsTest, AClientWithACertificateOfAnotherAuthorityIsRefused) {
   // It trusts the daemon's authority, so only the daemon's check of its certificate refuses it.
-  // (Loom's own clients refuse such files before connecting: tests/client/tls_files_test.cc.)
+  // (Loom's own clients refuse such files before connecting: tests/rpc/tls_files_test.cc.)
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       Connect(ReadUnchecked(CertificateFiles(certificates_, other_authority_, "intruder")));
   ASSERT_FALSE(client.ok());

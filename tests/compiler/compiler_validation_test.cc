@@ -2,10 +2,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/memory_plan.h"
+#include "core/device_name.h"
+#include "core/format_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/device_name.h"
-#include "runtime/format_bytes.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/test_jobs.h"
 
@@ -237,7 +237,7 @@ TEST(CompilerValidationTest, OverBudgetPlanNamesTheDeviceAndItsLargestRegisters)
 
 TEST(CompilerValidationTest, TheEstimateCountsTheHugePagesOfLargeHostRegisters) {
   // 512 x 512 float32 split over two devices: 512 KiB slots, small pages. 1024 x 512: 1 MiB slots,
-  // each on a 2 MiB huge page (runtime/host_buffer_layout.h), as the runtime will allocate them:
+  // each on a 2 MiB huge page (core/host_buffer_layout.h), as the runtime will allocate them:
   // within the budget by their bytes, over it by their pages.
   const std::string job = R"pb(name: "big"
                                placement { devices: [ "cpu:0", "cpu:1" ] }

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/boxing.h"
+#include "core/shared_kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/shared_kernels.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
 #include "tests/compiler/test_jobs.h"

@@ -15,14 +15,14 @@
 #include "absl/status/statusor.h"
 #include "compiler/op_definition.h"
 #include "compiler/sbp.h"
+#include "core/balanced_split.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/balanced_split.h"
-#include "runtime/data_type.h"
-#include "runtime/tensor.h"
 
 namespace loom::compiler {
 namespace {

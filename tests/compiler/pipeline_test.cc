@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_run.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "runtime/pipeline_analysis.h"
+#include "node/local_run.h"
+#include "testing/pipeline_analysis.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/run_util.h"
 

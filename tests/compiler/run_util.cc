@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "client/local_run.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "node/local_run.h"
 #include "tests/compiler/compiler_test_util.h"
 
 namespace loom::compiler::testing {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "proto/job.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom::compiler::testing {
 

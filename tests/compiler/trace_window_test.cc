@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/plan_steps.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "runtime/recorded_steps.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/runtime/node_runtimes.h"
 

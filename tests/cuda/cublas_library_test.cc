@@ -1,6 +1,6 @@
-// cuBLAS loaded at run time (runtime/cuda/cublas_library.h): the library loads and its functions
+// cuBLAS loaded at run time (device/cuda/cublas_library.h): the library loads and its functions
 // are callable on any machine with the toolkit, GPU or not; its errors say what was being done.
-#include "runtime/cuda/cublas_library.h"
+#include "device/cuda/cublas_library.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,14 +7,14 @@
 
 #include "compiler/compiler.h"
 #include "compiler/op_definition.h"
-#include "examples/gpt/gpt_model.h"
+#include "core/device_name.h"
 #include "gtest/gtest.h"
-#include "runtime/device_backends.h"
-#include "runtime/device_name.h"
+#include "node/device_backends.h"
 #include "runtime/plan_validation.h"
 #include "tests/cluster/multi_node_run.h"
 #include "tests/compiler/run_util.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom {
 namespace {

@@ -10,13 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/compiler.h"
 #include "compiler/op_definition.h"
-#include "examples/gpt/gpt_model.h"
+#include "core/device_name.h"
+#include "core/shared_kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/device_backends.h"
-#include "runtime/device_name.h"
-#include "runtime/shared_kernels.h"
+#include "node/device_backends.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom {
 namespace {

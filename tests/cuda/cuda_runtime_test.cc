@@ -7,13 +7,13 @@
 
 #include "actors/actor_factory.h"
 #include "actors/sink_actor.h"
+#include "device/cuda/cuda_memory_resource.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/cuda_memory_resource.h"
+#include "node/cuda_backend.h"
 #include "runtime/device_memory.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace loom {

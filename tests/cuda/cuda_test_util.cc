@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data_type.h"
+#include "device/cuda/cuda_devices.h"
+#include "device/cuda/cuda_status.h"
 #include "glog/logging.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "runtime/cuda/cuda_devices.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/data_type.h"
 
 namespace loom::cuda_test {
 namespace {

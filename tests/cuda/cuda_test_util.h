@@ -8,10 +8,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "device/cuda/cuda_stream_context.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/cuda/cuda_stream_context.h"
-#include "runtime/tensor.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::cuda_test {

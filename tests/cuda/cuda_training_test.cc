@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_run.h"
 #include "compiler/compiler.h"
 #include "compiler/op_definition.h"
-#include "examples/gpt/gpt_model.h"
 #include "gtest/gtest.h"
-#include "runtime/device_backends.h"
+#include "node/device_backends.h"
+#include "node/local_run.h"
 #include "tests/compiler/run_util.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tools/loom-gpt/gpt_model.h"
 
 namespace loom {
 namespace {

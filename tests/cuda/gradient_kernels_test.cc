@@ -6,11 +6,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel.h"
 #include "proto/plan.pb.h"
-#include "runtime/tensor.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 

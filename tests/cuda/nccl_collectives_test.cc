@@ -1,4 +1,4 @@
-#include "runtime/cuda/nccl_collectives.h"
+#include "runtime/collectives/nccl_collectives.h"
 
 #include <cuda_runtime_api.h>
 
@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/collective_shapes.h"
+#include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/collective_shapes.h"
-#include "runtime/shared_memory_collectives.h"
-#include "runtime/tensor.h"
+#include "runtime/collectives/shared_memory_collectives.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 

@@ -11,10 +11,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/data_type.h"
+#include "device/cuda/cuda_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/cuda_status.h"
-#include "runtime/data_type.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 

@@ -59,7 +59,7 @@ TEST_F(CancelTest, AFullQueueRefusesJobsUntilOneLeavesIt) {
 }
 
 TEST_F(CancelTest, WaitingPlansBeyondThePlanTaskLimitRefuseJobsUntilOneLeaves) {
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled =
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
       AdmitJob(SlowJob(1, 0), compiler::DeviceSet::Cpus(2, 1));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const int tasks = (*compiled)->result.plan.tasks_size();

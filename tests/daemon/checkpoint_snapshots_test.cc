@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "daemon/job_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/safetensors.h"
 #include "tests/float_tensor.h"
 #include "tests/test_directory.h"
 

@@ -7,9 +7,9 @@
 
 #include "compiler/parallel_for.h"
 #include "daemon/daemon.h"
+#include "device/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host_memory.h"
 
 namespace loom::daemon {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::StatusOr<DaemonOptions> Parse(const std::vector<std::string>& arguments) {
-  absl::StatusOr<loomctl::ParsedArguments> parsed = DaemonArgumentSpec().Parse(arguments);
+  absl::StatusOr<cli::ParsedArguments> parsed = DaemonArgumentSpec().Parse(arguments);
   if (!parsed.ok()) return parsed.status();
   return DaemonOptionsFrom(*parsed);
 }
@@ -141,7 +141,7 @@ TEST(DaemonOptionsTest, TlsFlagsGoTogetherAndNameWhatTheyCannotRead) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), HasSubstr("--tls-ca, --tls-cert and --tls-key go together"));
   }
-  // The files' own checks: tests/client/tls_files_test.cc.
+  // The files' own checks: tests/rpc/tls_files_test.cc.
   absl::Status missing =
       Parse({"--tls-ca", "/nonexistent/ca.pem", "--tls-cert", "node.pem", "--tls-key", "node.key"})
           .status();

@@ -8,13 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/raw_unary_call.h"
-#include "client/tls.h"
 #include "daemon/daemon.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "tests/client/test_certificates.h"
+#include "rpc/tls.h"
+#include "tests/rpc/test_certificates.h"
 #include "tests/daemon/daemon_test_util.h"
 
 namespace loom::daemon {

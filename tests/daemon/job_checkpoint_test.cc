@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/safetensors.h"
 #include "tests/float_tensor.h"
 #include "tests/test_directory.h"
 

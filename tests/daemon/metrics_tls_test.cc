@@ -8,14 +8,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "client/tls.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "tests/client/test_certificates.h"
+#include "rpc/tls.h"
+#include "tests/rpc/test_certificates.h"
 #include "tests/daemon/daemon_test_util.h"
 
 namespace loom::daemon {

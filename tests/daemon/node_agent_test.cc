@@ -14,7 +14,7 @@
 #include "daemon/job_admission.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/device_backends.h"
+#include "node/device_backends.h"
 #include "tests/daemon/daemon_test_util.h"
 
 namespace loom::daemon {
@@ -62,7 +62,7 @@ TEST(NodeAgentTest, AForwardedPieceTheReporterRefusesEndsTheJobWithTheReason) {
   ASSERT_TRUE(RegisterAllKernels(&kernels).ok());
   job::Job job = testing::CountingJob(3, "ones_total", "ones_per_column");
   compiler::DeviceSet devices = compiler::DeviceSet::Cpus(2, 1);
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = AdmitJob(job, devices);
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled = AdmitJob(job, devices);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
 
   Reports reports;

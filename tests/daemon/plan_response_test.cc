@@ -16,7 +16,7 @@ using google::protobuf::util::MessageDifferencer;
 TEST(PlanResponseTest, SerializedReadsBackAsTheCopiedResponse) {
   std::string note;
   // Two nodes of two devices: a whole plan and two node plans.
-  absl::StatusOr<std::unique_ptr<loomctl::CompiledJob>> compiled = loomctl::ReadAndCompileJob(
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled = compiler::ReadAndCompileJob(
       LOOM_SOURCE_DIR "/examples/jobs/mlp_data_parallel.pbtxt", compiler::DeviceSet::Cpus(4, 2),
       /*steps=*/0, &note);
   ASSERT_TRUE(compiled.ok()) << compiled.status();

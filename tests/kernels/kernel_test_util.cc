@@ -4,10 +4,10 @@
 #include <random>
 #include <utility>
 
+#include "core/data_type.h"
 #include "kernels/cpu/cast_kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/data_type.h"
 
 namespace loom::kernel_test {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "kernels/kernel.h"
 #include "proto/plan.pb.h"
-#include "runtime/tensor.h"
 
 namespace loom::kernel_test {
 

@@ -10,12 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/host_buffer_layout.h"
+#include "device/memory_resource.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/actor_id.h"
 #include "runtime/device_memory.h"
-#include "runtime/host_buffer_layout.h"
-#include "runtime/memory_resource.h"
 #include "runtime/message_queue.h"
 
 namespace loom {

@@ -1,6 +1,6 @@
-// The staging buffers of network collectives (runtime/collective_staging.h), by slot: the table
+// The staging buffers of network collectives (core/collective_staging.h), by slot: the table
 // the runtime allocates by and the compiler's memory estimate counts.
-#include "runtime/collective_staging.h"
+#include "core/collective_staging.h"
 
 #include <vector>
 

@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/collective_shapes.h"
+#include "core/data_type.h"
 #include "glog/logging.h"
-#include "runtime/collective_shapes.h"
-#include "runtime/data_type.h"
-#include "runtime/shared_memory_collectives.h"
+#include "runtime/collectives/shared_memory_collectives.h"
 
 namespace loom::testing {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "proto/plan.pb.h"
 #include "runtime/collective_backend.h"
-#include "runtime/tensor.h"
 
 namespace loom::testing {
 

@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/collective_backend.h"
-#include "runtime/shared_memory_collectives.h"
+#include "runtime/collectives/shared_memory_collectives.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace loom::testing {

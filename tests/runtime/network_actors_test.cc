@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 #include "tests/runtime/node_runtimes.h"
 #include "tests/runtime/runtime_test_util.h"
 

@@ -1,7 +1,7 @@
 // NetworkCollectives over an in-memory network of several nodes: every kind, size and placement
 // of ranks on nodes, compared byte for byte with the shared-memory backend; the agreement check,
 // aborts, deadlines and transfer errors.
-#include "runtime/network_collectives.h"
+#include "runtime/collectives/network_collectives.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,11 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/balanced_split.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/balanced_split.h"
-#include "runtime/collective_header.h"
+#include "runtime/collectives/collective_header.h"
 #include "tests/runtime/collective_test_support.h"
 #include "tests/runtime/in_memory_network.h"
 

@@ -10,7 +10,7 @@
 #include "actors/sink_actor.h"
 #include "kernels/kernel_registry.h"
 #include "runtime/job_runtime.h"
-#include "runtime/plan_builder.h"
+#include "testing/plan_builder.h"
 
 namespace loom::testing {
 

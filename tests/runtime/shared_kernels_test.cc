@@ -1,6 +1,6 @@
 // Kernel configurations held once in Plan.kernels and named by position from the tasks: the
 // writer's deduplication, the readers, the checks, and a job that runs from the shared form.
-#include "runtime/shared_kernels.h"
+#include "core/shared_kernels.h"
 
 #include <utility>
 #include <vector>

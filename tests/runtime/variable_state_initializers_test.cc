@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/variable_actor.h"
+#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/safetensors.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace loom::testing {

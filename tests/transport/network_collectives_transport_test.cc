@@ -10,7 +10,7 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/network_collectives.h"
+#include "runtime/collectives/network_collectives.h"
 #include "tests/runtime/collective_test_support.h"
 #include "tests/transport/transport_test_util.h"
 #include "transport/transport_network.h"

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu_affinity.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu_affinity.h"
 #include "tests/transport/transport_test_util.h"
 #include "transport/transport.h"
 

@@ -5,23 +5,16 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/data/safetensors_slice_kernel.h"
 #include "kernels/cpu/data/token_batch_kernel.h"
+#include "kernels/kernel_table.h"
 
 namespace loom {
 
 absl::Status RegisterCpuDataKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {"safetensors_slice", cpu::CreateSafetensorsSliceKernel},
       {"token_batch", cpu::CreateTokenBatchKernel},
   };
-  for (const Entry& entry : kEntries) {
-    absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CPU, kEntries);
 }
 
 }  // namespace loom

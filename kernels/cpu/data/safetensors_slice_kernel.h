@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_DATA_SAFETENSORS_SLICE_KERNEL_H_
 #define LOOM_KERNELS_CPU_DATA_SAFETENSORS_SLICE_KERNEL_H_
 
+// The CPU kernel of "safetensors_slice" (CreateSafetensorsSliceKernel): a source that outputs this
+// task's window of one tensor of a safetensors checkpoint (a variable's value or an optimizer state
+// when a job starts from a checkpoint), read once through SafetensorsReader when the kernel is
+// built. The CUDA host-staged kernel runs it and copies the window to the GPU.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_
 #define LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_
 
+// The CPU kernel of "token_batch" (CreateTokenBatchKernel): a source that reads this task's share
+// of a language-model batch (inputs x and targets y, shifted by one token) from a memory-mapped
+// token file. Batches are a pure function of the file, the batch and sequence sizes, the step and
+// the sample, so every split into ranks and micro-batches reads the rows of the unsplit batch.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -4,9 +4,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/vector_math.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {
@@ -42,8 +42,8 @@ struct TanhGradFunction {
 
 // dx[i] = function(forward[i], dy[i]); `dx` may be `forward` or `dy`.
 template <typename Function>
-void ApplyActivationGrad(const Function& function, const float* forward, const float* dy,
-                         float* dx, int64_t count) {
+void ApplyActivationGrad(const Function& function, const float* forward, const float* dy, float* dx,
+                         int64_t count) {
   for (int64_t i = 0; i < count; ++i) dx[i] = function(forward[i], dy[i]);
 }
 

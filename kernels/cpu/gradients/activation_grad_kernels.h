@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_ACTIVATION_GRAD_KERNELS_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_ACTIVATION_GRAD_KERNELS_H_
 
+// The CPU kernels of the gradients of the element-wise activations: "relu_grad", "gelu_grad" (of
+// the exact GELU) and "tanh_grad" (from the forward output), each a float32 dx from a forward
+// tensor and dy. RegisterCpuGradientKernels registers them; the CUDA ones are in
+// kernels/cuda/gradient_kernels.h.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "kernels/cpu/attention_heads.h"
 #include "kernels/cpu/attention_probabilities.h"
 #include "kernels/cpu/causal_attention_settings.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_ATTENTION_GRAD_KERNEL_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_ATTENTION_GRAD_KERNEL_H_
 
+// The CPU kernel of "causal_attention_grad" (CreateCausalAttentionGradKernel): dq, dk and dv of
+// causal attention from q, k, v and dy, recomputing the forward's probabilities
+// (attention_probabilities.h) and computing the products as OpenBLAS GEMMs.
+// RegisterCpuGradientKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/vector_math.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

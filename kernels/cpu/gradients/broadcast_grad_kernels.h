@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_BROADCAST_GRAD_KERNELS_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_BROADCAST_GRAD_KERNELS_H_
 
+// The CPU kernels that undo broadcasts and reductions, as gradients: "reduce_sum_to" (dy summed
+// down to a shape that broadcasts to it) and "broadcast_to" (x broadcast to the output's shape,
+// scaled), and their shape checks (ReduceSumToAlignment, BroadcastToAlignment), which the CUDA
+// kernels share. RegisterCpuGradientKernels registers them.
+
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -4,10 +4,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/cross_entropy_rows.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_CROSS_ENTROPY_GRAD_KERNEL_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_CROSS_ENTROPY_GRAD_KERNEL_H_
 
+// The CPU kernel of "sparse_cross_entropy_grad" (CreateSparseCrossEntropyGradKernel): the gradient
+// of the per-sample cross-entropy with respect to the logits, (softmax - onehot) * dloss per row,
+// zero for ignore_index rows. RegisterCpuGradientKernels registers it; the CUDA kernel checks its
+// configuration with this factory.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

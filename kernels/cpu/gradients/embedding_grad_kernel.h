@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_EMBEDDING_GRAD_KERNEL_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_EMBEDDING_GRAD_KERNEL_H_
 
+// The CPU kernel of "embedding_grad" (CreateEmbeddingGradKernel): the gradient of "embedding" with
+// respect to its table, dy's rows added into a zeroed dtable at each id's row (repeated ids add
+// up), with the forward's vocabulary-parallel attributes. RegisterCpuGradientKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -10,15 +10,12 @@
 #include "kernels/cpu/gradients/embedding_grad_kernel.h"
 #include "kernels/cpu/gradients/layer_norm_grad_kernel.h"
 #include "kernels/cpu/gradients/softmax_grad_kernels.h"
+#include "kernels/kernel_table.h"
 
 namespace loom {
 
 absl::Status RegisterCpuGradientKernels(KernelRegistry* registry) {
-  struct Entry {
-    const char* op_type;
-    absl::StatusOr<std::unique_ptr<Kernel>> (*factory)(const KernelInit&);
-  };
-  static constexpr Entry kEntries[] = {
+  static constexpr KernelTableEntry kEntries[] = {
       {"relu_grad", cpu::CreateReluGradKernel},
       {"gelu_grad", cpu::CreateGeluGradKernel},
       {"tanh_grad", cpu::CreateTanhGradKernel},
@@ -31,11 +28,7 @@ absl::Status RegisterCpuGradientKernels(KernelRegistry* registry) {
       {"reduce_sum_to", cpu::CreateReduceSumToKernel},
       {"broadcast_to", cpu::CreateBroadcastToKernel},
   };
-  for (const Entry& entry : kEntries) {
-    absl::Status status = registry->Register(entry.op_type, plan::CPU, entry.factory);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  return RegisterKernelTable(registry, plan::CPU, kEntries);
 }
 
 }  // namespace loom

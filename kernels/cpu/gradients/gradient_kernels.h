@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_GRADIENT_KERNELS_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_GRADIENT_KERNELS_H_
 
+// RegisterCpuGradientKernels: registers the CPU kernels of the backward ops (activations,
+// softmaxes, layer_norm, embedding, sparse cross-entropy, causal attention, reduce_sum_to and
+// broadcast_to) in a KernelRegistry. RegisterCpuKernels calls it.
+
 #include "absl/status/status.h"
 #include "kernels/kernel_registry.h"
 

@@ -7,11 +7,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/layer_norm_statistics.h"
 #include "kernels/cpu/vector_math.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

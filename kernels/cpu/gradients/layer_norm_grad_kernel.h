@@ -1,6 +1,11 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_LAYER_NORM_GRAD_KERNEL_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_LAYER_NORM_GRAD_KERNEL_H_
 
+// The CPU kernel of "layer_norm_grad" (CreateLayerNormGradKernel): dx, dgamma and dbeta of
+// layer_norm, recomputing each row's mean and rstd as the forward does. dgamma and dbeta are
+// partial sums over the local rows, which the compiler sums across ranks.
+// RegisterCpuGradientKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

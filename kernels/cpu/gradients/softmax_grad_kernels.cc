@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_GRADIENTS_SOFTMAX_GRAD_KERNELS_H_
 #define LOOM_KERNELS_CPU_GRADIENTS_SOFTMAX_GRAD_KERNELS_H_
 
+// The CPU kernels of "softmax_grad" and "log_softmax_grad": float32 dx from the forward output y
+// and dy, row by row over the last axis, with row sums in double. RegisterCpuGradientKernels
+// registers them.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

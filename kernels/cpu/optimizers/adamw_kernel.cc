@@ -5,11 +5,11 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/optimizers/optimizer_checks.h"
 #include "kernels/cpu/vector_math.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_OPTIMIZERS_ADAMW_KERNEL_H_
 #define LOOM_KERNELS_CPU_OPTIMIZERS_ADAMW_KERNEL_H_
 
+// The CPU kernel of "adamw" (CreateAdamWKernel): one step of PyTorch 1.13's AdamW on float32
+// parameters and moments, in place or not, resuming at a given step. RegisterCpuOptimizerKernels
+// registers it; the CUDA kernel (kernels/cuda/optimizer_kernels.h) computes the same bits.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

@@ -6,10 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
 #include "kernels/cpu/optimizers/optimizer_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_OPTIMIZERS_CLIP_GRAD_KERNELS_H_
 #define LOOM_KERNELS_CPU_OPTIMIZERS_CLIP_GRAD_KERNELS_H_
 
+// The CPU kernels of gradient clipping by global L2 norm, in three steps: "squared_norm" of each
+// gradient slice, "clip_coefficient" from their all-reduced sum, and "scale_by" that coefficient.
+// RegisterCpuOptimizerKernels registers them.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

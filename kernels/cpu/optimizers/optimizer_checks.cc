@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor.h"
 #include "kernels/cpu/kernel_checks.h"
-#include "runtime/tensor.h"
 
 namespace loom::cpu {
 namespace {

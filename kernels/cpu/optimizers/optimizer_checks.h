@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
 #define LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
 
+// The checks that the optimizer kernel factories share (element-wise update shapes, the step piece,
+// "first_step", finite float attributes and their bounds), with messages that start with the op
+// type. The CPU sgd, adamw and clipping kernels and the CUDA optimizer kernels use them.
+
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,6 +1,10 @@
 #ifndef LOOM_KERNELS_CPU_OPTIMIZERS_SGD_KERNEL_H_
 #define LOOM_KERNELS_CPU_OPTIMIZERS_SGD_KERNEL_H_
 
+// The CPU kernel of "sgd" (CreateSgdKernel): one step of PyTorch 1.13's SGD (momentum, dampening,
+// weight decay, Nesterov) on float32 parameters and a momentum buffer, in place or not, resuming
+// at a given step. RegisterCpuOptimizerKernels registers it.
+
 #include <memory>
 
 #include "absl/status/statusor.h"

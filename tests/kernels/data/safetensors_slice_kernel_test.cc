@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_registry.h"
-#include "runtime/checkpoint/safetensors.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {

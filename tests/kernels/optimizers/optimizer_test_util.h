@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/tensor.h"
 #include "kernels/kernel.h"
-#include "runtime/tensor.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {

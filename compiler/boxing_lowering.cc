@@ -1,0 +1,268 @@
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/graph_lowering.h"
+#include "compiler/kernel_attributes.h"
+
+namespace loom::compiler {
+namespace {
+
+// A device in the text that orders communicators by their members.
+std::string DeviceSortKey(const plan::Device& device) {
+  return absl::StrCat(device.node(), "/", static_cast<int>(device.type()), ":", device.index());
+}
+
+}  // namespace
+
+NdSbp GraphLowering::Canonical(const Placement& placement, NdSbp sbp) {
+  for (size_t axis = 0; axis < sbp.size(); ++axis) {
+    if (placement.hierarchy()[axis] == 1) sbp[axis] = Sbp::Broadcast();
+  }
+  return sbp;
+}
+
+bool GraphLowering::PerStep(int tensor_id) const {
+  const LogicalNode& producer = graph_.nodes[graph_.tensors[tensor_id].producer];
+  return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
+}
+
+// The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`, once per step or
+// once per micro-batch; built once per distinct conversion and shared by every consumer that
+// needs it. With micro-batches, a per-micro-batch tensor read once per step is summed over the
+// step's micro-batches (ACCUMULATE) before boxing, and a per-step tensor read per micro-batch is
+// boxed, then repeated (REPEAT).
+absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_id,
+                                                                    const Placement& to_placement,
+                                                                    const NdSbp& to_sbp,
+                                                                    bool per_step) {
+  const bool from_per_step = PerStep(tensor_id);
+  if (graph_.num_micro_batches == 1 || from_per_step == per_step) {
+    return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+  }
+  if (!from_per_step) return Box(tensor_id, /*accumulated=*/true, to_placement, to_sbp);
+  absl::StatusOr<std::vector<std::string>> boxed =
+      Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+  if (!boxed.ok()) return boxed.status();
+  const LogicalTensor& tensor = graph_.tensors[tensor_id];
+  std::string key =
+      absl::StrCat(tensor_id, "|", to_placement.ToString(), "|", NdSbpToString(to_sbp), "|repeat");
+  auto cached = materialized_.find(key);
+  if (cached != materialized_.end()) return cached->second;
+  const std::string label = NextLabel(tensor.name);
+  std::vector<std::string> repeated;
+  for (int rank = 0; rank < to_placement.size(); ++rank) {
+    Shape local = LocalWindowOf(tensor.type.shape, to_placement, to_sbp, rank).shape;
+    std::string reg =
+        AddRegister(absl::StrCat(tensor.name, "~", label, "@", rank), local, tensor.type.data_type);
+    plan::Task* task = AddTask(absl::StrCat("repeat:", tensor.name, "~", label, "@", rank),
+                               plan::REPEAT, to_placement.device(rank), plan::STREAM_COMPUTE);
+    task->set_factor(graph_.num_micro_batches);
+    task->add_inputs((*boxed)[rank]);
+    task->add_outputs(reg);
+    repeated.push_back(std::move(reg));
+  }
+  materialized_[key] = repeated;
+  return repeated;
+}
+
+// Per rank of the producer: the sum of the step's micro-batch pieces of a tensor.
+absl::StatusOr<std::vector<std::string>> GraphLowering::Accumulated(int tensor_id) {
+  auto cached = accumulated_.find(tensor_id);
+  if (cached != accumulated_.end()) return cached->second;
+  const LogicalTensor& tensor = graph_.tensors[tensor_id];
+  if (tensor.type.data_type != plan::FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor.name, "' (", tensor.type.ToString(),
+        ") is produced per micro-batch and read once per step, but only float32 tensors can be "
+        "summed over micro-batches"));
+  }
+  const Placement& placement = PlacementOf(tensor_id);
+  std::vector<std::string> sums;
+  for (int rank = 0; rank < placement.size(); ++rank) {
+    Shape local = LocalWindowOf(tensor.type.shape, placement, tensor.sbp, rank).shape;
+    std::string reg =
+        AddRegister(absl::StrCat(tensor.name, "~sum@", rank), local, tensor.type.data_type);
+    plan::Task* task = AddTask(absl::StrCat("accumulate:", tensor.name, "@", rank),
+                               plan::ACCUMULATE, placement.device(rank), plan::STREAM_COMPUTE);
+    task->set_factor(graph_.num_micro_batches);
+    task->add_inputs(local_registers_[tensor_id][rank]);
+    task->add_outputs(reg);
+    sums.push_back(std::move(reg));
+  }
+  accumulated_[tensor_id] = sums;
+  return sums;
+}
+
+// Boxing of `tensor` (its registers, or their per-step sums when `accumulated`) to
+// `to_placement` and `to_sbp`.
+absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool accumulated,
+                                                            const Placement& to_placement,
+                                                            const NdSbp& to_sbp) {
+  const LogicalTensor& tensor = graph_.tensors[tensor_id];
+  const Placement& from_placement = PlacementOf(tensor_id);
+  std::vector<std::string> registers = local_registers_[tensor_id];
+  if (accumulated) {
+    absl::StatusOr<std::vector<std::string>> sums = Accumulated(tensor_id);
+    if (!sums.ok()) return sums.status();
+    registers = *sums;
+  }
+  // On a hierarchy axis of one device every SBP lays the tensor out alike.
+  const NdSbp from_sbp = Canonical(from_placement, tensor.sbp);
+  const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
+  if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
+  std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
+                                 NdSbpToString(canonical_to_sbp), accumulated ? "|sum" : "");
+  auto cached = materialized_.find(key);
+  if (cached != materialized_.end()) return cached->second;
+
+  absl::StatusOr<BoxingPlan> boxing =
+      PlanBoxing(tensor.type, from_placement, from_sbp, to_placement, canonical_to_sbp);
+  if (!boxing.ok()) return boxing.status();
+  // Collectives of per-step and per-micro-batch tensors run different numbers of times per
+  // step, so they use different communicators (each runs its collectives in one fixed order).
+  const bool per_step = accumulated || PerStep(tensor_id);
+  for (const BoxingStep& step : boxing->source_steps) {
+    registers = ApplyStep(tensor, from_placement, step, registers, per_step);
+  }
+  if (boxing->crosses_placements) {
+    std::string label = NextLabel(tensor.name);
+    std::vector<std::string> copied;
+    for (int rank = 0; rank < to_placement.size(); ++rank) {
+      int source_rank = boxing->one_to_one ? rank : 0;
+      NdSbp sbp = boxing->one_to_one ? to_sbp : NdSbp(to_placement.num_axes(), Sbp::Broadcast());
+      Shape local = LocalWindowOf(tensor.type.shape, to_placement, sbp, rank).shape;
+      std::string reg = AddRegister(absl::StrCat(tensor.name, "~", label, "@", rank), local,
+                                    tensor.type.data_type);
+      plan::Task* task = AddTask(absl::StrCat("copy:", tensor.name, "~", label, "@", rank),
+                                 plan::COPY, to_placement.device(rank), plan::STREAM_COPY_IN);
+      task->add_inputs(registers[source_rank]);
+      task->add_outputs(reg);
+      copied.push_back(reg);
+    }
+    registers = std::move(copied);
+    for (const BoxingStep& step : boxing->destination_steps) {
+      registers = ApplyStep(tensor, to_placement, step, registers, per_step);
+    }
+  }
+  materialized_[key] = registers;
+  return registers;
+}
+
+std::string GraphLowering::NextLabel(const std::string& tensor_name) {
+  return absl::StrCat(++boxing_count_[tensor_name]);
+}
+
+// The communicator of a group of ranks for per-step or per-micro-batch tensors (created on
+// first use).
+plan::Communicator& GraphLowering::CommunicatorOf(const Placement& placement,
+                                                  const std::vector<int>& group, bool per_step) {
+  std::vector<std::string> keys;
+  for (int rank : group) keys.push_back(DeviceSortKey(placement.device(rank)));
+  std::string key = absl::StrJoin(keys, ",");
+  if (per_step && graph_.num_micro_batches > 1) key += "|step";
+  auto found = communicators_.find(key);
+  if (found != communicators_.end()) return found->second;
+  plan::Communicator& communicator = communicators_[key];
+  communicator.set_name(absl::StrCat("comm", communicators_.size() - 1));
+  for (int rank : group) *communicator.add_devices() = placement.device(rank);
+  return communicator;
+}
+
+int GraphLowering::StreamIndexOf(const plan::Device& device, const std::string& communicator) {
+  auto& streams = communication_streams_[DeviceKey::Of(device)];
+  auto found = streams.find(communicator);
+  if (found != streams.end()) return found->second;
+  int index = static_cast<int>(streams.size());
+  streams[communicator] = index;
+  return index;
+}
+
+std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
+                                                  const Placement& placement,
+                                                  const BoxingStep& step,
+                                                  const std::vector<std::string>& registers,
+                                                  bool per_step) {
+  const std::string label = NextLabel(tensor.name);
+  std::vector<std::string> result(placement.size());
+  const int h = step.hierarchy_axis;
+  for (int rank = 0; rank < placement.size(); ++rank) {
+    LocalWindow before = LocalWindowOf(tensor.type.shape, placement, step.from, rank);
+    LocalWindow after = LocalWindowOf(tensor.type.shape, placement, step.to, rank);
+    const plan::Device& device = placement.device(rank);
+    std::string reg = absl::StrCat(tensor.name, "~", label, "@", rank);
+    std::string task_name = absl::StrCat("box:", tensor.name, "~", label, "@", rank);
+    if (step.kind == BoxingStep::Kind::kZeroFill && placement.Coordinates(rank)[h] == 0) {
+      result[rank] = registers[rank];  // the first member keeps the value
+      continue;
+    }
+    AddRegister(reg, after.shape, tensor.type.data_type);
+    result[rank] = reg;
+    plan::Task* task;
+    if (step.is_collective()) {
+      std::vector<int> group = placement.GroupAlong(rank, h);
+      plan::Communicator& communicator = CommunicatorOf(placement, group, per_step);
+      int position = static_cast<int>(placement.Coordinates(rank)[h]);
+      if (position == 0) {
+        sequence_of_group_step_[absl::StrCat(label, "|", group[0])] =
+            communicator.num_collectives();
+        communicator.set_num_collectives(communicator.num_collectives() + 1);
+      }
+      int64_t sequence = sequence_of_group_step_[absl::StrCat(label, "|", group[0])];
+      task = AddTask(task_name, plan::COLLECTIVE, device, plan::STREAM_COMMUNICATION,
+                     StreamIndexOf(device, communicator.name()));
+      task->set_rank(position);
+      plan::CollectiveConf* conf = task->mutable_collective();
+      conf->set_communicator(communicator.name());
+      conf->set_sequence(sequence);
+      conf->set_name(absl::StrCat(tensor.name, "~", label));
+      conf->set_reduce(step.reduce_max ? plan::REDUCE_MAX : plan::REDUCE_SUM);
+      conf->set_axis(step.axis);
+      conf->set_concat_axis(step.concat_axis);
+      switch (step.kind) {
+        case BoxingStep::Kind::kAllGather:
+          conf->set_kind(plan::ALL_GATHER);
+          break;
+        case BoxingStep::Kind::kAllReduce:
+          conf->set_kind(plan::ALL_REDUCE);
+          break;
+        case BoxingStep::Kind::kReduceScatter:
+          conf->set_kind(plan::REDUCE_SCATTER);
+          break;
+        default:
+          conf->set_kind(plan::ALL_TO_ALL);
+          break;
+      }
+    } else {
+      task = AddTask(task_name, plan::COMPUTE, device, plan::STREAM_COMPUTE);
+      plan::KernelConf kernel;
+      std::vector<int64_t> begin(tensor.type.shape.rank());
+      if (step.kind == BoxingStep::Kind::kLocalSlice) {
+        kernel.set_op_type("slice");
+        std::vector<int64_t> end(tensor.type.shape.rank());
+        for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
+          begin[axis] = after.begin[axis] - before.begin[axis];
+          end[axis] = begin[axis] + after.shape.dimension(axis);
+        }
+        SetIntList(&kernel, "begin", begin);
+        SetIntList(&kernel, "end", end);
+      } else if (step.kind == BoxingStep::Kind::kLocalPad) {
+        kernel.set_op_type("pad");
+        for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
+          begin[axis] = before.begin[axis] - after.begin[axis];
+        }
+        SetIntList(&kernel, "begin", begin);
+      } else {
+        kernel.set_op_type("zeros_like");
+      }
+      task->set_kernel_index(kernels_.Add(std::move(kernel)));
+    }
+    task->add_inputs(registers[rank]);
+    task->add_outputs(reg);
+  }
+  return result;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,167 @@
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/graph_lowering.h"
+#include "compiler/kernel_attributes.h"
+
+namespace loom::compiler {
+
+// Data parallelism: the gradients of variables that need only all-reduces (P on some hierarchy
+// axes, to B there; any other axis unchanged, e.g. S(1) of a tensor-parallel weight) are packed
+// per device into flat buckets of at most graph_.gradient_bucket_bytes per device, in reverse
+// variable order (about the order the backward pass produces them), each all-reduced by one
+// collective and unpacked. Along the reduced axes the bucket is one tensor; along the others
+// its ranks hold different gradients, which no collective of the bucket mixes. The unpacked
+// registers are what Materialize then returns for those gradients, so ConnectGradient does not
+// change. As DDP does: one collective per bucket instead of one per variable.
+absl::Status GraphLowering::BucketGradients() {
+  if (graph_.gradient_bucket_bytes <= 0) return absl::OkStatus();
+  struct Member {
+    int tensor = -1;
+    int64_t local_elements = 0;          // on every rank
+    std::vector<Shape> local_shapes;     // per rank, as the variable holds it
+    std::vector<std::string> registers;  // per rank: the gradient (summed over micro-batches)
+    std::string cache_key;               // Materialize's key for it as the variable's SBP
+  };
+  struct Group {
+    const Placement* placement = nullptr;
+    NdSbp from;
+    NdSbp to;
+    std::vector<Member> members;
+  };
+  std::map<std::string, Group> groups;
+  std::vector<std::string> group_order;
+  for (auto node = graph_.nodes.rbegin(); node != graph_.nodes.rend(); ++node) {
+    if (node->kind != LogicalNode::Kind::kVariable || node->gradient < 0) continue;
+    const LogicalTensor& gradient = graph_.tensors[node->gradient];
+    const LogicalTensor& value = graph_.tensors[node->outputs[0]];
+    if (gradient.type.data_type != plan::FLOAT32) continue;
+    if (!(PlacementOf(node->gradient) == node->placement)) continue;
+    const NdSbp from = Canonical(node->placement, gradient.sbp);
+    const NdSbp to = Canonical(node->placement, value.sbp);
+    // The bucket's SBP: the reduced axes as they are, B on the others.
+    NdSbp bucket_from(from.size(), Sbp::Broadcast());
+    bool reduces = false;
+    bool only_reduces = true;
+    for (size_t axis = 0; axis < from.size(); ++axis) {
+      if (from[axis].kind == Sbp::Kind::kPartialSum && to[axis].is_broadcast()) {
+        reduces = true;
+        bucket_from[axis] = from[axis];
+      } else if (from[axis] != to[axis] || from[axis].is_partial()) {
+        only_reduces = false;
+      }
+    }
+    if (!reduces || !only_reduces) continue;
+    // Every rank's part of the flat buffer must be the same size.
+    std::vector<Shape> local_shapes;
+    bool balanced = true;
+    for (int rank = 0; rank < node->placement.size(); ++rank) {
+      local_shapes.push_back(LocalWindowOf(gradient.type.shape, node->placement, to, rank).shape);
+      balanced = balanced && local_shapes[rank].NumElements() == local_shapes[0].NumElements();
+    }
+    if (!balanced) continue;
+    const bool accumulated = graph_.num_micro_batches > 1 && !PerStep(node->gradient);
+    Member member;
+    member.tensor = node->gradient;
+    member.local_elements = local_shapes[0].NumElements();
+    member.local_shapes = std::move(local_shapes);
+    member.cache_key = absl::StrCat(node->gradient, "|", node->placement.ToString(), "|",
+                                    NdSbpToString(to), accumulated ? "|sum" : "");
+    // Already boxed for another reader (gradient clipping): that collective serves.
+    if (materialized_.contains(member.cache_key)) continue;
+    if (accumulated) {
+      absl::StatusOr<std::vector<std::string>> sums = Accumulated(node->gradient);
+      if (!sums.ok()) return sums.status();
+      member.registers = *sums;
+    } else {
+      member.registers = local_registers_[node->gradient];
+    }
+    const std::string group_key =
+        absl::StrCat(node->placement.ToString(), "|", NdSbpToString(bucket_from));
+    auto [group, inserted] = groups.try_emplace(group_key);
+    if (inserted) {
+      group->second.placement = &node->placement;
+      group->second.from = bucket_from;
+      group->second.to = NdSbp(from.size(), Sbp::Broadcast());
+      group_order.push_back(group_key);
+    }
+    group->second.members.push_back(std::move(member));
+  }
+  for (const std::string& key : group_order) {
+    Group& group = groups[key];
+    std::vector<Member> bucket;
+    int64_t bucket_bytes = 0;
+    for (size_t i = 0; i <= group.members.size(); ++i) {
+      const int64_t bytes = i < group.members.size() ? group.members[i].local_elements * 4 : 0;
+      const bool full = !bucket.empty() && bucket_bytes + bytes > graph_.gradient_bucket_bytes;
+      if (i == group.members.size() || full) {
+        if (absl::Status status = AllReduceBucket(group.placement, group.from, group.to, bucket);
+            !status.ok()) {
+          return status;
+        }
+        bucket.clear();
+        bucket_bytes = 0;
+      }
+      if (i < group.members.size()) {
+        bucket.push_back(std::move(group.members[i]));
+        bucket_bytes += bytes;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One bucket of BucketGradients: pack, all-reduce, unpack. A bucket of one gradient is left to
+// the ordinary boxing.
+template <typename MemberList>
+absl::Status GraphLowering::AllReduceBucket(const Placement* placement, const NdSbp& from,
+                                            const NdSbp& to, const MemberList& members) {
+  if (members.size() < 2) return absl::OkStatus();
+  int64_t elements = 0;
+  for (const auto& member : members) elements += member.local_elements;
+  LogicalTensor bucket;
+  bucket.name = absl::StrCat("gradient_bucket.", buckets_++);
+  bucket.type.shape = Shape({elements});
+  bucket.type.data_type = plan::FLOAT32;
+  bucket.sbp = from;
+  std::vector<std::string> registers;
+  for (int rank = 0; rank < placement->size(); ++rank) {
+    std::string reg =
+        AddRegister(absl::StrCat(bucket.name, "@", rank), bucket.type.shape, plan::FLOAT32);
+    plan::Task* task = AddTask(absl::StrCat("pack:", bucket.name, "@", rank), plan::COMPUTE,
+                               placement->device(rank), plan::STREAM_COMPUTE);
+    task->set_kernel_index(kernels_.Add(KernelOfType("pack_flat")));
+    for (const auto& member : members) task->add_inputs(member.registers[rank]);
+    task->add_outputs(reg);
+    registers.push_back(std::move(reg));
+  }
+  absl::StatusOr<BoxingPlan> boxing = PlanBoxing(bucket.type, *placement, from, *placement, to);
+  if (!boxing.ok()) return boxing.status();
+  for (const BoxingStep& step : boxing->source_steps) {
+    registers = ApplyStep(bucket, *placement, step, registers, /*per_step=*/true);
+  }
+  std::vector<std::vector<std::string>> unpacked(members.size());
+  for (int rank = 0; rank < placement->size(); ++rank) {
+    plan::Task* task = AddTask(absl::StrCat("unpack:", bucket.name, "@", rank), plan::COMPUTE,
+                               placement->device(rank), plan::STREAM_COMPUTE);
+    task->set_kernel_index(kernels_.Add(KernelOfType("unpack_flat")));
+    task->add_inputs(registers[rank]);
+    for (size_t i = 0; i < members.size(); ++i) {
+      const LogicalTensor& gradient = graph_.tensors[members[i].tensor];
+      std::string reg = AddRegister(absl::StrCat(gradient.name, "~", bucket.name, "@", rank),
+                                    members[i].local_shapes[rank], plan::FLOAT32);
+      task->add_outputs(reg);
+      unpacked[i].push_back(std::move(reg));
+    }
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    materialized_[members[i].cache_key] = std::move(unpacked[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,99 @@
+#ifndef LOOM_COMPILER_GRAPH_LOWERING_H_
+#define LOOM_COMPILER_GRAPH_LOWERING_H_
+
+// GraphLowering: the state of lowering one logical graph to a plan (LowerToPlan of
+// compiler/lowering.h, the only user), and its parts, each defined in the file named after it:
+// the nodes, fetches and variable updates (lowering.cc), the data-parallel gradient buckets
+// (gradient_buckets.cc), and the boxing of a tensor between SBPs and placements
+// (boxing_lowering.cc). Internal to the compiler: include compiler/lowering.h instead.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/boxing.h"
+#include "compiler/logical_graph.h"
+#include "core/device_key.h"
+#include "core/shared_kernels.h"
+#include "proto/plan.pb.h"
+
+namespace loom::compiler {
+
+class GraphLowering {
+ public:
+  GraphLowering(const LogicalGraph& graph, const DeviceSet& devices, int64_t max_tasks)
+      : graph_(graph), devices_(devices), max_tasks_(max_tasks) {}
+
+  absl::StatusOr<plan::Plan> Run();
+
+ private:
+  // --- The plan, nodes and fetches (lowering.cc) -----------------------------------------------
+
+  absl::Status CheckTaskCount(absl::string_view what) const;
+  void AddHostDevices();
+  std::string AddRegister(const std::string& name, const Shape& shape, plan::DataType type,
+                          int num_slots = 0);
+  plan::Task* AddTask(const std::string& name, plan::TaskKind kind, const plan::Device& device,
+                      plan::StreamKind stream, int stream_index = 0);
+  const Placement& PlacementOf(int tensor) const;
+  absl::Status LowerSource(const LogicalNode& node);
+  absl::Status ConnectGradient(const LogicalNode& node);
+  absl::Status LowerOp(const LogicalNode& node);
+  absl::Status LowerFetch(int tensor_id);
+
+  // --- Gradient buckets (gradient_buckets.cc) ---------------------------------------------------
+
+  absl::Status BucketGradients();
+  // Instantiated only by BucketGradients, with its own list of members.
+  template <typename MemberList>
+  absl::Status AllReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
+                               const MemberList& members);
+
+  // --- Boxing (boxing_lowering.cc) --------------------------------------------------------------
+
+  static NdSbp Canonical(const Placement& placement, NdSbp sbp);
+  bool PerStep(int tensor_id) const;
+  absl::StatusOr<std::vector<std::string>> Materialize(int tensor_id, const Placement& to_placement,
+                                                       const NdSbp& to_sbp, bool per_step);
+  absl::StatusOr<std::vector<std::string>> Accumulated(int tensor_id);
+  absl::StatusOr<std::vector<std::string>> Box(int tensor_id, bool accumulated,
+                                               const Placement& to_placement, const NdSbp& to_sbp);
+  std::string NextLabel(const std::string& tensor_name);
+  plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group,
+                                     bool per_step);
+  int StreamIndexOf(const plan::Device& device, const std::string& communicator);
+  std::vector<std::string> ApplyStep(const LogicalTensor& tensor, const Placement& placement,
+                                     const BoxingStep& step,
+                                     const std::vector<std::string>& registers, bool per_step);
+
+  const LogicalGraph& graph_;
+  const DeviceSet& devices_;
+  const int64_t max_tasks_;  // 0: no limit
+  plan::Plan plan_;
+  // The plan's kernel configurations, each held once (an op's ranks mostly share theirs).
+  SharedKernels kernels_{&plan_};
+  std::vector<std::vector<std::string>> local_registers_;  // by tensor: register per rank
+  absl::flat_hash_map<std::string, std::vector<std::string>> materialized_;
+  absl::flat_hash_map<std::string, int> boxing_count_;
+  // By member devices (sorted, so the plan is deterministic).
+  std::map<std::string, plan::Communicator> communicators_;
+  absl::flat_hash_map<DeviceKey, absl::flat_hash_map<std::string, int>> communication_streams_;
+  absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
+  // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
+  absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
+  // Tensor id -> its per-step sums per rank.
+  absl::flat_hash_map<int, std::vector<std::string>> accumulated_;
+  // Gradient buckets made so far (their names count up).
+  int buckets_ = 0;
+  // The logical op of each op task.
+  absl::flat_hash_map<std::string, const LogicalNode*> op_of_task_;
+};
+
+}  // namespace loom::compiler
+
+#endif  // LOOM_COMPILER_GRAPH_LOWERING_H_

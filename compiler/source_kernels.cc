@@ -1,0 +1,145 @@
+#include "compiler/source_kernels.h"
+
+#include "absl/strings/str_cat.h"
+#include "compiler/kernel_attributes.h"
+
+namespace loom::compiler {
+namespace {
+
+// The "random" kernel drawing from a distribution.
+void SetNormal(plan::KernelConf* conf, const job::NormalInitializer& normal) {
+  conf->set_op_type("random");
+  (*conf->mutable_attributes())["distribution"].set_string_value("normal");
+  SetFloat(conf, "mean", normal.mean());
+  SetFloat(conf, "std", normal.std());
+  SetInt(conf, "seed", normal.seed());
+}
+void SetUniform(plan::KernelConf* conf, const job::UniformInitializer& uniform) {
+  conf->set_op_type("random");
+  SetFloat(conf, "low", uniform.low());
+  SetFloat(conf, "high", uniform.high());
+  SetInt(conf, "seed", uniform.seed());
+}
+
+int64_t FirstStep(const LogicalGraph& graph) {
+  return graph.initial_state != nullptr ? graph.initial_state->first_step() : 0;
+}
+
+}  // namespace
+
+plan::KernelConf VariableInitializerKernel(const LogicalGraph& graph, const LogicalNode& node,
+                                           const std::string& checkpoint_name,
+                                           const std::vector<int64_t>& logical,
+                                           const LocalWindow& window) {
+  plan::KernelConf conf;
+  if (graph.initial_state != nullptr) {
+    return CheckpointSliceKernel(graph, checkpoint_name, logical, window);
+  }
+  auto window_attributes = [&] {
+    SetIntList(&conf, "logical_shape", logical);
+    SetIntList(&conf, "slice_begin", window.begin);
+  };
+  const job::Initializer& init = node.variable->initializer();
+  switch (init.kind_case()) {
+    case job::Initializer::kConstant:
+      conf.set_op_type("fill");
+      SetFloat(&conf, "value", init.constant());
+      break;
+    case job::Initializer::kNormal:
+      SetNormal(&conf, init.normal());
+      window_attributes();
+      break;
+    case job::Initializer::kUniform:
+      SetUniform(&conf, init.uniform());
+      window_attributes();
+      break;
+    default:
+      break;
+  }
+  return conf;
+}
+
+plan::KernelConf CheckpointSliceKernel(const LogicalGraph& graph, const std::string& name,
+                                       const std::vector<int64_t>& logical,
+                                       const LocalWindow& window) {
+  plan::KernelConf conf;
+  conf.set_op_type("safetensors_slice");
+  (*conf.mutable_attributes())["path"].set_string_value(graph.initial_state->path());
+  (*conf.mutable_attributes())["tensor"].set_string_value(name);
+  SetIntList(&conf, "logical_shape", logical);
+  SetIntList(&conf, "slice_begin", window.begin);
+  return conf;
+}
+
+absl::StatusOr<plan::KernelConf> InputKernel(const LogicalGraph& graph, const job::Input& input,
+                                             const std::vector<int64_t>& logical,
+                                             const LocalWindow& window) {
+  plan::KernelConf conf;
+  if (FirstStep(graph) > 0) SetInt(&conf, "first_step", FirstStep(graph));
+  switch (input.source_case()) {
+    case job::Input::kRandomNormal:
+      SetNormal(&conf, input.random_normal());
+      break;
+    case job::Input::kRandomUniform:
+      SetUniform(&conf, input.random_uniform());
+      break;
+    case job::Input::kRandomIntegersBelow:
+      conf.set_op_type("random_integers");
+      SetInt(&conf, "high", input.random_integers_below());
+      SetInt(&conf, "seed", input.seed());
+      break;
+    case job::Input::kTokenFile: {
+      // Rows are samples: this rank's window must cover whole sequences.
+      if (window.begin[1] != 0 || window.shape.dimension(1) != logical[1]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", input.name(), "': a token-file input may be split only on its batch axis"));
+      }
+      conf.set_op_type("token_batch");
+      const job::TokenFile& file = input.token_file();
+      (*conf.mutable_attributes())["path"].set_string_value(file.path());
+      (*conf.mutable_attributes())["format"].set_string_value(
+          file.format().empty() ? "bytes" : file.format());
+      (*conf.mutable_attributes())["targets"].set_bool_value(file.targets());
+      SetInt(&conf, "global_batch", logical[0]);
+      SetInt(&conf, "sequence", logical[1]);
+      SetInt(&conf, "sample_begin", window.begin[0]);
+      SetInt(&conf, "sample_count", window.shape.dimension(0));
+      return conf;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("input '", input.name(), "' has no source"));
+  }
+  SetIntList(&conf, "logical_shape", logical);
+  SetIntList(&conf, "slice_begin", window.begin);
+  return conf;
+}
+
+plan::KernelConf OptimizerKernel(const LogicalGraph& graph, const std::string& variable,
+                                 std::vector<std::string>* state_names) {
+  plan::KernelConf optimizer;
+  if (FirstStep(graph) > 0) SetInt(&optimizer, "first_step", FirstStep(graph));
+  const job::Optimizer& settings = *graph.optimizer;
+  if (settings.has_sgd()) {
+    const job::SgdOptimizer& sgd = settings.sgd();
+    optimizer.set_op_type("sgd");
+    SetFloat(&optimizer, "lr", sgd.learning_rate());
+    SetFloat(&optimizer, "momentum", sgd.momentum());
+    SetFloat(&optimizer, "dampening", sgd.dampening());
+    SetFloat(&optimizer, "weight_decay", sgd.weight_decay());
+    (*optimizer.mutable_attributes())["nesterov"].set_bool_value(sgd.nesterov());
+    *state_names = {"optimizer.momentum_buffer."};
+  } else {
+    const job::AdamWOptimizer& adamw = settings.adamw();
+    optimizer.set_op_type("adamw");
+    SetFloat(&optimizer, "lr", adamw.learning_rate());
+    SetFloat(&optimizer, "beta1", adamw.beta1() != 0 ? adamw.beta1() : 0.9);
+    SetFloat(&optimizer, "beta2", adamw.beta2() != 0 ? adamw.beta2() : 0.999);
+    SetFloat(&optimizer, "epsilon", adamw.epsilon() != 0 ? adamw.epsilon() : 1e-8);
+    SetFloat(&optimizer, "weight_decay", adamw.weight_decay());
+    *state_names = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+  }
+  for (std::string& state : *state_names) state += variable;
+  return optimizer;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,136 @@
+#include "node/step_collector.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "node/tensor_statistics.h"
+
+namespace loom {
+
+namespace {
+
+bool IsScalar(const plan::Fetch& fetch) {
+  return Shape(fetch.logical().shape()).NumElements() == 1;
+}
+
+// The one value of a scalar fetch's assembled piece, as a double (NaN when it is malformed).
+double ScalarValue(const HostTensor& tensor) {
+  absl::StatusOr<TensorStatistics> statistics = ComputeStatistics(tensor);
+  return statistics.ok() ? statistics->mean : std::numeric_limits<double>::quiet_NaN();
+}
+
+double Sum(const std::vector<double>& values) {
+  return std::accumulate(values.begin(), values.end(), 0.0);
+}
+
+double Mean(const std::vector<double>& values) {
+  return Sum(values) / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+absl::StatusOr<StepFetches> StepFetchesOf(const plan::Plan& plan, const std::string& loss) {
+  StepFetches fetches;
+  bool found = false;
+  for (const plan::Fetch& fetch : plan.fetches()) {
+    if (fetch.tensor() == loss) {
+      fetches.loss = fetch;
+      found = true;
+    } else if (IsScalar(fetch)) {
+      fetches.scalars.push_back(fetch);
+    }
+  }
+  if (!found) {
+    return absl::InternalError(absl::StrCat("the plan does not fetch the loss '", loss, "'"));
+  }
+  return fetches;
+}
+
+absl::StatusOr<StepCollector> StepCollector::Create(const StepFetches& fetches,
+                                                    int micro_batches_per_step) {
+  const plan::Fetch& loss = fetches.loss;
+  if (!IsScalar(loss) || loss.logical().data_type() != plan::FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("the loss '", loss.tensor(),
+                                                   "' must be a float32 scalar, not ",
+                                                   Shape(loss.logical().shape()).ToString()));
+  }
+  StepCollector collector(std::max(micro_batches_per_step, 1));
+  collector.fetches_.emplace_back(loss);
+  for (const plan::Fetch& scalar : fetches.scalars) collector.fetches_.emplace_back(scalar);
+  collector.observers_.resize(collector.fetches_.size());
+  collector.RestartClock();
+  return collector;
+}
+
+std::vector<std::string> StepCollector::sinks() const {
+  std::vector<std::string> sinks;
+  for (const FetchPieceAssembler& fetch : fetches_) {
+    sinks.insert(sinks.end(), fetch.fetch().sinks().begin(), fetch.fetch().sinks().end());
+  }
+  return sinks;
+}
+
+bool StepCollector::ObservePieces(const std::string& tensor,
+                                  std::function<void(const HostTensor&)> on_piece) {
+  for (size_t position = 0; position < fetches_.size(); ++position) {
+    if (fetches_[position].fetch().tensor() != tensor) continue;
+    observers_[position] = std::move(on_piece);
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& piece) {
+  std::vector<FinishedStep> finished;
+  for (size_t position = 0; position < fetches_.size(); ++position) {
+    absl::StatusOr<std::optional<AssembledPiece>> assembled = fetches_[position].Add(piece);
+    if (!assembled.ok()) return assembled.status();
+    if (!assembled->has_value()) continue;
+    if (observers_[position]) observers_[position]((*assembled)->tensor);
+    std::vector<std::vector<double>>& values = step_values_[(*assembled)->piece / micro_batches_];
+    values.resize(fetches_.size());
+    values[position].push_back(ScalarValue((*assembled)->tensor));
+  }
+
+  auto complete = [this](const std::vector<std::vector<double>>& values) {
+    return values.size() == fetches_.size() &&
+           std::all_of(values.begin(), values.end(), [this](const std::vector<double>& pieces) {
+             return static_cast<int>(pieces.size()) == micro_batches_;
+           });
+  };
+  for (auto step = step_values_.find(next_step_);
+       step != step_values_.end() && complete(step->second); step = step_values_.find(next_step_)) {
+    const auto now = std::chrono::steady_clock::now();
+    FinishedStep done;
+    done.index = next_step_;
+    done.loss = Mean(step->second[0]);
+    for (size_t position = 1; position < fetches_.size(); ++position) {
+      const plan::Fetch& fetch = fetches_[position].fetch();
+      const std::vector<double>& pieces = step->second[position];
+      done.scalars.push_back(
+          {fetch.tensor(), fetch.summed_over_step() ? Sum(pieces) : Mean(pieces)});
+    }
+    done.seconds = std::chrono::duration<double>(now - last_completion_).count();
+    finished.push_back(std::move(done));
+    last_completion_ = now;
+    step_values_.erase(step);
+    ++next_step_;
+  }
+  return finished;
+}
+
+std::optional<int64_t> TokensPerStep(const job::Job& job) {
+  std::optional<int64_t> tokens;
+  for (const job::Input& input : job.inputs()) {
+    if (!input.has_token_file() || input.token_file().targets()) continue;
+    int64_t product = 1;
+    for (int64_t extent : input.shape()) product *= extent;
+    tokens = tokens.value_or(0) + product;
+  }
+  return tokens;
+}
+
+}  // namespace loom

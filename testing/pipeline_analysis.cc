@@ -1,0 +1,83 @@
+#include "testing/pipeline_analysis.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+namespace loom {
+namespace {
+
+struct PieceSpan {
+  int64_t forward_start = std::numeric_limits<int64_t>::max();
+  int64_t backward_start = std::numeric_limits<int64_t>::max();
+  int64_t end = std::numeric_limits<int64_t>::min();
+};
+
+}  // namespace
+
+std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
+                                           const std::vector<PipelineRole>& roles, int num_stages) {
+  std::vector<StageSchedule> schedules(num_stages);
+  std::vector<std::map<int64_t, PieceSpan>> pieces(num_stages);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> intervals(num_stages);
+  for (const ActEvent& event : events) {
+    if (event.task_index >= roles.size()) continue;
+    const PipelineRole& role = roles[event.task_index];
+    if (role.stage < 0 || role.stage >= num_stages) continue;
+    PieceSpan& span = pieces[role.stage][event.piece];
+    int64_t& start = role.backward ? span.backward_start : span.forward_start;
+    start = std::min(start, event.start_nanoseconds);
+    span.end = std::max(span.end, event.end_nanoseconds);
+    intervals[role.stage].emplace_back(event.start_nanoseconds, event.end_nanoseconds);
+  }
+  for (int stage = 0; stage < num_stages; ++stage) {
+    StageSchedule& schedule = schedules[stage];
+    // +1 when a micro-batch is taken in, -1 when it is let go; at equal times, releases first.
+    std::vector<std::pair<int64_t, int>> changes;
+    std::vector<std::pair<int64_t, char>> passes;
+    for (const auto& [piece, span] : pieces[stage]) {
+      if (span.forward_start != std::numeric_limits<int64_t>::max()) {
+        changes.emplace_back(span.forward_start, +1);
+        changes.emplace_back(span.end, -1);
+        passes.emplace_back(span.forward_start, 'F');
+      }
+      if (span.backward_start != std::numeric_limits<int64_t>::max()) {
+        passes.emplace_back(span.backward_start, 'B');
+      }
+    }
+    std::sort(changes.begin(), changes.end());
+    int64_t held = 0;
+    for (const auto& [time, change] : changes) {
+      held += change;
+      schedule.peak_in_flight = std::max(schedule.peak_in_flight, held);
+    }
+    std::stable_sort(passes.begin(), passes.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [time, pass] : passes) schedule.order.push_back(pass);
+
+    std::vector<std::pair<int64_t, int64_t>>& acts = intervals[stage];
+    if (acts.empty()) continue;
+    std::sort(acts.begin(), acts.end());
+    int64_t covered_end = acts.front().first;
+    for (const auto& [start, end] : acts) {
+      const int64_t from = std::max(start, covered_end);
+      if (end > from) schedule.busy_nanoseconds += end - from;
+      covered_end = std::max(covered_end, end);
+    }
+    schedule.first_start_nanoseconds = acts.front().first;
+    schedule.last_end_nanoseconds = covered_end;
+  }
+  return schedules;
+}
+
+std::string OneForwardOneBackwardOrder(int64_t in_flight, int64_t m) {
+  std::string order;
+  const int64_t warm_up = std::min(in_flight, m);
+  order.append(static_cast<size_t>(warm_up), 'F');
+  for (int64_t forward = warm_up; forward < m; ++forward) order += "BF";
+  order.append(static_cast<size_t>(warm_up), 'B');
+  return order;
+}
+
+}  // namespace loom

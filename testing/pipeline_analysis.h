@@ -1,0 +1,50 @@
+#ifndef LOOM_TESTING_PIPELINE_ANALYSIS_H_
+#define LOOM_TESTING_PIPELINE_ANALYSIS_H_
+
+// Pipeline schedules read from a job's event record, for tests and benchmarks: AnalyzePipeline
+// gives each stage's micro-batches in flight, order of forward and backward passes and busy time,
+// from the ActEvents and each task's PipelineRole; OneForwardOneBackwardOrder gives the order a
+// one-forward-one-backward schedule has. Used by the compiler's pipeline tests and bench/bubble.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/event_record.h"
+
+namespace loom {
+
+// What a task is to a pipeline: the stage it computes for (-1: none, e.g. variables and
+// per-step tasks) and whether it is part of the backward pass.
+struct PipelineRole {
+  int stage = -1;
+  bool backward = false;
+};
+
+// One stage's schedule, read from the runtime's event record (pieces are micro-batches).
+struct StageSchedule {
+  // Micro-batch j's activations are held on the stage from the start of its first forward act
+  // there to the end of its last backward act there; the most micro-batches held at once.
+  int64_t peak_in_flight = 0;
+  // The stage's passes in the order they began: "F" for a micro-batch's first forward act,
+  // "B" for its first backward act, e.g. "FFFBFBFBBB".
+  std::string order;
+  // The union of the stage's act intervals; its first act's start and its last act's end
+  // (nanoseconds since the job started).
+  int64_t busy_nanoseconds = 0;
+  int64_t first_start_nanoseconds = 0;
+  int64_t last_end_nanoseconds = 0;
+};
+
+// Per stage 0..num_stages-1. `roles` is indexed by task index (events' task_index).
+std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
+                                           const std::vector<PipelineRole>& roles, int num_stages);
+
+// One-forward-one-backward's order of a stage that may hold `in_flight` micro-batches, for `m`
+// micro-batches: min(in_flight, m) forwards, then alternating backward and forward while forwards
+// remain, then the remaining backwards.
+std::string OneForwardOneBackwardOrder(int64_t in_flight, int64_t m);
+
+}  // namespace loom
+
+#endif  // LOOM_TESTING_PIPELINE_ANALYSIS_H_
