@@ -19,7 +19,6 @@ bool HasOwnPlacement(const job::Placement& placement) {
 
 }  // namespace
 
-// "4 CPUs on 2 nodes", "2 GPUs on 1 node".
 std::string DescribeDevices(const DeviceSet& devices) {
   absl::flat_hash_set<int> nodes;
   bool gpus = false;

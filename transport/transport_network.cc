@@ -4,8 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "glog/logging.h"
 
 namespace loom::transport {
@@ -95,22 +93,20 @@ void TransportNetwork::Stop() {
     WaitForProbedPeers();
     transport_->Stop();
   }
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   receiver_ = nullptr;
   on_error_ = nullptr;
 }
 
 void TransportNetwork::WaitForProbedPeers() {
-  absl::MutexLock lock(&mutex_);
-  const absl::Time deadline = absl::Now() + stop_grace_;
-  bool settled = true;
-  while (!ProbedPeersSettled()) {
-    if (peers_changed_.WaitWithDeadline(&mutex_, deadline)) {  // timed out
-      settled = ProbedPeersSettled();
-      break;
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto settled = [&] {
+    for (int peer : probed_) {
+      if (!HeardFromOrLost(peer)) return false;
     }
-  }
-  if (!settled) {
+    return true;
+  };
+  if (!peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(stop_grace_), settled)) {
     VLOG(1) << "node " << node_ << " stops without having heard from every peer it probed";
   }
   probed_.clear();  // a second Stop (the destructor's) has nothing to wait for
@@ -118,21 +114,6 @@ void TransportNetwork::WaitForProbedPeers() {
 
 bool TransportNetwork::HeardFromOrLost(int peer) const {
   return probed_by_.contains(peer) || peer_failures_.contains(peer);
-}
-
-bool TransportNetwork::ProbedPeersSettled() const {
-  for (int peer : probed_) {
-    if (!HeardFromOrLost(peer)) return false;
-  }
-  return true;
-}
-
-bool TransportNetwork::ProbesSettled(const std::vector<int>& peers) const {
-  if (!probe_wait_interrupted_.ok()) return true;
-  for (int peer : peers) {
-    if (!HeardFromOrLost(peer)) return false;
-  }
-  return true;
 }
 
 absl::Status TransportNetwork::Connect(int peer, absl::string_view address) {
@@ -150,20 +131,20 @@ Transport::Queueing QueueingOf(Network::Tag tag) {
 }  // namespace
 
 void TransportNetwork::SetHandlers(MessageReceiver receiver, ErrorHandler on_error) {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   receiver_ = std::move(receiver);
   on_error_ = std::move(on_error);
 }
 
 void TransportNetwork::JobEnded() {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   on_error_ = nullptr;
 }
 
 absl::Status TransportNetwork::SendProbe(int peer) {
   absl::Status sent = transport_->Send(static_cast<PeerId>(peer), kProbeMessage);
   if (sent.ok()) {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     probed_.insert(peer);
   }
   return sent;
@@ -171,11 +152,15 @@ absl::Status TransportNetwork::SendProbe(int peer) {
 
 absl::StatusOr<std::map<int, absl::Status>> TransportNetwork::WaitForProbes(
     const std::vector<int>& peers, absl::Duration timeout) {
-  absl::MutexLock lock(&mutex_);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!ProbesSettled(peers)) {
-    if (peers_changed_.WaitWithDeadline(&mutex_, deadline)) break;  // timed out
-  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto settled = [&] {
+    if (!probe_wait_interrupted_.ok()) return true;
+    for (int peer : peers) {
+      if (!HeardFromOrLost(peer)) return false;
+    }
+    return true;
+  };
+  peers_changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), settled);
   if (!probe_wait_interrupted_.ok()) return probe_wait_interrupted_;
   std::map<int, absl::Status> unreachable;
   for (int peer : peers) {
@@ -192,23 +177,23 @@ absl::StatusOr<std::map<int, absl::Status>> TransportNetwork::WaitForProbes(
 
 void TransportNetwork::InterruptProbeWait(absl::Status reason) {
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (probe_wait_interrupted_.ok()) probe_wait_interrupted_ = std::move(reason);
   }
-  peers_changed_.SignalAll();
+  peers_changed_.notify_all();
 }
 
 void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
   if (bytes == kProbeMessage) {
     {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       probed_by_.insert(static_cast<int>(from));
     }
-    peers_changed_.SignalAll();
+    peers_changed_.notify_all();
     return;
   }
   absl::StatusOr<ActorMessage> message = Decode(bytes);
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!message.ok()) {
     absl::Status status = absl::DataLossError(
         absl::StrCat("node ", node_, ": node ", from, " sent ", message.status().message()));
@@ -229,7 +214,7 @@ void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
 
 void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     peer_failures_.emplace(static_cast<int>(peer), status);
     absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
                                                   peer, ": ", status.message()));
@@ -242,7 +227,7 @@ void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
       VLOG(1) << lost;
     }
   }
-  peers_changed_.SignalAll();
+  peers_changed_.notify_all();
 }
 
 absl::Status TransportNetwork::SendMessage(const ActorMessage& message) {

@@ -5,18 +5,18 @@
 // messages as fixed-size active messages, register and collective data as tag messages, and the
 // probes that check that every peer is reachable before a job starts. loomd's node jobs use it.
 
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/message.h"
 #include "runtime/network.h"
@@ -56,26 +56,25 @@ class TransportNetwork final : public Network {
   const std::string& address() const { return transport_->address(); }
   absl::Status Connect(int peer, absl::string_view address);
   // Until set, received messages are dropped with an error to the log; set before the job starts.
-  void SetHandlers(MessageReceiver receiver, ErrorHandler on_error) ABSL_LOCKS_EXCLUDED(mutex_);
+  void SetHandlers(MessageReceiver receiver, ErrorHandler on_error);
   // The job on this node has ended: a peer lost from now on (the peers are released one by one)
   // is no error of the job's; messages are still delivered.
-  void JobEnded() ABSL_LOCKS_EXCLUDED(mutex_);
+  void JobEnded();
 
   // Reachability, checked before a job starts: every node sends a probe to each of its peers once
   // connected to it, then waits for a probe from each. A probe from a peer shows that the peer
   // connected to this node and that its messages arrive here; the peer's own wait checks the other
   // direction. Probes that arrive before WaitForProbes are remembered.
-  absl::Status SendProbe(int peer) ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status SendProbe(int peer);
   // Waits until a probe arrived from every one of `peers`, the connection to it failed, or
   // `timeout` passed. Returns the peers not heard from, each with why: the connection's error
   // (UCX's reason), or DEADLINE_EXCEEDED. Empty: every peer was heard from. After
   // InterruptProbeWait, returns its reason at once instead.
   absl::StatusOr<std::map<int, absl::Status>> WaitForProbes(const std::vector<int>& peers,
-                                                            absl::Duration timeout)
-      ABSL_LOCKS_EXCLUDED(mutex_);
+                                                            absl::Duration timeout);
   // Ends the WaitForProbes in progress, and every later one, with `reason` (the job was aborted
   // while it connected). The first reason is kept.
-  void InterruptProbeWait(absl::Status reason) ABSL_LOCKS_EXCLUDED(mutex_);
+  void InterruptProbeWait(absl::Status reason);
 
   // Network.
   int node() const override { return node_; }
@@ -96,7 +95,7 @@ class TransportNetwork final : public Network {
   // closed under it in the middle of that (transport/README.md, *Shutdown*). A peer's probe comes
   // after its side is set up. After a job that started, every peer was heard from, so it waits
   // only for a job aborted while it connected.
-  void Stop() ABSL_LOCKS_EXCLUDED(mutex_);
+  void Stop();
 
   // Wire format of an actor message (exposed for tests).
   static constexpr size_t kWireMessageBytes = 40;
@@ -107,33 +106,25 @@ class TransportNetwork final : public Network {
 
  private:
   TransportNetwork(int node, absl::Duration stop_grace) : node_(node), stop_grace_(stop_grace) {}
-  void OnMessage(PeerId from, absl::string_view bytes) ABSL_LOCKS_EXCLUDED(mutex_);
-  void OnPeerError(PeerId peer, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mutex_);
+  void OnMessage(PeerId from, absl::string_view bytes);
+  void OnPeerError(PeerId peer, const absl::Status& status);
   // Waits (at most stop_grace_) until every peer probed by this node was heard from or lost.
-  void WaitForProbedPeers() ABSL_LOCKS_EXCLUDED(mutex_);
+  void WaitForProbedPeers();
   // Whether a probe arrived from `peer` or its connection failed. Call with mutex_ held.
-  bool HeardFromOrLost(int peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // WaitForProbedPeers' condition: every peer in probed_ was heard from or lost. Call with mutex_
-  // held.
-  bool ProbedPeersSettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // WaitForProbes' condition: the wait was interrupted, or every one of `peers` was heard from or
-  // lost. Call with mutex_ held.
-  bool ProbesSettled(const std::vector<int>& peers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool HeardFromOrLost(int peer) const;
 
   const int node_;
   const absl::Duration stop_grace_;
   std::unique_ptr<Transport> transport_;
-  absl::Mutex mutex_;
-  MessageReceiver receiver_ ABSL_GUARDED_BY(mutex_);
-  ErrorHandler on_error_ ABSL_GUARDED_BY(mutex_);
+  std::mutex mutex_;
+  MessageReceiver receiver_;  // guarded by mutex_
+  ErrorHandler on_error_;     // guarded by mutex_
   // Notified when a probe arrives or a peer fails.
-  absl::CondVar peers_changed_;
-  // The peers sent a probe.
-  absl::flat_hash_set<int> probed_ ABSL_GUARDED_BY(mutex_);
-  absl::flat_hash_set<int> probed_by_ ABSL_GUARDED_BY(mutex_);
-  // The first error per peer.
-  std::map<int, absl::Status> peer_failures_ ABSL_GUARDED_BY(mutex_);
-  absl::Status probe_wait_interrupted_ ABSL_GUARDED_BY(mutex_);
+  std::condition_variable peers_changed_;
+  absl::flat_hash_set<int> probed_;            // guarded by mutex_: the peers sent a probe
+  absl::flat_hash_set<int> probed_by_;         // guarded by mutex_
+  std::map<int, absl::Status> peer_failures_;  // guarded by mutex_: the first error per peer
+  absl::Status probe_wait_interrupted_;        // guarded by mutex_
 };
 
 }  // namespace loom::transport
