@@ -19,8 +19,8 @@ BENCH ?=
 SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \
   loom_kernels_test loom_core_test loom_transport_test loom_transport_drive_test loom_network_collectives_transport_test \
   loom_transport_process_test loom_same_host_test loom_same_host_mailbox_test \
-  loom_same_host_cpus_test loom_transport_network_test
-SANITIZER_LABELS = 'core|runtime|kernels|transport'
+  loom_same_host_cpus_test loom_transport_network_test loom_compiler_extreme_shapes_test
+SANITIZER_LABELS = 'core|runtime|kernels|transport|fuzz'
 # UCX's memory hooks (libucm) crash a sanitized thread's exit, so the sanitizer runs turn them off
 # (they keep the registration caches of RDMA and GPU transports right; the tests use TCP, CMA and
 # self, which register nothing). Also for the build: the test discovery runs the binaries.
@@ -56,8 +56,15 @@ test-asan: deps
 	  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
 	  ctest --output-on-failure --timeout 900 -L $(SANITIZER_LABELS)
 
+# The demo's daemons read its training text beneath DEMO_DATA_ROOT and write its checkpoints
+# beneath DEMO_CHECKPOINT_ROOT (loomd --data-root / --checkpoint-root), nowhere else.
+DEMO_DATA_ROOT ?= /usr/share/common-licenses
+DEMO_CHECKPOINT_ROOT ?= $(abspath $(BUILD_DIR))/demo
+
 demo: build
-	scripts/demo $(BUILD_DIR)
+	mkdir -p $(DEMO_CHECKPOINT_ROOT)
+	scripts/demo $(BUILD_DIR) 200 --data-root $(DEMO_DATA_ROOT) \
+	  --checkpoint-root $(DEMO_CHECKPOINT_ROOT)
 
 bench: build
 	scripts/bench $(BUILD_DIR) $(BENCH)

@@ -9,6 +9,8 @@ absl::Status ComputeActor::Initialize() {
   kernel_init.task_name = name();
   kernel_init.conf = &task().kernel();
   kernel_init.stream = init().stream;
+  kernel_init.files = init().files;
+  kernel_init.ending = init().ending;
   for (const Register* reg : init().inputs) {
     plan::TensorDesc desc;
     for (int64_t dimension : reg->shape().dimensions()) desc.add_shape(dimension);

@@ -49,12 +49,36 @@ bool SendActor::IsExhausted() const {
   return InputEnded(0) && !InputReady(0) && !in_flight_ && !transfer_done_;
 }
 
-void SendActor::HandlePeerMessage(const ActorMessage& message) {
-  if (message.type == MessageType::kCredit) {
-    credits_.push_back(message.slot);
-  } else if (message.type == MessageType::kTransferDone) {
-    transfer_done_ = true;
+absl::Status SendActor::CheckNetworkMessage(const ActorMessage& message) const {
+  if (message.type != MessageType::kCredit) {
+    return BadMessage(message, absl::StrCat("send task '", name(), "' takes only credits"));
   }
+  if (message.source != peer_) {
+    return BadMessage(message, absl::StrCat("send task '", name(), "' takes credits only from '",
+                                            task().peer().task(), "' (", peer_.ToString(), ")"));
+  }
+  if (message.slot < 0 || message.slot >= kMaxReceiveSlots) {
+    return BadMessage(message, absl::StrCat("a receive register has at most ",
+                                            kMaxReceiveSlots - 1, " slots"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendActor::HandlePeerMessage(const ActorMessage& message) {
+  if (message.type == MessageType::kCredit) {
+    if (absl::Status status = CheckNetworkMessage(message); !status.ok()) return status;
+    if ((in_flight_ && in_flight_slot_ == message.slot) ||
+        std::find(credits_.begin(), credits_.end(), message.slot) != credits_.end()) {
+      return BadMessage(message, "a second credit for a slot already credited");
+    }
+    credits_.push_back(message.slot);
+    return absl::OkStatus();
+  }
+  if (message.type == MessageType::kTransferDone && message.source == id()) {
+    transfer_done_ = true;
+    return absl::OkStatus();
+  }
+  return Actor::HandlePeerMessage(message);
 }
 
 absl::Status SendActor::DoAct() {
@@ -148,34 +172,71 @@ bool ReceiveActor::IsExhausted() const {
   return peer_ended_ && announced_.empty() && received_ == peer_sent_;
 }
 
-void ReceiveActor::HandlePeerMessage(const ActorMessage& message) {
+absl::Status ReceiveActor::CheckNetworkMessage(const ActorMessage& message) const {
+  if (message.type != MessageType::kSent && message.type != MessageType::kPeerEnd) {
+    return BadMessage(message, absl::StrCat("receive task '", name(),
+                                            "' takes only announcements and the end"));
+  }
+  if (message.source != peer_) {
+    return BadMessage(message, absl::StrCat("receive task '", name(), "' takes messages only from '",
+                                            task().peer().task(), "' (", peer_.ToString(), ")"));
+  }
+  if (message.type == MessageType::kSent &&
+      (message.slot < 0 || message.slot >= static_cast<int32_t>(slots_.size()))) {
+    return BadMessage(message, absl::StrCat("the register of '", name(), "' has ", slots_.size(),
+                                            " slots"));
+  }
+  if (message.piece < 0) return BadMessage(message, "a negative piece");
+  return absl::OkStatus();
+}
+
+absl::Status ReceiveActor::HandlePeerMessage(const ActorMessage& message) {
   switch (message.type) {
-    case MessageType::kSent:
-      if (message.slot >= 0 && message.slot < static_cast<int32_t>(slots_.size())) {
-        announced_.push_back(Announced{message.slot, message.piece});
+    case MessageType::kSent: {
+      if (absl::Status status = CheckNetworkMessage(message); !status.ok()) return status;
+      Slot& slot = slots_[message.slot];
+      if (peer_ended_) return BadMessage(message, "an announcement after the sender's end");
+      if (!slot.posted || slot.announced) {
+        return BadMessage(message, slot.posted ? "the slot was announced already"
+                                               : "the slot has no receive posted (no credit)");
       }
-      break;
+      slot.announced = true;
+      announced_.push_back(Announced{message.slot, message.piece});
+      return absl::OkStatus();
+    }
     case MessageType::kTransferDone:
-      if (message.slot >= 0 && message.slot < static_cast<int32_t>(slots_.size())) {
+      if (message.source == id() && message.slot >= 0 &&
+          message.slot < static_cast<int32_t>(slots_.size())) {
         Slot& slot = slots_[message.slot];
         slot.arrived = true;
         // Fail at once: no kSent may ever come for this slot.
         if (!slot.status->ok() && failed_slot_ < 0) failed_slot_ = message.slot;
+        return absl::OkStatus();
       }
       break;
-    case MessageType::kPeerEnd:
+    case MessageType::kPeerEnd: {
+      if (absl::Status status = CheckNetworkMessage(message); !status.ok()) return status;
+      if (peer_ended_) return BadMessage(message, "a second end");
+      const int64_t announced = received_ + static_cast<int64_t>(announced_.size());
+      if (message.piece < announced) {
+        return BadMessage(message, absl::StrCat("an end after ", message.piece, " pieces, but ",
+                                                announced, " were announced"));
+      }
       peer_ended_ = true;
       peer_sent_ = message.piece;
-      break;
+      return absl::OkStatus();
+    }
     default:
-      Actor::HandlePeerMessage(message);
+      break;
   }
+  return Actor::HandlePeerMessage(message);
 }
 
 absl::Status ReceiveActor::PostReceive(int32_t slot) {
   Slot& state = slots_[slot];
   state.posted = true;
   state.arrived = false;
+  state.announced = false;
   state.status = std::make_shared<absl::Status>();
   TensorView view = OutputSlotView(0, slot);
   absl::Status queued = init().network->ReceiveData(
@@ -202,7 +263,10 @@ absl::Status ReceiveActor::DoAct() {
     announced_.pop_front();
     state.posted = false;
     state.arrived = false;
-    ProduceOutputSlot(0, front.slot, front.piece);
+    state.announced = false;
+    if (absl::Status status = ProduceOutputSlot(0, front.slot, front.piece); !status.ok()) {
+      return status;
+    }
     ++received_;
   }
   // Grant a credit for every free slot not yet posted (at the start: all of them).

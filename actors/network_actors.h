@@ -36,18 +36,24 @@ inline constexpr int32_t kMaxReceiveSlots = 1 << 20;
 //
 // So a sender only ever transfers into a free remote slot, and memory in flight is bounded by the
 // receive register's slots. One transfer per SEND is in flight at a time (pieces arrive in order).
+//
+// Messages from the peer are untrusted (CheckNetworkMessage, HandlePeerMessage): a credit must name
+// a slot a receive register may have and not one already credited; an announcement a slot of the
+// register whose receive is posted and not yet announced; an end a count no smaller than what
+// arrived. Anything else fails the job with DATA_LOSS naming the peer node.
 class SendActor final : public Actor {
  public:
   using Actor::Actor;
   absl::Status Initialize() override;
   std::string DescribeWait() const override;
+  absl::Status CheckNetworkMessage(const ActorMessage& message) const override;
 
  protected:
   bool CanAct() const override;
   absl::Status DoAct() override;
   bool IsExhausted() const override;
   absl::Status OnExhausted() override;
-  void HandlePeerMessage(const ActorMessage& message) override;
+  absl::Status HandlePeerMessage(const ActorMessage& message) override;
 
  private:
   ActorId peer_;
@@ -65,17 +71,20 @@ class ReceiveActor final : public Actor {
   using Actor::Actor;
   absl::Status Initialize() override;
   std::string DescribeWait() const override;
+  absl::Status CheckNetworkMessage(const ActorMessage& message) const override;
 
  protected:
   bool CanAct() const override;
   absl::Status DoAct() override;
   bool IsExhausted() const override;
-  void HandlePeerMessage(const ActorMessage& message) override;
+  absl::Status HandlePeerMessage(const ActorMessage& message) override;
 
  private:
   struct Slot {
     bool posted = false;
     bool arrived = false;
+    // A kSent named it since it was posted.
+    bool announced = false;
     // Written by the network thread before it delivers kTransferDone.
     std::shared_ptr<absl::Status> status;
   };

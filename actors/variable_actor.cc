@@ -26,6 +26,8 @@ absl::Status VariableActor::Initialize() {
   KernelInit initializer_init;
 
   initializer_init.stream = init().stream;
+  initializer_init.files = init().files;
+  initializer_init.ending = init().ending;
   initializer_init.task_name = name();
   initializer_init.conf = &task().initializer();
   initializer_init.outputs.push_back(value_desc);
@@ -51,6 +53,8 @@ absl::Status VariableActor::Initialize() {
     for (int i = 0; i < task().state_initializers_size(); ++i) {
       KernelInit state_init;
       state_init.stream = init().stream;
+      state_init.files = init().files;
+      state_init.ending = init().ending;
       state_init.task_name = name();
       state_init.conf = &task().state_initializers(i);
       state_init.outputs.push_back(value_desc);
@@ -69,6 +73,8 @@ absl::Status VariableActor::Initialize() {
   KernelInit optimizer_init;
 
   optimizer_init.stream = init().stream;
+  optimizer_init.files = init().files;
+  optimizer_init.ending = init().ending;
   optimizer_init.task_name = name();
   optimizer_init.conf = &task().kernel();
   optimizer_init.inputs = {value_desc, DescOf(*init().inputs[0])};

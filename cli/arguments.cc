@@ -67,6 +67,14 @@ ArgumentSpec& ArgumentSpec::AddFlag(const std::string& name, const std::string& 
   return *this;
 }
 
+ArgumentSpec& ArgumentSpec::AddRepeatedFlag(const std::string& name,
+                                            const std::string& value_name,
+                                            const std::string& help) {
+  flags_.push_back(Flag{name, value_name.empty() ? "VALUE" : value_name, "",
+                        absl::StrCat(help, " (may be given several times)"), true});
+  return *this;
+}
+
 ArgumentSpec& ArgumentSpec::AddSwitch(const std::string& name, const std::string& help) {
   flags_.push_back(Flag{name, "", "false", help});
   return *this;
@@ -136,7 +144,7 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
       return UsageError(command_, absl::StrCat("unknown flag '--", name, "'; ", command_,
                                                " accepts ", FlagList()));
     }
-    if (parsed.values_.contains(name)) {
+    if (parsed.values_.contains(name) && !flag->repeated) {
       return UsageError(command_, absl::StrCat("flag '--", name, "' is given twice"));
     }
     if (flag->value_name.empty()) {
@@ -168,6 +176,7 @@ absl::StatusOr<ParsedArguments> ArgumentSpec::Parse(
       ++i;
     }
     parsed.values_[name] = *value;
+    if (flag->repeated) parsed.repeated_values_[name].push_back(*value);
   }
 
   size_t required = 0;
@@ -233,6 +242,13 @@ std::string ParsedArguments::Value(const std::string& name) const {
 }
 
 bool ParsedArguments::Switch(const std::string& name) const { return Value(name) == "true"; }
+
+std::vector<std::string> ParsedArguments::Values(const std::string& name) const {
+  if (auto found = repeated_values_.find(name); found != repeated_values_.end()) {
+    return found->second;
+  }
+  return {};
+}
 
 std::string SubcommandHelp(const std::vector<Subcommand>& subcommands) {
   std::string text =

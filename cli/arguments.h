@@ -54,6 +54,10 @@ class ArgumentSpec {
   // A flag with a value; `default_value` is what Value returns when the flag is not given.
   ArgumentSpec& AddFlag(const std::string& name, const std::string& value_name,
                         const std::string& default_value, const std::string& help);
+  // A flag that may be given several times (--name A --name B); ParsedArguments::Values returns
+  // them in order (none when not given).
+  ArgumentSpec& AddRepeatedFlag(const std::string& name, const std::string& value_name,
+                                const std::string& help);
   // A flag without a value (false unless given).
   ArgumentSpec& AddSwitch(const std::string& name, const std::string& help);
   // A required positional argument, in order.
@@ -79,6 +83,7 @@ class ArgumentSpec {
     std::string value_name;  // empty for a switch
     std::string default_value;
     std::string help;
+    bool repeated = false;
   };
   struct Positional {
     std::string name;
@@ -106,6 +111,8 @@ class ParsedArguments {
   std::string Value(const std::string& name) const;
   // Whether the switch is on.
   bool Switch(const std::string& name) const;
+  // Every value of a repeated flag, in the order given.
+  std::vector<std::string> Values(const std::string& name) const;
 
  private:
   friend class ArgumentSpec;
@@ -114,6 +121,7 @@ class ParsedArguments {
   std::vector<std::string> positionals_;
   absl::flat_hash_map<std::string, std::string> values_;    // given flags
   absl::flat_hash_map<std::string, std::string> defaults_;  // every flag's default
+  absl::flat_hash_map<std::string, std::vector<std::string>> repeated_values_;
 };
 
 // The INVALID_ARGUMENT error of a bad command line: "COMMAND: MESSAGE (see 'COMMAND --help')".

@@ -160,6 +160,7 @@ absl::StatusOr<v1::JobInfo> ClusterClient::SubmitJob(const job::Job& job,
   if (options.trace_steps.has_value()) *request.mutable_trace_steps() = *options.trace_steps;
   request.set_checkpoint_path(options.checkpoint_path);
   request.set_checkpoint_every_steps(options.checkpoint_every_steps);
+  request.set_overwrite_checkpoint(options.overwrite_checkpoint);
   request.set_stream_fetches(options.stream_fetches);
   v1::SubmitJobResponse response;
   grpc::Status status =

@@ -59,6 +59,9 @@ struct SubmitJobOptions {
   std::string checkpoint_path;
   // With checkpoint_path: also save every this many steps while the job runs (0: only at the end).
   int64_t checkpoint_every_steps = 0;
+  // With checkpoint_path: the job may replace a file it did not write there
+  // (SubmitJobRequest.overwrite_checkpoint).
+  bool overwrite_checkpoint = false;
   // The job's fetched tensors come to its watchers as JobEvent.fetched (SubmitJobRequest).
   bool stream_fetches = false;
 };

@@ -193,8 +193,8 @@ absl::StatusOr<BoxingPlan> PlanBoxing(const TensorType& type, const Placement& f
     plan.source_steps = std::move(*steps);
   } else {
     plan.crosses_placements = true;
-    const double tensor_bytes =
-        static_cast<double>(type.shape.NumElements() * DataTypeSize(type.data_type));
+    const double tensor_bytes = static_cast<double>(type.shape.NumElements()) *
+                                static_cast<double>(DataTypeSize(type.data_type));
     if (from_placement.hierarchy() == to_placement.hierarchy() && from == to) {
       plan.one_to_one = true;
       double local = tensor_bytes;

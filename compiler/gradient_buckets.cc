@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/graph_lowering.h"
 #include "compiler/kernel_attributes.h"
+#include "core/tensor.h"
 
 namespace loom::compiler {
 
@@ -91,13 +93,18 @@ absl::Status GraphLowering::BucketGradients() {
     }
     group->second.members.push_back(std::move(member));
   }
+  // A bucket is one tensor: at most the largest a tensor may be (core/tensor.h), whatever the job
+  // asks for.
+  const int64_t bucket_limit = std::min(graph_.gradient_bucket_bytes, kMaxTensorBytes);
   for (const std::string& key : group_order) {
     Group& group = groups[key];
     std::vector<Member> bucket;
     int64_t bucket_bytes = 0;
     for (size_t i = 0; i <= group.members.size(); ++i) {
+      // A gradient's local part is a valid tensor: its float32 bytes fit.
       const int64_t bytes = i < group.members.size() ? group.members[i].local_elements * 4 : 0;
-      const bool full = !bucket.empty() && bucket_bytes + bytes > graph_.gradient_bucket_bytes;
+      // bucket_bytes + bytes > bucket_limit, without a sum that could overflow.
+      const bool full = !bucket.empty() && bytes > bucket_limit - bucket_bytes;
       if (i == group.members.size() || full) {
         if (absl::Status status = AllReduceBucket(group.placement, group.from, group.to, bucket);
             !status.ok()) {

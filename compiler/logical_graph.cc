@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -79,21 +78,28 @@ plan::DataType OrFloat(plan::DataType type) {
   return type == plan::DATA_TYPE_UNSPECIFIED ? plan::FLOAT32 : type;
 }
 
+// A variable's or input's shape: every extent at least 1, within the limits on a tensor's size
+// (core/tensor.h), the same check as every op's outputs.
 absl::Status CheckShape(const google::protobuf::RepeatedField<int64_t>& shape,
-                        const std::string& who) {
-  // Sizes in bytes (up to 8 per element) must fit in an int64.
-  constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 8;
-  int64_t elements = 1;
+                        plan::DataType data_type, const std::string& who) {
   for (int64_t extent : shape) {
     if (extent < 1) {
       return Invalid(
           absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "), "] has an extent below 1"));
     }
-    if (elements > kMaxElements / extent) {
-      return Invalid(absl::StrCat(who, ": shape [", absl::StrJoin(shape, ", "), "] has more than ",
-                                  kMaxElements, " elements"));
-    }
-    elements *= extent;
+  }
+  absl::StatusOr<int64_t> bytes = CheckedTensorBytes(shape, data_type);
+  if (!bytes.ok()) return Prefixed(who, bytes.status());
+  return absl::OkStatus();
+}
+
+// An op's inferred output: within the limits on a tensor's size, as the job's inputs are (an
+// extent of 0, as an empty slice gives, is allowed). `who` names the op.
+absl::Status CheckOutputType(const TensorType& type, const std::string& who,
+                             const std::string& output) {
+  absl::StatusOr<int64_t> bytes = CheckedTensorBytes(type.shape.dimensions(), type.data_type);
+  if (!bytes.ok()) {
+    return Invalid(absl::StrCat(who, ": output '", output, "' ", bytes.status().message()));
   }
   return absl::OkStatus();
 }
@@ -202,7 +208,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     std::string who = absl::StrCat("variable '", variable.name(), "'");
     if (absl::Status status = declare_node(variable.name(), who); !status.ok()) return status;
     if (absl::Status status = declare_tensor(variable.name(), who); !status.ok()) return status;
-    if (absl::Status status = CheckShape(variable.shape(), who); !status.ok()) return status;
+    if (absl::Status status = CheckShape(variable.shape(), OrFloat(variable.data_type()), who);
+        !status.ok()) {
+      return status;
+    }
     if (variable.initializer().kind_case() == job::Initializer::KIND_NOT_SET) {
       return Invalid(absl::StrCat(who, " has no initializer"));
     }
@@ -223,7 +232,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     std::string who = absl::StrCat("input '", input.name(), "'");
     if (absl::Status status = declare_node(input.name(), who); !status.ok()) return status;
     if (absl::Status status = declare_tensor(input.name(), who); !status.ok()) return status;
-    if (absl::Status status = CheckShape(input.shape(), who); !status.ok()) return status;
+    if (absl::Status status = CheckShape(input.shape(), OrFloat(input.data_type()), who);
+        !status.ok()) {
+      return status;
+    }
     if (input.source_case() == job::Input::SOURCE_NOT_SET) {
       return Invalid(absl::StrCat(who, " has no source"));
     }
@@ -407,6 +419,12 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
       if (types->size() != static_cast<size_t>(node.op->outputs_size())) {
         return Invalid(absl::StrCat(who, " produces ", types->size(), " outputs but names ",
                                     node.op->outputs_size()));
+      }
+      for (int i = 0; i < node.op->outputs_size(); ++i) {
+        if (absl::Status status = CheckOutputType((*types)[i], who, node.op->outputs(i));
+            !status.ok()) {
+          return status;
+        }
       }
       node.context.outputs = *types;
       // Hints: at most one per output, each checked against its tensor and the placement.

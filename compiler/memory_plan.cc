@@ -1,6 +1,7 @@
 #include "compiler/memory_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/parallel_for.h"
+#include "core/checked_arithmetic.h"
 #include "core/collective_backend_kind.h"
 #include "core/collective_staging.h"
 #include "core/data_type.h"
@@ -20,10 +22,21 @@
 namespace loom::compiler {
 namespace {
 
+constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
+
+// Sums and products of byte counts (non-negative): INT64_MAX when the exact value does not fit,
+// which every budget and kMaxDeviceMemoryBytes then refuses. Never a wrapped count.
+int64_t SaturatedAdd(int64_t a, int64_t b) { return CheckedAdd(a, b).value_or(kSaturated); }
+int64_t SaturatedMultiply(int64_t a, int64_t b) {
+  return CheckedMultiply(a, b).value_or(kSaturated);
+}
+
 // What a buffer of `bytes` takes on `device`: on a CPU device, what the runtime's host allocator
 // lays out (huge pages from 1 MiB: core/host_buffer_layout.h). For the host devices of a GPU
 // job, whose pinned buffers take their bytes, this is an upper bound.
 int64_t BufferBytes(int64_t bytes, const plan::Device& device) {
+  // Beyond a tensor's limit (a saturated size) there is no layout to compute: it stays as large.
+  if (bytes > kMaxTensorBytes) return bytes;
   return device.type() == plan::CPU ? LayOutHostBuffer(bytes).footprint_bytes : bytes;
 }
 
@@ -51,8 +64,10 @@ struct CollectiveRanks {
   std::vector<std::optional<Shape>> inputs;  // by rank
 };
 
+// A register's slot; INT64_MAX for a tensor beyond the limits (the compiler emits none, and the
+// runtime's plan validation refuses one), so that it exceeds every budget.
 int64_t SlotBytes(const plan::RegisterDesc& reg) {
-  return Shape::FromProto(reg.tensor()).NumElements() * DataTypeSize(reg.tensor().data_type());
+  return CheckedTensorBytes(reg.tensor().shape(), reg.tensor().data_type()).value_or(kSaturated);
 }
 
 // The registers of `plan` (naming those of device `named_device`), and the variables' and
@@ -71,18 +86,22 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     for (const std::string& output : task.outputs()) device_of_register[output] = found->second;
     DeviceMemoryEstimate& estimate = holdings[found->second].estimate;
     if (task.kind() == plan::VARIABLE && task.outputs_size() > 0) {
-      estimate.state_bytes += BufferBytes(slot_bytes_of(task.outputs(0)), estimate.device) *
-                              task.num_optimizer_states();
+      estimate.state_bytes = SaturatedAdd(
+          estimate.state_bytes,
+          SaturatedMultiply(BufferBytes(slot_bytes_of(task.outputs(0)), estimate.device),
+                            std::max(task.num_optimizer_states(), 0)));
     } else if (task.kind() == plan::ACCUMULATE && task.inputs_size() > 0) {
-      estimate.state_bytes += BufferBytes(slot_bytes_of(task.inputs(0)), estimate.device);
+      estimate.state_bytes = SaturatedAdd(
+          estimate.state_bytes, BufferBytes(slot_bytes_of(task.inputs(0)), estimate.device));
     }
   }
   for (const plan::RegisterDesc& reg : plan.registers()) {
     auto found = device_of_register.find(reg.name());
     if (found == device_of_register.end()) continue;
     DeviceHoldings& device = holdings[found->second];
-    const int64_t bytes = BufferBytes(SlotBytes(reg), device.estimate.device) * reg.num_slots();
-    device.estimate.register_bytes += bytes;
+    const int64_t bytes = SaturatedMultiply(BufferBytes(SlotBytes(reg), device.estimate.device),
+                                            std::max(reg.num_slots(), 0));
+    device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
     if (found->second == named_device) device.registers.emplace_back(bytes, reg.name());
   }
 }
@@ -162,12 +181,13 @@ void AddStaging(const NetworkCollectiveRanks& collectives,
     if (found == position.end()) continue;
     int64_t bytes = 0;
     for (int64_t size : sizes) {
-      if (size > 0) bytes += BufferBytes(size, device);
+      if (size > 0) bytes = SaturatedAdd(bytes, BufferBytes(size, device));
     }
     if (bytes == 0) continue;
     DeviceHoldings& holder = holdings[found->second];
-    holder.estimate.staging_bytes += bytes;
-    holder.staging[key.first] += bytes;
+    holder.estimate.staging_bytes = SaturatedAdd(holder.estimate.staging_bytes, bytes);
+    int64_t& of_communicator = holder.staging[key.first];
+    of_communicator = SaturatedAdd(of_communicator, bytes);
   }
 }
 
@@ -240,7 +260,11 @@ absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
   const std::vector<DeviceHoldings> all = Holdings(node_plans, threads);
   for (size_t device = 0; device < all.size(); ++device) {
     const DeviceMemoryEstimate& estimate = all[device].estimate;
-    if (estimate.budget_bytes == 0 || estimate.total_bytes() <= estimate.budget_bytes) continue;
+    const bool beyond_any_device = estimate.total_bytes() > kMaxDeviceMemoryBytes;
+    if (!beyond_any_device &&
+        (estimate.budget_bytes == 0 || estimate.total_bytes() <= estimate.budget_bytes)) {
+      continue;
+    }
     // Once more, naming this device's registers (not kept for every device of a large job).
     const DeviceHoldings holdings =
         std::move(Holdings(node_plans, threads, static_cast<int>(device))[device]);
@@ -262,6 +286,12 @@ absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
         absl::StrAppend(&holders, "; most staging: communicator ", Largest(staging, 1));
       }
       absl::StrAppend(&needs, ")");
+    }
+    if (beyond_any_device) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("device ", DeviceName(estimate.device), " needs ", needs,
+                       ", more than the 2^56 bytes (64 PiB) any device may be asked to hold; ",
+                       holders, ". Check the job's shapes."));
     }
     return absl::ResourceExhaustedError(
         absl::StrCat("device ", DeviceName(estimate.device), " needs ", needs,

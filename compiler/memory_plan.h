@@ -4,18 +4,26 @@
 // Pass 9, the memory check: EstimateMemory gives what each device of a job's node plans will
 // allocate (registers, optimizer and accumulator states, collective staging) as a
 // DeviceMemoryEstimate, and CheckMemory fails with RESOURCE_EXHAUSTED when one exceeds its
-// device's budget. Compile (compiler/compiler.h) runs CheckMemory on the node plans; `loomctl
-// compile` sums the estimates in its summary of a plan.
+// device's budget or kMaxDeviceMemoryBytes. Sums saturate rather than wrap. Compile
+// (compiler/compiler.h) runs CheckMemory on the node plans; `loomctl compile` sums the estimates.
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/checked_arithmetic.h"
 #include "proto/plan.pb.h"
 
 namespace loom::compiler {
+
+// The most one device may be asked to hold, budget or none: 2^56 bytes (64 PiB, beyond any
+// device by orders of magnitude). A larger estimate is a job of absurd shapes, refused before it
+// runs; the bound also keeps every sum of an estimate far from int64's limit.
+inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 56;
 
 struct DeviceMemoryEstimate {
   plan::Device device;
@@ -27,7 +35,12 @@ struct DeviceMemoryEstimate {
   int64_t staging_bytes = 0;
   int64_t budget_bytes = 0;
 
-  int64_t total_bytes() const { return register_bytes + state_bytes + staging_bytes; }
+  // The sum, INT64_MAX when it does not fit (each part saturates likewise).
+  int64_t total_bytes() const {
+    const std::optional<int64_t> sum = CheckedAdd(register_bytes, state_bytes);
+    if (!sum.has_value()) return std::numeric_limits<int64_t>::max();
+    return CheckedAdd(*sum, staging_bytes).value_or(std::numeric_limits<int64_t>::max());
+  }
 };
 
 // Pass 9, on the node plans of a job (SplitByNode; a one-node job's plan alone will do): what
@@ -45,7 +58,7 @@ std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> no
 
 // Fails with RESOURCE_EXHAUSTED naming the device and what takes the most of it (its largest
 // registers, and its staging with the communicator that holds the most) when a device's estimate
-// exceeds its budget.
+// exceeds its budget, or kMaxDeviceMemoryBytes whatever its budget.
 absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads = 1);
 
 }  // namespace loom::compiler

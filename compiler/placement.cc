@@ -1,10 +1,15 @@
 #include "compiler/placement.h"
 
+#include <optional>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/checked_arithmetic.h"
+#include "core/device_key.h"
 #include "core/device_name.h"
 
 namespace loom::compiler {
@@ -47,20 +52,21 @@ absl::StatusOr<plan::Device> ParseDevice(const std::string& text) {
 absl::StatusOr<Placement> Placement::FromProto(const job::Placement& proto) {
   if (proto.devices().empty()) return absl::InvalidArgumentError("the placement has no devices");
   std::vector<plan::Device> devices;
+  // A set, not a scan of the list: a job listing many devices must not take quadratic time.
+  absl::flat_hash_set<DeviceKey> seen;
   for (const std::string& text : proto.devices()) {
     absl::StatusOr<plan::Device> device = ParseDevice(text);
     if (!device.ok()) return device.status();
-    for (const plan::Device& existing : devices) {
-      if (existing.node() == device->node() && existing.type() == device->type() &&
-          existing.index() == device->index()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the placement lists device '", text, "' twice"));
-      }
+    if (!seen.insert(DeviceKey::Of(*device)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the placement lists device '", text, "' twice"));
     }
     devices.push_back(*device);
   }
   std::vector<int64_t> hierarchy(proto.hierarchy().begin(), proto.hierarchy().end());
   if (!hierarchy.empty()) {
+    // Checked: a product that wraps could equal the number of devices (issue 56).
+    const int64_t device_count = static_cast<int64_t>(devices.size());
     int64_t product = 1;
     for (int64_t extent : hierarchy) {
       if (extent < 1) {
@@ -68,9 +74,16 @@ absl::StatusOr<Placement> Placement::FromProto(const job::Placement& proto) {
                                                        absl::StrJoin(hierarchy, ", "),
                                                        "] has an extent below 1"));
       }
-      product *= extent;
+      std::optional<int64_t> next = CheckedMultiply(product, extent);
+      if (!next.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the placement's hierarchy [", absl::StrJoin(hierarchy, ", "),
+                         "] has more positions than fit in 64 bits but the placement lists ",
+                         devices.size(), " devices"));
+      }
+      product = *next;
     }
-    if (product != static_cast<int64_t>(devices.size())) {
+    if (product != device_count) {
       return absl::InvalidArgumentError(
           absl::StrCat("the placement's hierarchy [", absl::StrJoin(hierarchy, ", "), "] has ",
                        product, " positions but the placement lists ", devices.size(), " devices"));

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/file_roots.h"
 #include "core/tensor.h"
 #include "proto/plan.pb.h"
 
@@ -67,6 +68,18 @@ absl::StatusOr<plan::DataType> DataTypeFromSafetensors(absl::string_view dtype);
 // their errno's code and name the path.
 absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint);
 
+// What an atomic write does when a file is already where it writes.
+enum class ExistingFile {
+  kReplace,  // replaces it (rename)
+  kKeep,     // keeps it and fails ALREADY_EXISTS naming it (renameat2 RENAME_NOREPLACE, or link)
+};
+
+// WriteSafetensors into `directory` (FileRoots::OpenForWriting) as directory.name(): the temporary
+// file is created there with openat (O_EXCL | O_NOFOLLOW) and renamed relative to it, so no
+// symbolic link is followed; a file already there is replaced or kept as `existing` says.
+absl::Status WriteSafetensors(const WritableDirectory& directory, const Checkpoint& checkpoint,
+                              ExistingFile existing);
+
 // One tensor of a safetensors file as its header describes it.
 struct SafetensorsTensorInfo {
   plan::DataType data_type = plan::DATA_TYPE_UNSPECIFIED;
@@ -86,6 +99,11 @@ absl::Status WriteSafetensorsStreamed(const std::string& path,
                                       const std::map<std::string, SafetensorsTensorInfo>& tensors,
                                       const std::map<std::string, std::string>& metadata,
                                       const TensorSource& source);
+// The same into `directory`, as WriteSafetensors above.
+absl::Status WriteSafetensorsStreamed(const WritableDirectory& directory,
+                                      const std::map<std::string, SafetensorsTensorInfo>& tensors,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const TensorSource& source, ExistingFile existing);
 
 // Reads a whole safetensors file. Every malformed file (it is user input) is an error naming the
 // file and, where there is one, the tensor: INVALID_ARGUMENT for a truncated file, a header length
@@ -95,7 +113,11 @@ absl::Status WriteSafetensorsStreamed(const std::string& path,
 // leaving gaps or bytes after the last tensor, or not matching the shape and dtype;
 // UNIMPLEMENTED for a dtype Loom lacks. Errors opening or reading the file carry their errno's
 // code (NOT_FOUND, PERMISSION_DENIED, ...).
+// Opened anywhere (FileRoots::Unrestricted); a file from FileRoots::OpenForReading with the
+// overload below. A file truncated while it is read is DATA_LOSS naming it. No error contains a
+// byte of a file that is no safetensors file, nor its size.
 absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path);
+absl::StatusOr<Checkpoint> ReadSafetensors(const ReadableFile& file);
 
 // The same two on memory: the bytes WriteSafetensors would write, and the checkpoint in the bytes
 // of a file; `source` names them in errors.
@@ -110,13 +132,16 @@ absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents,
 // destroyed. Not thread-safe.
 class SafetensorsReader {
  public:
+  // Opens `path` anywhere (FileRoots::Unrestricted).
   static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(const std::string& path);
+  // Reads from `file` (FileRoots::OpenForReading), which it keeps open.
+  static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(ReadableFile file);
 
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
   ~SafetensorsReader();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::map<std::string, SafetensorsTensorInfo>& tensors() const { return tensors_; }
   // The tensor `name`, or nullptr when the file has none of that name.
@@ -138,11 +163,9 @@ class SafetensorsReader {
     uint64_t end = 0;
   };
 
-  SafetensorsReader(int fd, uint64_t size, std::string path);
+  explicit SafetensorsReader(ReadableFile file);
 
-  int fd_;
-  uint64_t size_;
-  std::string path_;
+  ReadableFile file_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, SafetensorsTensorInfo> tensors_;
   std::map<std::string, Location> locations_;

@@ -134,21 +134,25 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const JsonValue& value
 absl::StatusOr<Header> ReadHeader(ByteSource& file, absl::string_view name) {
   std::string source = Quote(name);
   uint64_t file_size = file.size();
+  // A file that is no safetensors file fails here: the messages say what is wrong without a byte
+  // of it (the length read) or its size.
   if (file_size < kLengthSize) {
-    return Invalid(source, absl::StrCat("the file is truncated: it has ", file_size,
-                                        " bytes, fewer than the 8 of the header length"));
+    return Invalid(source,
+                   "the file is truncated or no safetensors file: it ends before the 8 bytes of "
+                   "the header length");
   }
   unsigned char length_bytes[kLengthSize];
   if (absl::Status status = file.Read(0, length_bytes, kLengthSize); !status.ok()) return status;
   uint64_t header_size = DecodeUint64(length_bytes);
   if (header_size > file_size - kLengthSize) {
-    return Invalid(
-        source, absl::StrCat("the header length ", header_size,
-                             " runs past the end of the file, which has ", file_size - kLengthSize,
-                             " bytes after the length (is the file truncated?)"));
+    return Invalid(source,
+                   "the header length field is not a plausible safetensors header length: the "
+                   "header it gives runs past the end of the file (is the file truncated, or no "
+                   "safetensors file?)");
   }
   if (header_size > kMaxSafetensorsHeaderSize) {
-    return Invalid(source, absl::StrCat("the header length ", header_size, " exceeds the limit of ",
+    return Invalid(source, absl::StrCat("the header length field is not a plausible safetensors "
+                                        "header length: it exceeds the limit of ",
                                         kMaxSafetensorsHeaderSize, " bytes"));
   }
   std::string header(header_size, '\0');
@@ -157,7 +161,10 @@ absl::StatusOr<Header> ReadHeader(ByteSource& file, absl::string_view name) {
   }
   absl::StatusOr<JsonValue> json = ParseJson(header);
   if (!json.ok()) {
-    return Invalid(source, absl::StrCat("bad header: ", json.status().message()));
+    // The parser's message quotes the byte it found: keep only where and what was expected.
+    absl::string_view message = json.status().message();
+    message = message.substr(0, std::min(message.size(), message.find(" (found")));
+    return Invalid(source, absl::StrCat("bad header: ", message));
   }
   if (!json->is_object()) {
     return Invalid(source,

@@ -2,11 +2,6 @@
 // memory (ParseSafetensors), and SafetensorsReader, which reads single tensors and windows of them.
 // Headers are read and validated in safetensors_header.cc.
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -14,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data_type.h"
+#include "core/file_roots.h"
 #include "core/safetensors.h"
 #include "core/safetensors_format.h"
 #include "core/safetensors_header.h"
@@ -34,34 +30,18 @@ class MemorySource : public ByteSource {
   absl::string_view contents_;
 };
 
+// A file's bytes, read with pread (a file truncated while it is read is DATA_LOSS naming it).
 class FileSource : public ByteSource {
  public:
-  FileSource(int fd, uint64_t size, absl::string_view path) : fd_(fd), size_(size), path_(path) {}
-  uint64_t size() const override { return size_; }
+  explicit FileSource(const ReadableFile& file) : file_(file) {}
+  uint64_t size() const override { return static_cast<uint64_t>(file_.size()); }
   absl::Status Read(uint64_t offset, void* out, size_t length) override {
-    char* destination = static_cast<char*>(out);
-    while (length > 0) {
-      ssize_t count = ::pread(fd_, destination, length, static_cast<off_t>(offset));
-      if (count < 0) {
-        if (errno == EINTR) continue;
-        return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", Quote(path_)));
-      }
-      if (count == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Quote(path_), ": the file ended at byte ", offset, " while being read (",
-                         size_, " bytes when opened); was it truncated meanwhile?"));
-      }
-      destination += count;
-      offset += count;
-      length -= count;
-    }
-    return absl::OkStatus();
+    return file_.ReadAt(static_cast<int64_t>(offset),
+                        absl::Span<char>(static_cast<char*>(out), length));
   }
 
  private:
-  int fd_;
-  uint64_t size_;
-  absl::string_view path_;
+  const ReadableFile& file_;
 };
 
 absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
@@ -85,30 +65,6 @@ absl::StatusOr<Checkpoint> ReadFrom(ByteSource& file, absl::string_view name) {
   return checkpoint;
 }
 
-// A regular file opened for reading, and its size.
-struct OpenFile {
-  int fd = -1;
-  uint64_t size = 0;
-};
-
-absl::StatusOr<OpenFile> OpenForReading(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", Quote(path)));
-  struct stat info;
-  absl::Status status;
-  if (::fstat(fd, &info) != 0) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", Quote(path)));
-  } else if (!S_ISREG(info.st_mode)) {
-    status = absl::InvalidArgumentError(
-        absl::StrCat(Quote(path), ": not a regular file, so not a safetensors file"));
-  }
-  if (!status.ok()) {
-    ::close(fd);
-    return status;
-  }
-  return OpenFile{fd, static_cast<uint64_t>(info.st_size)};
-}
-
 }  // namespace
 
 absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents, absl::string_view source) {
@@ -116,28 +72,32 @@ absl::StatusOr<Checkpoint> ParseSafetensors(absl::string_view contents, absl::st
   return ReadFrom(file, source);
 }
 
-absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path) {
-  absl::StatusOr<OpenFile> file = OpenForReading(path);
-  if (!file.ok()) return file.status();
-  FileSource source(file->fd, file->size, path);
-  absl::StatusOr<Checkpoint> checkpoint = ReadFrom(source, path);
-  ::close(file->fd);
-  return checkpoint;
+absl::StatusOr<Checkpoint> ReadSafetensors(const ReadableFile& file) {
+  FileSource source(file);
+  return ReadFrom(source, file.path());
 }
 
-SafetensorsReader::SafetensorsReader(int fd, uint64_t size, std::string path)
-    : fd_(fd), size_(size), path_(std::move(path)) {}
+absl::StatusOr<Checkpoint> ReadSafetensors(const std::string& path) {
+  absl::StatusOr<ReadableFile> file = FileRoots::Unrestricted().OpenForReading(path);
+  if (!file.ok()) return file.status();
+  return ReadSafetensors(*file);
+}
 
-SafetensorsReader::~SafetensorsReader() { ::close(fd_); }
+SafetensorsReader::SafetensorsReader(ReadableFile file) : file_(std::move(file)) {}
+
+SafetensorsReader::~SafetensorsReader() = default;
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     const std::string& path) {
-  absl::StatusOr<OpenFile> file = OpenForReading(path);
+  absl::StatusOr<ReadableFile> file = FileRoots::Unrestricted().OpenForReading(path);
   if (!file.ok()) return file.status();
-  // Owns the descriptor from here on, so every return below closes it.
-  std::unique_ptr<SafetensorsReader> reader(new SafetensorsReader(file->fd, file->size, path));
-  FileSource source(reader->fd_, reader->size_, reader->path_);
-  absl::StatusOr<Header> header = ReadHeader(source, reader->path_);
+  return Open(*std::move(file));
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(ReadableFile file) {
+  std::unique_ptr<SafetensorsReader> reader(new SafetensorsReader(std::move(file)));
+  FileSource source(reader->file_);
+  absl::StatusOr<Header> header = ReadHeader(source, reader->path());
   if (!header.ok()) return header.status();
   reader->metadata_ = std::move(header->metadata);
   for (const Entry& entry : header->entries) {
@@ -157,7 +117,7 @@ absl::StatusOr<HostTensor> SafetensorsReader::ReadTensor(const std::string& name
   const SafetensorsTensorInfo* info = Find(name);
   if (info == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("checkpoint ", Quote(path_), " has no tensor ", Quote(name)));
+        absl::StrCat("checkpoint ", Quote(path()), " has no tensor ", Quote(name)));
   }
   std::vector<int64_t> begin(info->shape.rank(), 0);
   return ReadWindow(name, begin, info->shape);
@@ -169,7 +129,7 @@ absl::StatusOr<HostTensor> SafetensorsReader::ReadWindow(const std::string& name
   const SafetensorsTensorInfo* info = Find(name);
   if (info == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("checkpoint ", Quote(path_), " has no tensor ", Quote(name)));
+        absl::StrCat("checkpoint ", Quote(path()), " has no tensor ", Quote(name)));
   }
   const Shape& full = info->shape;
   const int rank = full.rank();
@@ -177,7 +137,7 @@ absl::StatusOr<HostTensor> SafetensorsReader::ReadWindow(const std::string& name
     return absl::StrCat("the window at [", absl::StrJoin(begin, ", "), "] of shape ",
                         shape.ToString(), " of tensor ", Quote(name), " ",
                         DataTypeName(info->data_type), full.ToString(), " in checkpoint ",
-                        Quote(path_));
+                        Quote(path()));
   };
   if (static_cast<int>(begin.size()) != rank || shape.rank() != rank) {
     return absl::InvalidArgumentError(
@@ -216,7 +176,7 @@ absl::StatusOr<HostTensor> SafetensorsReader::ReadWindow(const std::string& name
   const size_t run_bytes = static_cast<size_t>(run_elements * element_size);
   const uint64_t tensor_begin = locations_.at(name).begin;
 
-  FileSource source(fd_, size_, path_);
+  FileSource source(file_);
   std::vector<int64_t> index(inner, 0);  // over the axes before `inner`
   std::byte* output = tensor.bytes.data();
   while (true) {

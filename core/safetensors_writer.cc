@@ -2,12 +2,12 @@
 // padding), SerializeSafetensors, and the atomic WriteSafetensors and WriteSafetensorsStreamed.
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "core/data_type.h"
+#include "core/file_roots.h"
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "core/safetensors_format.h"
@@ -210,23 +211,6 @@ absl::Status WriteLayout(int fd, const Layout& layout, const TensorBytes& bytes_
   return WriteAll(fd, buffer.data(), buffer.size(), path);
 }
 
-// Flushes the directory holding `path`, so that a rename into it is durable.
-absl::Status SyncParentDirectory(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string directory = parent.empty() ? std::string(".") : parent.string();
-  int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open directory ", Quote(directory)));
-  }
-  absl::Status status;
-  // EINVAL: the file system cannot sync directories; nothing more can be done.
-  if (::fsync(fd) != 0 && errno != EINVAL) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot sync directory ", Quote(directory)));
-  }
-  ::close(fd);
-  return status;
-}
-
 std::atomic<uint64_t> temporary_counter{0};
 
 }  // namespace
@@ -248,54 +232,121 @@ absl::StatusOr<std::string> SerializeSafetensors(const Checkpoint& checkpoint) {
 
 namespace {
 
-// Writes the file `layout` describes to `path` atomically (a new temporary file next to it,
-// flushed, renamed over it, the directory flushed), its tensors' bytes from `bytes_of`.
-absl::Status WriteAtomically(const std::string& path, const absl::StatusOr<Layout>& layout,
-                             const TensorBytes& bytes_of) {
+std::string PathIn(const WritableDirectory& directory, const std::string& name) {
+  const std::string& parent = directory.directory();
+  if (parent.empty() || parent == ".") return name;
+  return absl::StrCat(parent, parent.back() == '/' ? "" : "/", name);
+}
+
+// Renames `temporary` to `name` in the directory `descriptor` unless a file is there:
+// ALREADY_EXISTS naming `path` then. Where the file system lacks RENAME_NOREPLACE, a hard link does
+// the same.
+absl::Status RenameWithoutReplacing(int descriptor, const std::string& temporary,
+                                    const std::string& name, const std::string& path) {
+  auto exists = [&] {
+    return absl::AlreadyExistsError(
+        absl::StrCat(Quote(path), " already exists: it is kept (not replaced)"));
+  };
+  if (::renameat2(descriptor, temporary.c_str(), descriptor, name.c_str(), RENAME_NOREPLACE) == 0) {
+    return absl::OkStatus();
+  }
+  if (errno == EEXIST) return exists();
+  if (errno != EINVAL && errno != ENOSYS) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename the temporary file ",
+                                                   Quote(temporary), " to ", Quote(path)));
+  }
+  if (::linkat(descriptor, temporary.c_str(), descriptor, name.c_str(), 0) != 0) {
+    if (errno == EEXIST) return exists();
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot link the temporary file ",
+                                                   Quote(temporary), " to ", Quote(path)));
+  }
+  ::unlinkat(descriptor, temporary.c_str(), 0);
+  return absl::OkStatus();
+}
+
+// Writes the file `layout` describes into `directory` as its name, atomically (a new temporary
+// file next to it, flushed, renamed to it, the directory flushed), its tensors' bytes from
+// `bytes_of`; a file already there is replaced or kept as `existing` says.
+absl::Status WriteAtomically(const WritableDirectory& directory,
+                             const absl::StatusOr<Layout>& layout, const TensorBytes& bytes_of,
+                             ExistingFile existing) {
+  const std::string path = PathIn(directory, directory.name());
   if (!layout.ok()) {
     return absl::Status(layout.status().code(), absl::StrCat("cannot write ", Quote(path), ": ",
                                                              layout.status().message()));
   }
+  const int parent = directory.descriptor();
 
   // A new file next to `path` (same directory, so same file system and rename is atomic).
   std::string temporary;
   int fd = -1;
   for (int attempt = 0; fd < 0; ++attempt) {
-    temporary = absl::StrCat(path, ".tmp.", ::getpid(), ".", temporary_counter.fetch_add(1));
-    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    temporary =
+        absl::StrCat(directory.name(), ".tmp.", ::getpid(), ".", temporary_counter.fetch_add(1));
+    fd = ::openat(parent, temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0666);
     if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", Quote(temporary)));
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot create ", Quote(PathIn(directory, temporary))));
     }
   }
+  const std::string temporary_path = PathIn(directory, temporary);
 
-  absl::Status status = WriteLayout(fd, *layout, bytes_of, temporary);
+  absl::Status status = WriteLayout(fd, *layout, bytes_of, temporary_path);
   if (status.ok() && ::fsync(fd) != 0) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot sync ", Quote(temporary)));
+    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot sync ", Quote(temporary_path)));
   }
   if (::close(fd) != 0 && status.ok()) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot close ", Quote(temporary)));
+    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot close ", Quote(temporary_path)));
   }
-  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot rename ", Quote(temporary), " to ", Quote(path)));
+  if (status.ok()) {
+    if (existing == ExistingFile::kKeep) {
+      status = RenameWithoutReplacing(parent, temporary, directory.name(), path);
+    } else if (::renameat(parent, temporary.c_str(), parent, directory.name().c_str()) != 0) {
+      status = absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot rename ", Quote(temporary_path), " to ", Quote(path)));
+    }
   }
   if (!status.ok()) {
-    ::unlink(temporary.c_str());
+    ::unlinkat(parent, temporary.c_str(), 0);
     return status;
   }
-  return SyncParentDirectory(path);
+  // Flushes the directory, so that the rename is durable. EINVAL: the file system cannot sync
+  // directories; nothing more can be done.
+  if (::fsync(parent) != 0 && errno != EINVAL) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("cannot sync directory ", Quote(directory.directory())));
+  }
+  return absl::OkStatus();
+}
+
+// The directory of `path` (anywhere: FileRoots::Unrestricted) to write it into.
+absl::StatusOr<WritableDirectory> DirectoryOf(const std::string& path) {
+  absl::StatusOr<WritableDirectory> directory = FileRoots::Unrestricted().OpenForWriting(path);
+  if (!directory.ok()) {
+    return absl::Status(directory.status().code(), absl::StrCat("cannot write ", Quote(path), ": ",
+                                                                directory.status().message()));
+  }
+  return directory;
 }
 
 }  // namespace
 
-absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint) {
-  return WriteAtomically(path, PlanLayout(checkpoint), BytesOf(checkpoint));
+absl::Status WriteSafetensors(const WritableDirectory& directory, const Checkpoint& checkpoint,
+                              ExistingFile existing) {
+  return WriteAtomically(directory, PlanLayout(checkpoint), BytesOf(checkpoint), existing);
 }
 
-absl::Status WriteSafetensorsStreamed(const std::string& path,
+absl::Status WriteSafetensors(const std::string& path, const Checkpoint& checkpoint) {
+  absl::StatusOr<WritableDirectory> directory = DirectoryOf(path);
+  if (!directory.ok()) return directory.status();
+  return WriteSafetensors(*directory, checkpoint, ExistingFile::kReplace);
+}
+
+absl::Status WriteSafetensorsStreamed(const WritableDirectory& directory,
                                       const std::map<std::string, SafetensorsTensorInfo>& tensors,
                                       const std::map<std::string, std::string>& metadata,
-                                      const TensorSource& source) {
+                                      const TensorSource& source, ExistingFile existing) {
   HostTensor current;  // one tensor at a time
   TensorBytes bytes_of =
       [&](const std::string& name) -> absl::StatusOr<absl::Span<const std::byte>> {
@@ -311,7 +362,16 @@ absl::Status WriteSafetensorsStreamed(const std::string& path,
     current = *std::move(tensor);
     return absl::MakeConstSpan(current.bytes);
   };
-  return WriteAtomically(path, PlanLayout(tensors, metadata), bytes_of);
+  return WriteAtomically(directory, PlanLayout(tensors, metadata), bytes_of, existing);
+}
+
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      const std::map<std::string, SafetensorsTensorInfo>& tensors,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const TensorSource& source) {
+  absl::StatusOr<WritableDirectory> directory = DirectoryOf(path);
+  if (!directory.ok()) return directory.status();
+  return WriteSafetensorsStreamed(*directory, tensors, metadata, source, ExistingFile::kReplace);
 }
 
 }  // namespace loom::checkpoint

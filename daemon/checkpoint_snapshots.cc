@@ -1,8 +1,8 @@
 #include "daemon/checkpoint_snapshots.h"
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <filesystem>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/job_checkpoint.h"
@@ -21,9 +21,10 @@ std::vector<std::string> VariableTasks(const plan::Plan& plan) {
 
 }  // namespace
 
-CheckpointSnapshots::CheckpointSnapshots(const plan::Plan& plan, std::string path,
-                                         WrittenCallback written)
+CheckpointSnapshots::CheckpointSnapshots(const plan::Plan& plan, const FileRoots* roots,
+                                         std::string path, WrittenCallback written)
     : node_(plan.node()),
+      roots_(roots),
       path_(std::move(path)),
       tasks_(VariableTasks(plan)),
       written_(std::move(written)),
@@ -36,9 +37,11 @@ CheckpointSnapshots::~CheckpointSnapshots() {
   }
   changed_.notify_all();
   writer_.join();
+  // Most are gone: the coordinator removes what it read.
   for (const std::string& part : written_parts_) {
-    std::error_code error;
-    std::filesystem::remove(part, error);  // most are gone: the coordinator removes what it read
+    if (roots_ == nullptr) break;
+    absl::StatusOr<WritableDirectory> directory = roots_->OpenForWriting(part);
+    if (directory.ok()) ::unlinkat(directory->descriptor(), directory->name().c_str(), 0);
   }
 }
 
@@ -85,7 +88,11 @@ void CheckpointSnapshots::WriterLoop() {
     writing_ = true;
     const std::string part = CheckpointPartPath(StepPartsPath(path_, step), node_);
     lock.unlock();
-    absl::Status status = WriteCheckpointPart(node_, std::move(variables), part);
+    absl::Status status =
+        roots_ == nullptr
+            ? absl::PermissionDeniedError(absl::StrCat(
+                  "node ", node_, " writes no checkpoint parts (no --checkpoint-root given)"))
+            : WriteCheckpointPart(node_, std::move(variables), *roots_, part);
     if (!status.ok()) {
       status = absl::Status(
           status.code(), absl::StrCat("the checkpoint after step ", step, ": ", status.message()));

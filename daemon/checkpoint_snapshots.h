@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/file_roots.h"
 #include "proto/plan.pb.h"
 #include "runtime/variable_snapshot.h"
 
@@ -42,9 +43,11 @@ class CheckpointSnapshots {
  public:
   using WrittenCallback = std::function<void(int64_t step, const absl::Status& status)>;
 
-  // `plan`: the node's plan (its VARIABLE tasks are the ones to collect); `path`: the job's
-  // checkpoint path.
-  CheckpointSnapshots(const plan::Plan& plan, std::string path, WrittenCallback written);
+  // `plan`: the node's plan (its VARIABLE tasks are the ones to collect); `roots`: the node's
+  // --checkpoint-root directories, beneath which the parts are written and removed (not owned,
+  // must outlive this); `path`: the job's checkpoint path.
+  CheckpointSnapshots(const plan::Plan& plan, const FileRoots* roots, std::string path,
+                      WrittenCallback written);
   // Stops the writer (a part being written is finished first) and removes the parts written.
   ~CheckpointSnapshots();
 
@@ -66,6 +69,7 @@ class CheckpointSnapshots {
   void WriterLoop();
 
   const int node_;
+  const FileRoots* const roots_;
   const std::string path_;
   const std::vector<std::string> tasks_;
   const WrittenCallback written_;

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/device_name.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
@@ -16,11 +18,16 @@ namespace {
 // What a registration may hold.
 constexpr size_t kMaxNameBytes = 253;  // a DNS name's
 constexpr size_t kMaxAddressBytes = 1024;
-constexpr int kMaxDevicesPerNode = 2 * (ActorId::kMaxDeviceIndex + 1);  // every cpu and cuda index
 // The smallest --max-message-size loomd takes.
 constexpr int64_t kMinMessageBytes = 1024;
 // What a CoordinatorMessage adds to the command it carries (its field's tag and length).
 constexpr int64_t kCommandEnvelopeBytes = 16;
+
+// A certificate identity as messages quote it.
+std::string IdentityText(const std::optional<std::string>& identity) {
+  if (!identity.has_value()) return "no certificate (plaintext)";
+  return absl::StrCat("certificate '", identity->substr(0, 64), "'");
+}
 
 }  // namespace
 
@@ -73,9 +80,10 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, " registered an address or version over ", kMaxAddressBytes, " bytes"));
   }
-  if (node.devices_size() > kMaxDevicesPerNode) {
+  if (node.devices_size() > kMaxRegisteredDevices) {
     return absl::InvalidArgumentError(absl::StrCat(who, " registered ", node.devices_size(),
-                                                   " devices (at most ", kMaxDevicesPerNode, ")"));
+                                                   " devices (at most ", kMaxRegisteredDevices,
+                                                   ")"));
   }
   if (node.max_message_bytes() != 0 && node.max_message_bytes() < kMinMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(who, " registered a message limit of ",
@@ -106,25 +114,64 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node) {
   return absl::OkStatus();
 }
 
+absl::Status Cluster::CheckTakeOverLocked(int index, const Node& node, const std::string& name,
+                                          const std::optional<std::string>& identity) const {
+  if (node.identity == identity) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "node '", name, "' (", IdentityText(identity), ") may not take over node ", index, " ('",
+      node.info.name(), "', missing), which registered with ", IdentityText(node.identity),
+      ": only that node's certificate may (or wait --missing-node-expiry, ",
+      absl::FormatDuration(options_.missing_node_expiry), ", until it is forgotten)"));
+}
+
+void Cluster::ForgetExpiredLocked(absl::Time now) {
+  for (auto node = nodes_.begin(); node != nodes_.end();) {
+    if (node->first == 0 || node->second.info.state() != v1::NODE_STATE_MISSING ||
+        now - node->second.missing_since < options_.missing_node_expiry) {
+      ++node;
+      continue;
+    }
+    LOG(INFO) << "node " << node->first << " ('" << node->second.info.name()
+              << "') forgotten: missing for " << absl::FormatDuration(now - node->second.missing_since)
+              << " (--missing-node-expiry " << absl::FormatDuration(options_.missing_node_expiry)
+              << ")";
+    node = nodes_.erase(node);
+  }
+}
+
 absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& node, Sender sender,
-                                                        SessionCanceller cancel_session) {
+                                                        SessionCanceller cancel_session,
+                                                        std::optional<std::string> identity) {
   if (absl::Status valid = ValidateRegistration(node); !valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mutex_);
+  ForgetExpiredLocked(absl::Now());
   int index = -1;
   for (auto& [existing_index, existing] : nodes_) {
     if (existing.info.name() != node.name()) continue;
-    if (existing.info.state() == v1::NODE_STATE_READY) {
+    if (existing_index == 0 || existing.info.state() != v1::NODE_STATE_MISSING) {
       return absl::AlreadyExistsError(absl::StrCat(
           "a node named '", node.name(), "' is already connected as node ", existing_index));
+    }
+    if (absl::Status allowed = CheckTakeOverLocked(existing_index, existing, node.name(), identity);
+        !allowed.ok()) {
+      return allowed;
     }
     index = existing_index;
   }
   if (index < 0 && node.rank() > 0) {
     auto taken = nodes_.find(node.rank());
     if (taken != nodes_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("node '", node.name(), "' asked for rank ",
-                                                     node.rank(), ", which node '",
-                                                     taken->second.info.name(), "' holds"));
+      // With TLS, a MISSING node's own certificate may take its index back under another name.
+      const bool same_certificate = identity.has_value() && taken->second.identity == identity;
+      if (taken->second.info.state() == v1::NODE_STATE_MISSING && identity.has_value() &&
+          !same_certificate) {
+        return CheckTakeOverLocked(node.rank(), taken->second, node.name(), identity);
+      }
+      if (taken->second.info.state() != v1::NODE_STATE_MISSING || !same_certificate) {
+        return absl::InvalidArgumentError(absl::StrCat("node '", node.name(), "' asked for rank ",
+                                                       node.rank(), ", which node '",
+                                                       taken->second.info.name(), "' holds"));
+      }
     }
     index = node.rank();
   }
@@ -136,7 +183,18 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
           "node '", node.name(), "' cannot join: the cluster has ", ActorId::kMaxNode, " workers"));
     }
   }
+  if (!nodes_.contains(index)) {
+    const int workers = static_cast<int>(nodes_.size()) - 1;  // node 0 is the coordinator
+    if (workers >= options_.max_nodes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "node '", node.name(), "' cannot join: the coordinator knows ", workers,
+          " workers (ready or missing), as many as --max-nodes allows; a missing one is "
+          "forgotten after --missing-node-expiry (",
+          absl::FormatDuration(options_.missing_node_expiry), ")"));
+    }
+  }
   Node& entry = nodes_[index];
+  entry.identity = std::move(identity);
   entry.info.set_name(node.name());
   entry.info.set_index(index);
   entry.info.set_address(node.address());
@@ -173,17 +231,44 @@ void Cluster::RemoveUnregisteredSession(int64_t id) {
   unregistered_.erase(id);
 }
 
-void Cluster::Heartbeat(int index, int64_t generation) {
+void Cluster::Heartbeat(int index, int64_t generation, const v1::Heartbeat* beat) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto node = nodes_.find(index);
   if (node != nodes_.end() && node->second.generation == generation) {
     node->second.last_heard = absl::Now();
+    if (beat != nullptr) SetHealthLocked(node->second, beat->unhealthy());
+  }
+}
+
+void Cluster::SetNodeHealth(int index, const absl::Status& health) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto node = nodes_.find(index);
+  if (node != nodes_.end()) {
+    SetHealthLocked(node->second, health.ok() ? std::string() : std::string(health.message()));
+  }
+}
+
+void Cluster::SetHealthLocked(Node& node, const std::string& unhealthy) {
+  const v1::NodeState state = node.info.state();
+  if (!unhealthy.empty() && (state == v1::NODE_STATE_READY || state == v1::NODE_STATE_UNHEALTHY)) {
+    if (state == v1::NODE_STATE_READY) {
+      LOG(WARNING) << "node " << node.info.index() << " ('" << node.info.name()
+                   << "') reports itself unhealthy: " << unhealthy;
+    }
+    node.info.set_state(v1::NODE_STATE_UNHEALTHY);
+    node.info.set_unhealthy(unhealthy);
+  } else if (unhealthy.empty() && state == v1::NODE_STATE_UNHEALTHY) {
+    LOG(WARNING) << "node " << node.info.index() << " ('" << node.info.name()
+                 << "') is healthy again";
+    node.info.set_state(v1::NODE_STATE_READY);
+    node.info.clear_unhealthy();
   }
 }
 
 bool Cluster::MarkMissingLocked(Node& node) {
   if (node.info.state() == v1::NODE_STATE_MISSING) return false;
   node.info.set_state(v1::NODE_STATE_MISSING);
+  node.missing_since = absl::Now();
   node.sender = nullptr;
   node.cancel_session = nullptr;
   return true;
@@ -219,6 +304,7 @@ void Cluster::MonitorLoop() {
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.heartbeat_interval / 2));
     if (stopping_) break;
     const absl::Time now = absl::Now();
+    ForgetExpiredLocked(now);
     struct Lost {
       int index;
       absl::Status status;
@@ -334,10 +420,17 @@ absl::Status Cluster::CheckReady(const std::vector<int>& indices) const {
   for (int index : indices) {
     auto node = nodes_.find(index);
     if (node != nodes_.end() && node->second.info.state() == v1::NODE_STATE_READY) continue;
-    absl::StrAppend(&missing, missing.empty() ? "" : ", ", "node ", index,
-                    node == nodes_.end()
-                        ? " (never joined)"
-                        : absl::StrCat(" ('", node->second.info.name(), "', missing)"));
+    std::string why = "never joined";
+    if (node != nodes_.end()) {
+      const v1::NodeInfo& info = node->second.info;
+      why = absl::StrCat("'", info.name(), "', ",
+                         info.state() == v1::NODE_STATE_UNHEALTHY
+                             ? absl::StrCat("unhealthy: ", info.unhealthy())
+                             : absl::AsciiStrToLower(
+                                   absl::StripPrefix(v1::NodeState_Name(info.state()),
+                                                     "NODE_STATE_")));
+    }
+    absl::StrAppend(&missing, missing.empty() ? "" : ", ", "node ", index, " (", why, ")");
   }
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(

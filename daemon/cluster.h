@@ -3,14 +3,16 @@
 
 // The coordinator's registry of its nodes: Cluster keeps node 0 (itself) and every worker that
 // registered through a NodeService session, with their indices, heartbeats and message limits,
-// marks a node whose session ended or went silent MISSING and tells the lost-node handler, and
-// sends the nodes their commands. Also ValidateRegistration, the checks a RegisterNode must pass.
+// marks a node whose session ended or went silent MISSING and tells the lost-node handler, forgets
+// it after the missing-node expiry, caps the nodes it knows, and sends the nodes their commands.
+// Also ValidateRegistration, the checks a RegisterNode must pass.
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,8 +29,9 @@
 namespace loom::daemon {
 
 // OK for a registration a cluster may take: a name (at most 253 bytes), a rank of -1 (any) or from
-// 1 to ActorId::kMaxNode, cpu and cuda devices with indices an actor id holds, each once, and
-// non-negative budgets. INVALID_ARGUMENT naming the field otherwise.
+// 1 to ActorId::kMaxNode, at most kMaxRegisteredDevices cpu and cuda devices with indices an actor
+// id holds, each once, and non-negative budgets. INVALID_ARGUMENT naming the field otherwise.
+inline constexpr int kMaxRegisteredDevices = 1024;
 absl::Status ValidateRegistration(const v1::RegisterNode& node);
 
 // The coordinator's view of its nodes (DESIGN.md §1): itself as node 0, and every worker that
@@ -36,7 +39,13 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node);
 // asks for one with --node-rank, or gets the next free one; one that reconnects under the same name
 // gets its old index back. A node whose session ends, or that sends no heartbeat for the node
 // timeout, is MISSING: the lost-node handler is told (the running job fails), and jobs that need
-// it are refused until it is back.
+// it are refused until it is back. A node MISSING for Options::missing_node_expiry is forgotten
+// (its index freed). At most Options::max_nodes workers are known at once (READY or MISSING).
+//
+// Who may take a known node's name or index: with mutual TLS, only a registration that presents
+// the certificate identity the node registered with (and only while the node is MISSING); without
+// TLS, a registration of the same name takes back a MISSING node's index (a restarted worker gets
+// its rank back), and nothing takes another node's index.
 //
 // Thread-safe.
 class Cluster {
@@ -54,6 +63,11 @@ class Cluster {
     absl::Duration node_timeout = absl::Seconds(5);
     // The coordinator's --max-message-size: the largest message its server sends or receives.
     int64_t max_message_bytes = int64_t{64} << 20;
+    // loomd --max-nodes: the most workers known at once, READY or MISSING (the coordinator itself
+    // does not count); a registration beyond them is RESOURCE_EXHAUSTED.
+    int max_nodes = 256;
+    // loomd --missing-node-expiry: a worker MISSING this long is forgotten (its index freed).
+    absl::Duration missing_node_expiry = absl::Minutes(10);
   };
 
   // `self` describes the coordinator's own node (index 0), reached through `self_sender`.
@@ -67,16 +81,24 @@ class Cluster {
   void Stop();
 
   // A worker's session registered: its index, and the session's generation (for Heartbeat and
-  // Disconnected). INVALID_ARGUMENT for a bad registration (ValidateRegistration, or a rank
-  // another node holds), ALREADY_EXISTS when a node of that name is connected, RESOURCE_EXHAUSTED
-  // when no index is left. `cancel_session` (may be null) must stay callable until Disconnected.
+  // Disconnected). `identity` is the subject CN of the session's node certificate (nullopt over
+  // plaintext). INVALID_ARGUMENT for a bad registration (ValidateRegistration, or a rank another
+  // node holds), ALREADY_EXISTS when a node of that name is connected (or is the coordinator),
+  // PERMISSION_DENIED when a MISSING node of that name or rank registered with another certificate
+  // identity, RESOURCE_EXHAUSTED when Options::max_nodes are known or no index is left.
+  // `cancel_session` (may be null) must stay callable until Disconnected.
   struct Registration {
     int index;
     int64_t generation;
   };
   absl::StatusOr<Registration> Register(const v1::RegisterNode& node, Sender sender,
-                                        SessionCanceller cancel_session = nullptr);
-  void Heartbeat(int index, int64_t generation);
+                                        SessionCanceller cancel_session = nullptr,
+                                        std::optional<std::string> identity = std::nullopt);
+  // With `beat`: a READY node that reports itself unhealthy (Heartbeat.unhealthy, its part of a
+  // job did not end within --release-timeout) is UNHEALTHY until it reports itself healthy again.
+  void Heartbeat(int index, int64_t generation, const v1::Heartbeat* beat = nullptr);
+  // The same for a node whose health is known in the process (the coordinator's own, node 0).
+  void SetNodeHealth(int index, const absl::Status& health);
   // A session that has not registered yet: `cancel` is called once it has been open for the node
   // timeout, unless RemoveUnregisteredSession(returned id) came first (the monitor may still be
   // calling it as that returns, so `cancel` must outlive the session).
@@ -122,11 +144,23 @@ class Cluster {
     absl::Time last_heard;
     // Its --max-message-size (the coordinator's for itself and for workers that did not say).
     int64_t max_message_bytes = 0;
+    // The subject CN of the certificate it registered with; nullopt over plaintext.
+    std::optional<std::string> identity;
+    // When it became MISSING.
+    absl::Time missing_since;
   };
 
   void MonitorLoop();
+  // Under mutex_: READY <-> UNHEALTHY as `unhealthy` (empty: healthy) says; other states stay.
+  static void SetHealthLocked(Node& node, const std::string& unhealthy);
   // Under mutex_: marks the node missing; returns whether it was ready.
   bool MarkMissingLocked(Node& node);
+  // Under mutex_: forgets the workers MISSING for the expiry at `now`.
+  void ForgetExpiredLocked(absl::Time now);
+  // Under mutex_: OK when a registration of `name` with `identity` may take `index`, which `node`
+  // holds (MISSING): PERMISSION_DENIED naming both otherwise.
+  absl::Status CheckTakeOverLocked(int index, const Node& node, const std::string& name,
+                                   const std::optional<std::string>& identity) const;
   int64_t MessageLimitLocked(int index) const;
   std::string DescribeLocked(int index) const;
 

@@ -2,7 +2,7 @@
 #define LOOM_DAEMON_CLUSTER_SERVICE_H_
 
 // The coordinator's loom.v1.ClusterService: ClusterServiceImpl answers ListNodes with every node
-// of its Cluster, which must outlive it. A worker serves the same service by forwarding the call
+// of its Cluster, which must outlive it, to a client, admin or node certificate (rpc/tls.h). A worker serves the same service by forwarding the call
 // to its coordinator (coordinator_forwarding.h).
 
 #include "daemon/cluster.h"

@@ -20,11 +20,14 @@ grpc::Status Answer(const grpc::Status& status, const std::string& coordinator_a
                                    "coordinator at ", coordinator_address, ")"));
 }
 
-// Calls `call` with a client context that carries the server call's deadline and cancellation.
+// Calls `call` with a client context that carries the server call's deadline and cancellation,
+// and its caller (identity and roles, which the coordinator trusts from a node certificate: this
+// worker's own).
 template <typename Call>
 grpc::Status Forward(grpc::ServerContext* context, const std::string& coordinator_address,
                      Call call) {
   std::unique_ptr<grpc::ClientContext> forwarded = grpc::ClientContext::FromServerContext(*context);
+  AddForwardedCaller(CallerOf(*context), forwarded.get());
   return Answer(call(forwarded.get()), coordinator_address);
 }
 

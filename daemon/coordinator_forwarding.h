@@ -3,8 +3,9 @@
 
 // What a worker loomd serves in place of the coordinator's JobService and ClusterService:
 // WorkerJobServiceImpl and WorkerClusterServiceImpl forward each call, with its deadline and
-// cancellation, to the coordinator over the channel CoordinatorChannel makes (the worker's TLS
-// credentials, message limit and keepalive), so that a client may talk to any loomd of the cluster.
+// cancellation and the caller's identity and roles, to the coordinator over the channel
+// CoordinatorChannel makes (the worker's TLS credentials, message limit and keepalive), so that a
+// client may talk to any loomd of the cluster.
 
 #include <memory>
 #include <optional>
@@ -23,6 +24,9 @@ namespace loom::daemon {
 // forwarding them to its coordinator, as etcd, Consul and Nomad followers forward to their leader:
 // a client may talk to any loomd of the cluster. Each call goes on as the same call to the
 // coordinator; its deadline, and a cancellation by the client (a watch left with Ctrl-C), reach it.
+// The worker calls with its own (node) certificate and adds its caller's identity and roles
+// (AddForwardedCaller, rpc/tls.h), which the coordinator trusts because the worker is a node: the
+// coordinator authorizes the call as the original caller's.
 // The coordinator's answer comes back as it is, status and message included, except that an
 // UNAVAILABLE answer (the coordinator down, restarting or shutting down) also says that this
 // worker forwarded it and where.

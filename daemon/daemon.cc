@@ -1,11 +1,16 @@
 #include "daemon/daemon.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <chrono>
 #include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/device_name.h"
 #include "daemon/host_port.h"
@@ -42,9 +47,65 @@ absl::Status CheckDevicesExist(const cli::DeviceSpec& devices) {
   return absl::OkStatus();
 }
 
+// Whether `host` (no port, no brackets) names this machine's loopback interface only.
+bool IsLoopbackHost(const std::string& host) {
+  if (absl::AsciiStrToLower(host) == "localhost") return true;
+  in_addr ipv4;
+  if (inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return (ntohl(ipv4.s_addr) >> 24) == 127;
+  in6_addr ipv6;
+  if (inet_pton(AF_INET6, host.c_str(), &ipv6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&ipv6)) return true;
+    // ::ffff:127.x.x.x
+    return IN6_IS_ADDR_V4MAPPED(&ipv6) && ipv6.s6_addr[12] == 127;
+  }
+  return false;  // 0.0.0.0, ::, a host name or an interface's address: reachable from outside
+}
+
+// A worker with TLS presents a certificate with the node role (the coordinator refuses others).
+absl::Status CheckNodeCertificate(const DaemonOptions& options) {
+  if (!options.tls.has_value() || options.coordinator_address.empty()) return absl::OkStatus();
+  absl::StatusOr<Caller> self = CallerOfCertificate(options.tls->certificate);
+  if (!self.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-cert: ", self.status().message()));
+  }
+  if (!self->Has(Role::kNode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tls-cert is ", self->Describe(),
+        "'s certificate, without the node role (loom://role/node): the coordinator would refuse "
+        "this worker (make one with scripts/make-certs --role node)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+absl::Status CheckPlaintextListen(const DaemonOptions& options) {
+  if (options.tls.has_value() || options.insecure) return absl::OkStatus();
+  absl::string_view address = options.listen_address;
+  // gRPC's address forms: "HOST:PORT", "[IPV6]:PORT", and "dns:", "ipv4:" or "ipv6:" prefixes.
+  for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&address, scheme)) break;
+  }
+  std::string host;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    host = std::string(address.substr(1, close == absl::string_view::npos ? 0 : close - 1));
+  } else {
+    const size_t colon = address.rfind(':');
+    host = std::string(address.substr(0, colon == absl::string_view::npos ? 0 : colon));
+  }
+  if (!host.empty() && IsLoopbackHost(host)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to serve gRPC in plaintext on '", options.listen_address,
+      "', which is not a loopback address: anyone who reaches it could submit jobs, read their "
+      "results and join as a node. Give --tls-ca, --tls-cert and --tls-key (mutual TLS), listen "
+      "on 127.0.0.1, or pass --insecure to serve it in plaintext anyway"));
+}
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
+  if (absl::Status status = CheckPlaintextListen(options); !status.ok()) return status;
+  if (absl::Status status = CheckNodeCertificate(options); !status.ok()) return status;
   std::unique_ptr<Daemon> daemon(new Daemon());
   Daemon* self = daemon.get();
   daemon->options_ = options;
@@ -66,6 +127,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
       daemon->store_.emplace(*std::move(store));
     }
   }
+  {
+    absl::StatusOr<FileRoots> data = FileRoots::Beneath(options.data_roots, "--data-root");
+    if (!data.ok()) return data.status();
+    absl::StatusOr<FileRoots> checkpoints =
+        FileRoots::Beneath(options.checkpoint_roots, "--checkpoint-root");
+    if (!checkpoints.ok()) return checkpoints.status();
+    absl::StatusOr<FileRoots> both = FileRoots::Union(*data, *checkpoints);
+    if (!both.ok()) return both.status();
+    daemon->data_roots_.emplace(*std::move(data));
+    daemon->checkpoint_roots_.emplace(*std::move(checkpoints));
+    daemon->job_files_.emplace(*std::move(both));
+  }
   daemon->metrics_ = std::make_shared<DaemonMetrics>();
 
   // This node's devices, as ListNodes shows them.
@@ -80,6 +153,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
 
   // The node's agent reports to the coordinator: in this process, or over the session.
+  NodeAgentOptions agent_options;
+  agent_options.metrics = daemon->metrics_.get();
+  agent_options.files = &*daemon->job_files_;
+  agent_options.checkpoint_roots = &*daemon->checkpoint_roots_;
+  agent_options.release_timeout = options.release_timeout;
+  agent_options.max_trace_events_per_job = options.max_trace_events_per_job;
+  agent_options.health_changed = [self](const absl::Status& health) {
+    self->OnAgentHealth(health);
+  };
   daemon->agent_ = std::make_unique<NodeAgent>(
       &daemon->kernels_,
       [self, coordinator, limit = options.max_message_bytes](const v1::NodeJobUpdate& update) {
@@ -92,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
         self->manager_->OnNodeUpdate(0, update);
         return absl::OkStatus();
       },
-      daemon->metrics_.get());
+      std::move(agent_options));
   if (coordinator) {
     v1::NodeInfo node;
     node.set_name(options.node_name);
@@ -102,6 +184,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     cluster_options.heartbeat_interval = options.heartbeat_interval;
     cluster_options.node_timeout = options.node_timeout;
     cluster_options.max_message_bytes = options.max_message_bytes;
+    cluster_options.max_nodes = options.max_nodes;
+    cluster_options.missing_node_expiry = options.missing_node_expiry;
     daemon->cluster_ = std::make_unique<Cluster>(cluster_options, std::move(node),
                                                  [self](const v1::NodeCommand& command) {
                                                    self->agent_->Handle(command);
@@ -118,6 +202,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     manager_options.max_fetched_bytes_per_job = options.max_fetched_bytes;
     manager_options.max_kept_trace_bytes = options.max_kept_trace_bytes;
     manager_options.metrics = daemon->metrics_.get();
+    manager_options.checkpoint_roots = &*daemon->checkpoint_roots_;
     if (daemon->store_.has_value()) manager_options.store = &*daemon->store_;
     daemon->manager_ =
         std::make_unique<JobManager>(std::move(manager_options), daemon->cluster_.get());
@@ -242,16 +327,37 @@ absl::Status Daemon::StartHealthServer(const std::string& address) {
 }
 
 void Daemon::SetServing(bool serving) {
+  absl::MutexLock lock(&health_mutex_);
+  serving_ = serving;
+  ApplyHealthLocked();
+}
+
+void Daemon::OnAgentHealth(const absl::Status& health) {
+  {
+    absl::MutexLock lock(&health_mutex_);
+    agent_healthy_ = health.ok();
+    ApplyHealthLocked();
+  }
+  if (cluster_ != nullptr) cluster_->SetNodeHealth(0, health);
+}
+
+void Daemon::ApplyHealthLocked() {
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
     grpc::HealthCheckServiceInterface* health =
         server == nullptr ? nullptr : server->GetHealthCheckService();
     if (health == nullptr) continue;
-    health->SetServingStatus(serving);
+    // The node as a whole: NOT_SERVING also while its agent is stuck on a job's part that does
+    // not end. The coordinator's services still take jobs for its other nodes meanwhile.
+    health->SetServingStatus(serving_ && agent_healthy_);
     if (manager_ != nullptr) {
-      health->SetServingStatus(v1::JobService::service_full_name(), serving);
-      health->SetServingStatus(v1::ClusterService::service_full_name(), serving);
+      health->SetServingStatus(v1::JobService::service_full_name(), serving_);
+      health->SetServingStatus(v1::ClusterService::service_full_name(), serving_);
     }
   }
+}
+
+absl::Status Daemon::node_health() const {
+  return agent_ == nullptr ? absl::OkStatus() : agent_->health();
 }
 
 void Daemon::AddScrapeGauges() {
@@ -260,9 +366,11 @@ void Daemon::AddScrapeGauges() {
     scrape_gauges_->Add(
         "loom_cluster_nodes",
         "Nodes known to the coordinator, by state (ready, missing: no heartbeat for longer than "
-        "--node-timeout, draining: shutting down).",
+        "--node-timeout, draining: shutting down, unhealthy: a job's part has not ended "
+        "--release-timeout after it was told to stop).",
         [cluster = cluster_.get()] {
-          std::map<std::string, double> count = {{"ready", 0}, {"missing", 0}, {"draining", 0}};
+          std::map<std::string, double> count = {
+              {"ready", 0}, {"missing", 0}, {"draining", 0}, {"unhealthy", 0}};
           for (const v1::NodeInfo& node : cluster->Nodes()) {
             count[absl::AsciiStrToLower(
                 absl::StripPrefix(v1::NodeState_Name(node.state()), "NODE_STATE_"))] += 1;
@@ -325,7 +433,17 @@ void Daemon::Shutdown(absl::Duration grace) {
     while (agent_->busy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
     session_->Stop();
   }
-  agent_.reset();  // aborts and releases what still runs here
+  // Aborts and releases what still runs here. A job's part that does not end (a kernel that never
+  // returns) would hold the process for good: it is abandoned after a bound, and the agent leaked
+  // (its threads still use it); main exits without destroying the daemon then.
+  if (!agent_->Stop(kAgentStopBound)) {
+    LOG(ERROR) << "abandoned this node's agent: its job's part did not end within "
+               << absl::FormatDuration(kAgentStopBound)
+               << " of the stop (a kernel or a file read that does not return); its threads are "
+               << "left running and the process exits without them";
+    abandoned_agent_ = agent_.release();
+  }
+  agent_.reset();
   if (cluster_ != nullptr) cluster_->Stop();
   // Watchers get up to kWatchersDeadline to read their jobs' last events; then every call left
   // (the workers' sessions, a watch whose client stopped reading) is cancelled and every

@@ -4,14 +4,19 @@
 // One loomd as a whole: Daemon::Start builds the gRPC server and what stands behind it (on the
 // coordinator the Cluster, the JobManager and their services; on a worker the forwarding services
 // and the WorkerSession; on both the NodeAgent, the metrics and the --data-dir lock), and Shutdown
-// takes it down in order. main.cc runs one; the daemon tests start one in their process.
+// takes it down in order (within its grace plus a bound, even when a job's part does not end).
+// Also CheckPlaintextListen, the refusal to serve plaintext beyond loopback without --insecure.
+// main.cc runs one; the daemon tests start one in their process.
 
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/file_roots.h"
 #include "daemon/cluster.h"
 #include "daemon/cluster_service.h"
 #include "daemon/coordinator_forwarding.h"
@@ -31,6 +36,11 @@
 
 namespace loom::daemon {
 
+// OK when the gRPC server may listen on options.listen_address: with --tls-*, on a loopback
+// address (127.0.0.0/8, ::1, localhost), or with --insecure. FAILED_PRECONDITION naming the
+// address and the flags otherwise.
+absl::Status CheckPlaintextListen(const DaemonOptions& options);
+
 // One loomd. The coordinator (no --coordinator): the gRPC server (loom.v1 JobService,
 // ClusterService and NodeService for the workers' sessions, grpc.health.v1.Health, server
 // reflection) over the cluster of nodes that joined it and the job manager; its own node is node 0
@@ -45,15 +55,24 @@ class Daemon {
  public:
   // Registers the kernels of every device type this build has (RegisterAllKernels), starts the
   // job worker and serves on options.listen_address.
-  // UNAVAILABLE when the address cannot be bound.
+  // UNAVAILABLE when the address cannot be bound; FAILED_PRECONDITION from CheckPlaintextListen.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
   // Shutdown(zero grace) when it was not called.
   ~Daemon();
 
   // Graceful: health turns NOT_SERVING, new jobs are refused, pending jobs are cancelled, the
   // running job gets `grace` to finish (then it is cancelled), watchers see the jobs end, then the
-  // server stops. Idempotent.
+  // server stops. Idempotent. The node's agent gets kAgentStopBound to end after that: a job's
+  // part that does not end (a kernel that never returns) is abandoned (abandoned_threads()).
   void Shutdown(absl::Duration grace);
+  // How long Shutdown waits for this node's agent once the jobs were told to end.
+  static constexpr absl::Duration kAgentStopBound = absl::Seconds(5);
+  // Whether Shutdown left threads of a job's part running (its agent is leaked, still in use):
+  // the process should then exit without destroying the daemon (std::_Exit).
+  bool abandoned_threads() const { return abandoned_agent_ != nullptr; }
+  // This node's health: OK, or why it is unhealthy (NodeAgent::health); the server's overall
+  // health status is NOT_SERVING meanwhile.
+  absl::Status node_health() const;
 
   // The port the server listens on (the one picked for port 0).
   int port() const { return port_; }
@@ -86,17 +105,30 @@ class Daemon {
   absl::Status StartHealthServer(const std::string& address);
   // The health status of both servers: overall, and the coordinator's services.
   void SetServing(bool serving);
+  // The agent's health changed: the servers' overall status (NOT_SERVING while unhealthy).
+  void OnAgentHealth(const absl::Status& health);
+  // Under health_mutex_: sets the statuses from serving_ and agent_healthy_.
+  void ApplyHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mutex_);
 
   DaemonOptions options_;
   KernelRegistry kernels_;
   // With --data-dir: held for the daemon's life; the store outlives the manager.
   std::optional<DirectoryLock> data_directory_lock_;
   std::optional<JobStore> store_;
+  // Where jobs may read files (--data-root), write checkpoints (--checkpoint-root), and both
+  // (what a node's kernels open: data and initial states); set at Start, outlive the agent and
+  // the manager.
+  std::optional<FileRoots> data_roots_;
+  std::optional<FileRoots> checkpoint_roots_;
+  std::optional<FileRoots> job_files_;
   // Before everything that reports to it (the agent's jobs, the manager), so it outlives them.
   std::shared_ptr<DaemonMetrics> metrics_;
   std::shared_ptr<ScrapeGauges> scrape_gauges_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<NodeAgent> agent_;
+  // Shutdown's agent when it did not end within kAgentStopBound: leaked on purpose (its threads
+  // still use it).
+  NodeAgent* abandoned_agent_ = nullptr;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<WorkerSession> session_;
@@ -114,6 +146,9 @@ class Daemon {
   std::string address_;
   MemoryBudget memory_budget_;
   bool shut_down_ = false;
+  absl::Mutex health_mutex_;
+  bool serving_ ABSL_GUARDED_BY(health_mutex_) = false;
+  bool agent_healthy_ ABSL_GUARDED_BY(health_mutex_) = true;
 };
 
 }  // namespace loom::daemon

@@ -102,6 +102,28 @@ cli::ArgumentSpec DaemonArgumentSpec() {
                "keep state here across restarts (created if missing; one loomd per directory): "
                "the coordinator's jobs, with their events, plans, traces and ids. Jobs that had "
                "not ended when it stopped are FAILED after the restart. Empty: nothing is kept")
+      .AddRepeatedFlag("data-root", "DIR",
+                       "jobs may read files (token files, safetensors inputs, initial states) "
+                       "only beneath this directory, without following symbolic links; without "
+                       "any, a job that names a file is refused (PERMISSION_DENIED)")
+      .AddRepeatedFlag("checkpoint-root", "DIR",
+                       "jobs may write checkpoints (checkpoint_path) only beneath this directory, "
+                       "and read initial states from it; without any, checkpoint_path is refused")
+      .AddSwitch("insecure",
+                 "without --tls-*, serve gRPC in plaintext on a non-loopback --listen address "
+                 "anyway (anyone who reaches it may submit jobs and join as a node)")
+      .AddFlag("max-nodes", "N", "256",
+               "coordinator: the most nodes registered at once, READY or MISSING; a registration "
+               "beyond them is refused (RESOURCE_EXHAUSTED)")
+      .AddFlag("missing-node-expiry", "DURATION", "10m",
+               "coordinator: a node MISSING for this long is forgotten (its index is freed)")
+      .AddFlag("release-timeout", "DURATION", "30s",
+               "a node whose part of a job has not ended this long after it was told to release "
+               "it reports itself unhealthy (health NOT_SERVING, the node shown as such) until it "
+               "does")
+      .AddFlag("max-trace-events-per-job", "N", "2000000",
+               "the most acts a traced job records on each node (about 100 bytes each); beyond "
+               "them its trace is truncated and says so")
       .AddFlag("node-name", "NAME", "", "this node's name (default: the host name)")
       .AddFlag("devices", "SPEC", "cpu:1",
                "the devices of this node: cpu:N (N CPU devices), cuda:all (every GPU) or "
@@ -182,6 +204,22 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
   }
 
   options.data_directory = arguments.Value("data-dir");
+  options.data_roots = arguments.Values("data-root");
+  options.checkpoint_roots = arguments.Values("checkpoint-root");
+  options.insecure = arguments.Switch("insecure");
+  if (absl::StatusOr<int> max_nodes = ParsePositiveFlag(arguments, "max-nodes"); max_nodes.ok()) {
+    options.max_nodes = *max_nodes;
+  } else {
+    return max_nodes.status();
+  }
+  if (!absl::SimpleAtoi(arguments.Value("max-trace-events-per-job"),
+                        &options.max_trace_events_per_job) ||
+      options.max_trace_events_per_job < 1) {
+    return cli::UsageError(kCommand,
+                           absl::StrCat("--max-trace-events-per-job must be a whole number >= 1, "
+                                        "not '",
+                                        arguments.Value("max-trace-events-per-job"), "'"));
+  }
 
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
@@ -229,7 +267,9 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
            {"shutdown-grace", &options.shutdown_grace},
            {"heartbeat-interval", &options.heartbeat_interval},
            {"node-timeout", &options.node_timeout},
-           {"peer-probe-timeout", &options.peer_probe_timeout}}) {
+           {"peer-probe-timeout", &options.peer_probe_timeout},
+           {"missing-node-expiry", &options.missing_node_expiry},
+           {"release-timeout", &options.release_timeout}}) {
     absl::StatusOr<absl::Duration> duration = ParseDurationFlag(arguments, flag);
     if (!duration.ok()) return duration.status();
     *target = *duration;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -43,6 +44,24 @@ struct DaemonOptions {
   // Where the coordinator keeps its jobs across restarts (locked against a second loomd); empty:
   // nothing is kept on disk.
   std::string data_directory;
+  // The directories beneath which jobs may read files (--data-root, repeatable): token files,
+  // safetensors inputs, initial states. None: a job that names a file is refused.
+  std::vector<std::string> data_roots;
+  // The directories beneath which jobs may write checkpoints (--checkpoint-root, repeatable); a
+  // checkpoint's initial state may also be read from them. None: checkpoint_path is refused.
+  std::vector<std::string> checkpoint_roots;
+  // Serve gRPC in plaintext on a non-loopback address (without it, loomd refuses to listen there
+  // without --tls-*).
+  bool insecure = false;
+  // The coordinator: the most nodes registered at once (READY or MISSING); more are refused.
+  int max_nodes = 256;
+  // The coordinator: a MISSING node is forgotten after this long (its index freed).
+  absl::Duration missing_node_expiry = absl::Minutes(10);
+  // A node whose part of a job has not ended this long after it was told to release it reports
+  // itself unhealthy (health NOT_SERVING, the node shown as such) until it ends.
+  absl::Duration release_timeout = absl::Seconds(30);
+  // The most acts a traced job records on each node (more: the trace is truncated and says so).
+  int64_t max_trace_events_per_job = 2'000'000;
   // This node's devices (--devices): cpu:1 unless told.
   cli::DeviceSpec devices = {plan::CPU, {0}};
   // Each device's memory budget; 0: no limit; nullopt (`auto`): see ResolveMemoryBudget.

@@ -1,5 +1,12 @@
 #include "daemon/job_checkpoint.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -14,6 +21,8 @@
 namespace loom::daemon {
 namespace {
 
+bool WrittenBy(const WritableDirectory& directory, const std::string& writer);
+
 std::string ValueName(absl::string_view task) { return absl::StrCat("value:", task); }
 
 std::string StateName(int state, absl::string_view task) {
@@ -23,15 +32,20 @@ std::string StateName(int state, absl::string_view task) {
 // Writes the checkpoint of `plan`'s variables to `path`, assembled from the parts of `nodes`
 // under `parts` one logical tensor at a time: only the parts' headers and one variable's pieces
 // are in memory at once.
-absl::Status WriteAssembledCheckpoint(const plan::Plan& plan, const std::vector<int>& nodes,
-                                      absl::string_view parts, const std::string& path,
-                                      const CheckpointProgress& progress) {
+absl::Status WriteAssembledCheckpoint(const FileRoots& roots, const plan::Plan& plan,
+                                      const std::vector<int>& nodes, absl::string_view parts,
+                                      const std::string& path, const CheckpointProgress& progress,
+                                      bool overwrite) {
+  absl::StatusOr<WritableDirectory> directory = roots.OpenForWriting(path);
+  if (!directory.ok()) return directory.status();
   // Every part's pieces by name (value:TASK, state<i>:TASK: task names are unique in a plan).
   std::vector<std::unique_ptr<checkpoint::SafetensorsReader>> readers;
   std::map<std::string, checkpoint::SafetensorsReader*> reader_of;
   for (int node : nodes) {
+    absl::StatusOr<ReadableFile> file = roots.OpenForReading(CheckpointPartPath(parts, node));
     absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> part =
-        checkpoint::SafetensorsReader::Open(CheckpointPartPath(parts, node));
+        file.ok() ? checkpoint::SafetensorsReader::Open(*std::move(file))
+                  : absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>>(file.status());
     if (!part.ok()) {
       return absl::Status(
           part.status().code(),
@@ -86,13 +100,56 @@ absl::Status WriteAssembledCheckpoint(const plan::Plan& plan, const std::vector<
     }
     return AssembleVariableTensor(*layout, state, pointers);
   };
-  return checkpoint::WriteSafetensorsStreamed(path, tensors, progress_tensors.metadata, assemble);
+  const auto writer = progress.metadata.find(kWriterKey);
+  const checkpoint::ExistingFile existing =
+      overwrite || (writer != progress.metadata.end() && !writer->second.empty() &&
+                    WrittenBy(*directory, writer->second))
+          ? checkpoint::ExistingFile::kReplace
+          : checkpoint::ExistingFile::kKeep;
+  absl::Status status = checkpoint::WriteSafetensorsStreamed(
+      *directory, tensors, progress_tensors.metadata, assemble, existing);
+  if (status.code() == absl::StatusCode::kAlreadyExists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(status.message(),
+                     ": this job did not write it, and was not submitted with "
+                     "overwrite_checkpoint"));
+  }
+  return status;
+}
+
+// Whether the file directory.name() in `directory` is a regular file (not a symlink) and a
+// checkpoint whose metadata kWriterKey is `writer`.
+bool WrittenBy(const WritableDirectory& directory, const std::string& writer) {
+  const int descriptor = ::openat(directory.descriptor(), directory.name().c_str(),
+                                  O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+  if (descriptor < 0) return false;
+  struct stat info;
+  if (::fstat(descriptor, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(descriptor);
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> reader =
+      checkpoint::SafetensorsReader::Open(
+          ReadableFile(descriptor, static_cast<int64_t>(info.st_size), directory.name()));
+  if (!reader.ok()) return false;
+  const auto found = (*reader)->metadata().find(kWriterKey);
+  return found != (*reader)->metadata().end() && found->second == writer;
+}
+
+// Whether `part` is PATH.node-N or PATH.step-K.node-N, PATH ending in ".safetensors".
+bool IsPartName(const std::string& part) {
+  const std::regex pattern(R"(.+\.safetensors(\.step-[0-9]+)?\.node-[0-9]+)");
+  return std::regex_match(part, pattern);
 }
 
 }  // namespace
 
-absl::Status CheckCheckpointPath(const std::string& path, int64_t every_steps,
-                                 const plan::Plan& plan) {
+std::string CheckpointWriter(absl::string_view job_id, absl::string_view submit_time) {
+  return absl::StrCat(job_id, " submitted ", submit_time);
+}
+
+absl::Status CheckCheckpointPath(const FileRoots* roots, const std::string& path,
+                                 int64_t every_steps, bool overwrite, const plan::Plan& plan) {
   if (every_steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint_every_steps is ", every_steps,
                                                    ": it must be >= 0 (0: only at the end)"));
@@ -113,11 +170,38 @@ absl::Status CheckCheckpointPath(const std::string& path, int64_t every_steps,
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint_path '", path, "' must end in .safetensors (loomd writes no other files)"));
   }
-  std::error_code error;
-  if (!std::filesystem::is_directory(checkpoint.parent_path(), error)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint_path '", path, "': its directory '",
-                                                   checkpoint.parent_path().string(),
-                                                   "' does not exist on the coordinator"));
+  if (roots == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("checkpoint_path '", path,
+                     "' is refused: this coordinator writes no checkpoints (no --checkpoint-root "
+                     "given)"));
+  }
+  if (absl::Status beneath = roots->CheckBeneath(path); !beneath.ok()) {
+    return absl::Status(beneath.code(), absl::StrCat("checkpoint_path: ", beneath.message()));
+  }
+  absl::StatusOr<WritableDirectory> directory = roots->OpenForWriting(path);
+  if (!directory.ok()) {
+    if (directory.status().code() == absl::StatusCode::kPermissionDenied) {
+      return absl::Status(directory.status().code(),
+                          absl::StrCat("checkpoint_path: ", directory.status().message()));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint_path '", path, "': its directory '", checkpoint.parent_path().string(),
+        "' does not exist on the coordinator (", directory.status().message(), ")"));
+  }
+  struct stat existing;
+  if (::fstatat(directory->descriptor(), directory->name().c_str(), &existing,
+                AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISDIR(existing.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint_path '", path, "' is a directory"));
+    }
+    if (!overwrite) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint_path '", path,
+          "' already exists: submit with overwrite_checkpoint to replace it, or choose another "
+          "path"));
+    }
   }
   if (plan.variables_size() == 0) {
     return absl::InvalidArgumentError(
@@ -134,8 +218,28 @@ std::string CheckpointPartPath(absl::string_view parts, int node) {
   return absl::StrCat(parts, ".node-", node);
 }
 
+absl::Status CheckCheckpointPartPath(const FileRoots& roots, const std::string& part) {
+  if (part.empty() || part[0] != '/' || !IsPartName(part)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", part,
+                     "' is no checkpoint part's path (PATH.node-N or PATH.step-K.node-N, PATH an "
+                     "absolute path ending in .safetensors)"));
+  }
+  return roots.CheckBeneath(part);
+}
+
 absl::Status WriteCheckpointPart(int node, std::map<std::string, VariableOnHost> variables,
-                                 const std::string& path) {
+                                 const FileRoots& roots, const std::string& path) {
+  auto failed = [&](const absl::Status& status) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("node ", node, " writing its checkpoint part: ", status.message()));
+  };
+  if (absl::Status checked = CheckCheckpointPartPath(roots, path); !checked.ok()) {
+    return failed(checked);
+  }
+  absl::StatusOr<WritableDirectory> directory = roots.OpenForWriting(path);
+  if (!directory.ok()) return failed(directory.status());
   checkpoint::Checkpoint part;
   for (auto& [task, variable] : variables) {
     part.tensors[ValueName(task)] = std::move(variable.value);
@@ -143,15 +247,16 @@ absl::Status WriteCheckpointPart(int node, std::map<std::string, VariableOnHost>
       part.tensors[StateName(static_cast<int>(state), task)] = std::move(variable.states[state]);
     }
   }
-  if (absl::Status written = checkpoint::WriteSafetensors(path, part); !written.ok()) {
-    return absl::Status(
-        written.code(),
-        absl::StrCat("node ", node, " writing its checkpoint part: ", written.message()));
+  if (absl::Status written =
+          checkpoint::WriteSafetensors(*directory, part, checkpoint::ExistingFile::kReplace);
+      !written.ok()) {
+    return failed(written);
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& path) {
+absl::Status WriteCheckpointPart(const JobRuntime& runtime, const FileRoots& roots,
+                                 const std::string& path) {
   std::map<std::string, VariableOnHost> variables;
   for (const plan::Task& task : runtime.plan().tasks()) {
     if (task.kind() != plan::VARIABLE) continue;
@@ -163,50 +268,73 @@ absl::Status WriteCheckpointPart(const JobRuntime& runtime, const std::string& p
     }
     variables[task.name()] = *std::move(copy);
   }
-  return WriteCheckpointPart(runtime.plan().node(), std::move(variables), path);
+  return WriteCheckpointPart(runtime.plan().node(), std::move(variables), roots, path);
 }
 
-absl::Status AssembleCheckpointParts(const plan::Plan& plan, const std::vector<int>& nodes,
-                                     absl::string_view parts, const std::string& path,
-                                     const CheckpointProgress& progress) {
-  absl::Status status = WriteAssembledCheckpoint(plan, nodes, parts, path, progress);
-  RemoveCheckpointParts(parts, nodes);
+absl::Status AssembleCheckpointParts(const FileRoots& roots, const plan::Plan& plan,
+                                     const std::vector<int>& nodes, absl::string_view parts,
+                                     const std::string& path, const CheckpointProgress& progress,
+                                     bool overwrite) {
+  absl::Status status =
+      WriteAssembledCheckpoint(roots, plan, nodes, parts, path, progress, overwrite);
+  RemoveCheckpointParts(roots, parts, nodes);
   return status;
 }
 
-void RemoveCheckpointParts(absl::string_view parts, const std::vector<int>& nodes) {
+void RemoveCheckpointParts(const FileRoots& roots, absl::string_view parts,
+                           const std::vector<int>& nodes) {
   for (int node : nodes) {
     const std::string part = CheckpointPartPath(parts, node);
-    std::error_code error;
-    std::filesystem::remove(part, error);
-    if (error) LOG(WARNING) << "removing the checkpoint part " << part << ": " << error.message();
+    absl::StatusOr<WritableDirectory> directory = roots.OpenForWriting(part);
+    if (!directory.ok()) {
+      LOG(WARNING) << "removing the checkpoint part " << part << ": " << directory.status();
+      continue;
+    }
+    if (::unlinkat(directory->descriptor(), directory->name().c_str(), 0) != 0 && errno != ENOENT) {
+      LOG(WARNING) << "removing the checkpoint part " << part << ": " << std::strerror(errno);
+    }
   }
 }
 
-std::vector<std::string> RemoveLeftoverCheckpointFiles(const std::string& path) {
-  const std::filesystem::path checkpoint(path);
-  const std::string base = checkpoint.filename().string();
-  // What may follow PATH's name: a part's suffix, a temporary's, or both (never nothing).
-  const std::regex leftover(R"(((\.step-[0-9]+)?\.node-[0-9]+)?(\.tmp\.[0-9]+\.[0-9]+)?)");
+std::vector<std::string> RemoveLeftoverCheckpointFiles(const FileRoots* roots,
+                                                       const std::string& path) {
   std::vector<std::string> removed;
-  std::error_code error;
-  std::filesystem::directory_iterator entries(checkpoint.parent_path(), error);
-  if (error) {
-    LOG(WARNING) << "looking for the parts of checkpoint " << path << ": " << error.message();
+  if (roots == nullptr) return removed;
+  absl::StatusOr<WritableDirectory> directory = roots->OpenForWriting(path);
+  if (!directory.ok()) {
+    LOG(WARNING) << "looking for the parts of checkpoint " << path << ": " << directory.status();
     return removed;
   }
-  for (const std::filesystem::directory_entry& entry : entries) {
-    const std::string name = entry.path().filename().string();
+  const std::string& base = directory->name();
+  // What may follow PATH's name: a part's suffix, a temporary's, or both (never nothing).
+  const std::regex leftover(R"(((\.step-[0-9]+)?\.node-[0-9]+)?(\.tmp\.[0-9]+\.[0-9]+)?)");
+  // The directory's entries, read through a descriptor of its own (closedir closes it).
+  const int listing = ::openat(directory->descriptor(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (entries == nullptr) {
+    LOG(WARNING) << "looking for the parts of checkpoint " << path << ": " << std::strerror(errno);
+    if (listing >= 0) ::close(listing);
+    return removed;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(entries)) names.emplace_back(entry->d_name);
+  ::closedir(entries);
+  for (const std::string& name : names) {
     if (name.size() <= base.size() || name.compare(0, base.size(), base) != 0) continue;
     if (!std::regex_match(name.begin() + static_cast<std::ptrdiff_t>(base.size()), name.end(),
-                          leftover) ||
-        !entry.is_regular_file(error)) {
+                          leftover)) {
       continue;
     }
-    if (std::filesystem::remove(entry.path(), error)) {
-      removed.push_back(entry.path().string());
-    } else if (error) {
-      LOG(WARNING) << "removing " << entry.path().string() << ": " << error.message();
+    struct stat info;
+    if (::fstatat(directory->descriptor(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(info.st_mode)) {
+      continue;
+    }
+    const std::string full = (std::filesystem::path(directory->directory()) / name).string();
+    if (::unlinkat(directory->descriptor(), name.c_str(), 0) == 0) {
+      removed.push_back(full);
+    } else if (errno != ENOENT) {
+      LOG(WARNING) << "removing " << full << ": " << std::strerror(errno);
     }
   }
   return removed;

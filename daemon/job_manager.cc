@@ -119,7 +119,9 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
       if (absl::Status ready = cluster_->CheckReady(nodes); !ready.ok()) return ready;
       const plan::Plan& plan = (*compiled)->result.plan;
       if (absl::Status checkpoint =
-              CheckCheckpointPath(options.checkpoint_path, options.checkpoint_every_steps, plan);
+              CheckCheckpointPath(options_.checkpoint_roots, options.checkpoint_path,
+                                  options.checkpoint_every_steps, options.overwrite_checkpoint,
+                                  plan);
           !checkpoint.ok()) {
         return checkpoint;
       }
@@ -152,6 +154,7 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
     return compiled.status();
   }
   v1::JobInfo submitted;
+  uint64_t first_write = 0;
   uint64_t written = 0;
   {
     absl::MutexLock lock(&mutex_);
@@ -160,11 +163,24 @@ absl::StatusOr<v1::JobInfo> JobManager::Submit(job::Job job, const SubmitOptions
         !room.ok()) {
       return room;
     }
+    first_write = last_write_ + 1;
     submitted = QueueJob(*std::move(compiled), options, compile_time);
     written = last_write_;
   }
-  // The job is on disk before its id reaches the client.
-  if (writer_ != nullptr) writer_->WaitFor(written);
+  // The job (its number, plan and record) is on disk before its id reaches the client, and before
+  // it may run. One that could not be written (a full disk) is cancelled before it ever ran, and
+  // the submission fails with why.
+  if (writer_ != nullptr) {
+    if (absl::Status kept = writer_->WaitForWrites(first_write, written); !kept.ok()) {
+      (void)Cancel(submitted.job_id(), std::string(kept.message()), absl::Seconds(10));
+      return kept;
+    }
+    absl::MutexLock lock(&mutex_);
+    if (auto found = number_of_id_.find(submitted.job_id()); found != number_of_id_.end()) {
+      records_.at(found->second)->stored = true;
+      changed_.SignalAll();
+    }
+  }
   return submitted;
 }
 
@@ -197,8 +213,10 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<compiler::CompiledJob> compiled
   record->compiled = std::move(compiled);
   record->trace = options.trace;
   record->checkpoint_path = options.checkpoint_path;
+  record->overwrite_checkpoint = options.overwrite_checkpoint;
   record->checkpoint_every_steps = options.checkpoint_every_steps;
   record->stream_fetches = options.stream_fetches;
+  record->stored = writer_ == nullptr;
   const job::Job& admitted = record->compiled->job;
   v1::JobInfo& info = record->info;
   info.set_traced(options.trace);
@@ -206,6 +224,7 @@ v1::JobInfo JobManager::QueueJob(std::unique_ptr<compiler::CompiledJob> compiled
   info.set_checkpoint_path(options.checkpoint_path);
   info.set_checkpoint_every_steps(options.checkpoint_every_steps);
   info.set_streams_fetches(options.stream_fetches);
+  info.set_owner(options.owner);
   info.set_job_id(record->id);
   info.set_name(admitted.name());
   info.set_num_steps(std::max<int64_t>(admitted.num_steps(), 1));
@@ -247,7 +266,8 @@ absl::StatusOr<v1::JobInfo> JobManager::Get(const std::string& job_id) const {
 }
 
 std::vector<v1::JobInfo> JobManager::List(const std::vector<v1::JobState>& states, int64_t after,
-                                          int limit, bool* more) const {
+                                          int limit, bool* more,
+                                          const std::optional<std::string>& owner) const {
   absl::MutexLock lock(&mutex_);
   std::vector<v1::JobInfo> jobs;
   if (more != nullptr) *more = false;
@@ -257,6 +277,7 @@ std::vector<v1::JobInfo> JobManager::List(const std::vector<v1::JobState>& state
         std::find(states.begin(), states.end(), record.info.state()) == states.end()) {
       continue;
     }
+    if (owner.has_value() && record.info.owner() != *owner) continue;
     if (limit > 0 && static_cast<int>(jobs.size()) == limit) {
       if (more != nullptr) *more = true;
       break;
@@ -325,7 +346,10 @@ void JobManager::WorkerLoop() {
     std::shared_ptr<JobRecord> record;
     {
       absl::MutexLock lock(&mutex_);
-      while (!stopping_ && queue_.empty()) changed_.Wait(&mutex_);
+      // The first job in the queue runs once it is on disk (Submit says so).
+      while (!stopping_ && (queue_.empty() || !records_.at(queue_.front())->stored)) {
+        changed_.Wait(&mutex_);
+      }
       if (stopping_) return;
       record = records_.at(queue_.front());
       queue_.pop_front();

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/file_roots.h"
 #include "daemon/cluster.h"
 #include "daemon/fetch_stream.h"
 #include "daemon/job_admission.h"
@@ -48,8 +49,13 @@ struct SubmitOptions {
   std::string checkpoint_path;
   // With checkpoint_path: also every this many steps while the job runs; 0: only at the end.
   int64_t checkpoint_every_steps = 0;
+  // With checkpoint_path: the job may replace a file it did not write there.
+  bool overwrite_checkpoint = false;
   // Its fetched tensors go to its watchers (SubmitJobRequest.stream_fetches, FetchStream).
   bool stream_fetches = false;
+  // Who submitted it (JobInfo.owner): the identity of the caller's certificate; empty over
+  // plaintext.
+  std::string owner;
 };
 
 // The job lifecycle on the coordinator (DESIGN.md §1): admits and compiles submitted jobs for the
@@ -99,6 +105,9 @@ class JobManager {
     // Where jobs are kept across restarts (loomd --data-dir); null: in memory only. It must
     // outlive the manager.
     const JobStore* store = nullptr;
+    // Where checkpoints may be written (loomd --checkpoint-root); not owned, must outlive the
+    // manager. Null: checkpoint_path is refused.
+    const FileRoots* checkpoint_roots = nullptr;
   };
 
   // `cluster` must outlive the manager.
@@ -121,9 +130,11 @@ class JobManager {
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mutex_);
   // Jobs in `states` (empty: every job), oldest first, from the first one submitted after the job
   // numbered `after` (0: from the oldest), at most `limit` of them (0: every one). `more` (when
-  // not null) says whether jobs in `states` follow the last one returned.
+  // not null) says whether jobs in `states` follow the last one returned. With `owner`, only the
+  // jobs it submitted (JobInfo.owner) count.
   std::vector<v1::JobInfo> List(const std::vector<v1::JobState>& states, int64_t after = 0,
-                                int limit = 0, bool* more = nullptr) const
+                                int limit = 0, bool* more = nullptr,
+                                const std::optional<std::string>& owner = std::nullopt) const
       ABSL_LOCKS_EXCLUDED(mutex_);
   // The bytes kept for the finished jobs remembered (--max-finished-jobs), by what they hold:
   // their plans, events and traces (compressed), and the fetched tensors of a job that streamed

@@ -44,7 +44,7 @@ void JobManager::Restore() {
       // the parts of a checkpoint it was saving will not be assembled.
       if (!record->info.checkpoint_path().empty()) {
         for (const std::string& removed :
-             RemoveLeftoverCheckpointFiles(record->info.checkpoint_path())) {
+             RemoveLeftoverCheckpointFiles(options_.checkpoint_roots, record->info.checkpoint_path())) {
           LOG(INFO) << "job " << record->id << ": removed " << removed
                     << ", left by its interrupted checkpoint";
         }

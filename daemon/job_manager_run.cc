@@ -230,7 +230,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& record) {
     }
   }
   // A failed job's nodes have ended (or had their moment): remove the parts some of them wrote.
-  if (!error.ok() && !checkpoint_path.empty()) RemoveCheckpointParts(checkpoint_path, participants);
+  if (!error.ok() && !checkpoint_path.empty() && options_.checkpoint_roots != nullptr) {
+    RemoveCheckpointParts(*options_.checkpoint_roots, checkpoint_path, participants);
+  }
   // The end barrier passed (or the job failed): every node frees the job's memory.
   for (int node : participants) {
     cluster_->Send(node, command([](v1::NodeCommand& message) { message.mutable_release(); }))
@@ -321,8 +323,10 @@ bool JobManager::RunAndSaveCheckpoints(JobRecord* record, const std::vector<int>
     return taken;
   };
   auto remove = [&](const std::vector<std::pair<int64_t, std::vector<int>>>& parts) {
+    if (options_.checkpoint_roots == nullptr) return;
     for (const auto& [step, nodes] : parts) {
-      RemoveCheckpointParts(StepPartsPath(record->checkpoint_path, step), nodes);
+      RemoveCheckpointParts(*options_.checkpoint_roots,
+                            StepPartsPath(record->checkpoint_path, step), nodes);
     }
   };
   // The newest step every writer has written its part of (the lock held); 0: none.
@@ -373,9 +377,22 @@ absl::Status JobManager::SaveCheckpoint(JobRecord* record, const std::vector<int
   const int64_t steps_taken = compiled.job.initial_state().first_step() + step;
   const std::string& path = record->checkpoint_path;
   const absl::Time start = absl::Now();
-  absl::Status status = AssembleCheckpointParts(
-      compiled.result.plan, nodes, parts, path,
-      JobCheckpointProgress(compiled.job, compiled.result.plan.job_name(), steps_taken));
+  CheckpointProgress progress =
+      JobCheckpointProgress(compiled.job, compiled.result.plan.job_name(), steps_taken);
+  {
+    // The job's mark in the file: a later save of this job may replace it, another job may not
+    // (without overwrite_checkpoint).
+    absl::MutexLock lock(&mutex_);
+    progress.metadata[kWriterKey] =
+        CheckpointWriter(record->id, TimeUtil::ToString(record->info.submit_time()));
+  }
+  absl::Status status =
+      options_.checkpoint_roots == nullptr
+          ? absl::PermissionDeniedError(
+                "this coordinator writes no checkpoints (no "
+                "--checkpoint-root given)")
+          : AssembleCheckpointParts(*options_.checkpoint_roots, compiled.result.plan, nodes, parts,
+                                    path, progress, record->overwrite_checkpoint);
   if (!status.ok()) {
     return absl::Status(status.code(),
                         absl::StrCat("saving the checkpoint '", path, "' after step ", steps_taken,

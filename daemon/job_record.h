@@ -73,6 +73,11 @@ struct JobRecord {
   // Submitted with a checkpoint path (set once, as `trace`): where its variables are saved when it
   // succeeds (job_checkpoint.h); empty: nowhere.
   std::string checkpoint_path;
+  // Pending: its record is on disk (or there is no store), so it may run (under the manager's
+  // lock).
+  bool stored = true;
+  // SubmitJobRequest.overwrite_checkpoint.
+  bool overwrite_checkpoint = false;
   // And every so many steps while it runs (set once, as `trace`); 0: only at the end.
   int64_t checkpoint_every_steps = 0;
   // Submitted with stream_fetches (set once, as `trace`).

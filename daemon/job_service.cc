@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "rpc/grpc_status.h"
 #include "rpc/message_payload.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 namespace {
@@ -42,6 +43,27 @@ std::optional<int64_t> JobNumberAfter(absl::string_view token) {
   return number;
 }
 
+// OK when the caller may `action` ("cancel") job `job_id`: an admin any job, a client the jobs it
+// submitted (JobInfo.owner). PERMISSION_DENIED naming the caller otherwise; NOT_FOUND for an
+// unknown job (to a client or an admin).
+grpc::Status CheckJobAccess(const JobManager& manager, const Caller& caller,
+                            const std::string& job_id, absl::string_view action) {
+  const std::string what = absl::StrCat(action, " job '", job_id.substr(0, 64), "'");
+  if (absl::Status role = RequireRole(caller, {Role::kClient, Role::kAdmin}, what); !role.ok()) {
+    return ToGrpcStatus(role);
+  }
+  if (grpc::Status status = CheckJobId(job_id); !status.ok()) return status;
+  if (caller.Has(Role::kAdmin)) return grpc::Status::OK;
+  absl::StatusOr<v1::JobInfo> info = manager.Get(job_id);
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (info->owner() == caller.identity) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(caller.Describe(), " may not ", what,
+                                   ": a client certificate may act only on the jobs it submitted, "
+                                   "and this one is another's (an admin certificate, role admin, "
+                                   "may act on any)"));
+}
+
 // The time left before the call's deadline (capped at `cap`).
 absl::Duration TimeLeft(const grpc::ServerContext& context, absl::Duration cap) {
   const auto left = context.deadline() - std::chrono::system_clock::now();
@@ -53,6 +75,11 @@ absl::Duration TimeLeft(const grpc::ServerContext& context, absl::Duration cap) 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
+  const Caller caller = CallerOf(*context);
+  if (absl::Status role = RequireRole(caller, {Role::kClient, Role::kAdmin}, "submit jobs");
+      !role.ok()) {
+    return ToGrpcStatus(role);
+  }
   if (!request->has_job()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the request has no job: set SubmitJobRequest.job");
@@ -62,7 +89,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   if (request->has_trace_steps()) options.trace_steps = request->trace_steps();
   options.checkpoint_path = request->checkpoint_path();
   options.checkpoint_every_steps = request->checkpoint_every_steps();
+  options.overwrite_checkpoint = request->overwrite_checkpoint();
   options.stream_fetches = request->stream_fetches();
+  options.owner = caller.identity;
   absl::StatusOr<v1::JobInfo> info = manager_->Submit(request->job(), options);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response->mutable_job() = std::move(*info);
@@ -71,7 +100,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::GetJobResponse* response) {
-  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  if (grpc::Status status = CheckJobAccess(*manager_, CallerOf(*context), request->job_id(), "read");
+      !status.ok()) {
+    return status;
+  }
   absl::StatusOr<v1::JobInfo> info = manager_->Get(request->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response->mutable_job() = std::move(*info);
@@ -81,6 +113,14 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJ
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
+  const Caller caller = CallerOf(*context);
+  if (absl::Status role = RequireRole(caller, {Role::kClient, Role::kAdmin}, "list jobs");
+      !role.ok()) {
+    return ToGrpcStatus(role);
+  }
+  // A client lists the jobs it submitted, an admin every job.
+  std::optional<std::string> owner;
+  if (!caller.Has(Role::kAdmin)) owner = caller.identity;
   if (request->page_size() < 0) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -99,7 +139,8 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   std::vector<v1::JobState> states;
   for (int state : request->states()) states.push_back(static_cast<v1::JobState>(state));
   bool more = false;
-  std::vector<v1::JobInfo> jobs = manager_->List(states, after, request->page_size(), &more);
+  std::vector<v1::JobInfo> jobs =
+      manager_->List(states, after, request->page_size(), &more, owner);
   if (more) {
     response->set_next_page_token(absl::StrCat(kPageTokenPrefix, jobs.back().job_id()));
   }
@@ -110,7 +151,11 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::CancelJobResponse* response) {
-  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  if (grpc::Status status =
+          CheckJobAccess(*manager_, CallerOf(*context), request->job_id(), "cancel");
+      !status.ok()) {
+    return status;
+  }
   absl::StatusOr<v1::JobInfo> info =
       manager_->Cancel(request->job_id(), request->reason(), TimeLeft(*context, kCancelWait));
   if (!info.ok()) return ToGrpcStatus(info.status());
@@ -121,7 +166,11 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  if (grpc::Status status =
+          CheckJobAccess(*manager_, CallerOf(*context), request->job_id(), "watch");
+      !status.ok()) {
+    return status;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (watches_ >= max_watches_) {
@@ -166,7 +215,11 @@ bool JobServiceImpl::WaitForWatchesToEnd(absl::Duration timeout) {
 grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
                                      const v1::GetPlanRequest* request,
                                      v1::GetPlanResponse* response) {
-  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  if (grpc::Status status =
+          CheckJobAccess(*manager_, CallerOf(*context), request->job_id(), "read the plan of");
+      !status.ok()) {
+    return status;
+  }
   std::optional<int> node;
   if (request->has_node()) node = request->node();
   absl::StatusOr<v1::GetPlanResponse> plan = manager_->GetPlan(request->job_id(), node);
@@ -191,7 +244,11 @@ grpc::Status JobServiceImpl::GetPlan(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* context,
                                       const v1::GetTraceRequest* request,
                                       v1::GetTraceResponse* response) {
-  if (grpc::Status status = CheckJobId(request->job_id()); !status.ok()) return status;
+  if (grpc::Status status =
+          CheckJobAccess(*manager_, CallerOf(*context), request->job_id(), "read the trace of");
+      !status.ok()) {
+    return status;
+  }
   if (request->offset() < 0 || request->max_bytes() < 0) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,

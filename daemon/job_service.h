@@ -1,9 +1,10 @@
 #ifndef LOOM_DAEMON_JOB_SERVICE_H_
 #define LOOM_DAEMON_JOB_SERVICE_H_
 
-// The coordinator's loom.v1.JobService: JobServiceImpl turns each call into a JobManager call,
-// bounds the WatchJob streams open at once (--max-watches) and cuts GetTrace's parts to the message
-// limit. At shutdown the Daemon waits for its open watches to end (WaitForWatchesToEnd).
+// The coordinator's loom.v1.JobService: JobServiceImpl checks each caller's role (a client acts on
+// its own jobs, an admin on all: rpc/tls.h), turns each call into a JobManager call, bounds the
+// WatchJob streams open at once (--max-watches) and cuts GetTrace's parts to the message limit. At
+// shutdown the Daemon waits for its open watches to end (WaitForWatchesToEnd).
 
 #include <condition_variable>
 #include <cstdint>

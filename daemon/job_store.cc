@@ -1,6 +1,7 @@
 #include "daemon/job_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -21,37 +23,65 @@ constexpr char kRecordSuffix[] = ".binpb";
 constexpr char kPlanSuffix[] = ".plan.binpb";
 constexpr char kTraceSuffix[] = ".trace.json";
 constexpr char kLastNumberFile[] = "last-number";
+// In a temporary file's name: "<name>.tmp-XXXXXX" (and ".tmp", as older versions named them).
+constexpr char kTemporaryInfix[] = ".tmp-";
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-// Writes `bytes` to `path` through a synced temporary file renamed over it.
-absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temporary = absl::StrCat(path, ".tmp");
-  const int descriptor = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (descriptor < 0) {
-    return absl::InternalError(absl::StrCat("cannot write '", temporary, "': ", ErrnoText()));
-  }
+// A failed write in the jobs directory `directory`: RESOURCE_EXHAUSTED when the disk (or the
+// user's quota, or the process's file-size limit) is full, UNAVAILABLE otherwise; the message
+// names the directory, the file and the system's reason.
+absl::Status StoreError(int error, const std::string& directory, absl::string_view what,
+                        absl::string_view file) {
+  const bool full = error == ENOSPC || error == EDQUOT || error == EFBIG;
+  return absl::Status(full ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable,
+                      absl::StrCat("the data directory '", directory, "' cannot keep ", file, ": ",
+                                   what, ": ", std::strerror(error)));
+}
+
+// Writes `bytes` to `directory`/`name`: to a new temporary file of a unique name (O_EXCL), synced,
+// renamed over the old one, and the directory synced, so that a crash leaves the old or the new
+// version, never half of one, and a rename that was reported is kept.
+absl::Status WriteAtomically(const std::string& directory, const std::string& name,
+                             const std::string& bytes) {
+  const std::string path = (std::filesystem::path(directory) / name).string();
+  std::string temporary = absl::StrCat(path, kTemporaryInfix, "XXXXXX");
+  const int descriptor = ::mkostemp(temporary.data(), O_CLOEXEC);
+  if (descriptor < 0) return StoreError(errno, directory, "cannot create a file", name);
+  auto fail = [&](absl::string_view what) {
+    const int error = errno;
+    ::close(descriptor);
+    ::unlink(temporary.c_str());
+    return StoreError(error, directory, what, name);
+  };
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t count = ::write(descriptor, bytes.data() + written, bytes.size() - written);
     if (count < 0 && errno == EINTR) continue;
-    if (count <= 0) {
-      const std::string why = ErrnoText();
-      ::close(descriptor);
-      return absl::InternalError(absl::StrCat("cannot write '", temporary, "': ", why));
-    }
+    if (count == 0) errno = ENOSPC;  // write makes no progress: a full device
+    if (count <= 0) return fail("cannot write");
     written += static_cast<size_t>(count);
   }
-  if (::fsync(descriptor) != 0) {
-    const std::string why = ErrnoText();
-    ::close(descriptor);
-    return absl::InternalError(absl::StrCat("cannot sync '", temporary, "': ", why));
+  if (::fchmod(descriptor, 0640) != 0) return fail("cannot set its mode");
+  if (::fsync(descriptor) != 0) return fail("cannot sync");
+  if (::close(descriptor) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    return StoreError(error, directory, "cannot close", name);
   }
-  ::close(descriptor);
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename '", temporary, "' to '", path, "': ", ErrnoText()));
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    return StoreError(error, directory, "cannot rename its temporary file", name);
   }
+  // The rename itself is durable only once the directory is synced.
+  const int directory_descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory_descriptor < 0)
+    return StoreError(errno, directory, "cannot open the directory", name);
+  const int synced = ::fsync(directory_descriptor);
+  const int error = errno;
+  ::close(directory_descriptor);
+  if (synced != 0) return StoreError(error, directory, "cannot sync the directory", name);
   return absl::OkStatus();
 }
 
@@ -76,6 +106,14 @@ absl::StatusOr<JobStore> JobStore::Open(const std::string& directory) {
   if (::access(jobs.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data-dir: cannot write in '", jobs, "': ", ErrnoText()));
+  }
+  // Temporary files a crash left behind (the directory is locked: no write of another loomd).
+  for (const auto& entry : std::filesystem::directory_iterator(jobs, error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StrContains(name, kTemporaryInfix) || absl::EndsWith(name, ".tmp")) {
+      std::error_code ignored;
+      std::filesystem::remove(entry.path(), ignored);
+    }
   }
   return JobStore(jobs);
 }
@@ -119,16 +157,16 @@ JobStore::Contents JobStore::Load() const {
 }
 
 absl::Status JobStore::Save(const StoredJob& job) const {
-  return WriteAtomically(PathOf(job.number(), kRecordSuffix), job.SerializeAsString());
+  return WriteAtomically(jobs_directory_, NameOf(job.number(), kRecordSuffix),
+                         job.SerializeAsString());
 }
 
 absl::Status JobStore::SaveLastNumber(int64_t number) const {
-  return WriteAtomically((std::filesystem::path(jobs_directory_) / kLastNumberFile).string(),
-                         absl::StrCat(number, "\n"));
+  return WriteAtomically(jobs_directory_, kLastNumberFile, absl::StrCat(number, "\n"));
 }
 
 absl::Status JobStore::SavePlan(int64_t number, const std::string& plan) const {
-  return WriteAtomically(PathOf(number, kPlanSuffix), plan);
+  return WriteAtomically(jobs_directory_, NameOf(number, kPlanSuffix), plan);
 }
 
 absl::StatusOr<v1::GetPlanResponse> JobStore::LoadPlan(int64_t number) const {
@@ -143,7 +181,7 @@ absl::StatusOr<v1::GetPlanResponse> JobStore::LoadPlan(int64_t number) const {
 }
 
 absl::Status JobStore::SaveTrace(int64_t number, const std::string& chrome_trace_json) const {
-  return WriteAtomically(PathOf(number, kTraceSuffix), chrome_trace_json);
+  return WriteAtomically(jobs_directory_, NameOf(number, kTraceSuffix), chrome_trace_json);
 }
 
 absl::StatusOr<FilePart> JobStore::LoadTracePart(int64_t number, int64_t offset,
@@ -158,8 +196,12 @@ void JobStore::Remove(int64_t number) const {
   }
 }
 
+std::string JobStore::NameOf(int64_t number, const char* suffix) {
+  return absl::StrCat("job-", number, suffix);
+}
+
 std::string JobStore::PathOf(int64_t number, const char* suffix) const {
-  return (std::filesystem::path(jobs_directory_) / absl::StrCat("job-", number, suffix)).string();
+  return (std::filesystem::path(jobs_directory_) / NameOf(number, suffix)).string();
 }
 
 }  // namespace loom::daemon

@@ -23,16 +23,19 @@ namespace loom::daemon {
 //   job-<number>.plan.binpb  its GetPlanResponse, written once at submission
 //   job-<number>.trace.json  its merged Chrome trace, when it was traced
 //   last-number              the last job number handed out (ids are never reused)
-// Every write goes to a temporary file that is synced and renamed over the old one, so a crash
-// leaves the old or the new version, never half of one.
+// Every write goes to a new temporary file of a unique name that is synced and renamed over the
+// old one, then the directory is synced, so a crash leaves the old or the new version, never half
+// of one, and a write reported done survives a crash. A write that fails is RESOURCE_EXHAUSTED
+// when the disk, quota or file-size limit is full, UNAVAILABLE otherwise, naming the directory,
+// the file and the system's reason (never the bytes).
 //
 // Not thread-safe: the JobManager's JobStoreWriter makes every write, on its one thread; reads
 // (Load at start, and the plans and traces of jobs from before a restart) touch no file a queued
 // write changes.
 class JobStore {
  public:
-  // Creates <directory>/jobs when missing. INVALID_ARGUMENT naming the directory when it cannot be
-  // created or written.
+  // Creates <directory>/jobs when missing, and removes the temporary files a crash left there.
+  // INVALID_ARGUMENT naming the directory when it cannot be created or written.
   static absl::StatusOr<JobStore> Open(const std::string& directory);
 
   struct Contents {
@@ -58,6 +61,8 @@ class JobStore {
 
  private:
   explicit JobStore(std::string jobs_directory) : jobs_directory_(std::move(jobs_directory)) {}
+  // "job-<number><suffix>", and the same in the jobs directory.
+  static std::string NameOf(int64_t number, const char* suffix);
   std::string PathOf(int64_t number, const char* suffix) const;
 
   std::string jobs_directory_;

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace loom::daemon {
@@ -37,6 +38,14 @@ void JobStoreWriter::WaitFor(uint64_t ticket) {
   changed_.wait(lock, [&] { return done_ >= ticket; });
 }
 
+absl::Status JobStoreWriter::WaitForWrites(uint64_t first, uint64_t last) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return done_ >= last; });
+  auto failure = failures_.lower_bound(first);
+  if (failure == failures_.end() || failure->first > last) return absl::OkStatus();
+  return failure->second;
+}
+
 void JobStoreWriter::Loop() {
   pthread_setname_np(pthread_self(), "job-store");
   std::unique_lock<std::mutex> lock(mutex_);
@@ -46,11 +55,18 @@ void JobStoreWriter::Loop() {
     Queued next = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    if (absl::Status status = next.write(*store_); !status.ok()) {
+    absl::Status status = next.write(*store_);
+    if (!status.ok()) {
       LOG(ERROR) << next.what << " is not kept on disk: " << status;
+      status = absl::Status(status.code(),
+                            absl::StrCat(next.what, " is not kept on disk: ", status.message()));
     }
     lock.lock();
     ++done_;
+    if (!status.ok()) {
+      failures_.emplace(done_, std::move(status));
+      if (failures_.size() > kKeptFailures) failures_.erase(failures_.begin());
+    }
     changed_.notify_all();
   }
 }

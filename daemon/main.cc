@@ -1,7 +1,9 @@
 // loomd: the Loom daemon (see daemon/README.md and `loomd --help`).
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -79,11 +81,32 @@ int main(int argc, char** argv) {
   }
   systemd.StartWatchdog();
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  // Waits for a signal, telling systemd (STATUS=) whenever this node's health changes: a job's
+  // part that does not end after its release makes it unhealthy (health NOT_SERVING too).
+  int signal_number = -1;
+  std::string health_said;  // what STATUS last said of the health; empty: healthy
+  while (signal_number < 0) {
+    const timespec second = {1, 0};
+    signal_number = sigtimedwait(&signals, nullptr, &second);
+    const absl::Status health = (*daemon)->node_health();
+    const std::string said = health.ok() ? "" : std::string(health.message());
+    if (said == health_said) continue;
+    health_said = said;
+    const std::string line = health.ok() ? absl::StrCat("serving on ", (*daemon)->address())
+                                         : absl::StrCat("unhealthy: ", said);
+    if (absl::Status status = systemd.SetStatus(line); !status.ok()) {
+      LOG(WARNING) << status.message();
+    }
+  }
   std::cout << "loomd: SIG" << sigabbrev_np(signal_number) << ": shutting down" << std::endl;
   if (absl::Status status = systemd.Stopping(); !status.ok()) LOG(WARNING) << status.message();
   (*daemon)->Shutdown(options->shutdown_grace);
+  if ((*daemon)->abandoned_threads()) {
+    // A job's part that never ends still uses the daemon: exit without destroying it (or waiting
+    // for those threads). Shutdown logged what was abandoned.
+    std::cout << "loomd: stopped, abandoning a job's part that did not end" << std::endl;
+    std::_Exit(loom::cli::kExitSuccess);
+  }
   daemon->reset();
   std::cout << "loomd: stopped" << std::endl;
   return loom::cli::kExitSuccess;

@@ -34,19 +34,93 @@ absl::Status CheckUpdateFits(const std::string& job_id, size_t bytes, int64_t li
       "a worker and its coordinator, the smaller of the two)"));
 }
 
-NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, RuntimeMetrics* metrics)
-    : kernels_(kernels), metrics_(metrics), report_(std::move(report)) {
+NodeAgent::NodeAgent(const KernelRegistry* kernels, Reporter report, NodeAgentOptions options)
+    : kernels_(kernels), options_(std::move(options)), report_(std::move(report)) {
   thread_ = std::thread([this] { Loop(); });
+  monitor_ = std::thread([this] { MonitorHealth(); });
 }
 
-NodeAgent::~NodeAgent() {
+NodeAgent::~NodeAgent() { Stop(absl::InfiniteDuration()); }
+
+bool NodeAgent::Stop(absl::Duration bound) {
   AbortAll("the daemon is stopping");
+  bool ended;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
+    changed_.notify_all();
+    const auto loop_ended = [this] { return loop_ended_; };
+    if (bound == absl::InfiniteDuration()) {
+      changed_.wait(lock, loop_ended);
+      ended = true;
+    } else {
+      ended = changed_.wait_for(lock, absl::ToChronoNanoseconds(bound), loop_ended);
+    }
+    if (!ended) {
+      LOG(ERROR) << "this node's part of job " << job_id_ << " did not end within "
+                 << absl::FormatDuration(bound) << " of the stop; the agent's threads are "
+                 << "abandoned";
+    }
+    // The monitor never waits for a job: it ends either way (no health_changed after Stop).
+    monitor_stopping_ = true;
+    changed_.notify_all();
   }
-  changed_.notify_all();
-  thread_.join();
+  if (monitor_.joinable()) monitor_.join();
+  if (!ended) return false;
+  if (thread_.joinable()) thread_.join();
+  return true;
+}
+
+absl::Status NodeAgent::health() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return HealthLocked(absl::Now());
+}
+
+absl::Status NodeAgent::HealthLocked(absl::Time now) const {
+  if (!stop_requested_at_.has_value() || now - *stop_requested_at_ < options_.release_timeout) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "this node's part of job ", job_id_, " has not ended ",
+      absl::FormatDuration(absl::Trunc(now - *stop_requested_at_, absl::Seconds(1))),
+      " after it was told to stop (--release-timeout ",
+      absl::FormatDuration(options_.release_timeout),
+      "): a kernel or a file read that does not return; the node takes no job until it ends"));
+}
+
+void NodeAgent::MarkStopRequestedLocked() {
+  if (!job_id_.empty() && !stop_requested_at_.has_value()) {
+    stop_requested_at_ = absl::Now();
+    changed_.notify_all();  // the monitor's deadline
+  }
+}
+
+void NodeAgent::MonitorHealth() {
+  bool healthy = true;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!monitor_stopping_) {
+    const absl::Time now = absl::Now();
+    const absl::Status health = HealthLocked(now);
+    if (health.ok() != healthy) {
+      healthy = health.ok();
+      lock.unlock();
+      if (healthy) {
+        LOG(WARNING) << "this node is healthy again: its stuck job part ended";
+      } else {
+        LOG(ERROR) << "this node is unhealthy: " << health.message();
+      }
+      if (options_.health_changed) options_.health_changed(health);
+      lock.lock();
+      continue;
+    }
+    if (healthy && stop_requested_at_.has_value()) {
+      changed_.wait_for(
+          lock, absl::ToChronoNanoseconds(*stop_requested_at_ + options_.release_timeout - now +
+                                          absl::Milliseconds(1)));
+    } else {
+      changed_.wait(lock);
+    }
+  }
 }
 
 bool NodeAgent::busy() const {
@@ -58,8 +132,9 @@ void NodeAgent::Handle(const v1::NodeCommand& command) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // An abort acts at once (a launch or a running job may take long); the queue then releases.
-    if (command.has_abort() && job_ != nullptr && command.job_id() == job_id_) {
-      job_->Abort(absl::AbortedError(command.abort().reason()));
+    if (command.has_abort() && command.job_id() == job_id_) {
+      if (job_ != nullptr) job_->Abort(absl::AbortedError(command.abort().reason()));
+      MarkStopRequestedLocked();  // its part has release_timeout to end
     }
     commands_.push_back(command);
   }
@@ -86,6 +161,7 @@ void NodeAgent::AbortAll(const std::string& reason) {
     if (job_id_.empty()) return;
     job_id = job_id_;
     if (job_ != nullptr) job_->Abort(absl::AbortedError(reason));
+    MarkStopRequestedLocked();
   }
   v1::NodeCommand release;
   release.set_job_id(job_id);
@@ -106,6 +182,9 @@ void NodeAgent::Loop() {
     Run(command);
   }
   Release();
+  std::lock_guard<std::mutex> lock(mutex_);
+  loop_ended_ = true;
+  changed_.notify_all();
 }
 
 void NodeAgent::ReportEnded(const std::string& job_id, const absl::Status& status) {
@@ -191,14 +270,26 @@ void NodeAgent::Run(const v1::NodeCommand& command) {
       // The periodic parts first: the coordinator hears of them before the node's end.
       if (status.ok() && snapshots != nullptr) status = snapshots->Finish();
       if (status.ok() && !path.empty()) {
-        status = WriteCheckpointPart(job->runtime(), CheckpointPartPath(path, job->node()));
+        status = options_.checkpoint_roots == nullptr
+                     ? absl::PermissionDeniedError(
+                           "this node writes no checkpoints: loomd has no --checkpoint-root")
+                     : WriteCheckpointPart(job->runtime(), *options_.checkpoint_roots,
+                                           CheckpointPartPath(path, job->node()));
       }
       if (traced) ReportTrace(job_id, *job);
       ReportEnded(job_id, status);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (job_id_ == job_id) stop_requested_at_.reset();  // its part ended; the release is quick
+      changed_.notify_all();
     });
   } else if (command.has_abort()) {
     // Handle aborted the runtime already; a job that never started ends here.
-    if (!waiter_.joinable()) ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
+    if (!waiter_.joinable()) {
+      ReportEnded(job_id, absl::AbortedError(command.abort().reason()));
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_requested_at_.reset();  // nothing of it runs
+      changed_.notify_all();
+    }
   }
 }
 
@@ -260,7 +351,7 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
                   [](const plan::Task& task) { return task.kind() == plan::VARIABLE; });
   if (!checkpoint_path_.empty() && launch.checkpoint_every_steps() > 0 && has_variables) {
     snapshots_ = std::make_shared<CheckpointSnapshots>(
-        launch.plan(), checkpoint_path_, [this, job_id](int64_t step, const absl::Status& written) {
+        launch.plan(), options_.checkpoint_roots, checkpoint_path_, [this, job_id](int64_t step, const absl::Status& written) {
           if (!written.ok()) {
             // Fail the job now, not at its next snapshot or its end (K steps later).
             std::lock_guard<std::mutex> lock(mutex_);
@@ -288,7 +379,9 @@ void NodeAgent::Launch(const std::string& job_id, const v1::LaunchNodeJob& launc
   }
   options.keep_sink_pieces = false;
   options.reported_sinks.emplace(launch.forward_sinks().begin(), launch.forward_sinks().end());
-  options.metrics = metrics_;
+  options.metrics = options_.metrics;
+  options.files = options_.files;
+  options.max_recorded_events = options_.max_trace_events_per_job;
   if (launch.stall_timeout_milliseconds() > 0) {
     options.stall_timeout = absl::Milliseconds(launch.stall_timeout_milliseconds());
   }
@@ -339,6 +432,7 @@ void NodeAgent::Release() {
     std::lock_guard<std::mutex> lock(mutex_);
     job = job_;
     job_id = job_id_;
+    MarkStopRequestedLocked();  // cleared below once the part ended and was destroyed
   }
   if (job != nullptr && waiter_.joinable()) {
     job->Abort(absl::AbortedError("released by the coordinator"));  // no-op when it ended
@@ -347,10 +441,16 @@ void NodeAgent::Release() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_.reset();
-    job_id_.clear();
   }
   job.reset();         // the last reference: stops the network, frees the node's memory
   snapshots_.reset();  // after the runtime, which calls it: removes the periodic parts
+  {
+    // Cleared only now: until here the part may still hold threads (HealthLocked names it).
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_id_.clear();
+    stop_requested_at_.reset();
+    changed_.notify_all();
+  }
   if (job_id.empty()) return;
   // Give the freed pages back to the system. Without this a worker's resident memory stays near
   // its largest job's after that job: glibc raises its mmap threshold when the first job frees

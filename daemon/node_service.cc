@@ -2,10 +2,13 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "rpc/grpc_status.h"
+#include "rpc/tls.h"
 
 namespace loom::daemon {
 namespace {
@@ -49,6 +52,13 @@ class SessionWriter {
 grpc::Status NodeServiceImpl::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  // Only a node certificate may join (any caller over plaintext).
+  const Caller caller = CallerOf(*context);
+  if (absl::Status role = RequireRole(caller, {Role::kNode}, "register as a node");
+      !role.ok()) {
+    LOG(WARNING) << "refused a node session from " << context->peer() << ": " << role.message();
+    return ToGrpcStatus(role);
+  }
   auto writer = std::make_shared<SessionWriter>(context, stream);
   v1::WorkerMessage message;
   // A worker registers as soon as it connects: a session silent for the node timeout is cancelled
@@ -70,7 +80,8 @@ grpc::Status NodeServiceImpl::Session(
         *out.mutable_command() = command;
         return writer->Write(out);
       },
-      [writer] { writer->Cancel(); });
+      [writer] { writer->Cancel(); },
+      caller.authenticated ? std::optional<std::string>(caller.identity) : std::nullopt);
   if (!registration.ok()) {
     LOG(WARNING) << "refused a node from " << context->peer() << ": " << registration.status();
     return ToGrpcStatus(registration.status());
@@ -82,7 +93,8 @@ grpc::Status NodeServiceImpl::Session(
   registered.mutable_registered()->set_max_message_bytes(cluster_->options().max_message_bytes);
   writer->Write(registered);
   while (stream->Read(&message)) {
-    cluster_->Heartbeat(registration->index, registration->generation);
+    cluster_->Heartbeat(registration->index, registration->generation,
+                        message.has_heartbeat() ? &message.heartbeat() : nullptr);
     if (message.has_job()) jobs_->OnNodeUpdate(registration->index, message.job());
   }
   writer->Close();

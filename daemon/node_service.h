@@ -1,9 +1,10 @@
 #ifndef LOOM_DAEMON_NODE_SERVICE_H_
 #define LOOM_DAEMON_NODE_SERVICE_H_
 
-// The coordinator's loom.v1.NodeService: NodeServiceImpl serves each worker's Session stream,
-// registering the worker in the Cluster, passing its job updates to the JobManager and writing the
-// commands the Cluster sends it.
+// The coordinator's loom.v1.NodeService: NodeServiceImpl serves each worker's Session stream (only
+// for a node certificate, rpc/tls.h), registering the worker in the Cluster under its certificate's
+// identity, passing its job updates to the JobManager and writing the commands the Cluster sends
+// it.
 
 #include "daemon/cluster.h"
 #include "daemon/job_manager.h"

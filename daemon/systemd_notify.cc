@@ -36,6 +36,10 @@ absl::Status SystemdNotifier::Ready(absl::string_view status) {
   return Notify(absl::StrCat("READY=1\nSTATUS=", status));
 }
 
+absl::Status SystemdNotifier::SetStatus(absl::string_view status) {
+  return Notify(absl::StrCat("STATUS=", status));
+}
+
 absl::Status SystemdNotifier::Stopping() { return Notify("STOPPING=1\nSTATUS=shutting down"); }
 
 void SystemdNotifier::StartWatchdog() {

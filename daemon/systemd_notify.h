@@ -47,6 +47,8 @@ class SystemdNotifier {
   absl::Status Ready(absl::string_view status);
   // STOPPING=1 with a STATUS line.
   absl::Status Stopping();
+  // STATUS=`status` alone (e.g. that the node is unhealthy, and again once it is not).
+  absl::Status SetStatus(absl::string_view status);
 
   // Starts a thread that sends WATCHDOG=1 every half of the unit's watchdog interval, when
   // systemd enabled the watchdog for this process; otherwise does nothing. Idempotent.

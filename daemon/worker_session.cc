@@ -70,6 +70,10 @@ void WorkerSession::WriteLoop(Stream* stream, absl::Duration interval) {
     if (now >= next_beat) {
       next_beat = now + interval;
       lock.unlock();
+      // Every heartbeat says whether this node is healthy: the coordinator places no job on a
+      // node whose part of an earlier job does not end.
+      const absl::Status health = agent_ == nullptr ? absl::OkStatus() : agent_->health();
+      beat.mutable_heartbeat()->set_unhealthy(std::string(health.message()));
       written = stream->Write(beat);
       lock.lock();
     } else {
@@ -125,12 +129,18 @@ void WorkerSession::Loop() {
 void WorkerSession::RunSession(v1::NodeService::Stub* stub) {
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
-  std::unique_ptr<Stream> stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
+    // Published before the call starts: Stop cancels it (a cancel before the call exists cancels
+    // it as it starts).
     context_ = &context;
-    stream = stub->Session(&context);
+  }
+  // Not under mutex_: with wait_for_ready, the call's start waits for the coordinator for as long
+  // as it is away, and Stop must be able to take the lock to cancel it.
+  std::unique_ptr<Stream> stream = stub->Session(&context);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     stream_ = stream.get();
   }
   v1::WorkerMessage hello;

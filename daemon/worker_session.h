@@ -2,9 +2,9 @@
 #define LOOM_DAEMON_WORKER_SESSION_H_
 
 // WorkerSession: a worker loomd's NodeService session with its coordinator. It registers the
-// node, sends heartbeats and the NodeAgent's updates (queued, within the message limit), hands the
-// coordinator's commands to the agent, and when the session breaks aborts the running job and
-// reconnects.
+// node, sends heartbeats (saying whether the NodeAgent is healthy) and the agent's updates (queued,
+// within the message limit), hands the coordinator's commands to the agent, and when the session
+// breaks aborts the running job and reconnects. Stop ends it at once, coordinator or not.
 
 #include <atomic>
 #include <condition_variable>
@@ -55,6 +55,8 @@ class WorkerSession {
 
   // Starts the session thread; commands go to `agent` (which must outlive the session).
   void Start(NodeAgent* agent);
+  // Ends the session (cancels its call, also one still waiting for an absent coordinator) and
+  // joins its threads: returns within moments whatever the coordinator does.
   void Stop();
   // Queues an update of the agent for the session's writer (any thread); the updates go out in the
   // order queued, heartbeats between them. Waits while the queued updates hold more than

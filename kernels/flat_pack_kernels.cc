@@ -1,9 +1,11 @@
 #include "kernels/flat_pack_kernels.h"
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_arithmetic.h"
 #include "core/data_type.h"
 #include "core/tensor.h"
 
@@ -60,7 +62,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFlatPack(const KernelInit& init, b
       return invalid(absl::StrCat("a part is ", DataTypeName(part.data_type()),
                                   ", the flat tensor ", DataTypeName(flat.data_type())));
     }
-    elements += Shape::FromProto(part).NumElements();
+    const std::optional<int64_t> sum =
+        CheckedAdd(elements, Shape::FromProto(part).NumElements());
+    if (!sum.has_value()) return invalid("the parts' elements overflow a 64-bit count");
+    elements = *sum;
   }
   const Shape flat_shape = Shape::FromProto(flat);
   if (flat_shape.rank() != 1 || flat_shape.dimension(0) != elements) {

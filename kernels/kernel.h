@@ -6,6 +6,7 @@
 // Compute runs on the task's stream thread. The compute and variable actors build their kernels
 // through a KernelRegistry and run them.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/file_roots.h"
 #include "core/tensor.h"
 #include "device/stream_context.h"
 #include "proto/plan.pb.h"
@@ -31,6 +33,13 @@ struct KernelInit {
   // The stream the kernel will run on (not owned; outlives the kernel). CPU kernels ignore it;
   // CUDA kernels enqueue their work on it (see device/cuda/cuda_stream_context.h).
   StreamContext* stream = nullptr;
+  // Where the kernel may open the files its configuration names (data, checkpoints); not owned,
+  // outlives the kernel. Null: it may open none (a kernel that needs one fails at creation).
+  const FileRoots* files = nullptr;
+  // Set once the job is ending (failed, aborted or cancelled); not owned, outlives the kernel. A
+  // kernel that waits (a sleep, a slow read) looks at it often enough to return CANCELLED within
+  // 100 ms. Null: never set.
+  const std::atomic<bool>* ending = nullptr;
 };
 
 // One act of a kernel: the local slices of its inputs and outputs for one piece.

@@ -44,6 +44,10 @@ absl::StatusOr<const std::vector<HostTensor>*> KeptPieces(const JobRuntime& runt
 absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan, const KernelRegistry& kernels,
                                               JobOptions options) {
   LocalRunResult result;
+  if (options.files == nullptr) {
+    result.files = std::make_unique<FileRoots>(FileRoots::Unrestricted());
+    options.files = result.files.get();
+  }
   absl::StatusOr<std::unique_ptr<JobRuntime>> runtime =
       JobRuntime::Create(plan, &kernels, MakeActorFactory(), std::move(options));
   if (!runtime.ok()) return runtime.status();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/file_roots.h"
 #include "kernels/kernel_registry.h"
 #include "proto/plan.pb.h"
 #include "runtime/job_options.h"
@@ -21,6 +22,9 @@
 namespace loom {
 
 struct LocalRunResult {
+  // Where the run's kernels opened files when JobOptions::files was null (FileRoots::Unrestricted);
+  // declared first, so that it outlives the runtime.
+  std::unique_ptr<FileRoots> files;
   std::unique_ptr<JobRuntime> runtime;
   // Every fetched logical tensor, one per step (piece), assembled from the ranks' pieces.
   std::map<std::string, std::vector<HostTensor>> fetched;
@@ -40,7 +44,9 @@ absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> AssembleFetches(
 absl::StatusOr<const std::vector<HostTensor>*> KeptPieces(const JobRuntime& runtime,
                                                           const std::string& sink);
 
-// Runs a whole plan (every device in this process) and assembles its fetches.
+// Runs a whole plan (every device in this process) and assembles its fetches. A local run opens
+// the files its plan names anywhere (token files, initial states: the user's own) unless
+// options.files says otherwise: null means FileRoots::Unrestricted().
 absl::StatusOr<LocalRunResult> RunPlanLocally(const plan::Plan& plan, const KernelRegistry& kernels,
                                               JobOptions options);
 

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/device_name.h"
-#include "glog/logging.h"
 
 namespace loom {
 
@@ -45,17 +44,67 @@ void Actor::WakeActor(ActorId actor) {
   sender_->Send(message);
 }
 
-void Actor::HandleMessage(const ActorMessage& message) {
+absl::Status Actor::BadMessage(const ActorMessage& message, absl::string_view what) const {
+  const std::string text =
+      absl::StrCat("a ", MessageTypeName(message.type), " message from ",
+                   message.source.node() == id_.node() ? std::string("this node")
+                                                       : absl::StrCat("node ", message.source.node()),
+                   " (sender ", message.source.ToString(), ", register ", message.register_index,
+                   ", slot ", message.slot, ", piece ", message.piece, "): ", what);
+  if (message.source.node() != id_.node()) return absl::DataLossError(text);
+  return absl::InternalError(text);
+}
+
+absl::Status Actor::CheckNetworkMessage(const ActorMessage& message) const {
+  switch (message.type) {
+    case MessageType::kReady:
+    case MessageType::kEndOfData:
+      for (const Input& input : inputs_) {
+        if (input.reg->index() != message.register_index) continue;
+        if (message.source != input.reg->producer()) {
+          return BadMessage(message, absl::StrCat("the sender does not produce register '",
+                                                  input.reg->name(), "'"));
+        }
+        if (message.type == MessageType::kReady &&
+            (message.slot < 0 || message.slot >= input.reg->num_slots())) {
+          return BadMessage(message, absl::StrCat("register '", input.reg->name(), "' has ",
+                                                  input.reg->num_slots(), " slots"));
+        }
+        return absl::OkStatus();
+      }
+      return BadMessage(message, "not a register this actor reads");
+    case MessageType::kFree:
+      for (const Output& output : outputs_) {
+        if (output.reg->index() != message.register_index) continue;
+        const std::vector<ActorId>& consumers = output.reg->consumers();
+        if (std::find(consumers.begin(), consumers.end(), message.source) == consumers.end()) {
+          return BadMessage(message, absl::StrCat("the sender does not read register '",
+                                                  output.reg->name(), "'"));
+        }
+        if (message.slot < 0 || message.slot >= output.reg->num_slots()) {
+          return BadMessage(message, absl::StrCat("register '", output.reg->name(), "' has ",
+                                                  output.reg->num_slots(), " slots"));
+        }
+        return absl::OkStatus();
+      }
+      return BadMessage(message, "not a register this actor writes");
+    default:
+      return BadMessage(message, absl::StrCat("actor '", name(), "' (a ",
+                                              plan::TaskKind_Name(task_->kind()),
+                                              " task) takes no such message from another node"));
+  }
+}
+
+absl::Status Actor::HandleMessage(const ActorMessage& message) {
   switch (message.type) {
     case MessageType::kWake:
       // Nothing to apply: the thread re-checks the actor after every message.
-      return;
+      return absl::OkStatus();
     case MessageType::kCredit:
     case MessageType::kSent:
     case MessageType::kPeerEnd:
     case MessageType::kTransferDone:
-      HandlePeerMessage(message);
-      return;
+      return HandlePeerMessage(message);
     case MessageType::kReady: {
       // A task may read one register as several inputs; its producer then sends one READY per
       // input, and each goes to the matching input that has the fewest.
@@ -65,36 +114,48 @@ void Actor::HandleMessage(const ActorMessage& message) {
         if (target == nullptr || input.ready.size() < target->ready.size()) target = &input;
       }
       if (target == nullptr) break;
+      if (message.slot < 0 || message.slot >= target->reg->num_slots()) {
+        return BadMessage(message, absl::StrCat("register '", target->reg->name(), "' has ",
+                                                target->reg->num_slots(), " slots"));
+      }
       if (exhausted_) {
         // Nothing will read it any more: hand it straight back.
         Send(MessageType::kFree, message.source, *target->reg, message.slot, message.piece);
       } else {
         target->ready.push_back(ReadySlot{message.slot, message.piece});
       }
-      return;
+      return absl::OkStatus();
     }
     case MessageType::kFree:
       for (Output& output : outputs_) {
         if (output.reg->index() != message.register_index) continue;
-        CHECK_GT(output.readers_remaining[message.slot], 0)
-            << name() << ": FREE for a slot with no readers, register " << output.reg->name();
+        if (message.slot < 0 || message.slot >= output.reg->num_slots() ||
+            output.readers_remaining[message.slot] <= 0) {
+          return BadMessage(message, absl::StrCat("slot ", message.slot, " of register '",
+                                                  output.reg->name(), "' has no readers"));
+        }
         if (--output.readers_remaining[message.slot] == 0) {
           output.free_slots.push_back(message.slot);
         }
-        return;
+        return absl::OkStatus();
       }
       break;
-    case MessageType::kEndOfData:
+    case MessageType::kEndOfData: {
+      bool reads_it = false;
       for (Input& input : inputs_) {
-        if (input.reg->index() != message.register_index || input.ended) continue;
+        if (input.reg->index() != message.register_index) continue;
+        reads_it = true;
+        if (input.ended) continue;
         input.ended = true;
-        return;
+        return absl::OkStatus();
       }
+      if (reads_it) return BadMessage(message, "the register had ended already");
       break;
+    }
     default:
-      break;
+      return BadMessage(message, "not a message an actor takes");
   }
-  LOG(FATAL) << name() << ": message for unknown register index " << message.register_index;
+  return BadMessage(message, absl::StrCat("actor '", name(), "' has no such register"));
 }
 
 absl::Status Actor::Advance() {
@@ -166,9 +227,8 @@ TensorView Actor::OutputView(int output) const {
   return outputs_[output].reg->SlotView(outputs_[output].free_slots.front());
 }
 
-void Actor::HandlePeerMessage(const ActorMessage& message) {
-  LOG(ERROR) << name() << ": ignored a network message of type " << static_cast<int>(message.type)
-             << " from " << message.source.ToString() << " (not a send or receive task)";
+absl::Status Actor::HandlePeerMessage(const ActorMessage& message) {
+  return BadMessage(message, absl::StrCat("actor '", name(), "' is not a send or receive task"));
 }
 
 void Actor::SendPeerMessage(MessageType type, ActorId destination, int32_t slot, int64_t piece) {
@@ -186,21 +246,26 @@ TensorView Actor::OutputSlotView(int output, int32_t slot) const {
 }
 
 void Actor::ProduceOutput(int output, int64_t piece) {
-  ProduceOutputSlot(output, outputs_[output].free_slots.front(), piece);
+  // The front free slot is free: this cannot fail.
+  ProduceOutputSlot(output, outputs_[output].free_slots.front(), piece).IgnoreError();
 }
 
-void Actor::ProduceOutputSlot(int output, int32_t slot, int64_t piece) {
+absl::Status Actor::ProduceOutputSlot(int output, int32_t slot, int64_t piece) {
   Output& out = outputs_[output];
   auto position = std::find(out.free_slots.begin(), out.free_slots.end(), slot);
-  CHECK(position != out.free_slots.end()) << name() << ": slot " << slot << " is not free";
+  if (position == out.free_slots.end()) {
+    return absl::InternalError(absl::StrCat("actor '", name(), "': slot ", slot,
+                                            " of register '", out.reg->name(), "' is not free"));
+  }
   out.free_slots.erase(position);
   const std::vector<ActorId>& consumers = out.reg->consumers();
   if (consumers.empty()) {
     out.free_slots.push_back(slot);
-    return;
+    return absl::OkStatus();
   }
   out.readers_remaining[slot] = static_cast<int32_t>(consumers.size());
   for (ActorId consumer : consumers) Send(MessageType::kReady, consumer, *out.reg, slot, piece);
+  return absl::OkStatus();
 }
 
 Actor::State Actor::CurrentState() const {

@@ -7,6 +7,7 @@
 // ActorInit holds an actor's task, registers, stream, memory and per-kind settings; MessageSender
 // is how an actor hands messages to its stream thread.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/file_roots.h"
 #include "core/tensor.h"
 #include "device/stream_context.h"
 #include "proto/plan.pb.h"
@@ -50,6 +53,11 @@ struct ActorInit {
   StreamContext* stream = nullptr;
   DeviceMemory* memory = nullptr;
   const KernelRegistry* kernels = nullptr;
+  // For the kernels the actor builds (KernelInit::files and KernelInit::ending): JobOptions::files,
+  // and the flag the job sets once it is ending (failed, aborted or cancelled). Not owned; they
+  // outlive the actor. Null: no file may be opened; never ending.
+  const FileRoots* files = nullptr;
+  const std::atomic<bool>* ending = nullptr;
   // Task names by task index, for messages that name other actors.
   const std::vector<std::string>* task_names = nullptr;
   // JobOptions::metrics (null: none).
@@ -96,8 +104,17 @@ class Actor {
 
   void set_sender(MessageSender* sender) { sender_ = sender; }
 
-  // Applies a READY, FREE or END_OF_DATA message.
-  void HandleMessage(const ActorMessage& message);
+  // Whether `message`, which arrived from another node for this actor, fits what this actor can be
+  // sent (its kind, register, slot, piece and sender), checked against what never changes once the
+  // actor is initialized: any thread may call it. DATA_LOSS saying what is wrong otherwise (the
+  // caller names the peer). The default accepts READY / END_OF_DATA for an input register and FREE
+  // for an output register, from that register's producer or consumer, with a slot in range.
+  virtual absl::Status CheckNetworkMessage(const ActorMessage& message) const;
+  // Applies a message (READY, FREE, END_OF_DATA, or a peer message for HandlePeerMessage). An
+  // error (a message that does not fit the actor's state: an unknown register, a slot out of range
+  // or not held, a second credit for one slot) fails the job: DATA_LOSS naming the sending node
+  // when it came from another node, INTERNAL otherwise.
+  absl::Status HandleMessage(const ActorMessage& message);
   // Checks for exhaustion and completion; call after HandleMessage and Act.
   absl::Status Advance();
 
@@ -150,14 +167,19 @@ class Actor {
   TensorView OutputView(int output) const;
   // Publishes the front free slot of an output as `piece` to every consumer.
   void ProduceOutput(int output, int64_t piece);
-  // The same for a given free slot (kinds that choose their slots, like RECEIVE).
-  void ProduceOutputSlot(int output, int32_t slot, int64_t piece);
+  // The same for a given slot (kinds that choose their slots, like RECEIVE); INTERNAL naming the
+  // slot when it is not free.
+  absl::Status ProduceOutputSlot(int output, int32_t slot, int64_t piece);
   const std::deque<int32_t>& FreeSlots(int output) const { return outputs_[output].free_slots; }
   TensorView OutputSlotView(int output, int32_t slot) const;
 
   // Messages between the halves of a SEND / RECEIVE pair (kCredit, kSent, kPeerEnd) and network
-  // completions (kTransferDone) go to this; the base class has none.
-  virtual void HandlePeerMessage(const ActorMessage& message);
+  // completions (kTransferDone) go to this; the base class takes none (an error). An error fails
+  // the job (see HandleMessage).
+  virtual absl::Status HandlePeerMessage(const ActorMessage& message);
+  // The error for a message this actor cannot take: DATA_LOSS naming the sending node when it came
+  // from another node (a forged or corrupt message), INTERNAL otherwise (a bug of this node).
+  absl::Status BadMessage(const ActorMessage& message, absl::string_view what) const;
   // Sends such a message (no register) to `destination`, on this node or another.
   void SendPeerMessage(MessageType type, ActorId destination, int32_t slot, int64_t piece);
 

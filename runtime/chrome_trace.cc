@@ -1,5 +1,6 @@
 #include "runtime/chrome_trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -115,6 +116,20 @@ std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets
                      ",\"kind\":", JsonString(kind), "}}"));
   }
 
+  // A record that reached JobOptions::max_recorded_events says so: a global instant event at the
+  // end of the last act recorded, on the node's first device.
+  if (job.events_truncated()) {
+    int64_t last = 0;
+    for (const ActEvent& event : job.events()) last = std::max(last, event.end_nanoseconds);
+    events.push_back(absl::StrCat(
+        "{\"ph\":\"i\",\"s\":\"g\",\"name\":",
+        JsonString(absl::StrCat("trace truncated: only the first ", job.max_recorded_events(),
+                                " acts of node ", plan.node(), " were recorded")),
+        ",\"cat\":\"trace_truncated\",\"pid\":", plan.node() * kTracePidsPerNode + 1,
+        ",\"tid\":0,\"ts\":", Microseconds(offsets.nanoseconds + last),
+        ",\"args\":{\"truncated\":true,\"max_recorded_events\":", job.max_recorded_events(),
+        "}}"));
+  }
   return absl::StrJoin(events, ",\n");
 }
 

@@ -24,7 +24,9 @@ class JobRuntime;
 // the piece's step, Task.pieces_per_step), "kind"}; plus
 // metadata events ("ph": "M") naming every device and stream, so that the file reads well in
 // Perfetto (ui.perfetto.dev) and chrome://tracing. Call after JobRuntime::Wait. A failed job
-// writes the acts it made. Errors name `path`.
+// writes the acts it made. A record that reached JobOptions::max_recorded_events
+// (JobRuntime::events_truncated) ends with a global instant event ("ph": "i", "cat":
+// "trace_truncated") saying so. Errors name `path`.
 absl::Status WriteChromeTrace(const JobRuntime& job, const std::string& path);
 
 // The trace as a string (what WriteChromeTrace writes).

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/file_roots.h"
 #include "core/plan_steps.h"
 #include "core/tensor.h"
 #include "device/memory_resource.h"
@@ -59,6 +60,12 @@ struct JobOptions {
   // With record_events: only the acts of these steps (a window of a long job; the steps of an
   // act's piece as Task.pieces_per_step says).
   RecordedSteps recorded_steps;
+  // With record_events: at most this many ActEvents are kept (about 24 bytes each), so that the
+  // record of a long job stays bounded; acts beyond it are not recorded and the record says it was
+  // truncated (JobRuntime::events_truncated, and a note in its Chrome trace). 0: none kept.
+  // Negative: the job is refused. loomd passes its --max-trace-events-per-job.
+  static constexpr int64_t kDefaultMaxRecordedEvents = 2'000'000;
+  int64_t max_recorded_events = kDefaultMaxRecordedEvents;
   // Builds the context of each stream. Unset: CPU streams are synchronous; other device types are
   // rejected. The CUDA backend (and tests of the asynchronous path) supply their own.
   std::function<std::unique_ptr<StreamContext>(const plan::Stream&)> stream_context_factory;
@@ -102,6 +109,9 @@ struct JobOptions {
   // monitoring; not owned, must outlive the runtime. Null: none (the summaries and the event
   // record are kept either way).
   RuntimeMetrics* metrics = nullptr;
+  // Where kernels may open the files their configurations name (KernelInit::files); not owned,
+  // must outlive the runtime. Null: no kernel may open a file.
+  const FileRoots* files = nullptr;
 };
 
 }  // namespace loom

@@ -67,6 +67,10 @@ absl::StatusOr<std::unique_ptr<JobRuntime>> JobRuntime::Create(const plan::Plan&
     return absl::InvalidArgumentError(absl::StrCat(
         "snapshot_every_steps is ", options.snapshot_every_steps, ": it must not be negative"));
   }
+  if (options.max_recorded_events < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_recorded_events is ", options.max_recorded_events, ": it must not be negative"));
+  }
   std::unique_ptr<JobRuntime> job(new JobRuntime(plan, std::move(options)));
   if (absl::Status status = job->Build(kernels, actor_factory); !status.ok()) return status;
   return job;
@@ -143,6 +147,9 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
   thread_of_task_.assign(max_index + 1, nullptr);
   StreamThread::Options thread_options{options_.spin_before_park, options_.record_events,
                                        options_.recorded_steps, options_.metrics};
+  thread_options.recorded_events = &recorded_events_;
+  thread_options.max_recorded_events = options_.max_recorded_events;
+  actor_of_task_.assign(max_index + 1, nullptr);
   for (int i = 0; i < plan_.tasks_size(); ++i) {
     const plan::Task& task = plan_.tasks(i);
     uint64_t key = actor_ids[i].stream_key();
@@ -188,6 +195,8 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     init.stream = thread->context();
     init.memory = memory_of(task.stream().device());
     init.kernels = kernels;
+    init.files = options_.files;
+    init.ending = &ending_;
     init.task_names = &task_names_;
     init.metrics = options_.metrics;
     if (task.kind() == plan::SINK) {
@@ -227,6 +236,7 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     if (!actor.ok()) return actor.status();
     if (absl::Status status = (*actor)->Initialize(); !status.ok()) return status;
     thread->AddActor(actor->get());
+    actor_of_task_[actor_ids[i].task_index()] = actor->get();
     actors_.push_back(std::move(*actor));
   }
   VLOG(1) << "job '" << plan_.job_name() << "': " << actors_.size() << " actors on "
@@ -367,6 +377,8 @@ void JobRuntime::Fail(absl::Status status) {
     if (!status_.ok() || (!threads_.empty() && exited_threads_ == threads_.size())) return;
     status_ = status;
     failed_.store(true, std::memory_order_release);
+    // Kernels that wait (a sleep, a slow read) see it and return within their bound.
+    ending_.store(true, std::memory_order_release);
   }
   LOG(INFO) << "job '" << plan_.job_name() << "' failed: " << status;
   ActorMessage abort;
@@ -393,21 +405,37 @@ void JobRuntime::SendToNode(const ActorMessage& message) {
 }
 
 void JobRuntime::DeliverFromNetwork(const ActorMessage& message) {
-  StreamThread* thread = ThreadOf(message.destination);
+  // Every field is the peer's word: check each before anything indexes by it.
+  auto refuse = [&](absl::string_view what) {
+    Fail(absl::DataLossError(absl::StrCat("node ", plan_.node(), " received a malformed ",
+                                          MessageTypeName(message.type), " message from node ",
+                                          message.source.node(), ": ", what)));
+  };
   if (!IsNetworkMessageType(message.type)) {
-    Fail(absl::DataLossError(absl::StrCat("node ", plan_.node(), " received a message of type ",
-                                          static_cast<int>(message.type), " from node ",
-                                          message.source.node(), ", which no node sends")));
+    refuse(absl::StrCat("type ", static_cast<int>(message.type), " does not cross nodes"));
     return;
   }
-  if (thread == nullptr || task_names_[message.destination.task_index()].empty()) {
-    Fail(absl::DataLossError(
-        absl::StrCat("node ", plan_.node(), " received a message from node ", message.source.node(),
-                     " for actor ", message.destination.ToString(),
-                     ", which this node does not run: the nodes' plans do not belong together")));
+  if (message.source.node() == plan_.node()) {
+    refuse(absl::StrCat("the sender ", message.source.ToString(),
+                        " claims to be on this node, but arrived over the network"));
     return;
   }
-  thread->Deliver(message);
+  const ActorId destination = message.destination;
+  const uint32_t task_index = destination.task_index();
+  const Actor* actor = destination.node() == plan_.node() && task_index < actor_of_task_.size()
+                           ? actor_of_task_[task_index]
+                           : nullptr;
+  if (actor == nullptr || actor->id() != destination) {
+    refuse(absl::StrCat("it is for actor ", destination.ToString(),
+                        ", which this node does not run: the nodes' plans do not belong together"));
+    return;
+  }
+  if (absl::Status status = actor->CheckNetworkMessage(message); !status.ok()) {
+    Fail(absl::DataLossError(absl::StrCat("node ", plan_.node(), ": actor '", actor->name(),
+                                          "' received ", status.message())));
+    return;
+  }
+  thread_of_task_[task_index]->Deliver(message);
 }
 
 void JobRuntime::Abort(absl::Status reason) {

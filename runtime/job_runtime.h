@@ -77,8 +77,18 @@ class JobRuntime final : public JobControl {
   // changes nothing once the job ended (every actor thread exited).
   void Abort(absl::Status reason);
 
-  // After Wait: every act, ordered by start time.
+  // After Wait: every act recorded, ordered by start time (at most
+  // JobOptions::max_recorded_events of them).
   const std::vector<ActEvent>& events() const { return events_; }
+  // After Wait: whether acts went unrecorded because the record reached
+  // JobOptions::max_recorded_events (events() then holds the first ones each thread made).
+  bool events_truncated() const {
+    return recorded_events_.load(std::memory_order_relaxed) > options_.max_recorded_events;
+  }
+  int64_t max_recorded_events() const { return options_.max_recorded_events; }
+  // Whether the job is ending badly (failed, aborted or cancelled): what kernels see through
+  // KernelInit::ending. Any thread.
+  bool ending() const { return ending_.load(std::memory_order_acquire); }
   // After Wait: one summary per actor, in plan order.
   std::vector<ActorSummary> Summaries() const;
   // After Wait: from Start to the end of the last act (to the last thread's exit when acts were
@@ -104,8 +114,11 @@ class JobRuntime final : public JobControl {
   }
   void SendToNode(const ActorMessage& message) override;
   // Hands a message that arrived from another node to the thread of its destination actor (any
-  // thread may call it, before or after Start). A message for an actor this node does not run
-  // fails the job (the peer's plan does not match this one).
+  // thread may call it, before or after Start). Network input is untrusted: a message of a type
+  // that does not cross nodes, from this node, for an actor this node does not run, or whose
+  // register, slot, piece or sender does not fit its destination (Actor::CheckNetworkMessage)
+  // fails the job with DATA_LOSS naming the sending node and what is wrong; it never reaches an
+  // actor.
   void DeliverFromNetwork(const ActorMessage& message);
   int64_t NowNanoseconds() const override;
   // The instant NowNanoseconds (and the events' times) count from: Start's.
@@ -138,6 +151,7 @@ class JobRuntime final : public JobControl {
   std::vector<std::unique_ptr<CollectiveTurn>> collective_turns_;
   std::vector<std::unique_ptr<StreamThread>> threads_;
   std::vector<StreamThread*> thread_of_task_;  // by task index
+  std::vector<const Actor*> actor_of_task_;     // by task index (null: no task of this node)
   std::vector<std::string> task_names_;        // by task index
 
   std::chrono::steady_clock::time_point start_time_;
@@ -152,6 +166,10 @@ class JobRuntime final : public JobControl {
   size_t exited_threads_ = 0;          // guarded by mutex_
   int64_t last_exit_nanoseconds_ = 0;  // guarded by mutex_
   std::atomic<bool> failed_{false};
+  // KernelInit::ending: set with the first failure (Fail, Abort).
+  std::atomic<bool> ending_{false};
+  // Acts the threads would have recorded (StreamThread::Options::recorded_events).
+  std::atomic<int64_t> recorded_events_{0};
 };
 
 }  // namespace loom

@@ -53,6 +53,33 @@ inline bool IsNetworkMessageType(MessageType type) {
   }
 }
 
+// The type's name for messages ("READY", "CREDIT"); "type N" for a value no type has.
+inline const char* MessageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kReady:
+      return "READY";
+    case MessageType::kFree:
+      return "FREE";
+    case MessageType::kEndOfData:
+      return "END_OF_DATA";
+    case MessageType::kAbort:
+      return "ABORT";
+    case MessageType::kDiagnose:
+      return "DIAGNOSE";
+    case MessageType::kWake:
+      return "WAKE";
+    case MessageType::kCredit:
+      return "CREDIT";
+    case MessageType::kSent:
+      return "SENT";
+    case MessageType::kPeerEnd:
+      return "PEER_END";
+    case MessageType::kTransferDone:
+      return "TRANSFER_DONE";
+  }
+  return "of an unknown type";
+}
+
 // A small fixed-size message. Slots are opaque handles: never a pointer the receiver dereferences.
 struct ActorMessage {
   MessageType type = MessageType::kReady;

@@ -1,6 +1,7 @@
 #include "runtime/plan_validation.h"
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/checked_arithmetic.h"
 #include "core/collective_shapes.h"
 #include "core/data_type.h"
 #include "core/device_key.h"
@@ -61,11 +63,60 @@ absl::Status CheckRegisters(const plan::Plan& plan,
     if (DataTypeSize(reg.tensor().data_type()) == 0) {
       return Invalid(absl::StrCat("register '", reg.name(), "' has no data type"));
     }
-    for (int64_t dimension : reg.tensor().shape()) {
-      if (dimension < 0) {
-        return Invalid(absl::StrCat("register '", reg.name(), "' has a negative dimension in ",
-                                    Shape(reg.tensor().shape()).ToString()));
-      }
+    // Its slots are allocated from this shape, and kernels touch what it says: it must be a
+    // tensor Loom holds (no negative extent, no count that overflows, within the limits).
+    if (absl::StatusOr<int64_t> bytes =
+            CheckedTensorBytes(reg.tensor().shape(), reg.tensor().data_type());
+        !bytes.ok()) {
+      return Invalid(absl::StrCat("register '", reg.name(), "': ", bytes.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A fetch's or variable's layout, which clients assemble pieces by: a logical tensor within the
+// limits, and, when it has a hierarchy, extents >= 1 whose product (checked) is the number of
+// its `ranks` (sinks or tasks, named `rank_noun`).
+absl::Status CheckLayout(const std::string& who, const plan::TensorDesc& logical,
+                         const google::protobuf::RepeatedField<int64_t>& hierarchy, int ranks,
+                         const char* rank_noun) {
+  if (absl::StatusOr<int64_t> bytes = CheckedTensorBytes(logical.shape(), logical.data_type());
+      !bytes.ok()) {
+    return Invalid(absl::StrCat(who, ": its logical tensor's ", bytes.status().message()));
+  }
+  if (hierarchy.empty()) return absl::OkStatus();
+  std::optional<int64_t> product = 1;
+  for (int64_t extent : hierarchy) {
+    // Extents >= 1 never shrink the product: past `ranks` it cannot come back.
+    product = extent < 1 ? std::nullopt : CheckedMultiply(*product, extent);
+    if (!product.has_value() || *product > ranks) {
+      product = std::nullopt;
+      break;
+    }
+  }
+  if (product != ranks) {
+    return Invalid(absl::StrCat(who, ": hierarchy [", absl::StrJoin(hierarchy, ", "),
+                                "] does not lay out its ", ranks, " ", rank_noun,
+                                " (each extent >= 1, their product ", ranks, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayouts(const plan::Plan& plan) {
+  for (const plan::Fetch& fetch : plan.fetches()) {
+    if (absl::Status status =
+            CheckLayout(absl::StrCat("fetch '", fetch.tensor(), "'"), fetch.logical(),
+                        fetch.hierarchy(), fetch.sinks_size(), "sinks");
+        !status.ok()) {
+      return status;
+    }
+  }
+  for (const plan::VariableLayout& variable : plan.variables()) {
+    if (absl::Status status =
+            CheckLayout(absl::StrCat("variable layout '", variable.name(), "'"), variable.logical(),
+                        variable.hierarchy(), variable.tasks_size(), "tasks");
+        !status.ok()) {
+      return status;
     }
   }
   return absl::OkStatus();
@@ -270,6 +321,14 @@ absl::Status CheckCommunicators(const plan::Plan& plan,
       return Invalid(absl::StrCat(prefix, " has num_collectives ", communicator.num_collectives(),
                                   ": it needs at least 1 (the length of its global order)"));
     }
+    // Validation keeps a table of num_collectives x devices: both are bounded by the plan's own
+    // size (a task per collective of a rank here; a device per rank, each a task's at most once
+    // per collective), so a small plan cannot make it allocate without bound.
+    if (communicator.num_collectives() > plan.tasks_size()) {
+      return Invalid(absl::StrCat(prefix, " has num_collectives ", communicator.num_collectives(),
+                                  ", more than the plan's ", plan.tasks_size(),
+                                  " tasks could run"));
+    }
     absl::flat_hash_set<DeviceKey> seen;
     for (int rank = 0; rank < communicator.devices_size(); ++rank) {
       const plan::Device& device = communicator.devices(rank);
@@ -309,7 +368,19 @@ absl::Status CheckCollectives(const plan::Plan& plan,
   auto tensor_of = [&](const std::string& name) -> const plan::TensorDesc& {
     return plan.registers(register_position.at(name)).tensor();
   };
-  // tasks_of[communicator][sequence][rank]: the task position, or -1.
+  // tasks_of[communicator][sequence][rank]: the task position, or -1. At most 2^28 entries in
+  // all (2^14 collectives of 2^14 ranks; no real job comes close), so that a plan of a few
+  // megabytes cannot make validation allocate gigabytes.
+  constexpr int64_t kMaxCollectiveTable = int64_t{1} << 28;
+  int64_t table_entries = 0;
+  for (const plan::Communicator& communicator : plan.communicators()) {
+    table_entries += int64_t{communicator.num_collectives()} * communicator.devices_size();
+    if (table_entries > kMaxCollectiveTable) {
+      return Invalid(absl::StrCat("communicator '", communicator.name(),
+                                  "': the plan's "
+                                  "communicators have more than 2^28 (collective, rank) pairs"));
+    }
+  }
   std::vector<std::vector<std::vector<int>>> tasks_of(plan.communicators_size());
   for (int c = 0; c < plan.communicators_size(); ++c) {
     const plan::Communicator& communicator = plan.communicators(c);
@@ -558,6 +629,7 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
   if (absl::Status status = CheckDevices(plan, &devices); !status.ok()) return status;
   absl::flat_hash_map<std::string, int> register_position;
   if (absl::Status status = CheckRegisters(plan, &register_position); !status.ok()) return status;
+  if (absl::Status status = CheckLayouts(plan); !status.ok()) return status;
 
   absl::flat_hash_map<std::string, int> task_position;
   absl::flat_hash_set<uint32_t> indices;

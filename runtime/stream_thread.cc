@@ -124,11 +124,21 @@ void StreamThread::Dispatch(const ActorMessage& message, int64_t now) {
       break;
   }
   uint32_t task_index = message.destination.task_index();
-  CHECK(task_index < position_of_task_.size() && position_of_task_[task_index] >= 0)
-      << name_
-      << ": message for an actor that is not on this thread: " << message.destination.ToString();
+  if (task_index >= position_of_task_.size() || position_of_task_[task_index] < 0) {
+    // JobRuntime::DeliverFromNetwork and ThreadOf route nothing else here.
+    job_->Fail(absl::InternalError(absl::StrCat(name_, ": a message for actor ",
+                                                message.destination.ToString(),
+                                                ", which is not on this thread")));
+    aborted_ = true;
+    return;
+  }
   Actor* actor = actors_[position_of_task_[task_index]];
-  actor->HandleMessage(message);
+  if (absl::Status status = actor->HandleMessage(message); !status.ok()) {
+    job_->Fail(absl::Status(status.code(), absl::StrCat("actor '", actor->name(), "' on ", name_,
+                                                        " received ", status.message())));
+    aborted_ = true;
+    return;
+  }
   AfterChange(actor);
   actor->AccountTime(now);
 }
@@ -143,7 +153,10 @@ void StreamThread::ActOnce(Actor* actor) {
   int64_t end = job_->NowNanoseconds();
   progress_.fetch_add(1, std::memory_order_relaxed);
   if (options_.record_events &&
-      options_.recorded_steps.Contains(StepOfPiece(actor->task(), actor->current_piece()))) {
+      options_.recorded_steps.Contains(StepOfPiece(actor->task(), actor->current_piece())) &&
+      (options_.recorded_events == nullptr ||
+       options_.recorded_events->fetch_add(1, std::memory_order_relaxed) <
+           options_.max_recorded_events)) {
     events_.push_back(ActEvent{actor->id().task_index(), actor->current_piece(), start, end});
   }
   if (!act_remote_.empty()) {

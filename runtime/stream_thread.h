@@ -58,6 +58,11 @@ class StreamThread final : public MessageSender {
     // JobOptions::metrics (null: none), and the kind of this thread's stream for its queue depth.
     RuntimeMetrics* metrics = nullptr;
     plan::StreamKind kind = plan::STREAM_COMPUTE;
+    // With record_events: the job's count of acts to record, shared by its threads (each act it
+    // would record adds one), and how many of them are kept (JobOptions::max_recorded_events).
+    // Null: every one is kept.
+    std::atomic<int64_t>* recorded_events = nullptr;
+    int64_t max_recorded_events = 0;
   };
 
   StreamThread(std::string name, std::unique_ptr<StreamContext> context, JobControl* job,

@@ -171,12 +171,28 @@ ucs_status_t Transport::SameHostCopies::OnCopyMessage(void* argument, const void
   return UCS_OK;
 }
 
+void Transport::SameHostCopies::ReportMalformed(PeerId peer, absl::string_view what) {
+  absl::Status status = absl::DataLossError(absl::StrCat(
+      "node ", self_, ": peer ", peer, " sent a malformed same-host copy message: ", what));
+  auto found = transport_.peers_.find(peer);
+  if (found == transport_.peers_.end()) {
+    LOG(ERROR) << status << " (no such peer)";
+    return;
+  }
+  LOG(WARNING) << status;
+  transport_.OnPeerFailed(found->second.get(), status);
+}
+
 bool Transport::SameHostCopies::ReceiveFromMailbox() {
   if (mailbox_ == nullptr || transport_.shutting_down_) return false;
-  return mailbox_->Receive([this](uint32_t sender, absl::string_view bytes) {
+  auto malformed = [this](uint32_t sender, absl::string_view what) {
+    ReportMalformed(sender, absl::StrCat("in the mailbox, ", what));
+  };
+  auto handle = [this](uint32_t sender, absl::string_view bytes) {
     if (bytes.size() < sizeof(CopyMessage)) {
-      LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of " << bytes.size()
-                 << " bytes from peer " << sender << " in the mailbox";
+      ReportMalformed(sender, absl::StrCat("in the mailbox, a message of ", bytes.size(),
+                                           " bytes (a copy message has ", sizeof(CopyMessage),
+                                           ")"));
       return;
     }
     ReceivedCopyMessage received;
@@ -184,7 +200,8 @@ bool Transport::SameHostCopies::ReceiveFromMailbox() {
     std::memcpy(&received.message, bytes.data(), sizeof(received.message));
     received.trailer = std::string(bytes.substr(sizeof(CopyMessage)));
     copy_inbox_.push_back(std::move(received));
-  });
+  };
+  return mailbox_->Receive(handle, malformed);
 }
 
 bool Transport::SameHostCopies::HandleCopyMessages() {
@@ -215,9 +232,9 @@ void Transport::SameHostCopies::HandleCopyMessage(ReceivedCopyMessage received) 
     case CopyMessage::kAnnounce:
     case CopyMessage::kInline: {
       if (message.kind == CopyMessage::kInline && received.trailer.size() != message.size) {
-        LOG(ERROR) << "node " << self_ << ": dropped inline data with tag " << message.tag
-                   << " from peer " << from << ": " << received.trailer.size()
-                   << " bytes where it says " << message.size;
+        ReportMalformed(from, absl::StrCat("inline data with tag ", message.tag, " of ",
+                                           received.trailer.size(), " bytes where it says ",
+                                           message.size));
         return;
       }
       auto posted = posted_receives_.find(message.tag);
@@ -263,7 +280,12 @@ void Transport::SameHostCopies::HandleCopyMessage(ReceivedCopyMessage received) 
       std::unique_ptr<Operation> send = std::move(found->second);
       copy_sends_.erase(found);
       absl::Status status;
-      if (message.status_code != 0) {
+      if (message.status_code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+        // No status has this code: the answer is garbage, and so is the transfer.
+        status = absl::DataLossError(absl::StrCat(transport_.Describe(*send), ": peer ", from,
+                                                  " answered with status code ",
+                                                  message.status_code, ", which no status has"));
+      } else if (message.status_code != 0) {
         status = absl::Status(static_cast<absl::StatusCode>(message.status_code),
                               absl::StrCat(transport_.Describe(*send),
                                            ": the receiver's copy failed: ", received.trailer));
@@ -272,8 +294,7 @@ void Transport::SameHostCopies::HandleCopyMessage(ReceivedCopyMessage received) 
       return;
     }
   }
-  LOG(ERROR) << "node " << self_ << ": dropped a same-host copy message of unknown kind "
-             << message.kind << " from peer " << from;
+  ReportMalformed(from, absl::StrCat("unknown kind ", message.kind));
 }
 
 bool Transport::SameHostCopies::SendInline(std::unique_ptr<Operation>& operation, Peer& peer) {

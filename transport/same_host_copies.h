@@ -118,6 +118,11 @@ class Transport::SameHostCopies {
   // kDone for the transfer `announcement` from `peer`: its outcome at this receiver.
   void SendCopyDone(PeerId peer, const CopyMessage& announcement, const absl::Status& status);
   void HandleCopyMessage(ReceivedCopyMessage received);
+  // `peer` sent something malformed (a copy message of a bad length or kind, inline data whose
+  // length is not the one it says, a status code no status has, a malformed mailbox record): it is
+  // failed with DATA_LOSS naming it (Transport::OnPeerFailed, whose handler fails the job), and
+  // nothing more is taken from it. An unknown sender is only logged.
+  void ReportMalformed(PeerId peer, absl::string_view what);
   // Fills `receive` from `source` (a kAnnounce or kInline message) and finishes it.
   void CopyInto(std::unique_ptr<Operation> receive, const ReceivedCopyMessage& source);
 

@@ -56,6 +56,13 @@ Mailbox::~Mailbox() {
 }
 
 bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle) {
+  return Receive(handle, [](uint32_t sender, absl::string_view what) {
+    LOG(ERROR) << "same-host mailbox: peer " << sender << ": " << what;
+  });
+}
+
+bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle,
+                      absl::FunctionRef<void(uint32_t sender, absl::string_view what)> malformed) {
   bool received = false;
   const uint32_t claimed = std::min<uint32_t>(layout_->claimed.load(), kSlots);
   for (uint32_t index = 0; index < claimed; ++index) {
@@ -66,21 +73,21 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
     uint64_t tail = slot.tail.load(std::memory_order_relaxed);
     const uint64_t head = slot.head.load();
     if (head - tail > kRecordsPerSlot) {
-      LOG(ERROR) << "same-host mailbox: the slot of peer " << sender << " claims " << head - tail
-                 << " records in a ring of " << kRecordsPerSlot << "; dropping them";
       slot.tail.store(head);
+      malformed(sender, absl::StrCat("its ring claims ", head - tail, " records where it has room for ",
+                                     kRecordsPerSlot, "; dropped them"));
       continue;
     }
     while (tail != head) {
       char message[kMaxMessageBytes];
       size_t length = 0;
-      bool malformed = false, continued = true;
+      bool too_long = false, continued = true;
       for (; tail != head && continued; ++tail) {
         const MailboxRecord& record = slot.records[tail % kRecordsPerSlot];
         const uint32_t record_length = record.length;
         continued = record.continued != 0;
         if (record_length > kRecordBytes || length + record_length > kMaxMessageBytes) {
-          malformed = true;
+          too_long = true;
         } else {
           std::memcpy(message + length, record.bytes, record_length);
           length += record_length;
@@ -88,9 +95,10 @@ bool Mailbox::Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view 
         // The sender may reuse the record once tail passes it; its bytes are copied by then.
         slot.tail.store(tail + 1);
       }
-      if (malformed || continued) {
-        LOG(ERROR) << "same-host mailbox: dropped a malformed message from peer " << sender << " ("
-                   << (malformed ? "a record or the message too long" : "cut short") << ")";
+      if (too_long || continued) {
+        malformed(sender, absl::StrCat("dropped a malformed message (",
+                                       too_long ? "a record or the message too long" : "cut short",
+                                       ")"));
         continue;
       }
       handle(sender, absl::string_view(message, length));

@@ -64,6 +64,11 @@ class Mailbox {
   // Records that are malformed (a bad length, a message cut short, a ring whose counters make no
   // sense) are dropped and logged.
   bool Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle);
+  // The same, and `malformed(sender, what)` for each malformed message or ring dropped (what the
+  // shared memory holds is the senders' word: lengths, counters and slot owners are all checked
+  // before use), so that the owner can fail what it waited for from that sender.
+  bool Receive(absl::FunctionRef<void(uint32_t sender, absl::string_view bytes)> handle,
+               absl::FunctionRef<void(uint32_t sender, absl::string_view what)> malformed);
   // Whether a record is waiting; any thread.
   bool HasRecords() const;
 

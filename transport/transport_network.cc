@@ -193,6 +193,14 @@ void TransportNetwork::OnMessage(PeerId from, absl::string_view bytes) {
     return;
   }
   absl::StatusOr<ActorMessage> message = Decode(bytes);
+  if (message.ok() && message->source.node() != static_cast<int>(from)) {
+    // The runtime trusts the sender's node in what it reports: it must be the peer's own.
+    message = absl::InvalidArgumentError(
+        absl::StrCat("an actor message claiming to come from node ", message->source.node()));
+  } else if (message.ok() && message->destination.node() != node_) {
+    message = absl::InvalidArgumentError(
+        absl::StrCat("an actor message for node ", message->destination.node()));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!message.ok()) {
     absl::Status status = absl::DataLossError(
@@ -216,8 +224,13 @@ void TransportNetwork::OnPeerError(PeerId peer, const absl::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     peer_failures_.emplace(static_cast<int>(peer), status);
-    absl::Status lost(status.code(), absl::StrCat("node ", node_, " lost its connection to node ",
-                                                  peer, ": ", status.message()));
+    absl::Status lost(
+        status.code(),
+        status.code() == absl::StatusCode::kDataLoss
+            ? absl::StrCat("node ", node_, " stopped listening to node ", peer,
+                           ", which sent malformed data: ", status.message())
+            : absl::StrCat("node ", node_, " lost its connection to node ", peer, ": ",
+                           status.message()));
     if (on_error_) {
       LOG(WARNING) << lost;
       on_error_(lost);

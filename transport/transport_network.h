@@ -41,8 +41,9 @@ class TransportNetwork final : public Network {
   // Called on the thread driving the transport (its progress thread, or a collective rank waiting
   // in DriveUntil) for every actor message received (must not block).
   using MessageReceiver = std::function<void(const ActorMessage& message)>;
-  // Called on the thread driving the transport when a peer is lost or sends something malformed;
-  // the status names the peer.
+  // Called on the thread driving the transport when a peer is lost or sends something malformed
+  // (an actor message of the wrong length or type, or claiming another sender node or another
+  // destination node; a malformed same-host copy message: DATA_LOSS); the status names the peer.
   using ErrorHandler = std::function<void(const absl::Status& status)>;
 
   // How long Stop() waits at most for the probes of peers this node probed and has not heard from.

@@ -1,6 +1,7 @@
 #include "compiler/ops/causal_attention_op.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
@@ -32,6 +33,7 @@ class CausalAttentionOp final : public OpDefinition {
                                     " must have the shape of q ", q.ToString()));
       }
     }
+    if (absl::Status status = CheckCausalAttentionScores(q); !status.ok()) return status;
     absl::StatusOr<double> scale = Scale(context);
     if (!scale.ok()) return scale.status();
     if (!std::isfinite(*scale)) {
@@ -91,6 +93,16 @@ absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
                    : CheckInputDataType(context, index, name, {context.inputs[0].data_type});
     if (!status.ok()) return status;
     ++index;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCausalAttentionScores(const Shape& q) {
+  const std::vector<int64_t> scores = {q.dimension(0), q.dimension(1), q.dimension(2),
+                                       q.dimension(2)};
+  if (absl::StatusOr<int64_t> bytes = CheckedTensorBytes(scores, plan::FLOAT32); !bytes.ok()) {
+    return OpError(
+        absl::StrCat("the attention scores of q ", q.ToString(), ": ", bytes.status().message()));
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,10 @@ absl::StatusOr<double> CausalAttentionScale(const OpContext& context);
 absl::Status CheckCausalAttentionDataTypes(const OpContext& context,
                                            absl::Span<const char* const> names);
 
+// That the scores of q [B, H, T, Dh], [B, H, T, T], are within the limit on a tensor's elements
+// (core/tensor.h): the kernels hold them as scratch. Shared with "causal_attention_grad".
+absl::Status CheckCausalAttentionScores(const Shape& q);
+
 }  // namespace loom::compiler
 
 #endif  // LOOM_COMPILER_OPS_CAUSAL_ATTENTION_OP_H_

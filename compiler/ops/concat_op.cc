@@ -1,7 +1,10 @@
 #include "compiler/ops/concat_op.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
+#include "core/checked_arithmetic.h"
 #include "core/data_type.h"
 
 namespace loom::compiler {
@@ -40,7 +43,13 @@ class ConcatOp final : public OpDefinition {
                                     " differs from input 0 ", first.shape.ToString(),
                                     " off the concatenation axis ", *axis));
       }
-      dimensions[*axis] += input.shape.dimension(*axis);
+      std::optional<int64_t> extent = CheckedAdd(dimensions[*axis], input.shape.dimension(*axis));
+      if (!extent.has_value() || *extent > kMaxTensorElements) {
+        return OpError(absl::StrCat("the concatenation axis ", *axis, " of its ",
+                                    context.inputs.size(), " inputs has more than 2^48 (",
+                                    kMaxTensorElements, ") elements, the most a tensor may have"));
+      }
+      dimensions[*axis] = *extent;
     }
     return std::vector<TensorType>{TensorType{Shape(dimensions), first.data_type}};
   }

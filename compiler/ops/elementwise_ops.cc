@@ -1,5 +1,7 @@
 #include "compiler/ops/elementwise_ops.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/signature_helpers.h"
 
@@ -45,10 +47,31 @@ class BinaryOp final : public OpDefinition {
 
 class UnaryOp final : public OpDefinition {
  public:
-  explicit UnaryOp(bool linear) : linear_(linear) {}
+  // `factor_attribute`: the name of a float attribute the op needs, finite (scale's "scale"), or
+  // nullptr.
+  UnaryOp(bool linear, const char* factor_attribute)
+      : linear_(linear), factor_attribute_(factor_attribute) {}
 
   absl::StatusOr<std::vector<TensorType>> InferTypes(const OpContext& context) const override {
     if (absl::Status status = CheckInputCount(context, 1, 1); !status.ok()) return status;
+    // relu, gelu, tanh and scale compute on float32 (their kernels refuse anything else);
+    // identity copies any type.
+    if ((!linear_ || factor_attribute_ != nullptr) &&
+        context.inputs[0].data_type != plan::FLOAT32) {
+      return OpError(absl::StrCat("needs a float32 input, not ", context.inputs[0].ToString()));
+    }
+    if (factor_attribute_ != nullptr) {
+      // What the kernel needs: refused here, naming the op, rather than when the job runs.
+      if (context.attributes == nullptr || !context.attributes->contains(factor_attribute_)) {
+        return OpError(absl::StrCat("attribute '", factor_attribute_, "' is required"));
+      }
+      absl::StatusOr<double> factor = context.attributes_reader().GetFloat(factor_attribute_, 0);
+      if (!factor.ok()) return factor.status();
+      if (!std::isfinite(*factor)) {
+        return OpError(
+            absl::StrCat("attribute '", factor_attribute_, "' must be finite, not ", *factor));
+      }
+    }
     return std::vector<TensorType>{context.inputs[0]};
   }
 
@@ -67,6 +90,7 @@ class UnaryOp final : public OpDefinition {
 
  private:
   bool linear_;
+  const char* factor_attribute_;
 };
 
 }  // namespace
@@ -75,6 +99,12 @@ std::unique_ptr<OpDefinition> MakeBinaryOp(const std::string& op_type) {
   return std::make_unique<BinaryOp>(op_type);
 }
 
-std::unique_ptr<OpDefinition> MakeUnaryOp(bool linear) { return std::make_unique<UnaryOp>(linear); }
+std::unique_ptr<OpDefinition> MakeUnaryOp(bool linear) {
+  return std::make_unique<UnaryOp>(linear, nullptr);
+}
+
+std::unique_ptr<OpDefinition> MakeScaleOp() {
+  return std::make_unique<UnaryOp>(/*linear=*/true, "scale");
+}
 
 }  // namespace loom::compiler

@@ -13,8 +13,11 @@ namespace loom::compiler {
 
 // add, subtract, multiply, divide: two float32 inputs with NumPy broadcasting.
 std::unique_ptr<OpDefinition> MakeBinaryOp(const std::string& op_type);
-// relu, gelu, tanh (nonlinear: no partial signature); scale and identity (linear: P -> P).
+// relu, gelu, tanh (nonlinear: no partial signature; float32 only); identity (linear: P -> P;
+// any type).
 std::unique_ptr<OpDefinition> MakeUnaryOp(bool linear);
+// scale: float32 x * attribute "scale" (a finite float, required), linear like identity.
+std::unique_ptr<OpDefinition> MakeScaleOp();
 
 }  // namespace loom::compiler
 

@@ -445,7 +445,9 @@ class PadOp final : public OpDefinition {
     const Shape& x = context.inputs[0].shape;
     bool valid = target->rank() == x.rank() && static_cast<int>(begin->size()) == x.rank();
     for (int axis = 0; valid && axis < x.rank(); ++axis) {
-      valid = (*begin)[axis] >= 0 && (*begin)[axis] + x.dimension(axis) <= target->dimension(axis);
+      // begin + x's extent <= the target's extent, without forming a sum that could overflow.
+      valid = (*begin)[axis] >= 0 && (*begin)[axis] <= target->dimension(axis) &&
+              x.dimension(axis) <= target->dimension(axis) - (*begin)[axis];
     }
     if (!valid) {
       return OpError(absl::StrCat("x ", context.inputs[0].ToString(), " at begin ",
@@ -560,6 +562,9 @@ class CausalAttentionGradOp final : public OpDefinition {
           !status.ok()) {
         return status;
       }
+    }
+    if (absl::Status status = CheckCausalAttentionScores(context.inputs[0].shape); !status.ok()) {
+      return status;
     }
     absl::StatusOr<double> scale = CausalAttentionScale(context);
     if (!scale.ok()) return scale.status();

@@ -1,7 +1,10 @@
 #include "compiler/ops/reshape_op.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_checks.h"
+#include "core/checked_arithmetic.h"
 
 namespace loom::compiler {
 namespace {
@@ -31,7 +34,14 @@ class ReshapeOp final : public OpDefinition {
         return OpError(absl::StrCat("shape ", FormatList(*requested), " has extent ", extent,
                                     " (extents are >= 0, or -1 for one inferred extent)"));
       } else {
-        known_elements *= extent;
+        // Checked: a product that wraps could equal the input's count (finding of issue 56).
+        std::optional<int64_t> product = CheckedMultiply(known_elements, extent);
+        if (!product.has_value() || *product > kMaxTensorElements) {
+          return OpError(absl::StrCat("shape ", FormatList(*requested), " has more than 2^48 (",
+                                      kMaxTensorElements,
+                                      ") elements, the most a tensor may have"));
+        }
+        known_elements = *product;
       }
     }
     std::vector<int64_t> dimensions = *requested;

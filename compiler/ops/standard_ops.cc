@@ -36,9 +36,8 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   for (const char* op_type : {"relu", "gelu", "tanh"}) {
     entries.push_back({op_type, MakeUnaryOp(/*linear=*/false)});
   }
-  for (const char* op_type : {"scale", "identity"}) {
-    entries.push_back({op_type, MakeUnaryOp(/*linear=*/true)});
-  }
+  entries.push_back({"scale", MakeScaleOp()});
+  entries.push_back({"identity", MakeUnaryOp(/*linear=*/true)});
   entries.push_back({"cast", MakeCastOp()});
   entries.push_back({"bias_add", MakeBiasAddOp()});
   entries.push_back({"softmax", MakeSoftmaxOp()});

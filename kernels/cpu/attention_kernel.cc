@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/tensor.h"
+
 #include "absl/status/status.h"
 #include "core/tensor.h"
 #include "kernels/cpu/attention_heads.h"
@@ -68,6 +71,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCausalAttentionKernel(const Kernel
   absl::StatusOr<CausalAttentionSettings> settings =
       ReadCausalAttentionSettings(kOpType, init, names, "q");
   if (!settings.ok()) return settings.status();
+  // The [T, T] scores of one head, held by the kernel.
+  if (absl::StatusOr<int64_t> scores =
+          CheckedTensorBytes({settings->length, settings->length}, plan::FLOAT32);
+      !scores.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOpType, ": the scores of one head: ", scores.status().message()));
+  }
   return std::make_unique<CausalAttentionKernel>(init, *settings);
 }
 

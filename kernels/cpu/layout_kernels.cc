@@ -336,7 +336,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePadKernel(const KernelInit& init) 
   if (!begin.ok()) return begin.status();
   for (int axis = 0; axis < input.rank(); ++axis) {
     const int64_t first = (*begin)[axis];
-    if (first < 0 || first + input.dimension(axis) > output.dimension(axis)) {
+    if (first < 0 || first > output.dimension(axis) - input.dimension(axis)) {
       return absl::InvalidArgumentError(absl::StrCat(
           kPad, ": input ", input.ToString(), " placed at begin ", DescribeList(*begin),
           " does not fit in output ", output.ToString(), " (axis ", axis, ")"));

@@ -176,7 +176,7 @@ absl::StatusOr<StreamOptions> ParseStream(const char* op_type, const plan::Kerne
   }
   for (int axis = 0; axis < rank; ++axis) {
     if (begin[axis] < 0 || (*logical)[axis] < 0 ||
-        begin[axis] + output.dimension(axis) > (*logical)[axis]) {
+        begin[axis] > (*logical)[axis] - output.dimension(axis)) {
       return absl::InvalidArgumentError(
           absl::StrCat(op_type, ": the output window at slice_begin ", DescribeList(begin),
                        " of shape ", output.ToString(), " does not lie inside logical_shape ",

@@ -107,6 +107,19 @@ TEST(ArgumentSpecTest, FlagGivenTwice) {
   EXPECT_THAT(parsed.status().message(), HasSubstr("'--trace' is given twice"));
 }
 
+TEST(ArgumentSpecTest, RepeatedFlagKeepsEveryValueInOrder) {
+  cli::ArgumentSpec spec("loomd", "A daemon.");
+  spec.AddRepeatedFlag("data-root", "DIR", "a root").AddFlag("listen", "ADDRESS", "", "where");
+  auto parsed = spec.Parse({"--data-root", "/a", "--listen", "x:1", "--data-root=/b"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->Values("data-root"), ElementsAre("/a", "/b"));
+  EXPECT_THAT(parsed->Values("listen"), IsEmpty());
+  parsed = spec.Parse({});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->Values("data-root"), IsEmpty());
+  EXPECT_THAT(spec.Help(), HasSubstr("may be given several times"));
+}
+
 TEST(ArgumentSpecTest, PositionalCount) {
   auto parsed = TestSpec().Parse({"--verbose"});
   ASSERT_FALSE(parsed.ok());

@@ -205,6 +205,9 @@ TEST_F(LoomdClusterTest, ACheckpointOfAJobAcrossNodesEqualsTheOneNodeRuns) {
     EXPECT_EQ(found->second.shape, tensor.shape) << name;
     EXPECT_TRUE(found->second.bytes == tensor.bytes) << name << " differs";
   }
+  // The same metadata, but for the job that wrote each (loomd_job: its id and submit time).
+  EXPECT_EQ(across->metadata.erase("loomd_job"), 1u);
+  EXPECT_EQ(one_node->metadata.erase("loomd_job"), 1u);
   EXPECT_EQ(across->metadata, one_node->metadata);
   EXPECT_EQ(across->metadata.at("step"), "3");
   // The nodes' parts are gone.

@@ -32,6 +32,18 @@ absl::StatusOr<std::unique_ptr<LoomdProcess>> LoomdProcess::Start(const Options&
   process->log_path_ = options.log_path;
   std::vector<std::string> argv_strings = {options.binary, "--listen", options.listen_address};
   argv_strings.insert(argv_strings.end(), options.arguments.begin(), options.arguments.end());
+  const auto names_roots = [&](const std::string& flag) {
+    for (const std::string& argument : options.arguments) {
+      if (argument == flag || argument.rfind(flag + "=", 0) == 0) return true;
+    }
+    return false;
+  };
+  if (!names_roots("--data-root") && !names_roots("--checkpoint-root")) {
+    for (const std::string& root : options.data_roots) {
+      argv_strings.insert(argv_strings.end(), {"--data-root", root});
+    }
+    argv_strings.insert(argv_strings.end(), {"--checkpoint-root", options.checkpoint_root});
+  }
   std::vector<std::string> environment_strings;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string inherited = *entry;

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ class LoomdProcess {
     std::vector<std::string> environment;
     // How long it may take to serve.
     absl::Duration deadline = absl::Seconds(20);
+    // Unless `arguments` name roots themselves: the --data-root directories (the tests'
+    // temporary directory, TMPDIR, and that of the GPT's default training text, the GPL's, see
+    // tools/loom-gpt/gpt_model.h) and the --checkpoint-root (TMPDIR).
+    std::vector<std::string> data_roots = {std::filesystem::temp_directory_path().string(),
+                                           "/usr/share/common-licenses"};
+    std::string checkpoint_root = std::filesystem::temp_directory_path().string();
   };
 
   // Starts `loomd --listen LISTEN_ADDRESS ARGUMENTS...` and waits (up to the deadline) for the

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_roots.h"
 #include "daemon/job_admission.h"
 #include "daemon/node_job.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -30,10 +31,14 @@ absl::StatusOr<Fetched> RunNodePlans(const std::vector<plan::Plan>& node_plans,
     if (absl::Status status = RegisterCpuKernels(&cpu_kernels); !status.ok()) return status;
     kernels = &cpu_kernels;
   }
+  // The node plans may read token files and initial states anywhere (declared before the jobs,
+  // which use it, so it outlives them).
+  const FileRoots files = FileRoots::Unrestricted();
   std::vector<std::unique_ptr<daemon::NodeJob>> jobs;
   std::map<int, std::string> addresses;
   for (const plan::Plan& node_plan : node_plans) {
     JobOptions options;
+    options.files = &files;
     options.stall_timeout = absl::Seconds(30);
     options.collective_timeout = absl::Seconds(30);
     if (run_options.set_up) {

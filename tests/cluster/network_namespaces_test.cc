@@ -50,7 +50,9 @@ class NetworkNamespacesTest : public ::testing::Test {
       // network.
       options.environment = {"UCX_TLS=tcp",
                              absl::StrCat("UCX_NET_DEVICES=", VirtualHosts::kDataDevice)};
+      // Plaintext on the management network (an address of its own, not loopback).
       options.arguments = {"--verbose",
+                           "--insecure",
                            "--devices",
                            "cpu:2",
                            "--node-name",

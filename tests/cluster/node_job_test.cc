@@ -2,6 +2,7 @@
 // fetched losses equal the one-node run's bit for bit, and every device allocates what the
 // compiler estimated. The connect phase's probes: every peer is
 // heard from when all connect; a silent peer and a dead one fail the wait naming them.
+#include "core/file_roots.h"
 #include "daemon/node_job.h"
 
 #include <map>
@@ -133,7 +134,7 @@ class PeerProbeTest : public ::testing::Test {
     ASSERT_TRUE(plans.ok()) << plans.status();
     for (const plan::Plan& node_plan : *plans) {
       absl::StatusOr<std::unique_ptr<daemon::NodeJob>> node_job =
-          daemon::NodeJob::Create(node_plan, &kernels_, JobOptions{});
+          daemon::NodeJob::Create(node_plan, &kernels_, JobOptions{.files = &files_});
       ASSERT_TRUE(node_job.ok()) << node_job.status();
       addresses_[node_plan.node()] = (*node_job)->address();
       jobs_.push_back(*std::move(node_job));
@@ -152,6 +153,8 @@ class PeerProbeTest : public ::testing::Test {
   }
 
   KernelRegistry kernels_;
+  // The GPT's plans read its token file (declared before the jobs, which use it).
+  const FileRoots files_ = FileRoots::Unrestricted();
   std::map<int, std::string> addresses_;
   std::vector<std::unique_ptr<daemon::NodeJob>> jobs_;
 };

@@ -48,7 +48,9 @@ class Loomd:
 
     def __init__(self, binary, name, coordinator=None, rank=None, tls_flags=()):
         command = [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                   "--node-name", name, "--devices", "cpu:1", *tls_flags]
+                   "--node-name", name, "--devices", "cpu:1",
+                   # The GPT's default training text.
+                   "--data-root", "/usr/share/common-licenses", *tls_flags]
         if coordinator:
             command += ["--coordinator", coordinator, "--node-rank", str(rank)]
         self.name = name
@@ -97,8 +99,9 @@ class Certificates:
     def __init__(self, directory):
         make_certs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                   "scripts", "make-certs")
-        for name, hosts in [("daemon", ["127.0.0.1"]), ("client", [])]:
-            subprocess.run([make_certs, directory, name, *hosts], check=True,
+        for name, roles, hosts in [("daemon", ["--role", "node"], ["127.0.0.1"]),
+                                   ("client", [], [])]:
+            subprocess.run([make_certs, *roles, directory, name, *hosts], check=True,
                            stdout=subprocess.DEVNULL)
         self.ca = os.path.join(directory, "ca.pem")
         self.directory = directory

@@ -1,7 +1,7 @@
 // Mutual TLS (--tls-ca, --tls-cert, --tls-key): a coordinator and a worker with certificates of
 // one authority (scripts/make-certs) form a cluster and run a job across both nodes for a client
 // with its own certificate; a client or a worker without a certificate of that authority gets
-// nothing.
+// nothing, and a worker whose certificate is not a node's (role, rpc/tls.h) cannot join.
 #include "rpc/tls.h"
 
 #include <fstream>
@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -47,10 +48,11 @@ class TlsTest : public ::testing::Test {
     prefix_ = absl::StrCat(::testing::TempDir(), "/tls-", getpid(), "-");
     certificates_ = absl::StrCat(prefix_, "certs");
     other_authority_ = absl::StrCat(prefix_, "other-certs");
-    ASSERT_TRUE(MakeCertificate(certificates_, "node0", "127.0.0.1 localhost"));
-    ASSERT_TRUE(MakeCertificate(certificates_, "node1", "127.0.0.1"));
-    ASSERT_TRUE(MakeCertificate(certificates_, "operator"));
-    ASSERT_TRUE(MakeCertificate(other_authority_, "intruder", "127.0.0.1"));
+    ASSERT_TRUE(
+        MakeCertificateWith("--role node", certificates_, "node0", "127.0.0.1 localhost"));
+    ASSERT_TRUE(MakeCertificateWith("--role node", certificates_, "node1", "127.0.0.1"));
+    ASSERT_TRUE(MakeCertificateWith("--role client", certificates_, "operator", "127.0.0.1"));
+    ASSERT_TRUE(MakeCertificateWith("--role node", other_authority_, "intruder", "127.0.0.1"));
 
     std::vector<std::string> arguments = {"--devices", "cpu:1", "--node-name", "node0",
                                           "--verbose"};
@@ -156,17 +158,23 @@ TEST_F(TlsTest, AClientWithACertificateOfAnotherAuthorityIsRefused) {
 
 TEST_F(TlsTest, WorkersWithoutACertificateOfTheAuthorityCannotJoin) {
   StartWorker({});
-  // A loomd given a certificate of another authority does not even start.
-  std::vector<std::string> arguments = {"--devices", "cpu:1", "--coordinator",
-                                        coordinator_->address()};
-  for (const std::string& flag :
-       TlsFlags(CertificateFiles(certificates_, other_authority_, "intruder"))) {
-    arguments.push_back(flag);
+  // A loomd given a certificate of another authority, or a client's certificate of the authority
+  // (no node role), does not even start. (Were it to try, the coordinator would refuse it:
+  // tests/daemon/authorization_test.cc.)
+  for (const auto& [authority, name, says] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {other_authority_, "intruder", "does not verify against --tls-ca"},
+           {certificates_, "operator", "without the node role"}}) {
+    std::vector<std::string> arguments = {"--devices", "cpu:1", "--coordinator",
+                                          coordinator_->address()};
+    for (const std::string& flag : TlsFlags(CertificateFiles(certificates_, authority, name))) {
+      arguments.push_back(flag);
+    }
+    absl::StatusOr<std::unique_ptr<LoomdProcess>> refused =
+        LoomdProcess::Start(LOOMD_BINARY, arguments, absl::StrCat(prefix_, name, ".log"));
+    ASSERT_FALSE(refused.ok()) << name;
+    EXPECT_THAT(refused.status().message(), HasSubstr(says));
   }
-  absl::StatusOr<std::unique_ptr<LoomdProcess>> refused =
-      LoomdProcess::Start(LOOMD_BINARY, arguments, absl::StrCat(prefix_, "intruder.log"));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.status().message(), HasSubstr("does not verify against --tls-ca"));
   absl::StatusOr<std::unique_ptr<ClusterClient>> client =
       Connect(ReadCredentials(CertificateFiles(certificates_, certificates_, "operator")));
   ASSERT_TRUE(client.ok()) << client.status();

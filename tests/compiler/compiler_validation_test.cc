@@ -1,4 +1,7 @@
 // Every validation error names the op (or variable, input, tensor) and the problem.
+#include <limits>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/memory_plan.h"
@@ -467,6 +470,168 @@ TEST(CompilerValidationTest, EmptyJobAndOverflowingShapes) {
                      random_normal { std: 1 seed: 1 }
                    })pb",
               "input 'x': shape [4611686018427387904, 4] has more than");
+}
+
+// Issue 56, finding 2: sizes that overflow int64 (or pass the limits of core/tensor.h) are
+// refused naming the op or placement, before a register is sized from them.
+TEST(CompilerValidationTest, ReshapeWhoseElementCountWrapsIsRefused) {
+  // 24 * 768614336404564651 is 8 modulo 2^64: the register would have been 32 bytes.
+  ExpectError(R"pb(name: "wrap"
+                   placement { devices: "cpu:0" }
+                   inputs {
+                     name: "x"
+                     shape: [ 8 ]
+                     random_normal { std: 1 seed: 1 }
+                   }
+                   ops {
+                     name: "rs"
+                     type: "reshape"
+                     inputs: "x"
+                     outputs: "y"
+                     attributes {
+                       key: "shape"
+                       value { int_list { values: [ 24, 768614336404564651 ] } }
+                     }
+                   }
+                   fetch: "y")pb",
+              "op 'rs' (reshape): shape [24, 768614336404564651] has more than 2^48");
+}
+
+TEST(CompilerValidationTest, BroadcastWhoseOutputIsBeyondTheLimitIsRefused) {
+  // Inputs of 2^31 elements each; the sum is [2^31, 2^31], 2^62 elements (2^64 bytes).
+  ExpectError(R"pb(name: "outer"
+                   placement { devices: "cpu:0" }
+                   inputs {
+                     name: "a"
+                     shape: [ 2147483648, 1 ]
+                     random_normal { std: 1 seed: 1 }
+                   }
+                   inputs {
+                     name: "b"
+                     shape: [ 1, 2147483648 ]
+                     random_normal { std: 1 seed: 2 }
+                   }
+                   ops {
+                     name: "sum"
+                     type: "add"
+                     inputs: [ "a", "b" ]
+                     outputs: "z"
+                   }
+                   fetch: "z")pb",
+              "op 'sum' (add): output 'z' shape [2147483648, 2147483648] has more than 2^48");
+}
+
+TEST(CompilerValidationTest, HierarchyWhoseProductWrapsIsRefused) {
+  // 7 * 7905747460161236407 is 1 modulo 2^64, the number of devices listed.
+  ExpectError(Base() + R"pb(ops {
+                              name: "r"
+                              type: "relu"
+                              inputs: "x"
+                              outputs: "y"
+                              placement {
+                                devices: [ "cpu:0" ]
+                                hierarchy: [ 7, 7905747460161236407 ]
+                              }
+                            })pb",
+              "op 'r': the placement's hierarchy [7, 7905747460161236407] has more positions "
+              "than fit in 64 bits but the placement lists 1 devices");
+}
+
+TEST(CompilerValidationTest, PadWhoseBeginOverflowsIsRefused) {
+  // begin + x's extent wraps to a negative number, which passed `<= shape` before.
+  ExpectError(Base() + R"pb(ops {
+                              name: "p"
+                              type: "pad"
+                              inputs: "x"
+                              outputs: "y"
+                              attributes {
+                                key: "shape"
+                                value { int_list { values: [ 4, 6 ] } }
+                              }
+                              attributes {
+                                key: "begin"
+                                value { int_list { values: [ 9223372036854775807, 0 ] } }
+                              }
+                            })pb",
+              "op 'p' (pad): x float32[4, 6] at begin [9223372036854775807, 0] does not lie");
+}
+
+TEST(CompilerValidationTest, AttentionWhoseScoresAreBeyondTheLimitIsRefused) {
+  // q of 2^25 tokens: 2^25 elements, but its scores [1, 1, 2^25, 2^25] are 2^50.
+  ExpectError(R"pb(name: "long"
+                   placement { devices: "cpu:0" }
+                   inputs {
+                     name: "q"
+                     shape: [ 1, 1, 33554432, 1 ]
+                     random_normal { std: 1 seed: 1 }
+                   }
+                   ops {
+                     name: "att"
+                     type: "causal_attention"
+                     inputs: [ "q", "q", "q" ]
+                     outputs: "y"
+                   }
+                   fetch: "y")pb",
+              "op 'att' (causal_attention): the attention scores of q [1, 1, 33554432, 1]");
+}
+
+TEST(CompilerValidationTest, ConcatBeyondTheLimitIsRefused) {
+  std::string text = R"pb(name: "long_concat"
+                          placement { devices: "cpu:0" }
+                          ops {
+                            name: "c"
+                            type: "concat"
+                            inputs: [ "a", "b", "d" ]
+                            outputs: "y"
+                            attributes {
+                              key: "axis"
+                              value { int_value: 0 }
+                            }
+                          }
+                          fetch: "y")pb";
+  for (const char* name : {"a", "b", "d"}) {
+    absl::StrAppend(&text, " inputs { name: \"", name,
+                    "\" shape: [ 140737488355328 ] random_normal { std: 1 } }");
+  }
+  ExpectError(text, "op 'c' (concat): the concatenation axis 0 of its 3 inputs has more than 2^48");
+}
+
+// A one-device plan: one register of `elements` bytes in `num_slots` slots.
+plan::Plan PlanOfOneRegister(int64_t elements, int num_slots, int64_t budget_bytes) {
+  plan::Plan plan;
+  plan::DeviceDesc* device = plan.add_devices();
+  device->mutable_device()->set_type(plan::CPU);
+  device->set_memory_budget_bytes(budget_bytes);
+  plan::RegisterDesc* reg = plan.add_registers();
+  reg->set_name("r");
+  reg->mutable_tensor()->add_shape(elements);
+  reg->mutable_tensor()->set_data_type(plan::UINT8);
+  reg->set_num_slots(num_slots);
+  plan::Task* task = plan.add_tasks();
+  task->set_name("t");
+  task->set_kind(plan::COMPUTE);
+  *task->mutable_stream()->mutable_device() = device->device();
+  task->add_outputs("r");
+  return plan;
+}
+
+TEST(CompilerValidationTest, MemoryEstimateSaturatesInsteadOfWrapping) {
+  const plan::Plan plan = PlanOfOneRegister(int64_t{1} << 48, 1 << 16, int64_t{1} << 30);
+  const std::vector<DeviceMemoryEstimate> estimates = EstimateMemory({plan});
+  ASSERT_EQ(estimates.size(), 1u);
+  EXPECT_EQ(estimates[0].register_bytes, std::numeric_limits<int64_t>::max());
+  absl::Status status = CheckMemory({plan});
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("device node0/cpu:0 needs"));
+}
+
+TEST(CompilerValidationTest, MemoryBeyondAnyDeviceIsRefusedWithoutABudget) {
+  // 2^7 slots of 2^48 bytes pass; 257 slots, just over 2^56 bytes, fit in int64 but no device
+  // holds them.
+  EXPECT_TRUE(CheckMemory({PlanOfOneRegister(int64_t{1} << 48, 1 << 7, 0)}).ok());
+  absl::Status status = CheckMemory({PlanOfOneRegister(int64_t{1} << 48, (1 << 8) + 1, 0)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("more than the 2^56 bytes (64 PiB)"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "core/data_type.h"
 #include "core/safetensors.h"
 #include "gmock/gmock.h"
@@ -20,6 +21,7 @@ namespace loom::checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::string_literals;
 
 struct MalformedCase {
@@ -42,16 +44,21 @@ std::vector<MalformedCase> MalformedCases() {
   const std::string four = "abcd";
   std::vector<MalformedCase> cases = {
       // The file and the header length.
-      {"empty file", "", kInvalid, {"truncated", "has 0 bytes"}},
-      {"7 bytes", "\x08\x00\x00\x00\x00\x00\x00"s, kInvalid, {"truncated", "has 7 bytes"}},
+      // Issue 56: what is wrong, without the length read from the file or its size.
+      {"empty file", "", kInvalid, {"truncated", "ends before the 8 bytes of the header length"}},
+      {"7 bytes",
+       "\x08\x00\x00\x00\x00\x00\x00"s,
+       kInvalid,
+       {"truncated", "ends before the 8 bytes of the header length"}},
       {"header past the end",
        LittleEndian64(100) + "{}",
        kInvalid,
-       {"header length 100 runs past the end of the file, which has 2 bytes"}},
+       {"the header length field is not a plausible safetensors header length",
+        "runs past the end of the file"}},
       {"header length 2^64-1",
        "\xff\xff\xff\xff\xff\xff\xff\xff{}"s,
        kInvalid,
-       {"header length 18446744073709551615 runs past the end"}},
+       {"not a plausible safetensors header length"}},
       {"header cut short", valid.substr(0, 100), kInvalid, {"runs past the end of the file"}},
       {"data cut short",
        valid.substr(0, valid.size() - 3),
@@ -314,6 +321,25 @@ TEST_F(SafetensorsTest, RejectsEveryMalformedFileClearly) {
   }
 }
 
+// Issue 56: a file that is no safetensors file (here: text, or bytes whose first 8 read as a
+// length) is refused saying what is wrong, without a byte of it, the length read, or its size.
+TEST_F(SafetensorsTest, NoSafetensorsFileErrorsHoldNoBytesOfItNorItsSize) {
+  std::string path = Path("notes.txt");
+  for (const std::string& contents :
+       {std::string("root:x:0:0:root:/root:/bin/bash\n"), LittleEndian64(12345) + "secret",
+        LittleEndian64(20) + "{\"x\": secret value }    "}) {
+    WriteFile(path, contents);
+    absl::StatusOr<Checkpoint> read = ReadSafetensors(path);
+    ASSERT_FALSE(read.ok());
+    const std::string message = absl::StrReplaceAll(read.status().message(), {{path, "PATH"}});
+    EXPECT_THAT(message, Not(HasSubstr("root")));
+    EXPECT_THAT(message, Not(HasSubstr("secret")));
+    EXPECT_THAT(message, Not(HasSubstr("12345")));
+    EXPECT_THAT(message, Not(HasSubstr(absl::StrCat(contents.size()))));
+    EXPECT_THAT(message, Not(HasSubstr("found")));
+  }
+}
+
 TEST_F(SafetensorsTest, RejectsHeadersOverTheLimitWithoutReadingThem) {
   // A sparse file: the header length is checked before the header is read.
   std::string path = Path("huge_header.safetensors");
@@ -322,7 +348,9 @@ TEST_F(SafetensorsTest, RejectsHeadersOverTheLimitWithoutReadingThem) {
   absl::StatusOr<Checkpoint> read = ReadSafetensors(path);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(read.status().message(),
-              HasSubstr("the header length 100000001 exceeds the limit of 100000000 bytes"));
+              HasSubstr("the header length field is not a plausible safetensors header length: it "
+                        "exceeds the limit of 100000000 bytes"));
+  EXPECT_THAT(read.status().message(), Not(HasSubstr("100000001")));
 }
 
 // Random corruptions of a valid file: each read must fail cleanly or succeed with consistent

@@ -113,6 +113,20 @@ TEST_F(CancelTest, CancelsAPendingAndARunningJob) {
   EXPECT_EQ(Cancel(*jobs_, next, &info).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// Issue 56, finding 3: a sleep of 10^12 us (11.6 days), cancelled, left the node agent waiting
+// for it for good, and every later job failed to launch.
+TEST_F(CancelTest, ACancelledEndlessSleepIsFollowedByASuccessfulJobWithinAMinute) {
+  const std::string endless = SubmitOrDie(SlowJob(1, int64_t{1'000'000'000'000}));
+  ASSERT_TRUE(WaitForState(endless, v1::JOB_STATE_RUNNING));
+  const absl::Time cancelled = absl::Now();
+  v1::JobInfo info;
+  ASSERT_TRUE(Cancel(*jobs_, endless, &info).ok());
+  EXPECT_EQ(info.state(), v1::JOB_STATE_CANCELLED);
+  const std::string next = SubmitOrDie(TrainingJob(2));
+  EXPECT_EQ(StatesOf(WatchToEnd(next)).back(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_LT(absl::Now() - cancelled, absl::Minutes(1));
+}
+
 TEST_F(CancelTest, AWatcherOfARunningJobSeesItCancelled) {
   const std::string id = SubmitOrDie(SlowJob(10000, 2000));
   ASSERT_TRUE(WaitForState(id, v1::JOB_STATE_RUNNING));

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_roots.h"
 #include "core/safetensors.h"
 #include "daemon/job_checkpoint.h"
 #include "gmock/gmock.h"
@@ -49,6 +50,10 @@ class CheckpointSnapshotsTest : public ::testing::Test {
     directory_ = loom::testing::FreshTestDirectory("checkpoint-snapshots");
     std::filesystem::create_directories(directory_);
     path_ = (directory_ / "model.safetensors").string();
+    absl::StatusOr<FileRoots> roots =
+        FileRoots::Beneath({directory_.string()}, "--checkpoint-root");
+    ASSERT_TRUE(roots.ok()) << roots.status();
+    roots_ = *std::move(roots);
   }
 
   CheckpointSnapshots::WrittenCallback Recorder() {
@@ -65,6 +70,7 @@ class CheckpointSnapshotsTest : public ::testing::Test {
 
   std::filesystem::path directory_;
   std::string path_;
+  FileRoots roots_ = FileRoots::Unrestricted();
   std::mutex mutex_;
   std::vector<std::pair<int64_t, absl::Status>> reports_;
 };
@@ -72,7 +78,7 @@ class CheckpointSnapshotsTest : public ::testing::Test {
 TEST_F(CheckpointSnapshotsTest, WritesAStepsPartOnceEveryVariableIsInAndRemovesItAtTheEnd) {
   const std::string part = CheckpointPartPath(StepPartsPath(path_, 4), 1);
   {
-    CheckpointSnapshots snapshots(NodePlan(), path_, Recorder());
+    CheckpointSnapshots snapshots(NodePlan(), &roots_, path_, Recorder());
     ASSERT_TRUE(snapshots.Add(Snapshot("w@1", 4, 1.5)).ok());
     // Not complete: b@1's snapshot of step 4 is still to come.
     ASSERT_TRUE(snapshots.Finish().ok());
@@ -101,7 +107,7 @@ TEST_F(CheckpointSnapshotsTest, WritesAStepsPartOnceEveryVariableIsInAndRemovesI
 TEST_F(CheckpointSnapshotsTest, APartThatCannotBeWrittenIsReportedAndRefusesTheNextSnapshots) {
   // A directory where step 2's part goes.
   std::filesystem::create_directories(CheckpointPartPath(StepPartsPath(path_, 2), 1));
-  CheckpointSnapshots snapshots(NodePlan(), path_, Recorder());
+  CheckpointSnapshots snapshots(NodePlan(), &roots_, path_, Recorder());
   ASSERT_TRUE(snapshots.Add(Snapshot("w@1", 2, 1)).ok());
   ASSERT_TRUE(snapshots.Add(Snapshot("b@1", 2, 1)).ok());
   absl::Status finished = snapshots.Finish();
@@ -112,6 +118,19 @@ TEST_F(CheckpointSnapshotsTest, APartThatCannotBeWrittenIsReportedAndRefusesTheN
   EXPECT_EQ(reports[0].first, 2);
   EXPECT_EQ(reports[0].second, finished);
   EXPECT_EQ(snapshots.Add(Snapshot("w@1", 4, 1)), finished);
+}
+
+// Issue 56: a node writes its parts only beneath its --checkpoint-root directories.
+TEST_F(CheckpointSnapshotsTest, APartOutsideTheRootsIsRefused) {
+  absl::StatusOr<FileRoots> none = FileRoots::Beneath({}, "--checkpoint-root");
+  ASSERT_TRUE(none.ok());
+  CheckpointSnapshots snapshots(NodePlan(), &*none, path_, Recorder());
+  ASSERT_TRUE(snapshots.Add(Snapshot("w@1", 2, 1)).ok());
+  ASSERT_TRUE(snapshots.Add(Snapshot("b@1", 2, 1)).ok());
+  absl::Status finished = snapshots.Finish();
+  EXPECT_EQ(finished.code(), absl::StatusCode::kPermissionDenied) << finished;
+  EXPECT_THAT(finished.message(), HasSubstr("--checkpoint-root"));
+  EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(StepPartsPath(path_, 2), 1)));
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// loomd's flags.
+// loomd's flags, and the refusal to serve plaintext beyond loopback without --insecure.
 #include "daemon/daemon_options.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/parallel_for.h"
 #include "daemon/daemon.h"
 #include "device/host_memory.h"
@@ -186,6 +188,44 @@ TEST(DaemonStartTest, RefusesGpusThisMachineDoesNotHave) {
   ASSERT_FALSE(daemon.ok());
   EXPECT_EQ(daemon.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(daemon.status().message(), HasSubstr("--devices cuda:0,99: "));
+}
+
+TEST(PlaintextListenTest, LoopbackAddressesMayServePlaintext) {
+  DaemonOptions options;
+  for (const char* address : {"127.0.0.1:7070", "127.0.0.2:0", "localhost:7070", "[::1]:7070",
+                              "ipv4:127.0.0.1:7070", "[::ffff:127.0.0.1]:1"}) {
+    options.listen_address = address;
+    EXPECT_TRUE(CheckPlaintextListen(options).ok()) << address;
+  }
+}
+
+TEST(PlaintextListenTest, OtherAddressesNeedTlsOrInsecure) {
+  DaemonOptions options;
+  for (const char* address : {"0.0.0.0:7070", "[::]:7070", "10.1.2.3:7070", "node-a:7070", ":7070",
+                              "dns:///node-a:7070", "128.0.0.1:7070"}) {
+    options.listen_address = address;
+    options.insecure = false;
+    absl::Status refused = CheckPlaintextListen(options);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << address;
+    EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("'", address, "'")));
+    EXPECT_THAT(refused.message(), HasSubstr("--tls-cert"));
+    EXPECT_THAT(refused.message(), HasSubstr("--insecure"));
+    options.insecure = true;
+    EXPECT_TRUE(CheckPlaintextListen(options).ok()) << address;
+  }
+  options.listen_address = "0.0.0.0:7070";
+  options.insecure = false;
+  options.tls = TlsCredentials{};
+  EXPECT_TRUE(CheckPlaintextListen(options).ok());
+}
+
+TEST(PlaintextListenTest, TheDaemonRefusesToStartOnAnyAddressWithoutInsecure) {
+  DaemonOptions options;
+  options.listen_address = "0.0.0.0:0";
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+  ASSERT_FALSE(daemon.ok());
+  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(daemon.status().message(), HasSubstr("'0.0.0.0:0'"));
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ job::Job TrainingJob(int steps) {
   return job;
 }
 
-job::Job SlowJob(int steps, int microseconds) {
+job::Job SlowJob(int steps, int64_t microseconds) {
   job::Job job = ParseJob(absl::StrCat(kMatmulJob, kSlowOps));
   job.set_num_steps(steps);
   for (job::Op& op : *job.mutable_ops()) {
@@ -173,6 +173,10 @@ DaemonOptions TestOptions() {
   options.node_name = "test-node";
   options.devices = {plan::CPU, {0, 1}};
   options.shutdown_grace = absl::ZeroDuration();
+  // Jobs of the tests read and write their files beneath the test's temporary directory (and
+  // the GPT's default training text, the GPL's, tools/loom-gpt/gpt_model.h).
+  options.data_roots = {::testing::TempDir(), "/usr/share/common-licenses"};
+  options.checkpoint_roots = {::testing::TempDir()};
   return options;
 }
 

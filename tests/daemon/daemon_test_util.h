@@ -22,7 +22,7 @@ namespace loom::daemon::testing {
 // A training job: an MLP regression trained with SGD, data parallel over cpu:0 and cpu:1.
 job::Job TrainingJob(int steps);
 // A training job whose every step sleeps `microseconds` (a "sleep" op) on cpu:0 and cpu:1.
-job::Job SlowJob(int steps, int microseconds);
+job::Job SlowJob(int steps, int64_t microseconds);
 // A data-parallel training job on cpu:0 and cpu:1, two micro-batches per step, that also fetches
 // two counts of a tensor of ones shaped like its [8, 4] input: `total` ([]: the partial sums of
 // the two ranks, 16 per micro-batch once assembled) and `per_column` ([4]: 4 per micro-batch).

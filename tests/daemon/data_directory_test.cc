@@ -1,8 +1,13 @@
-// loomd --data-dir: the coordinator's jobs (events, plans, traces, ids) survive a restart, and
-// two daemons never share one directory.
+// loomd --data-dir: the coordinator's jobs (events, plans, traces, ids) survive a restart, two
+// daemons never share one directory, and a job whose record cannot be written (a full disk) is
+// refused with why, runs not, and its id is never handed out again.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -22,6 +27,27 @@ namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
+
+// While it lives, no file this process writes may grow beyond `bytes` (RLIMIT_FSIZE), and such a
+// write fails with EFBIG instead of raising SIGXFSZ: a full disk, for the data directory.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0) << std::strerror(errno);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*previous_handler_)(int) = SIG_DFL;
+};
 
 class DataDirectoryTest : public DaemonTest {
  protected:
@@ -188,6 +214,34 @@ TEST_F(DataDirectoryTest, ASubmittedJobIsOnDiskWhenItsIdReachesTheClient) {
   cancel.set_job_id(id);
   v1::CancelJobResponse cancelled;
   ASSERT_TRUE(jobs_->CancelJob(ContextWithDeadline().get(), cancel, &cancelled).ok());
+}
+
+TEST_F(DataDirectoryTest, ASubmissionWhoseRecordCannotBeWrittenFailsNamingTheDirectory) {
+  v1::SubmitJobResponse response;
+  grpc::Status status;
+  {
+    FileSizeLimit full(64);  // its number ("1\n") fits, its plan does not
+    status = Submit(SlowJob(1000, 100000), &response);
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr(directory_));
+  EXPECT_THAT(status.error_message(), HasSubstr(std::strerror(EFBIG)));
+  // Nothing of it waits or runs.
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(jobs_->ListJobs(ContextWithDeadline().get(), list, &listed).ok());
+  for (const v1::JobInfo& job : listed.jobs()) {
+    EXPECT_EQ(job.state(), v1::JOB_STATE_CANCELLED) << job.job_id();
+    EXPECT_THAT(job.error().message(), HasSubstr("is not kept on disk"));
+  }
+  // No temporary file is left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(directory_ + "/jobs")) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp")));
+  }
+  // Its id is never handed out, not even after a restart.
+  EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-2");
+  StartDaemon(Options());
+  EXPECT_EQ(SubmitOrDie(TrainingJob(1)), "job-3");
 }
 
 TEST_F(DataDirectoryTest, AnUnreadableJobFileIsSkippedNotFatal) {

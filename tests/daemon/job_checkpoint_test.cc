@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_roots.h"
 #include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,6 +45,10 @@ class JobCheckpointTest : public ::testing::Test {
     directory_ = loom::testing::FreshTestDirectory("job-checkpoint");
     std::filesystem::create_directories(directory_);
     path_ = (directory_ / "model.safetensors").string();
+    absl::StatusOr<FileRoots> roots =
+        FileRoots::Beneath({directory_.string()}, "--checkpoint-root");
+    ASSERT_TRUE(roots.ok()) << roots.status();
+    roots_ = *std::move(roots);
   }
 
   void WritePart(int node, std::map<std::string, HostTensor> tensors) {
@@ -54,6 +59,7 @@ class JobCheckpointTest : public ::testing::Test {
 
   std::filesystem::path directory_;
   std::string path_;
+  FileRoots roots_ = FileRoots::Unrestricted();
 };
 
 TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
@@ -63,7 +69,8 @@ TEST_F(JobCheckpointTest, AssemblesTheLogicalTensorsFromTheNodesParts) {
   CheckpointProgress progress;
   progress.steps_taken = 7;
   progress.optimizer = true;
-  ASSERT_TRUE(AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, progress).ok());
+  ASSERT_TRUE(
+      AssembleCheckpointParts(roots_, SplitVariable(), {0, 1}, path_, path_, progress, false).ok());
 
   absl::StatusOr<checkpoint::Checkpoint> assembled = checkpoint::ReadSafetensors(path_);
   ASSERT_TRUE(assembled.ok()) << assembled.status();
@@ -99,7 +106,8 @@ TEST_F(JobCheckpointTest, APeriodicCheckpointsPartsLieUnderItsStepAndReplicasAre
   }
   CheckpointProgress progress;
   progress.steps_taken = 40;
-  absl::Status status = AssembleCheckpointParts(plan, {0, 1}, parts, path_, progress);
+  absl::Status status =
+      AssembleCheckpointParts(roots_, plan, {0, 1}, parts, path_, progress, false);
   ASSERT_TRUE(status.ok()) << status;
   absl::StatusOr<checkpoint::Checkpoint> assembled = checkpoint::ReadSafetensors(path_);
   ASSERT_TRUE(assembled.ok()) << assembled.status();
@@ -110,7 +118,8 @@ TEST_F(JobCheckpointTest, APeriodicCheckpointsPartsLieUnderItsStepAndReplicasAre
 
 TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
   WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
-  absl::Status status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
+  absl::Status status =
+      AssembleCheckpointParts(roots_, SplitVariable(), {0, 1}, path_, path_, {}, false);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(), HasSubstr("node 1's checkpoint part"));
   EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(path_, 0)));  // removed all the same
@@ -118,7 +127,7 @@ TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
 
   WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
   WritePart(1, {{"value:w@1", FloatTensor({3, 4})}});
-  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
+  status = AssembleCheckpointParts(roots_, SplitVariable(), {0, 1}, path_, path_, {}, false);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(),
               HasSubstr("variable 'w': no checkpoint part has optimizer.momentum_buffer.w of "
@@ -126,7 +135,7 @@ TEST_F(JobCheckpointTest, AMissingPartOrPieceIsAnErrorNamingIt) {
 
   WritePart(0, {{"value:w@0", FloatTensor({1, 2, 3})}, {"state0:w@0", FloatTensor({10, 20})}});
   WritePart(1, {{"value:w@1", FloatTensor({3, 4})}, {"state0:w@1", FloatTensor({30, 40})}});
-  status = AssembleCheckpointParts(SplitVariable(), {0, 1}, path_, path_, {});
+  status = AssembleCheckpointParts(roots_, SplitVariable(), {0, 1}, path_, path_, {}, false);
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("variable 'w'"));
 }
@@ -153,15 +162,107 @@ TEST_F(JobCheckpointTest, OnlyTheFilesAnInterruptedSaveLeavesAreRemoved) {
   }
   std::filesystem::create_directory(absl::StrCat(path_, ".node-7"));  // not a file: kept
 
-  std::vector<std::string> removed = RemoveLeftoverCheckpointFiles(path_);
+  std::vector<std::string> removed = RemoveLeftoverCheckpointFiles(&roots_, path_);
   EXPECT_THAT(removed, UnorderedElementsAreArray(leftovers));
   for (const std::string& file : leftovers) EXPECT_FALSE(std::filesystem::exists(file)) << file;
   for (const std::string& file : kept) EXPECT_TRUE(std::filesystem::exists(file)) << file;
   EXPECT_TRUE(std::filesystem::is_directory(absl::StrCat(path_, ".node-7")));
 
-  EXPECT_TRUE(RemoveLeftoverCheckpointFiles(path_).empty());  // nothing left to remove
-  EXPECT_TRUE(RemoveLeftoverCheckpointFiles((directory_ / "no-such-dir" / "m.safetensors").string())
+  EXPECT_TRUE(RemoveLeftoverCheckpointFiles(&roots_, path_).empty());  // nothing left to remove
+  EXPECT_TRUE(RemoveLeftoverCheckpointFiles(&roots_,
+                                            (directory_ / "no-such-dir" / "m.safetensors").string())
                   .empty());
+}
+
+// Issue 56 finding 5: checkpoints are written only beneath --checkpoint-root, and never over a
+// file the job did not write unless it says so.
+TEST_F(JobCheckpointTest, CheckpointPathsOutsideTheRootsAreRefused) {
+  const plan::Plan plan = SplitVariable();
+  EXPECT_TRUE(CheckCheckpointPath(&roots_, path_, 0, false, plan).ok());
+
+  absl::Status status = CheckCheckpointPath(nullptr, path_, 0, false, plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_THAT(status.message(), HasSubstr("--checkpoint-root"));
+
+  const std::filesystem::path outside = directory_.parent_path() / "job-checkpoint-outside";
+  std::filesystem::create_directories(outside);
+  const std::string dot_dot =
+      (directory_ / ".." / "job-checkpoint-outside" / "m.safetensors").string();
+  for (const std::string& path :
+       {(outside / "m.safetensors").string(), dot_dot, std::string("/var/tmp/m.safetensors")}) {
+    status = CheckCheckpointPath(&roots_, path, 0, false, plan);
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << path << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr(path));
+    EXPECT_THAT(status.message(), HasSubstr(directory_.lexically_normal().string()));
+  }
+  // A directory inside that is a symlink out.
+  std::filesystem::create_directory_symlink(outside, directory_ / "escape");
+  status = CheckCheckpointPath(&roots_, (directory_ / "escape" / "m.safetensors").string(), 0,
+                               false, plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  std::filesystem::remove_all(outside);
+}
+
+TEST_F(JobCheckpointTest, AnExistingFileIsKeptUnlessOverwriteIsAsked) {
+  const plan::Plan plan = SplitVariable();
+  std::ofstream(path_) << "someone else's file";
+  absl::Status status = CheckCheckpointPath(&roots_, path_, 0, false, plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  EXPECT_THAT(status.message(), HasSubstr("overwrite_checkpoint"));
+  EXPECT_TRUE(CheckCheckpointPath(&roots_, path_, 0, true, plan).ok());
+
+  // At the save (a file that appeared while the job ran): kept, the save fails naming it.
+  auto write_parts = [&] {
+    WritePart(0, {{"value:w@0", FloatTensor({1, 2})}, {"state0:w@0", FloatTensor({10, 20})}});
+    WritePart(1, {{"value:w@1", FloatTensor({3, 4})}, {"state0:w@1", FloatTensor({30, 40})}});
+  };
+  CheckpointProgress progress;
+  progress.metadata[kWriterKey] = CheckpointWriter("job-1", "2024-01-01T00:00:00Z");
+  write_parts();
+  status = AssembleCheckpointParts(roots_, plan, {0, 1}, path_, path_, progress, false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  std::string contents;
+  std::getline(std::ifstream(path_), contents);
+  EXPECT_EQ(contents, "someone else's file");
+  EXPECT_FALSE(std::filesystem::exists(CheckpointPartPath(path_, 0)));  // parts removed
+
+  // With overwrite it is replaced; a later save of the same job replaces its own file, another
+  // job's save does not.
+  write_parts();
+  ASSERT_TRUE(AssembleCheckpointParts(roots_, plan, {0, 1}, path_, path_, progress, true).ok());
+  write_parts();
+  status = AssembleCheckpointParts(roots_, plan, {0, 1}, path_, path_, progress, false);
+  EXPECT_TRUE(status.ok()) << status;
+  CheckpointProgress other;
+  other.metadata[kWriterKey] = CheckpointWriter("job-1", "2025-01-01T00:00:00Z");
+  write_parts();
+  status = AssembleCheckpointParts(roots_, plan, {0, 1}, path_, path_, other, false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
+  absl::StatusOr<checkpoint::Checkpoint> kept = checkpoint::ReadSafetensors(path_);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->metadata.at(kWriterKey), progress.metadata.at(kWriterKey));
+}
+
+TEST_F(JobCheckpointTest, PartsAreWrittenOnlyUnderAPartNameBeneathTheRoots) {
+  std::map<std::string, VariableOnHost> variables;
+  variables["w@0"].value = FloatTensor({1, 2});
+  EXPECT_TRUE(WriteCheckpointPart(0, variables, roots_, CheckpointPartPath(path_, 0)).ok());
+  EXPECT_TRUE(
+      WriteCheckpointPart(0, variables, roots_, CheckpointPartPath(StepPartsPath(path_, 3), 0))
+          .ok());
+  for (const std::string& bad : {(directory_ / "notes.txt").string(), path_,
+                                 (directory_ / "m.safetensors.node-x").string()}) {
+    absl::Status status = WriteCheckpointPart(0, variables, roots_, bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr(bad));
+    EXPECT_FALSE(std::filesystem::exists(bad)) << bad;
+  }
+  const std::string outside = "/var/tmp/m.safetensors.node-0";
+  absl::Status status = WriteCheckpointPart(0, variables, roots_, outside);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_THAT(status.message(), HasSubstr("node 0"));
 }
 
 }  // namespace

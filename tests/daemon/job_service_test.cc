@@ -1,6 +1,8 @@
 // loom.v1.JobService and ClusterService through a real gRPC client: submit, watch, get, list,
 // plans, and the status codes of bad requests.
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -387,20 +389,34 @@ TEST_F(JobServiceTest, APeriodicCheckpointThatCannotBeWrittenFailsTheJobNamingTh
 }
 
 TEST_F(JobServiceTest, AJobWhoseCheckpointCannotBeWrittenFailsSayingWhy) {
-  // The path is a directory: the nodes write their parts next to it, the assembled checkpoint
-  // cannot replace it.
-  const std::string path = absl::StrCat(::testing::TempDir(), "/a_directory.safetensors");
-  std::filesystem::create_directories(path);
+  // A directory at the path is refused at submit.
+  const std::string directory = absl::StrCat(::testing::TempDir(), "/a_directory.safetensors");
+  std::filesystem::create_directories(directory);
   v1::SubmitJobResponse response;
-  grpc::Status status = Submit(TrainingJob(2), &response, path);
+  grpc::Status status = Submit(TrainingJob(2), &response, directory);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("is a directory"));
+
+  // A file that appears at the path while the job runs is not the job's to replace: the job
+  // fails naming it, and the file is left as it was.
+  const std::string path = absl::StrCat(::testing::TempDir(), "/appears_meanwhile.safetensors");
+  std::filesystem::remove(path);
+  status = Submit(TrainingJob(200), &response, path);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.job().checkpoint_path(), path);
+  {
+    std::ofstream someone_elses(path);
+    someone_elses << "not the job's";
+  }
   std::vector<v1::JobEvent> events = WatchToEnd(response.job().job_id());
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(events.back().state_change().error().message(),
               HasSubstr(absl::StrCat("saving the checkpoint '", path, "'")));
   EXPECT_FALSE(std::filesystem::exists(absl::StrCat(path, ".node-0")));  // the part is gone
+  std::ifstream kept(path);
+  std::string contents((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(contents, "not the job's");
 }
 
 TEST_F(JobServiceTest, WatchesBeyondTheLimitAreRefusedUntilOneCloses) {

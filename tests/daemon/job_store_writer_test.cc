@@ -1,10 +1,18 @@
 // The coordinator's store writes (daemon/job_store_writer.h): made in order on a thread of their
-// own, never waited for by whoever queues them, all made before the writer is gone.
+// own, never waited for by whoever queues them, all made before the writer is gone, their
+// failures told to whoever waits for them. And the store's writes on a full disk: a clear error,
+// no temporary file left (nor one a crash left, once the store is opened again).
 #include "daemon/job_store_writer.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <string>
@@ -21,6 +29,16 @@ namespace loom::daemon {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The names of the files in `directory`.
+std::vector<std::string> FilesIn(const std::string& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
 
 class JobStoreWriterTest : public ::testing::Test {
  protected:
@@ -112,6 +130,55 @@ TEST_F(JobStoreWriterTest, EveryQueuedWriteIsMadeBeforeTheWriterIsGone) {
     release.Notify();
   }
   EXPECT_EQ(made.load(), 50);
+}
+
+TEST_F(JobStoreWriterTest, WaitForWritesReturnsTheFirstFailureAmongItsTickets) {
+  JobStoreWriter writer(&*store_);
+  const uint64_t first =
+      writer.Enqueue("write 1", [](const JobStore&) { return absl::OkStatus(); });
+  const uint64_t second = writer.Enqueue(
+      "the plan of job job-2", [](const JobStore&) { return absl::UnavailableError("disk gone"); });
+  const uint64_t third =
+      writer.Enqueue("write 3", [](const JobStore&) { return absl::OkStatus(); });
+  EXPECT_TRUE(writer.WaitForWrites(first, first).ok());
+  absl::Status failed = writer.WaitForWrites(first, third);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(failed.message(), HasSubstr("the plan of job job-2 is not kept on disk: disk gone"));
+  EXPECT_FALSE(writer.WaitForWrites(second, second).ok());
+  EXPECT_TRUE(writer.WaitForWrites(third, third).ok());
+}
+
+TEST_F(JobStoreWriterTest, AWriteOnAFullDiskIsResourceExhaustedAndLeavesNoFile) {
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limit = saved;
+  limit.rlim_cur = 16;  // writes past 16 bytes fail with EFBIG
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0) << std::strerror(errno);
+  const absl::Status status = store_->SavePlan(3, std::string(1000, 'p'));
+  const absl::Status small = store_->SaveLastNumber(3);
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous);
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr(store_->jobs_directory()));
+  EXPECT_THAT(status.message(), HasSubstr("job-3.plan.binpb"));
+  EXPECT_THAT(status.message(), HasSubstr(std::strerror(EFBIG)));
+  EXPECT_THAT(status.message(), ::testing::Not(HasSubstr("ppp")));
+  EXPECT_TRUE(small.ok()) << small;
+  EXPECT_THAT(FilesIn(store_->jobs_directory()), ElementsAre("last-number"));
+  EXPECT_EQ(store_->Load().last_number, 3);
+}
+
+TEST_F(JobStoreWriterTest, TemporaryFilesACrashLeftAreRemovedWhenTheStoreOpens) {
+  const std::string jobs = store_->jobs_directory();
+  std::ofstream(jobs + "/job-4.binpb.tmp-a1B2c3") << "half a record";
+  std::ofstream(jobs + "/last-number.tmp") << "4";
+  ASSERT_TRUE(store_->SaveLastNumber(4).ok());
+  absl::StatusOr<JobStore> reopened = JobStore::Open(directory_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_THAT(FilesIn(jobs), ElementsAre("last-number"));
+  EXPECT_EQ(reopened->Load().last_number, 4);
 }
 
 }  // namespace

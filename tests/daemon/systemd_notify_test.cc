@@ -99,6 +99,8 @@ TEST_F(SystemdNotifyTest, NoWatchdogWhenSystemdDidNotEnableIt) {
   ASSERT_TRUE(notifier.Ready("serving").ok());
   // The first datagram is READY=1: no ping came before it.
   EXPECT_EQ(Receive(), "READY=1\nSTATUS=serving");
+  ASSERT_TRUE(notifier.SetStatus("unhealthy: job-3 has not ended").ok());
+  EXPECT_EQ(Receive(), "STATUS=unhealthy: job-3 has not ended");
 }
 
 TEST_F(SystemdNotifyTest, NoWatchdogForAnotherProcess) {

@@ -1,11 +1,18 @@
 // WorkerSession against a fake coordinator that registers the worker and then reads its messages
 // only when the test says so: updates are queued (the reporting thread does not wait for the
-// coordinator), go out in order, and wait for room once the queue holds its limit.
+// coordinator), go out in order, and wait for room once the queue holds its limit. And a worker
+// whose coordinator is down stops at once.
 #include "daemon/worker_session.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -251,6 +258,52 @@ TEST_F(WorkerSessionTest, AnUpdateOverTheCoordinatorsSmallerLimitIsRefusedAndThe
   EXPECT_THAT(coordinator_.WaitForUpdates(1), ElementsAre("small"));
   EXPECT_TRUE(session_->connected());
   EXPECT_EQ(coordinator_.sessions(), 1);
+}
+
+// A port of 127.0.0.1 that nothing listens on (bound, then closed).
+int ClosedPort() {
+  const int socket_descriptor = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (socket_descriptor < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (::bind(socket_descriptor, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(socket_descriptor, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(socket_descriptor);
+  return port;
+}
+
+TEST(WorkerSessionStopTest, AWorkerWhoseCoordinatorIsDownStopsWithinTwoSeconds) {
+  const int port = ClosedPort();
+  ASSERT_NE(port, 0);
+  // Shared with the thread that stops it, which outlives the test if Stop hangs.
+  auto agent = std::make_shared<NodeAgent>(
+      nullptr, [](const v1::NodeJobUpdate&) { return absl::OkStatus(); });
+  WorkerSession::Options options;
+  options.coordinator_address = absl::StrCat("127.0.0.1:", port);
+  options.node.set_name("orphan");
+  options.node.set_rank(-1);
+  auto session = std::make_shared<WorkerSession>(options);
+  session->Start(agent.get());
+  // The session is waiting for the coordinator (its call waits for the channel to connect).
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_FALSE(session->connected());
+  auto stopped = std::make_shared<std::promise<void>>();
+  std::future<void> done = stopped->get_future();
+  const absl::Time stop = absl::Now();
+  std::thread([session, agent, stopped]() mutable {
+    session->Stop();
+    session.reset();
+    stopped->set_value();
+  }).detach();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(2)), std::future_status::ready)
+      << "WorkerSession::Stop did not return within 2 s while its coordinator is down";
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(2));
 }
 
 }  // namespace

@@ -14,6 +14,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
 cd "$directory" || exit 1
+# promtool checks that a tls_config's files exist: the configurations name them under
+# /etc/prometheus/loom/, which the copies checked here name under $work/tls/ (empty files).
+mkdir -p "$work/tls" "$work/configs"
+for config in prometheus*.yml; do
+  for file in $(grep -o '/etc/prometheus/loom/[A-Za-z0-9._-]*' "$config"); do
+    : >"$work/tls/$(basename "$file")"
+  done
+  sed "s|/etc/prometheus/loom/|$work/tls/|g" "$config" >"$work/configs/$config"
+done
+cp ./*rules*.yml "$work/configs/"
+cd "$work/configs" || exit 1
 for config in prometheus*.yml; do
   if promtool check config "$config" >"$work/output" 2>&1; then
     cat "$work/output"

@@ -1,9 +1,12 @@
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/sleep_kernel.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {
@@ -50,6 +53,55 @@ TEST(SleepKernelTest, LeavesOutputWhenByteSizesDiffer) {
   for (std::byte& byte : call.output(0).bytes) byte = std::byte{7};
   ASSERT_TRUE(call.Run().ok());
   EXPECT_THAT(call.output(0).bytes, ::testing::Each(std::byte{7}));
+}
+
+TEST(SleepKernelTest, ReturnsCancelledSoonAfterTheJobEnds) {
+  OpCall call("sleep");
+  call.Attribute("microseconds", IntAttribute(1'000'000'000'000));  // about 11.6 days
+  std::atomic<bool> ending{false};
+  KernelInit init = call.Init();
+  init.ending = &ending;
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = cpu::CreateSleepKernel(init);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  std::chrono::steady_clock::time_point set_at;
+  std::thread ender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    set_at = std::chrono::steady_clock::now();
+    ending.store(true);
+  });
+  absl::Status status = call.Compute(**kernel);
+  const auto returned_at = std::chrono::steady_clock::now();
+  ender.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_THAT(status.message(), HasSubstr("sleep: interrupted"));
+  EXPECT_LT(returned_at - set_at, std::chrono::milliseconds(100));
+}
+
+TEST(SleepKernelTest, AnEndedJobSleepsNoMore) {
+  OpCall call("sleep");
+  call.Attribute("microseconds", IntAttribute(int64_t{1} << 62));  // no overflow either
+  std::atomic<bool> ending{true};
+  KernelInit init = call.Init();
+  init.ending = &ending;
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = cpu::CreateSleepKernel(init);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_EQ(call.Compute(**kernel).code(), absl::StatusCode::kCancelled);
+}
+
+TEST(SleepKernelTest, SlicesKeepTheTotalExact) {
+  // Longer than a slice, not a multiple of it.
+  OpCall call("sleep");
+  call.Attribute("microseconds", IntAttribute(45'000));
+  std::atomic<bool> ending{false};
+  KernelInit init = call.Init();
+  init.ending = &ending;
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = cpu::CreateSleepKernel(init);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call.Compute(**kernel).ok());
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::microseconds(45'000));
+  EXPECT_LT(elapsed, std::chrono::seconds(1));
 }
 
 TEST(SleepKernelTest, RequiresNonNegativeMicroseconds) {

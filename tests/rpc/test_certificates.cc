@@ -10,8 +10,13 @@ namespace loom::testing {
 
 bool MakeCertificate(const std::string& directory, const std::string& name,
                      const std::string& hosts) {
-  const std::string command = absl::StrCat(LOOM_SOURCE_DIR, "/scripts/make-certs '", directory,
-                                           "' ", name, " ", hosts, " >/dev/null");
+  return MakeCertificateWith("", directory, name, hosts);
+}
+
+bool MakeCertificateWith(const std::string& options, const std::string& directory,
+                         const std::string& name, const std::string& hosts) {
+  const std::string command = absl::StrCat(LOOM_SOURCE_DIR, "/scripts/make-certs ", options, " '",
+                                           directory, "' ", name, " ", hosts, " >/dev/null");
   return std::system(command.c_str()) == 0;
 }
 

@@ -258,5 +258,61 @@ TEST(ChromeTraceTest, WriteErrorNamesThePath) {
   EXPECT_THAT(status.message(), HasSubstr(path));
 }
 
+TEST(ChromeTraceTest, TheRecordStopsAtItsCapAndTheTraceSaysSo) {
+  const int pieces = 50;
+  PlanBuilder builder("trace_cap");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("x", {4}).AddRegister("y", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(pieces);
+  builder.AddTask("plus", plan::COMPUTE, 1, {"x"}, {"y"}, "test_sum_plus_one");
+  builder.AddTask("sink", plan::SINK, 1, {"y"}, {});
+  JobOptions options;
+  options.max_recorded_events = 40;
+  auto job = MakeJob(builder.plan(), options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  // The job ran to its end; its record kept only the first 40 of its 150 acts.
+  EXPECT_EQ(SinkValues(**job, "sink").size(), static_cast<size_t>(pieces));
+  EXPECT_EQ((*job)->events().size(), 40u);
+  EXPECT_TRUE((*job)->events_truncated());
+
+  JsonValue trace = WriteAndParse(**job, "chrome_trace_cap.json");
+  std::vector<const JsonValue*> notes = EventsWithPhase(trace, "i");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0]->Find("name")->string, HasSubstr("trace truncated"));
+  EXPECT_THAT(notes[0]->Find("name")->string, HasSubstr("first 40 acts"));
+  EXPECT_EQ(notes[0]->Find("cat")->string, "trace_truncated");
+  EXPECT_EQ(notes[0]->Find("args")->Find("max_recorded_events")->number, 40);
+}
+
+TEST(ChromeTraceTest, ARecordUnderItsCapIsNotTruncated) {
+  PlanBuilder builder("trace_under_cap");
+  builder.AddCpuDevices(1);
+  builder.AddRegister("x", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(5);
+  builder.AddTask("sink", plan::SINK, 0, {"x"}, {});
+  JobOptions options;
+  options.max_recorded_events = 10;
+  auto job = MakeJob(builder.plan(), options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  EXPECT_EQ((*job)->events().size(), 10u);
+  EXPECT_FALSE((*job)->events_truncated());
+  EXPECT_EQ(CountOccurrences(ChromeTraceJson(**job), "trace_truncated"), 0u);
+}
+
+TEST(ChromeTraceTest, ANegativeCapIsRefused) {
+  PlanBuilder builder("trace_negative_cap");
+  builder.AddCpuDevices(1);
+  builder.AddRegister("x", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(1);
+  builder.AddTask("sink", plan::SINK, 0, {"x"}, {});
+  JobOptions options;
+  options.max_recorded_events = -1;
+  auto job = MakeJob(builder.plan(), options);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("max_recorded_events"));
+}
+
 }  // namespace
 }  // namespace loom::testing

@@ -1,4 +1,5 @@
 // Every way a job ends badly ends it with one error naming the cause, and releases every thread.
+#include <chrono>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -56,6 +57,62 @@ TEST(FailureTest, AbortFromOutsideEndsARunningJob) {
   absl::Status status = (*job)->Wait();
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(status.message(), HasSubstr("cancelled by the test"));
+}
+
+// A sleep of 10^12 microseconds (11.6 days), as a job may ask for.
+plan::Plan EndlessSleep() {
+  PlanBuilder builder("endless_sleep");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("x", {4}).AddRegister("y", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x"}, "test_piece").set_num_pieces(3);
+  plan::Task& sleep = builder.AddTask("sleep", plan::COMPUTE, 1, {"x"}, {"y"}, "sleep");
+  PlanBuilder::SetAttribute(sleep, "microseconds", 1'000'000'000'000);
+  builder.AddTask("sink", plan::SINK, 1, {"y"}, {});
+  return builder.plan();
+}
+
+TEST(FailureTest, AbortReachesAKernelInTheMiddleOfAnActWithinASecond) {
+  auto job = MakeJob(EndlessSleep());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto aborted_at = std::chrono::steady_clock::now();
+  (*job)->Abort(absl::CancelledError("cancelled by the test"));
+  EXPECT_TRUE((*job)->ending());
+  absl::Status status = (*job)->Wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - aborted_at, std::chrono::seconds(1));
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(status.message(), HasSubstr("cancelled by the test"));
+  job->reset();
+
+  // The process is fine: the next job runs to its end.
+  auto next = MakeJob(FailingChain(10, /*fail_piece=*/-1));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE((*next)->ending());
+  ASSERT_TRUE((*next)->Run().ok());
+  EXPECT_EQ(SinkValues(**next, "sink").size(), 10u);
+  EXPECT_FALSE((*next)->ending());
+}
+
+TEST(FailureTest, AFailureElsewhereEndsASleepingKernel) {
+  // Another actor's failure ends the job; the sleeping kernel sees it too.
+  PlanBuilder builder("sleep_and_fail");
+  builder.AddCpuDevices(3);
+  builder.AddRegister("x", {4}).AddRegister("y", {4}).AddRegister("z", {4}).AddRegister("w", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"x", "z"}, "test_piece").set_num_pieces(3);
+  plan::Task& sleep = builder.AddTask("sleep", plan::COMPUTE, 1, {"x"}, {"y"}, "sleep");
+  PlanBuilder::SetAttribute(sleep, "microseconds", 1'000'000'000'000);
+  builder.AddTask("sink", plan::SINK, 1, {"y"}, {});
+  plan::Task& failer = builder.AddTask("failer", plan::COMPUTE, 2, {"z"}, {"w"}, "test_fail");
+  PlanBuilder::SetAttribute(failer, "fail_piece", 0);
+  builder.AddTask("failer_sink", plan::SINK, 2, {"w"}, {});
+  auto job = MakeJob(builder.plan());
+  ASSERT_TRUE(job.ok()) << job.status();
+  const auto started_at = std::chrono::steady_clock::now();
+  absl::Status status = (*job)->Run();
+  EXPECT_LT(std::chrono::steady_clock::now() - started_at, std::chrono::seconds(2));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("actor 'failer'"));
 }
 
 TEST(FailureTest, AnEndedJobKeepsItsOutcome) {

@@ -132,6 +132,97 @@ TEST(PlanValidationTest, RegisterProducerFieldMustAgree) {
                  "register 'x' says its producer is 'plus', but 'source' writes it");
 }
 
+// Issue 56, finding 2: `loomctl run-plan` runs a plan file without the compiler, so validation
+// must refuse what the compiler refuses. [24, 768614336404564651] has 8 elements modulo 2^64: the
+// register would be 32 bytes while kernels touch what its shape says.
+void ExpectInvalid(const plan::Plan& plan, const std::string& text) {
+  absl::Status status = ValidatePlan(plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr(text));
+}
+
+TEST(PlanValidationTest, RegisterWhoseElementCountWrapsIsRefused) {
+  PlanBuilder builder = SmallChain();
+  builder.mutable_plan().mutable_registers(1)->mutable_tensor()->clear_shape();
+  builder.mutable_plan().mutable_registers(1)->mutable_tensor()->add_shape(24);
+  builder.mutable_plan().mutable_registers(1)->mutable_tensor()->add_shape(768614336404564651);
+  ExpectInvalid(builder.plan(), "register 'y': shape [24, 768614336404564651] has more than 2^48");
+}
+
+TEST(PlanValidationTest, RegisterBeyondTheTensorLimitIsRefused) {
+  PlanBuilder builder = SmallChain();
+  builder.mutable_plan().mutable_registers(0)->mutable_tensor()->set_shape(0, int64_t{1} << 49);
+  ExpectInvalid(builder.plan(), "register 'x': shape [562949953421312] has more than 2^48");
+}
+
+TEST(PlanValidationTest, RegisterWithANegativeExtentIsRefused) {
+  PlanBuilder builder = SmallChain();
+  builder.mutable_plan().mutable_registers(0)->mutable_tensor()->set_shape(0, -4);
+  ExpectInvalid(builder.plan(), "register 'x': shape [-4] has a negative extent");
+}
+
+TEST(PlanValidationTest, RegisterOfTheLimitPasses) {
+  PlanBuilder builder = SmallChain();
+  // 2^48 elements (2^50 bytes): allowed by validation, which allocates nothing.
+  builder.mutable_plan().mutable_registers(0)->mutable_tensor()->set_shape(0, int64_t{1} << 48);
+  builder.mutable_plan().mutable_registers(1)->mutable_tensor()->set_shape(0, int64_t{1} << 48);
+  EXPECT_TRUE(ValidatePlan(builder.plan()).ok()) << ValidatePlan(builder.plan());
+}
+
+TEST(PlanValidationTest, FetchWhoseHierarchyProductWrapsIsRefused) {
+  PlanBuilder builder = SmallChain();
+  plan::Fetch* fetch = builder.mutable_plan().add_fetches();
+  fetch->set_tensor("y");
+  fetch->mutable_logical()->add_shape(4);
+  fetch->mutable_logical()->set_data_type(plan::FLOAT32);
+  // 7 * 7905747460161236407 is 1 modulo 2^64: one sink would pass a wrapping check.
+  fetch->add_hierarchy(7);
+  fetch->add_hierarchy(7905747460161236407);
+  fetch->add_sbp("B");
+  fetch->add_sbp("B");
+  fetch->add_sinks("sink");
+  ExpectInvalid(builder.plan(),
+                "fetch 'y': hierarchy [7, 7905747460161236407] does not lay out its 1 sinks");
+}
+
+TEST(PlanValidationTest, FetchWhoseLogicalShapeOverflowsIsRefused) {
+  PlanBuilder builder = SmallChain();
+  plan::Fetch* fetch = builder.mutable_plan().add_fetches();
+  fetch->set_tensor("y");
+  fetch->mutable_logical()->add_shape(int64_t{1} << 32);
+  fetch->mutable_logical()->add_shape(int64_t{1} << 32);
+  fetch->mutable_logical()->set_data_type(plan::FLOAT32);
+  fetch->add_hierarchy(1);
+  fetch->add_sinks("sink");
+  ExpectInvalid(builder.plan(), "fetch 'y': its logical tensor's shape [4294967296, 4294967296]");
+}
+
+TEST(PlanValidationTest, VariableLayoutWithMoreRanksThanTasksIsRefused) {
+  PlanBuilder builder = SmallChain();
+  plan::VariableLayout* variable = builder.mutable_plan().add_variables();
+  variable->set_name("w");
+  variable->mutable_logical()->add_shape(4);
+  variable->mutable_logical()->set_data_type(plan::FLOAT32);
+  variable->add_hierarchy(int64_t{1} << 40);
+  variable->add_tasks("source");
+  ExpectInvalid(builder.plan(),
+                "variable layout 'w': hierarchy [1099511627776] does not lay out its 1 tasks");
+}
+
+TEST(PlanValidationTest, CommunicatorWithMoreCollectivesThanTasksIsRefused) {
+  PlanBuilder builder = SmallChain();
+  plan::Communicator* communicator = builder.mutable_plan().add_communicators();
+  communicator->set_name("c");
+  for (int index = 0; index < 2; ++index) {
+    plan::Device* device = communicator->add_devices();
+    device->set_type(plan::CPU);
+    device->set_index(index);
+  }
+  // Validation would keep a table of 2^31 - 1 collectives by 2 ranks.
+  communicator->set_num_collectives(2147483647);
+  ExpectInvalid(builder.plan(), "communicator 'c' has num_collectives 2147483647, more than");
+}
+
 TEST(PlanTextTest, ParsesAHandWrittenPlan) {
   const char* text = R"pb(
     job_name: "hand"

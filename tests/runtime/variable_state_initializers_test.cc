@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "actors/variable_actor.h"
+#include "core/file_roots.h"
 #include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,6 +24,15 @@ using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
+
+// The plans here read their checkpoint from the test's directory: any path may be opened, as in
+// `loomctl run` (the roots outlive every job of the test binary).
+absl::StatusOr<std::unique_ptr<JobRuntime>> MakeJobReadingFiles(const plan::Plan& plan) {
+  static const FileRoots* const files = new FileRoots(FileRoots::Unrestricted());
+  JobOptions options;
+  options.files = files;
+  return MakeJob(plan, std::move(options));
+}
 
 HostTensor FloatTensor(const Shape& shape, const std::vector<float>& values) {
   HostTensor tensor;
@@ -116,7 +127,7 @@ class SgdFromCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(SgdFromCheckpointTest, StatesStartFromTheCheckpointAndTheStepUsesThem) {
-  auto job = MakeJob(Plan(1).plan());
+  auto job = MakeJobReadingFiles(Plan(1).plan());
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE((*job)->Run().ok());
   // The step reads w[2, 0] = 6 from the checkpoint.
@@ -141,7 +152,7 @@ TEST_F(SgdFromCheckpointTest, BeforeAnyUpdateTheStatesHoldTheCheckpoint) {
   plan.mutable_tasks(0)->clear_inputs();
   plan.mutable_tasks()->DeleteSubrange(1, 1);  // the gradient source
   plan.mutable_registers()->DeleteSubrange(1, 1);
-  auto job = MakeJob(plan);
+  auto job = MakeJobReadingFiles(plan);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE((*job)->Run().ok());
   const auto* variable = dynamic_cast<const VariableActor*>((*job)->FindActor("w"));
@@ -155,7 +166,7 @@ TEST_F(SgdFromCheckpointTest, StateInitializersMustMatchTheStates) {
   PlanBuilder builder = Plan(1);
   plan::Task* variable = builder.mutable_plan().mutable_tasks(0);
   *variable->add_state_initializers() = SliceConf(path_, "w.momentum_buffer", {4, 3}, {2, 0});
-  auto job = MakeJob(builder.plan());
+  auto job = MakeJobReadingFiles(builder.plan());
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(job.status().message(), HasSubstr("task 'w'"));
@@ -166,7 +177,7 @@ TEST_F(SgdFromCheckpointTest, MissingStateTensorIsNamed) {
   PlanBuilder builder = Plan(1);
   plan::Task* variable = builder.mutable_plan().mutable_tasks(0);
   *variable->mutable_state_initializers(0) = SliceConf(path_, "w.exp_avg", {4, 3}, {2, 0});
-  auto job = MakeJob(builder.plan());
+  auto job = MakeJobReadingFiles(builder.plan());
   ASSERT_FALSE(job.ok());
   EXPECT_THAT(job.status().message(), HasSubstr("optimizer state 0"));
   EXPECT_THAT(job.status().message(), HasSubstr("task 'w'"));
@@ -214,7 +225,7 @@ absl::StatusOr<RunResult> TrainAdamW(int steps, int first_step, const std::strin
   gradient.set_num_pieces(steps);
   builder.AddTask("observe", plan::SINK, 1, {"w"}, {});
 
-  auto job = MakeJob(builder.plan());
+  auto job = MakeJobReadingFiles(builder.plan());
   if (!job.ok()) return job.status();
   if (absl::Status status = (*job)->Run(); !status.ok()) return status;
   const auto* actor = dynamic_cast<const VariableActor*>((*job)->FindActor("w"));

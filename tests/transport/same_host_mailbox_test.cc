@@ -329,6 +329,31 @@ TEST_F(MailboxTest, CountersThatMakeNoSenseAreDroppedAndTheSlotWorksOnAfterwards
   EXPECT_THAT(ReceiveAll(*mailbox_), ElementsAre(Pair(6, "fine")));
 }
 
+TEST_F(MailboxTest, EachMalformedMessageIsReportedNamingItsSender) {
+  std::unique_ptr<MailboxSender> sender = Sender(7);
+  ASSERT_NE(sender, nullptr);
+  RawSlot raw(mailbox_->descriptor(), 0);
+  ASSERT_TRUE(raw.mapped());
+  raw.Append(Mailbox::kRecordBytes + 1, /*continued=*/false);  // a record too long
+  raw.Publish();
+  EXPECT_TRUE(sender->Post("fine"));
+  raw.Append(3, /*continued=*/true);  // cut short
+  raw.Publish();
+  Records records;
+  std::vector<std::pair<uint32_t, std::string>> reports;
+  mailbox_->Receive(
+      [&](uint32_t from, absl::string_view bytes) { records.emplace_back(from, bytes); },
+      [&](uint32_t from, absl::string_view what) { reports.emplace_back(from, what); });
+  EXPECT_THAT(records, ElementsAre(Pair(7, "fine")));
+  EXPECT_THAT(reports, ElementsAre(Pair(7, HasSubstr("too long")), Pair(7, HasSubstr("cut short"))));
+  // Counters that make no sense are reported too.
+  raw.slot().head.store(raw.slot().tail.load() + Mailbox::kRecordsPerSlot + 5);
+  reports.clear();
+  mailbox_->Receive([&](uint32_t, absl::string_view) {},
+                    [&](uint32_t from, absl::string_view what) { reports.emplace_back(from, what); });
+  EXPECT_THAT(reports, ElementsAre(Pair(7, HasSubstr("records where it has room for"))));
+}
+
 // The owner in a forked child; this process posts into it (a parent may always read its child
 // where a child reading its parent may be refused by the ptrace policy).
 TEST_F(MailboxTest, ADifferentProcessPostsAndWakesTheOwner) {

@@ -2,8 +2,10 @@
 // a peer may still be setting up its connection, which UCX 1.13 does not survive being closed.
 #include "transport/transport_network.h"
 
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/actor_id.h"
 #include "tests/transport/transport_test_util.h"
 
 namespace loom::testing {
@@ -104,6 +108,62 @@ TEST_F(TransportNetworkStopTest, StoppingRightAfterAPeersProbeLeavesThePeerAlive
         nodes_[1]->WaitForProbes({0}, absl::Seconds(20));
     ASSERT_TRUE(unreachable.ok()) << unreachable.status();
   }
+}
+
+// What a peer sends is untrusted: an actor message whose sender is not the peer's node fails the
+// job (the error handler) with DATA_LOSS naming the peer, and never reaches the runtime.
+TEST(TransportNetworkInputTest, AMessageClaimingAnotherSenderNodeIsDataLossNamingThePeer) {
+  transport::testing::UseTcpTransports();
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<ActorMessage> delivered;
+  std::vector<absl::Status> errors;
+  std::vector<std::unique_ptr<TransportNetwork>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    absl::StatusOr<std::unique_ptr<TransportNetwork>> network = TransportNetwork::Create(node);
+    ASSERT_TRUE(network.ok()) << network.status();
+    nodes.push_back(*std::move(network));
+  }
+  nodes[0]->SetHandlers(
+      [&](const ActorMessage& message) {
+        std::lock_guard<std::mutex> lock(mutex);
+        delivered.push_back(message);
+        changed.notify_all();
+      },
+      [&](const absl::Status& status) {
+        std::lock_guard<std::mutex> lock(mutex);
+        errors.push_back(status);
+        changed.notify_all();
+      });
+  nodes[1]->SetHandlers([](const ActorMessage&) {}, [](const absl::Status&) {});
+  for (int node = 0; node < 2; ++node) {
+    ASSERT_TRUE(nodes[node]->Connect(1 - node, nodes[1 - node]->address()).ok());
+    ASSERT_TRUE(nodes[node]->SendProbe(1 - node).ok());
+  }
+  auto actor = [](int node, uint32_t task) {
+    return ActorId::FromValue((static_cast<uint64_t>(node) << 48) | task);
+  };
+  ActorMessage forged;
+  forged.type = MessageType::kSent;
+  forged.source = actor(5, 2);  // node 1 says it is node 5
+  forged.destination = actor(0, 3);
+  ActorMessage honest = forged;
+  honest.source = actor(1, 2);
+  ASSERT_TRUE(nodes[1]->SendMessage(forged).ok());
+  ASSERT_TRUE(nodes[1]->SendMessage(honest).ok());
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(20),
+                                 [&] { return !errors.empty() && !delivered.empty(); }));
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].code(), absl::StatusCode::kDataLoss) << errors[0];
+    EXPECT_THAT(std::string(errors[0].message()),
+                ::testing::HasSubstr("node 1 sent an actor message claiming to come from node 5"));
+    // Only the honest one reached the runtime.
+    ASSERT_EQ(delivered.size(), 1u);
+    EXPECT_EQ(delivered[0].source, honest.source);
+  }
+  for (auto& node : nodes) node->Stop();
 }
 
 }  // namespace

@@ -108,7 +108,11 @@ std::string FormatNodeTable(const std::vector<v1::NodeInfo>& nodes) {
     }
     const std::string memory =
         node.devices().empty() ? "-" : FormatMemoryBudget(node.devices(0).memory_budget_bytes());
-    rows.push_back({node.name(), node.address(), NodeStateName(node.state()),
+    const std::string state =
+        node.unhealthy().empty() ? NodeStateName(node.state())
+                                 : absl::StrCat(NodeStateName(node.state()), " (", node.unhealthy(),
+                                                ")");
+    rows.push_back({node.name(), node.address(), state,
                     node.coordinator() ? "coordinator" : "worker",
                     absl::StrCat(node.devices_size(), " (", absl::StrJoin(device_names, " "), ")"),
                     memory, node.running_job_id().empty() ? "-" : node.running_job_id(),

@@ -2,6 +2,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +118,24 @@ int RunUp(const std::vector<std::string>& arguments, std::ostream& out, std::ost
     return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
   };
   options.tls = {absolute("tls-ca"), absolute("tls-cert"), absolute("tls-key")};
+  // The daemons' file roots: absolute (the daemons run elsewhere), the current directory unless
+  // given.
+  for (auto [flag, target] :
+       {std::pair<const char*, std::vector<std::string>*>{"data-root", &options.data_roots},
+        std::pair<const char*, std::vector<std::string>*>{"checkpoint-root",
+                                                          &options.checkpoint_roots}}) {
+    std::vector<std::string> roots = parsed->Values(flag);
+    if (roots.empty()) roots.push_back(".");
+    for (const std::string& root : roots) {
+      std::error_code failed;
+      const std::string path = std::filesystem::absolute(root, failed).lexically_normal().string();
+      if (failed || !std::filesystem::is_directory(path, failed)) {
+        error << kUpCommand << ": --" << flag << " '" << root << "' is not an existing directory\n";
+        return cli::kExitUsage;
+      }
+      target->push_back(path);
+    }
+  }
 
   // Ctrl-C while the daemons start stops the ones started, rather than leaving them unrecorded.
   absl::StatusOr<std::unique_ptr<InterruptSignals>> signals = InterruptSignals::Install();
@@ -201,7 +222,9 @@ cli::ArgumentSpec ClusterUpArgumentSpec() {
       "On failure, prints the end of the failing daemon's log and stops the others. With\n"
       "--tls-ca/--tls-cert/--tls-key every daemon runs with mutual TLS, and the other loomctl\n"
       "commands then use those files with the recorded coordinator. --bind-cpus binds each\n"
-      "daemon to CPUs of its own (several loomds on one host otherwise share cores by chance).\n\n"
+      "daemon to CPUs of its own (several loomds on one host otherwise share cores by chance).\n"
+      "Jobs may read files (token files, initial states) only beneath --data-root and write\n"
+      "checkpoints only beneath --checkpoint-root: both default to the current directory.\n\n"
       "Exit codes: 0 the cluster is ready; 1 it could not be started; 2 usage error.");
   spec.AddFlag("nodes", "N", "1", "the number of daemons (nodes)")
       .AddFlag("devices-per-node", "K", "1", "CPU devices per node (loomd --devices cpu:K)")
@@ -211,6 +234,14 @@ cli::ArgumentSpec ClusterUpArgumentSpec() {
       .AddFlag("memory-budget-per-device", "BYTES", "",
                "passed to every loomd (e.g. 4GiB; 0: no limit; default: the cluster's devices "
                "share 3/4 of this host's memory)")
+      .AddRepeatedFlag("data-root", "DIR",
+                       "every daemon's --data-root: its jobs may read token files, safetensors "
+                       "inputs and initial states only beneath DIR (default: the current "
+                       "directory)")
+      .AddRepeatedFlag("checkpoint-root", "DIR",
+                       "every daemon's --checkpoint-root: its jobs may write checkpoints "
+                       "(submit --checkpoint) only beneath DIR, and start from initial states "
+                       "there (default: the current directory)")
       .AddFlag("host", "HOST", "127.0.0.1", "the address every daemon listens on")
       .AddFlag("bind-cpus", "MODE", "none",
                "none, auto or LIST/LIST/...: bind each daemon to CPUs of its own from its "
@@ -219,9 +250,10 @@ cli::ArgumentSpec ClusterUpArgumentSpec() {
       .AddFlag("timeout", "DURATION", "60s",
                "how long the daemons may take to start and report every node ready")
       .AddSwitch("verbose", "log INFO messages (default: warnings and errors only)");
-  // Every daemon gets them (its certificate must name --host; one certificate for all works,
-  // e.g. scripts/make-certs DIR local 127.0.0.1), and the other loomctl commands use them with
-  // the recorded coordinator unless given TLS flags of their own.
+  // Every daemon gets them (its certificate must name --host and carry the node role; one
+  // certificate for all works, e.g. scripts/make-certs --role node --role admin DIR local
+  // 127.0.0.1), and the other loomctl commands use them with the recorded coordinator unless
+  // given TLS flags of their own.
   cli::AddTlsFlags(spec);
   return spec;
 }

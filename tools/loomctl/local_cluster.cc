@@ -275,6 +275,12 @@ absl::StatusOr<ClusterState> StartLocalCluster(const LocalClusterOptions& option
     if (!memory_budget.empty()) {
       arguments.insert(arguments.end(), {"--memory-budget-per-device", memory_budget});
     }
+    for (const std::string& root : options.data_roots) {
+      arguments.insert(arguments.end(), {"--data-root", root});
+    }
+    for (const std::string& root : options.checkpoint_roots) {
+      arguments.insert(arguments.end(), {"--checkpoint-root", root});
+    }
     if (tls) {
       arguments.insert(arguments.end(),
                        {"--tls-ca", options.tls.authority_path, "--tls-cert",

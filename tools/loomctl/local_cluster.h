@@ -33,6 +33,11 @@ struct LocalClusterOptions {
   // Passed to every loomd as --memory-budget-per-device; empty: 3/4 of this host's memory (or its
   // memory cgroup's limit) shared by all the cluster's devices.
   std::string memory_budget_per_device;
+  // Every daemon's --data-root and --checkpoint-root directories (absolute): its jobs read token
+  // files, safetensors inputs and initial states beneath the first (and the second), and write
+  // checkpoints beneath the second. Empty: the daemons open no files for jobs.
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
   // The host every daemon listens on (each on a free port).
   std::string host = "127.0.0.1";
   // Empty: the daemons are not bound. Otherwise one CPU list per node (cpu_binding.h's NodeCpus):
@@ -52,7 +57,8 @@ struct LocalClusterOptions {
 
 // Starts options.nodes daemons: node 0 the coordinator (--node-rank 0), the others joining it
 // (--coordinator ADDRESS --node-rank I), each --listen HOST:0, --metrics-listen HOST:0,
-// --node-name nodeI, --devices cpu:K (and the TLS flags), bound to its CPUs where
+// --node-name nodeI, --devices cpu:K (and the TLS flags, --data-root and --checkpoint-root),
+// bound to its CPUs where
 // options.node_cpus has them; then waits until the coordinator is
 // SERVING and lists every node READY, writes the state file and returns it. Progress goes to
 // `progress`.

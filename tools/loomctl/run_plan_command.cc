@@ -11,6 +11,7 @@
 #include "actors/sink_actor.h"
 #include "cli/parse_options_and_run.h"
 #include "cli/step_range.h"
+#include "core/file_roots.h"
 #include "core/plan_steps.h"
 #include "glog/logging.h"
 #include "kernels/cpu/blas_core.h"
@@ -100,7 +101,10 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
   SetBlasThreads(options.blas_threads);
   WarnIfBlasKernelsAreGeneric();
 
+  // A local run opens the files its plan names anywhere: they are the user's own.
+  const FileRoots files = FileRoots::Unrestricted();
   JobOptions job_options;
+  job_options.files = &files;
   job_options.stall_timeout = options.stall_timeout;
   // Acts are recorded for the trace only: a long run would keep a record of every act.
   job_options.record_events = !options.trace_path.empty();

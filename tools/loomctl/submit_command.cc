@@ -122,6 +122,12 @@ int RunSubmit(const std::vector<std::string>& arguments, std::ostream& out, std:
   submit_options.trace = !trace_path.empty();
   submit_options.trace_steps = *trace_steps;
   submit_options.checkpoint_every_steps = checkpoint_every;
+  submit_options.overwrite_checkpoint = parsed->Switch("overwrite-checkpoint");
+  if (submit_options.overwrite_checkpoint && !parsed->Has("checkpoint")) {
+    error << cli::UsageError(kCommand, "--overwrite-checkpoint needs --checkpoint").message()
+          << "\n";
+    return cli::kExitUsage;
+  }
   if (parsed->Has("checkpoint")) {
     // The daemons resolve the path: a relative one means this directory (a cluster on this host).
     std::error_code failed;
@@ -210,16 +216,19 @@ cli::ArgumentSpec SubmitArgumentSpec() {
       .AddFlag("checkpoint", "PATH", "",
                "when the job succeeds, its variables (and optimizer state) are saved to PATH, a "
                "safetensors file as 'loomctl run --save-dir' writes (--init PATH resumes from "
-               "it, here and in 'loomctl run'). The daemons write it: PATH's directory must exist "
-               "for the "
-               "coordinator and every node of the job (shared storage; any directory on a "
-               "one-host cluster). A relative PATH is taken from this directory")
+               "it, here and in 'loomctl run'). The daemons write it: PATH must lie beneath a "
+               "--checkpoint-root of theirs, and its directory must exist for the coordinator "
+               "and every node of the job (shared storage; any directory on a one-host "
+               "cluster). A relative PATH is taken from this directory")
       .AddFlag("init", "PATH", "",
                "start from the safetensors checkpoint PATH (as 'loomctl run --init'): every "
                "variable by name, and the optimizer state and step when it holds them, so the "
                "job goes on where the checkpoint's job stopped and runs its num_steps (or "
                "--steps) more. Read here to check it against the job, and by the daemons: it "
                "must be where they reach it too")
+      .AddSwitch("overwrite-checkpoint",
+                 "with --checkpoint: replace a file already at PATH that this job did not write "
+                 "(without it such a job is refused, ALREADY_EXISTS)")
       .AddFlag("checkpoint-every", "K", "",
                "with --checkpoint: also save every K steps while the job runs, replacing PATH "
                "each time (the job goes on while the nodes write; with --watch a line per "

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data_type.h"
+#include "core/file_roots.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/attributes.h"
@@ -106,8 +107,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSafetensorsSliceKernel(const Kerne
   absl::StatusOr<SliceOptions> options = ParseOptions(*init.conf, output);
   if (!options.ok()) return options.status();
 
+  if (init.files == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(kOpType, ": tensor '", options->tensor,
+                                                    "': cannot open checkpoint '", options->path,
+                                                    "': this run may open no files"));
+  }
+  absl::StatusOr<ReadableFile> file = init.files->OpenForReading(options->path);
   absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>> reader =
-      checkpoint::SafetensorsReader::Open(options->path);
+      file.ok() ? checkpoint::SafetensorsReader::Open(*std::move(file))
+                : absl::StatusOr<std::unique_ptr<checkpoint::SafetensorsReader>>(file.status());
   if (!reader.ok()) {
     return absl::Status(reader.status().code(),
                         absl::StrCat(kOpType, ": tensor '", options->tensor,

@@ -24,8 +24,10 @@ namespace loom::cpu {
 //   "slice_begin" (int list, default all zeros): the output is the window
 //     [slice_begin, slice_begin + output shape) of the tensor.
 //
-// The window is read when the kernel is built, and only it is kept; building fails, naming the
-// path and the tensor, when the file cannot be read or is malformed, has no such tensor, or the
+// The file is opened through KernelInit::files (null: no file may be opened, PERMISSION_DENIED;
+// not beneath a root: PERMISSION_DENIED naming the path and the roots). The window is read when
+// the kernel is built, and only it is kept; building fails, naming the path and the tensor, when
+// the file cannot be read or is malformed, has no such tensor, or the
 // tensor's dtype is not the output's data type, its shape is not logical_shape, or the window
 // does not lie inside it. Compute copies the window into the output for every piece.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSafetensorsSliceKernel(const KernelInit& init);

@@ -1,11 +1,6 @@
 #include "kernels/cpu/data/token_batch_kernel.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -15,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/data_type.h"
+#include "core/file_roots.h"
 #include "core/tensor.h"
 #include "kernels/attributes.h"
 #include "kernels/cpu/kernel_checks.h"
@@ -26,78 +22,73 @@ constexpr char kOpType[] = "token_batch";
 
 enum class TokenFormat { kBytes, kUint16 };
 
-absl::Status FileError(const std::string& path, const std::string& what, int error_number) {
-  return absl::ErrnoToStatus(error_number,
-                             absl::StrCat(kOpType, ": cannot ", what, " token file '", path, "'"));
-}
-
-// A token file mapped read-only into memory for the kernel's lifetime.
+// A token file opened for the kernel's lifetime and read with pread (never mapped: a file truncated
+// while the job reads it fails the job naming the file, it cannot kill the process).
 class TokenFile {
  public:
-  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path,
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const FileRoots* files,
+                                                         const std::string& path,
                                                          TokenFormat format) {
-    const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (descriptor < 0) return FileError(path, "open", errno);
-    struct stat info;
-    if (::fstat(descriptor, &info) != 0) {
-      const int error_number = errno;
-      ::close(descriptor);
-      return FileError(path, "stat", error_number);
+    if (files == nullptr) {
+      return absl::PermissionDeniedError(absl::StrCat(kOpType, ": cannot open token file '", path,
+                                                      "': this run may open no files"));
     }
-    if (!S_ISREG(info.st_mode)) {
-      ::close(descriptor);
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOpType, ": token file '", path, "' is not a regular file"));
+    absl::StatusOr<ReadableFile> file = files->OpenForReading(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat(kOpType, ": token file: ", file.status().message()));
     }
-    const size_t size = static_cast<size_t>(info.st_size);
-    if (size == 0) {
-      ::close(descriptor);
+    if (file->size() == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(kOpType, ": token file '", path, "' is empty"));
     }
-    if (format == TokenFormat::kUint16 && size % 2 != 0) {
-      ::close(descriptor);
+    if (format == TokenFormat::kUint16 && file->size() % 2 != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(kOpType, ": token file '", path, "' has ", size,
-                       " bytes, which is not a whole number of uint16 tokens"));
+          absl::StrCat(kOpType, ": token file '", path,
+                       "' has an odd number of bytes, which is not a whole number of uint16 "
+                       "tokens"));
     }
-    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, descriptor, 0);
-    const int error_number = errno;
-    ::close(descriptor);
-    if (mapping == MAP_FAILED) return FileError(path, "map", error_number);
-    return std::unique_ptr<TokenFile>(
-        new TokenFile(static_cast<const uint8_t*>(mapping), size, format));
+    return std::unique_ptr<TokenFile>(new TokenFile(*std::move(file), format));
   }
 
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
-  ~TokenFile() { ::munmap(const_cast<uint8_t*>(bytes_), size_); }
+
+  const std::string& path() const { return file_.path(); }
 
   int64_t num_tokens() const {
-    return static_cast<int64_t>(format_ == TokenFormat::kUint16 ? size_ / 2 : size_);
+    return format_ == TokenFormat::kUint16 ? file_.size() / 2 : file_.size();
   }
 
-  // Tokens [begin, begin + count) into `output` (the caller keeps them in range).
+  // Tokens [begin, begin + count) into `output` (the caller keeps them in range of the file as
+  // it was opened), read through `buffer`. DATA_LOSS naming the file when it was truncated since;
+  // CANCELLED once `ending` is set.
   template <typename T>
-  void Copy(int64_t begin, int64_t count, T* output) const {
+  absl::Status Copy(int64_t begin, int64_t count, T* output, std::string& buffer,
+                    const std::atomic<bool>* ending) const {
+    const int64_t width = format_ == TokenFormat::kUint16 ? 2 : 1;
+    buffer.resize(static_cast<size_t>(count * width));
+    if (absl::Status status =
+            file_.ReadAt(begin * width, absl::Span<char>(buffer.data(), buffer.size()), ending);
+        !status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(kOpType, ": ", status.message()));
+    }
+    const auto* tokens = reinterpret_cast<const uint8_t*>(buffer.data());
     if (format_ == TokenFormat::kBytes) {
-      const uint8_t* tokens = bytes_ + begin;
       for (int64_t k = 0; k < count; ++k) output[k] = static_cast<T>(tokens[k]);
     } else {
-      const uint8_t* tokens = bytes_ + 2 * begin;
       for (int64_t k = 0; k < count; ++k) {
         output[k] = static_cast<T>(static_cast<uint32_t>(tokens[2 * k]) |
                                    (static_cast<uint32_t>(tokens[2 * k + 1]) << 8));
       }
     }
+    return absl::OkStatus();
   }
 
  private:
-  TokenFile(const uint8_t* bytes, size_t size, TokenFormat format)
-      : bytes_(bytes), size_(size), format_(format) {}
+  TokenFile(ReadableFile file, TokenFormat format) : file_(std::move(file)), format_(format) {}
 
-  const uint8_t* bytes_;
-  size_t size_;
+  ReadableFile file_;
   TokenFormat format_;
 };
 
@@ -206,6 +197,7 @@ class TokenBatchKernel : public Kernel {
  public:
   TokenBatchKernel(const KernelInit& init, BatchOptions options, std::unique_ptr<TokenFile> file)
       : signature_(init),
+        ending_(init.ending),
         options_(std::move(options)),
         file_(std::move(file)),
         modulus_(static_cast<uint64_t>(file_->num_tokens() - options_.sequence - 1)) {}
@@ -229,31 +221,35 @@ class TokenBatchKernel : public Kernel {
     const uint64_t step_base =
         MultiplyMod(step_mod, static_cast<uint64_t>(options_.global_batch) % m, m);
     const uint64_t sequence_mod = static_cast<uint64_t>(sequence) % m;
+    std::string buffer;
     for (int64_t row = 0; row < options_.samples_per_piece; ++row) {
       const uint64_t sample = static_cast<uint64_t>(first_sample + row) % m;
       const int64_t offset =
           static_cast<int64_t>(MultiplyMod((step_base + sample) % m, sequence_mod, m));
       if (context.outputs.size() == 2) {
-        CopyRow(context.outputs[0], row, offset);
-        CopyRow(context.outputs[1], row, offset + 1);
+        status = CopyRow(context.outputs[0], row, offset, buffer);
+        if (status.ok()) status = CopyRow(context.outputs[1], row, offset + 1, buffer);
       } else {
-        CopyRow(context.outputs[0], row, options_.targets ? offset + 1 : offset);
+        status = CopyRow(context.outputs[0], row, options_.targets ? offset + 1 : offset, buffer);
       }
+      if (!status.ok()) return status;
     }
     return absl::OkStatus();
   }
 
  private:
-  void CopyRow(const TensorView& output, int64_t row, int64_t begin) const {
+  absl::Status CopyRow(const TensorView& output, int64_t row, int64_t begin,
+                       std::string& buffer) const {
     const int64_t sequence = options_.sequence;
     if (output.data_type == plan::INT32) {
-      file_->Copy(begin, sequence, output.Data<int32_t>() + row * sequence);
-    } else {
-      file_->Copy(begin, sequence, output.Data<int64_t>() + row * sequence);
+      return file_->Copy(begin, sequence, output.Data<int32_t>() + row * sequence, buffer, ending_);
     }
+    return file_->Copy(begin, sequence, output.Data<int64_t>() + row * sequence, buffer, ending_);
   }
 
   TensorSignature signature_;
+  // KernelInit::ending: a read stops once the job is ending.
+  const std::atomic<bool>* ending_;
   BatchOptions options_;
   std::unique_ptr<TokenFile> file_;
   // N - T - 1 >= 1: the number of distinct sample offsets.
@@ -288,7 +284,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTokenBatchKernel(const KernelInit&
     }
   }
 
-  absl::StatusOr<std::unique_ptr<TokenFile>> file = TokenFile::Open(options->path, options->format);
+  absl::StatusOr<std::unique_ptr<TokenFile>> file =
+      TokenFile::Open(init.files, options->path, options->format);
   if (!file.ok()) return file.status();
   const int64_t num_tokens = (*file)->num_tokens();
   if (num_tokens - 2 < options->sequence) {

@@ -2,9 +2,10 @@
 #define LOOM_KERNELS_CPU_DATA_TOKEN_BATCH_KERNEL_H_
 
 // The CPU kernel of "token_batch" (CreateTokenBatchKernel): a source that reads this task's share
-// of a language-model batch (inputs x and targets y, shifted by one token) from a memory-mapped
-// token file. Batches are a pure function of the file, the batch and sequence sizes, the step and
-// the sample, so every split into ranks and micro-batches reads the rows of the unsplit batch.
+// of a language-model batch (inputs x and targets y, shifted by one token) from a token file
+// opened through KernelInit::files and read with pread. Batches are a pure function of the file,
+// the batch and sequence sizes, the step and the sample, so every split into ranks and
+// micro-batches reads the rows of the unsplit batch.
 
 #include <memory>
 
@@ -18,9 +19,12 @@ namespace loom::cpu {
 // one token. The one-output form is what a job input with a token-file source lowers to: the
 // model's tokens and its targets are then two SOURCE tasks reading the same file.
 //
-// The file is memory-mapped once, when the kernel is built; building fails, naming the path, if it
-// cannot be opened or mapped, is not a regular file, is empty, has an odd size in "uint16" format,
-// or holds fewer than sequence + 2 tokens.
+// The file is opened once, when the kernel is built, through KernelInit::files (null: no file may
+// be opened, PERMISSION_DENIED); building fails, naming the path, if it is refused there (not
+// beneath a root: PERMISSION_DENIED), cannot be opened, is not a regular file, is empty, has an
+// odd size in "uint16" format, or holds fewer than sequence + 2 tokens. Compute reads the rows it
+// needs with pread: a file truncated since it was opened fails the act with DATA_LOSS naming it
+// (never SIGBUS), and a read stops with CANCELLED once KernelInit::ending is set.
 //
 // Attributes:
 //   "path" (string, required): the token file;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/data/data_kernel_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {
@@ -58,7 +59,7 @@ class TokenBatchFirstStepTest : public ::testing::Test {
   // The outputs of piece `piece`.
   std::vector<std::vector<int64_t>> Run(Outputs outputs, int64_t first_step, int64_t piece) const {
     std::unique_ptr<OpCall> call = Call(outputs, first_step);
-    absl::Status status = call->Run(piece);
+    absl::Status status = RunDataKernel(*call, piece);
     EXPECT_TRUE(status.ok()) << status;
     std::vector<std::vector<int64_t>> values;
     for (int index = 0; index < (outputs == Outputs::kBoth ? 2 : 1); ++index) {
@@ -102,14 +103,14 @@ TEST_F(TokenBatchFirstStepTest, HugeFirstStepDoesNotOverflow) {
 
 TEST_F(TokenBatchFirstStepTest, BadAttributesAreRejected) {
   std::unique_ptr<OpCall> negative = Call(Outputs::kBoth, -2);
-  absl::Status status = negative->Build().status();
+  absl::Status status = BuildDataKernel(*negative).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               HasSubstr("token_batch: attribute 'first_step' must be >= 0, got -2"));
 
   std::unique_ptr<OpCall> targets_with_two = Call(Outputs::kBoth, 0);
   targets_with_two->Attribute("targets", BoolAttribute(true));
-  status = targets_with_two->Build().status();
+  status = BuildDataKernel(*targets_with_two).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'targets'"));
 
@@ -119,13 +120,13 @@ TEST_F(TokenBatchFirstStepTest, BadAttributesAreRejected) {
       .Attribute("sequence", IntAttribute(kSequence))
       .Attribute("targets", BoolAttribute(true))
       .Output({kGlobalBatch, kSequence + 1}, plan::INT32);
-  status = wrong_shape->Build().status();
+  status = BuildDataKernel(*wrong_shape).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("output 'y'"));
 
   std::unique_ptr<OpCall> three = Call(Outputs::kBoth, 0);
   three->Output({kRows, kSequence}, plan::INT64);
-  EXPECT_EQ(three->Build().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildDataKernel(*three).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -13,11 +16,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/file_roots.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/data/data_kernels.h"
 #include "kernels/kernel_registry.h"
+#include "tests/kernels/data/data_kernel_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace loom::kernel_test {
@@ -26,15 +31,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kGplPath[] = "/usr/share/common-licenses/GPL-3";
-
-// Builds `call`'s kernel through a registry filled by RegisterCpuDataKernels (OpCall::Build uses
-// RegisterCpuKernels, which does not hold the data kernels).
-absl::StatusOr<std::unique_ptr<Kernel>> BuildDataKernel(const OpCall& call) {
-  KernelRegistry registry;
-  absl::Status status = RegisterCpuDataKernels(&registry);
-  if (!status.ok()) return status;
-  return registry.Create(plan::CPU, call.Init());
-}
 
 std::string TempPath(const std::string& name) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -524,6 +520,76 @@ TEST(DataKernelsRegistrationTest, TokenBatchIsAmongTheCpuKernels) {
   EXPECT_TRUE(registry.Contains("token_batch", plan::CPU));
   EXPECT_TRUE(registry.Contains("matmul", plan::CPU));
   EXPECT_EQ(RegisterCpuDataKernels(&registry).code(), absl::StatusCode::kAlreadyExists);
+}
+
+// Issue 56: a token file is opened through KernelInit::files, only beneath its roots.
+TEST_F(TokenBatchTest, FileOutsideTheRootsIsRefusedNamingPathAndRoots) {
+  const std::string root = TempPath("root");
+  std::filesystem::create_directory(root);
+  absl::StatusOr<FileRoots> roots = FileRoots::Beneath({root}, "--data-root");
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  std::unique_ptr<OpCall> call = MakeCall({.path = path_});
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call, &*roots);
+  EXPECT_EQ(kernel.status().code(), absl::StatusCode::kPermissionDenied) << kernel.status();
+  EXPECT_THAT(kernel.status().message(), HasSubstr(path_));
+  EXPECT_THAT(kernel.status().message(),
+              HasSubstr(std::filesystem::path(root).lexically_normal().string()));
+  EXPECT_THAT(kernel.status().message(), HasSubstr("--data-root"));
+
+  // The same file beneath the root is read.
+  const std::string inside = root + "/tokens.bin";
+  WriteFile(inside, bytes_);
+  std::unique_ptr<OpCall> inside_call = MakeCall({.path = inside});
+  kernel = BuildDataKernel(*inside_call, &*roots);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  EXPECT_TRUE(inside_call->Compute(**kernel, 0).ok());
+  std::filesystem::remove_all(root);
+}
+
+TEST_F(TokenBatchTest, NoFilesMeansNoTokenFile) {
+  std::unique_ptr<OpCall> call = MakeCall({.path = path_});
+  KernelRegistry registry;
+  ASSERT_TRUE(RegisterCpuKernels(&registry).ok());
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = registry.Create(plan::CPU, call->Init());
+  EXPECT_EQ(kernel.status().code(), absl::StatusCode::kPermissionDenied) << kernel.status();
+  EXPECT_THAT(kernel.status().message(), HasSubstr(path_));
+}
+
+// Issue 56 finding 4: truncating the file while a job reads it used to kill the process (SIGBUS on
+// the mapping); now the act fails with DATA_LOSS naming the file.
+TEST_F(TokenBatchTest, FileTruncatedAfterBuildingFailsTheActNotTheProcess) {
+  std::unique_ptr<OpCall> call = MakeCall({.path = path_, .global_batch = 8, .sequence = 5});
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  ASSERT_TRUE(call->Compute(**kernel, 0).ok());
+  ASSERT_EQ(::truncate(path_.c_str(), 3), 0);
+  absl::Status status = absl::OkStatus();
+  for (int64_t piece = 1; piece < 20 && status.ok(); ++piece)
+    status = call->Compute(**kernel, piece);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr(path_));
+  EXPECT_THAT(status.message(), HasSubstr("truncated"));
+}
+
+// Issue 56 finding 3: a FIFO as token file used to block open() for good.
+TEST_F(TokenBatchTest, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = TempPath("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  created_.push_back(fifo);
+  absl::Status status = BuildError({.path = fifo});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("a FIFO"));
+}
+
+TEST_F(TokenBatchTest, ReadStopsOnceTheJobIsEnding) {
+  std::atomic<bool> ending{false};
+  std::unique_ptr<OpCall> call = MakeCall({.path = path_});
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call, nullptr, &ending);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  ASSERT_TRUE(call->Compute(**kernel, 0).ok());
+  ending = true;
+  absl::Status status = call->Compute(**kernel, 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
 }
 
 }  // namespace

@@ -57,6 +57,20 @@ def interrupt(process, signal_number):
     return err
 
 
+def safetensors_contents(path):
+    """A safetensors file's tensors (name -> dtype, shape, bytes) and its metadata."""
+    with open(path, "rb") as file:
+        contents = file.read()
+    header_length = int.from_bytes(contents[:8], "little")
+    header = json.loads(contents[8:8 + header_length])
+    data = contents[8 + header_length:]
+    metadata = header.pop("__metadata__", {})
+    tensors = {name: (entry["dtype"], entry["shape"],
+                      data[entry["data_offsets"][0]:entry["data_offsets"][1]])
+               for name, entry in header.items()}
+    return tensors, metadata
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -64,8 +78,12 @@ def free_port():
 
 
 # No memory budget, so that a job too large for this host runs and fails (allocation_failure).
+# Its jobs read the examples' files and this run's temporary files, and write checkpoints there.
 daemon = subprocess.Popen([LOOMD, "--listen", "127.0.0.1:0", "--devices", "cpu:2",
-                           "--shutdown-grace", "0s", "--memory-budget-per-device", "0"],
+                           "--shutdown-grace", "0s", "--memory-budget-per-device", "0",
+                           "--data-root", os.path.abspath("examples"),
+                           "--data-root", tempfile.gettempdir(),
+                           "--checkpoint-root", tempfile.gettempdir()],
                           stdout=subprocess.PIPE, text=True)
 try:
     first_line = daemon.stdout.readline()
@@ -149,10 +167,12 @@ try:
         result = loomctl("run", "examples/jobs/mlp_regression.pbtxt", "--devices", "cpu:2",
                          "--steps", "4", "--save-dir", local)
         check(result.returncode == 0, f"run --save-dir exited {result.returncode}")
-        with open(saved, "rb") as cluster_file, \
-                open(os.path.join(local, "step-4.safetensors"), "rb") as local_file:
-            check(cluster_file.read() == local_file.read(),
-                  "the cluster's checkpoint equals loomctl run's")
+        cluster_tensors, cluster_metadata = safetensors_contents(saved)
+        local_tensors, _ = safetensors_contents(os.path.join(local, "step-4.safetensors"))
+        check(cluster_tensors == local_tensors,
+              "the cluster's checkpoint holds loomctl run's tensors, byte for byte")
+        check("loomd_job" in cluster_metadata,
+              f"the cluster's checkpoint names the job that wrote it: {cluster_metadata}")
         check(sorted(os.listdir(scratch)) == ["local", "trained.safetensors"],
               f"no checkpoint parts left: {os.listdir(scratch)}")
         # --init resumes from it: its two steps are steps 5 and 6 of a 6-step run.

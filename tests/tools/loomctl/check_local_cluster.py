@@ -58,7 +58,8 @@ tls_flags = []
 if TLS:
     certificates = os.path.join(STATE_DIRECTORY, "certs")
     subprocess.run(["rm", "-rf", certificates], check=True)
-    subprocess.run(["scripts/make-certs", certificates, "local", "127.0.0.1"], check=True,
+    subprocess.run(["scripts/make-certs", "--role", "node", "--role", "admin", certificates, "local",
+                    "127.0.0.1"], check=True,
                    stdout=subprocess.DEVNULL)
     tls_flags = ["--tls-ca", os.path.join(certificates, "ca.pem"),
                  "--tls-cert", os.path.join(certificates, "local.pem"),
