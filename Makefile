@@ -13,7 +13,8 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 BENCH ?=
-# Sanitizer builds compile only the runtime, actors, kernels, transport and their tests (the
+# Sanitizer builds compile only the runtime, actors, kernels, transport, the compiler and node
+# libraries, and their tests (the compiler's extreme-shapes fuzz test among them; the
 # forking transport tests too: ThreadSanitizer sees only one process's threads, so what they add
 # there is the in-process side; AddressSanitizer checks the mailbox's reads of foreign records).
 SANITIZER_TARGETS = loom_runtime_test loom_network_collectives_test loom_network_actors_test \

@@ -21,6 +21,7 @@
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/blas_threads.h"
 #include "node/device_backends.h"
+#include "rpc/request_parse_errors.h"
 #include "rpc/tls.h"
 
 namespace loom::daemon {
@@ -249,6 +250,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     builder.RegisterService(daemon->worker_job_service_.get());
   }
   builder.RegisterService(daemon->cluster_service_.get());
+  // A request body that does not parse: INVALID_ARGUMENT naming the method and the request type
+  // (gRPC's own answer is INTERNAL with an empty message).
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRequestParseErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || port == 0) {
     daemon->manager_.reset();

@@ -40,9 +40,10 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const cli::ParsedArguments& arg
   return duration;
 }
 
-absl::StatusOr<int> ParsePositiveFlag(const cli::ParsedArguments& arguments,
-                                      const std::string& flag) {
-  int value = 0;
+template <typename Integer>
+absl::StatusOr<Integer> ParsePositiveFlag(const cli::ParsedArguments& arguments,
+                                          const std::string& flag) {
+  Integer value = 0;
   const std::string text = arguments.Value(flag);
   if (!absl::SimpleAtoi(text, &value) || value < 1) {
     return cli::UsageError(
@@ -207,19 +208,10 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
   options.data_roots = arguments.Values("data-root");
   options.checkpoint_roots = arguments.Values("checkpoint-root");
   options.insecure = arguments.Switch("insecure");
-  if (absl::StatusOr<int> max_nodes = ParsePositiveFlag(arguments, "max-nodes"); max_nodes.ok()) {
-    options.max_nodes = *max_nodes;
-  } else {
-    return max_nodes.status();
-  }
-  if (!absl::SimpleAtoi(arguments.Value("max-trace-events-per-job"),
-                        &options.max_trace_events_per_job) ||
-      options.max_trace_events_per_job < 1) {
-    return cli::UsageError(kCommand,
-                           absl::StrCat("--max-trace-events-per-job must be a whole number >= 1, "
-                                        "not '",
-                                        arguments.Value("max-trace-events-per-job"), "'"));
-  }
+  absl::StatusOr<int64_t> trace_events =
+      ParsePositiveFlag<int64_t>(arguments, "max-trace-events-per-job");
+  if (!trace_events.ok()) return trace_events.status();
+  options.max_trace_events_per_job = *trace_events;
 
   options.node_name = arguments.Value("node-name");
   if (options.node_name.empty()) options.node_name = HostName();
@@ -281,8 +273,9 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
            {"max-watches", &options.max_watches},
            {"max-finished-jobs", &options.max_finished_jobs},
            {"max-events-per-job", &options.max_events_per_job},
+           {"max-nodes", &options.max_nodes},
            {"blas-threads", &options.blas_threads}}) {
-    absl::StatusOr<int> value = ParsePositiveFlag(arguments, flag);
+    absl::StatusOr<int> value = ParsePositiveFlag<int>(arguments, flag);
     if (!value.ok()) return value.status();
     *target = *value;
   }
@@ -291,8 +284,13 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
   absl::StatusOr<std::optional<TlsCredentials>> tls = cli::TlsFromArguments(kCommand, arguments);
   if (!tls.ok()) return tls.status();
   options.tls = *std::move(tls);
-  if (options.peer_probe_timeout <= absl::ZeroDuration()) {
-    return cli::UsageError(kCommand, "--peer-probe-timeout must be > 0");
+  for (auto [flag, duration] : std::vector<std::pair<const char*, absl::Duration>>{
+           {"peer-probe-timeout", options.peer_probe_timeout},
+           {"release-timeout", options.release_timeout},
+           {"missing-node-expiry", options.missing_node_expiry}}) {
+    if (duration <= absl::ZeroDuration()) {
+      return cli::UsageError(kCommand, absl::StrCat("--", flag, " must be > 0"));
+    }
   }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.node_timeout <= options.heartbeat_interval) {

@@ -1,11 +1,14 @@
 #include "node/fetch_assembly.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/boxing.h"
 #include "compiler/placement.h"
 #include "compiler/sbp.h"
+#include "core/checked_arithmetic.h"
 #include "core/data_type.h"
 
 namespace loom {
@@ -41,9 +44,15 @@ void ForEachRun(const Shape& logical, const Shape& window, const std::vector<int
   }
 }
 
+// The ranks of `hierarchy`; -1 when an extent is below 1 or their product overflows (no number
+// of pieces matches it).
 int64_t Ranks(const std::vector<int64_t>& hierarchy) {
   int64_t ranks = 1;
-  for (int64_t extent : hierarchy) ranks *= extent;
+  for (int64_t extent : hierarchy) {
+    const std::optional<int64_t> product = CheckedMultiply(ranks, extent);
+    if (extent < 1 || !product.has_value()) return -1;
+    ranks = *product;
+  }
   return ranks;
 }
 
@@ -74,7 +83,13 @@ absl::StatusOr<HostTensor> AssembleFetch(const plan::Fetch& fetch,
 absl::StatusOr<std::vector<bool>> RanksRead(const DistributedLayout& layout) {
   absl::StatusOr<compiler::NdSbp> sbp = compiler::ParseNdSbp(layout.sbp);
   if (!sbp.ok()) return sbp.status();
-  return RanksReadOf(*sbp, compiler::Placement(std::vector<plan::Device>(Ranks(layout.hierarchy)),
+  const int64_t ranks = Ranks(layout.hierarchy);
+  if (ranks < 0 || ranks > kMaxTensorElements) {
+    return absl::InvalidArgumentError(absl::StrCat(layout.what, ": hierarchy [",
+                                                   absl::StrJoin(layout.hierarchy, ", "),
+                                                   "] has no sane number of ranks"));
+  }
+  return RanksReadOf(*sbp, compiler::Placement(std::vector<plan::Device>(ranks),
                                                layout.hierarchy));
 }
 

@@ -1,5 +1,6 @@
-// Malformed requests never crash the daemon; the health service answers; messages over the limit
-// are RESOURCE_EXHAUSTED.
+// Malformed requests never crash the daemon (a body that does not parse is INVALID_ARGUMENT naming
+// the method and request type); the health service answers; messages over the limit are
+// RESOURCE_EXHAUSTED.
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@ namespace loom::daemon::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using RobustnessTest = DaemonTest;
 
@@ -28,21 +30,53 @@ TEST_F(RobustnessTest, HealthIsServing) {
 }
 
 TEST_F(RobustnessTest, GarbageRequestBodiesDoNotCrashTheDaemon) {
+  // None parses as any message: a varint past 10 bytes, a length far past the end, field 0.
   const std::vector<std::string> bodies = {
-      std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff garbage", 20),
-      std::string("\x0a\xff\xff\xff\x0f", 5),  // a length far past the end
+      std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff garbage", 18),
+      std::string("\x0a\xff\xff\xff\x0f", 5),
       std::string(1000, '\x00'),
   };
-  for (const char* method : {"/loom.v1.JobService/SubmitJob", "/loom.v1.JobService/GetJob",
-                             "/loom.v1.JobService/CancelJob", "/loom.v1.ClusterService/ListNodes",
-                             "/loom.v1.JobService/NoSuchMethod"}) {
+  struct Method {
+    std::string name;
+    std::string request_type;
+  };
+  const std::vector<Method> methods = {
+      {"/loom.v1.JobService/SubmitJob", "loom.v1.SubmitJobRequest"},
+      {"/loom.v1.JobService/GetJob", "loom.v1.GetJobRequest"},
+      {"/loom.v1.JobService/CancelJob", "loom.v1.CancelJobRequest"},
+      {"/loom.v1.JobService/WatchJob", "loom.v1.WatchJobRequest"},  // server-streaming
+      {"/loom.v1.ClusterService/ListNodes", "loom.v1.ListNodesRequest"},
+  };
+  for (const Method& method : methods) {
     for (const std::string& body : bodies) {
       std::string response;
-      grpc::Status status = RawUnaryCall(method, body, &response);
-      EXPECT_FALSE(status.ok()) << method;
+      grpc::Status status = RawUnaryCall(method.name, body, &response);
+      // INVALID_ARGUMENT naming the method and its request type (not gRPC's INTERNAL with an
+      // empty message), and nothing of the body.
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << method.name << ": " << status.error_message();
+      EXPECT_EQ(status.error_message(), absl::StrCat("the request body of ", method.name,
+                                                     " is not a valid ", method.request_type));
+      EXPECT_THAT(status.error_message(), Not(HasSubstr("garbage")));
+      for (char byte : status.error_message()) {
+        EXPECT_TRUE(byte >= 0x20 && byte < 0x7f) << method.name << ": " << status.error_message();
+      }
     }
   }
+  // An unknown method is gRPC's UNIMPLEMENTED, whatever its body.
+  for (const std::string& body : bodies) {
+    std::string response;
+    grpc::Status status = RawUnaryCall("/loom.v1.JobService/NoSuchMethod", body, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  }
+  // A body that parses reaches the service, whose own answer is left alone: an empty GetJob
+  // request names no job.
   std::string response;
+  grpc::Status status = RawUnaryCall("/loom.v1.JobService/GetJob", "", &response);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.error_code(), grpc::StatusCode::INTERNAL) << status.error_message();
+  EXPECT_THAT(status.error_message(), Not(HasSubstr("request body")));
+  // And the daemon still serves.
   ASSERT_TRUE(RawUnaryCall("/grpc.health.v1.Health/Check", "", &response).ok());
   EXPECT_EQ(response, kHealthServing);
 }
