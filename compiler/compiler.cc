@@ -9,6 +9,7 @@
 #include "compiler/gradient_clipping.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
+#include "compiler/memory_sharing.h"
 #include "compiler/mixed_precision.h"
 #include "compiler/node_split.h"
 #include "compiler/parallel_for.h"
@@ -56,6 +57,10 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   SetPiecesPerStep(result.plan);
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   result.node_plans = SplitByNode(result.plan, threads);
+  if (job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {
+    ShareRegisterMemory(result.node_plans, threads);
+    CopyRegisterPlacement(result.node_plans, result.plan);
+  }
   if (absl::Status status = CheckMemory(result.node_plans, threads); !status.ok()) return status;
   return result;
 }
@@ -110,6 +115,10 @@ std::string Explain(const CompileResult& result) {
     absl::StrAppend(
         &text, "  ", DeviceName(estimate.device), ": ", FormatBytes(estimate.register_bytes),
         " of registers",
+        estimate.unshared_register_bytes > estimate.register_bytes
+            ? absl::StrCat(" (", FormatBytes(estimate.unshared_register_bytes),
+                           " apart: registers share memory)")
+            : "",
         estimate.state_bytes > 0 ? absl::StrCat(", ", FormatBytes(estimate.state_bytes),
                                                 " of optimizer states and accumulators")
                                  : "",

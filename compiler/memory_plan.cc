@@ -101,8 +101,26 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     DeviceHoldings& device = holdings[found->second];
     const int64_t bytes = SaturatedMultiply(BufferBytes(SlotBytes(reg), device.estimate.device),
                                             std::max(reg.num_slots(), 0));
+    device.estimate.unshared_register_bytes =
+        SaturatedAdd(device.estimate.unshared_register_bytes, bytes);
+    if (!reg.pool().empty()) continue;  // its bytes are its pool's
     device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
-    if (found->second == named_device) device.registers.emplace_back(bytes, reg.name());
+    if (found->second == named_device) {
+      device.registers.emplace_back(bytes, absl::StrCat("'", reg.name(), "'"));
+    }
+  }
+  // Registers that share memory take their pools' bytes.
+  for (const plan::MemoryPool& pool : plan.memory_pools()) {
+    auto found = position.find(DeviceKey::Of(pool.device()));
+    if (found == position.end()) continue;
+    DeviceHoldings& device = holdings[found->second];
+    const int64_t bytes = BufferBytes(std::max<int64_t>(pool.bytes(), 0), device.estimate.device);
+    device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
+    if (found->second == named_device) {
+      device.registers.emplace_back(
+          bytes, absl::StrCat("memory pool '", pool.name(), "' (shared by ", pool.num_registers(),
+                              " registers)"));
+    }
   }
 }
 
@@ -239,7 +257,7 @@ std::string Largest(std::vector<std::pair<int64_t, std::string>> holders, size_t
   std::sort(holders.begin(), holders.end(), std::greater<>());
   std::string names;
   for (size_t i = 0; i < holders.size() && i < count; ++i) {
-    absl::StrAppend(&names, i == 0 ? "" : ", ", "'", holders[i].second, "' (",
+    absl::StrAppend(&names, i == 0 ? "" : ", ", holders[i].second, " (",
                     FormatBytes(holders[i].first), ")");
   }
   return names;
@@ -281,7 +299,7 @@ absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
                         " for the staging buffers of its network collectives");
         std::vector<std::pair<int64_t, std::string>> staging;
         for (const auto& [communicator, bytes] : holdings.staging) {
-          staging.emplace_back(bytes, communicator);
+          staging.emplace_back(bytes, absl::StrCat("'", communicator, "'"));
         }
         absl::StrAppend(&holders, "; most staging: communicator ", Largest(staging, 1));
       }

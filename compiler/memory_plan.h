@@ -27,8 +27,11 @@ inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 56;
 
 struct DeviceMemoryEstimate {
   plan::Device device;
-  // Every slot of every register the device's tasks produce (the node split's copies included).
+  // Every slot of every register the device's tasks produce (the node split's copies included),
+  // registers that share memory (RegisterDesc.pool) counted by their pools.
   int64_t register_bytes = 0;
+  // What the same registers would take each in buffers of its own (REGISTER_MEMORY_SEPARATE).
+  int64_t unshared_register_bytes = 0;
   // Its variables' optimizer states and its accumulators' sums.
   int64_t state_bytes = 0;
   // The staging buffers its ranks of network collectives hold (core/collective_staging.h).
@@ -49,7 +52,8 @@ struct DeviceMemoryEstimate {
 // and an accumulator its sum (one slot of its input); a CPU device's buffers count as the host
 // allocator lays them out on huge pages (core/host_buffer_layout.h). The staging of network
 // collectives is what CollectiveStagingBytes gives for the register shapes, one buffer per slot of
-// each (communicator, rank) sized for the largest of its collectives. Not counted: the host
+// each (communicator, rank) sized for the largest of its collectives. Registers in a memory pool
+// count as their pool's bytes. Not counted: the host
 // copies of fetched tensors a sink keeps (charged as they arrive). In the order of the plans'
 // devices.
 // The plans are read on up to `threads` threads.

@@ -121,10 +121,31 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
       producer_of[register_position[name]] = i;
     }
   }
+  // Memory pools, before the registers placed in them (ValidatePlan checked that each such
+  // register's slot lies inside its pool, on its producer's device).
+  absl::flat_hash_map<std::string, int> registers_in_pool;
+  for (const plan::RegisterDesc& desc : plan_.registers()) {
+    if (!desc.pool().empty()) ++registers_in_pool[desc.pool()];
+  }
+  absl::flat_hash_map<std::string, char*> pool_base;
+  for (const plan::MemoryPool& pool : plan_.memory_pools()) {
+    std::shared_ptr<DeviceMemory> memory = MemoryOf(pool.device());
+    absl::StatusOr<void*> buffer =
+        memory->Allocate(pool.bytes(), absl::StrCat("memory pool '", pool.name(), "' (",
+                                                    registers_in_pool[pool.name()], " registers)"));
+    if (!buffer.ok()) return buffer.status();
+    pools_.push_back(PoolBuffer{memory, *buffer});
+    pool_base[pool.name()] = static_cast<char*>(*buffer);
+  }
   for (int r = 0; r < plan_.registers_size(); ++r) {
+    const plan::RegisterDesc& desc = plan_.registers(r);
     const plan::Task& producer = plan_.tasks(producer_of[r]);
-    absl::StatusOr<std::unique_ptr<Register>> reg = Register::Create(
-        plan_.registers(r), static_cast<uint32_t>(r), memory_of(producer.stream().device()));
+    absl::StatusOr<std::unique_ptr<Register>> reg =
+        desc.pool().empty()
+            ? Register::Create(desc, static_cast<uint32_t>(r),
+                               memory_of(producer.stream().device()))
+            : Register::CreateInPool(desc, static_cast<uint32_t>(r),
+                                     pool_base.at(desc.pool()) + desc.pool_offset());
     if (!reg.ok()) return reg.status();
     (*reg)->set_producer(actor_ids[producer_of[r]]);
     registers_.push_back(std::move(*reg));
@@ -348,11 +369,14 @@ JobRuntime::~JobRuntime() {
   }
   // Joined threads no longer touch the actors. Actors next: their kernels may use their stream
   // contexts, which the threads own, as they go (a CUDA kernel selects its GPU to free its
-  // scratch). Then the threads with those contexts, then registers (they free memory).
+  // scratch). Then the threads with those contexts, then registers (they free memory), then the
+  // memory pools that registers' slots lie in.
   for (auto& thread : threads_) thread->Join();
   actors_.clear();
   threads_.clear();
   registers_.clear();
+  for (const PoolBuffer& pool : pools_) pool.memory->Free(pool.base);
+  pools_.clear();
 }
 
 int64_t JobRuntime::NowNanoseconds() const {
@@ -520,6 +544,13 @@ std::vector<ActorSummary> JobRuntime::Summaries() const {
   std::vector<ActorSummary> summaries;
   for (const auto& actor : actors_) summaries.push_back(actor->summary());
   return summaries;
+}
+
+const Register* JobRuntime::FindRegister(const std::string& name) const {
+  for (const auto& reg : registers_) {
+    if (reg->name() == name) return reg.get();
+  }
+  return nullptr;
 }
 
 const Actor* JobRuntime::FindActor(const std::string& task_name) const {

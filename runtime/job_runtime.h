@@ -1,11 +1,11 @@
 #ifndef LOOM_RUNTIME_JOB_RUNTIME_H_
 #define LOOM_RUNTIME_JOB_RUNTIME_H_
 
-// JobRuntime: runs one node's plan. It builds the registers, actors, collective backends and stream
-// threads, joins communicators across nodes, starts the job, waits for its end or its first failure
-// (detecting stalls), and keeps the events and per-actor summaries. Also ActorFactory, the function
-// that builds each task's actor. Used by loomd's node jobs, local runs, `loomctl`, tests and
-// benchmarks.
+// JobRuntime: runs one node's plan. It builds the memory pools, registers, actors, collective
+// backends and stream threads, joins communicators across nodes, starts the job, waits for its end
+// or its first failure (detecting stalls), and keeps the events and per-actor summaries. Also
+// ActorFactory, the function that builds each task's actor. Used by loomd's node jobs, local runs,
+// `loomctl`, tests and benchmarks.
 
 #include <atomic>
 #include <chrono>
@@ -98,6 +98,8 @@ class JobRuntime final : public JobControl {
   const plan::Plan& plan() const { return plan_; }
   // nullptr when no task has this name.
   const Actor* FindActor(const std::string& task_name) const;
+  // nullptr when the plan has no register of this name.
+  const Register* FindRegister(const std::string& name) const;
   // After a run (no act can run any more): the value and states of the VARIABLE task `task`,
   // copied to the host (VariableHolder). NOT_FOUND naming the task when the job has no variable
   // task of that name.
@@ -142,6 +144,13 @@ class JobRuntime final : public JobControl {
   // By plan.devices(); shared with the network collectives' staging buffers, which a transfer
   // still in flight may hold after the backends are gone.
   std::vector<std::shared_ptr<DeviceMemory>> memories_;
+  // One buffer per Plan.memory_pools entry, in plan order: the registers placed in it
+  // (RegisterDesc.pool) hold slots inside it, so the destructor frees these after the registers.
+  struct PoolBuffer {
+    std::shared_ptr<DeviceMemory> memory;
+    void* base = nullptr;
+  };
+  std::vector<PoolBuffer> pools_;
   std::vector<std::unique_ptr<Register>> registers_;
   std::vector<std::unique_ptr<Actor>> actors_;  // plan order
   // Built before the threads start and never changed after: Fail reads them from any thread.

@@ -18,6 +18,7 @@
 #include "core/shared_kernels.h"
 #include "core/tensor.h"
 #include "runtime/actor_id.h"
+#include "runtime/memory_pool_validation.h"
 
 namespace loom {
 namespace {
@@ -627,6 +628,10 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
   if (absl::Status status = CheckSharedKernels(plan); !status.ok()) return status;
   absl::flat_hash_set<DeviceKey> devices;
   if (absl::Status status = CheckDevices(plan, &devices); !status.ok()) return status;
+  absl::flat_hash_map<std::string, int> pool_position;
+  if (absl::Status status = CheckMemoryPools(plan, devices, &pool_position); !status.ok()) {
+    return status;
+  }
   absl::flat_hash_map<std::string, int> register_position;
   if (absl::Status status = CheckRegisters(plan, &register_position); !status.ok()) return status;
   if (absl::Status status = CheckLayouts(plan); !status.ok()) return status;
@@ -697,6 +702,10 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     if (!reg.producer().empty() && reg.producer() != producer_task.name()) {
       return Invalid(absl::StrCat("register '", reg.name(), "' says its producer is '",
                                   reg.producer(), "', but '", producer_task.name(), "' writes it"));
+    }
+    if (absl::Status status = CheckPoolPlacement(reg, producer_task, plan, pool_position);
+        !status.ok()) {
+      return status;
     }
     if (reg.consumers_size() > 0) {
       absl::flat_hash_set<std::string> declared(reg.consumers().begin(), reg.consumers().end());

@@ -12,9 +12,10 @@
 namespace loom {
 
 // Checks a plan before any actor is built: unique names, declared devices and registers, one
-// producer per register (no dangling register), at least one slot per register, the arity and
-// shapes each task kind needs, and no cycle (a cycle of tasks can never act). Every error is
-// INVALID_ARGUMENT and names the task or register at fault.
+// producer per register (no dangling register), at least one slot per register, memory pools and
+// the registers placed in them (one slot, inside the pool, on the producer's device), the arity
+// and shapes each task kind needs, and no cycle (a cycle of tasks can never act). Every error is
+// INVALID_ARGUMENT and names the task, register or pool at fault.
 absl::Status ValidatePlan(const plan::Plan& plan);
 
 // The task index of a task: its `index` field when set, else its position in the plan.

@@ -2,8 +2,9 @@
 #define LOOM_RUNTIME_REGISTER_H_
 
 // Register: a register's description (name, shape, data type, producer and consumers) and its slot
-// buffers, allocated from the producer's device memory. JobRuntime builds one per register of the
-// plan; actors use its slots as READY and FREE messages allow.
+// buffers, allocated from the producer's device memory or, for a register placed in a memory pool
+// (RegisterDesc.pool), its one slot inside the pool's buffer. JobRuntime builds one per register
+// of the plan; actors use its slots as READY and FREE messages allow.
 
 #include <cstdint>
 #include <string>
@@ -24,6 +25,10 @@ class Register {
   // Allocates `desc.num_slots()` buffers from `memory` (the producer's device).
   static absl::StatusOr<std::unique_ptr<Register>> Create(const plan::RegisterDesc& desc,
                                                           uint32_t index, DeviceMemory* memory);
+  // A register whose one slot is `slot`, memory it does not own (a memory pool's buffer at the
+  // register's pool_offset, which outlives the register). `desc.num_slots()` must be 1.
+  static absl::StatusOr<std::unique_ptr<Register>> CreateInPool(const plan::RegisterDesc& desc,
+                                                                uint32_t index, void* slot);
   ~Register();
 
   Register(const Register&) = delete;
@@ -40,11 +45,15 @@ class Register {
 
   ActorId producer() const { return producer_; }
   const std::vector<ActorId>& consumers() const { return consumers_; }
+  // Whether its slot lies in a memory pool (then it frees nothing).
+  bool in_pool() const { return memory_ == nullptr; }
   void set_producer(ActorId producer) { producer_ = producer; }
   void add_consumer(ActorId consumer) { consumers_.push_back(consumer); }
 
  private:
   Register() = default;
+  // What both factories share: the description, without slots.
+  static std::unique_ptr<Register> Describe(const plan::RegisterDesc& desc, uint32_t index);
 
   std::string name_;
   uint32_t index_ = 0;
@@ -52,6 +61,7 @@ class Register {
   plan::DataType data_type_ = plan::DATA_TYPE_UNSPECIFIED;
   int64_t slot_bytes_ = 0;
   std::vector<void*> slots_;
+  // Where its slots came from; null for a register in a memory pool (the pool owns its slot).
   DeviceMemory* memory_ = nullptr;
   ActorId producer_;
   std::vector<ActorId> consumers_;

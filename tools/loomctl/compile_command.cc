@@ -174,12 +174,14 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
     by_kind.push_back(absl::StrCat(counts[kind], " ", TaskKindName(kind)));
   }
   int64_t register_bytes = 0;
+  int64_t unshared_register_bytes = 0;
   int64_t state_bytes = 0;
   int64_t staging_bytes = 0;
   int64_t largest_device_bytes = 0;
   for (const compiler::DeviceMemoryEstimate& estimate :
        compiler::EstimateMemory(result.node_plans)) {
     register_bytes += estimate.register_bytes;
+    unshared_register_bytes += estimate.unshared_register_bytes;
     state_bytes += estimate.state_bytes;
     staging_bytes += estimate.staging_bytes;
     largest_device_bytes = std::max(largest_device_bytes, estimate.total_bytes());
@@ -191,6 +193,9 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
       FormatCount(result.plan.communicators_size(), "communicator"), ", ",
       FormatCount(result.plan.registers_size(), "register"), " holding ",
       FormatBytes(register_bytes), " in total (every slot counted",
+      unshared_register_bytes > register_bytes
+          ? absl::StrCat(", sharing memory: ", FormatBytes(unshared_register_bytes), " apart")
+          : "",
       state_bytes > 0 ? absl::StrCat(", plus ", FormatBytes(state_bytes),
                                      " of optimizer states and accumulators")
                       : "",

@@ -1,0 +1,106 @@
+#ifndef LOOM_TESTS_COMPILER_GPT_LAYOUTS_H_
+#define LOOM_TESTS_COMPILER_GPT_LAYOUTS_H_
+
+// A tiny GPT (tools/loom-gpt) on the layouts the memory-sharing tests cover (one device, DP, TP,
+// PP with 1F1B and GPipe, DP x PP with clipping, micro-batches, MoE with EP, DP x TP in bfloat16,
+// stages on two nodes), compiled with or without register memory sharing.
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/compiler.h"
+#include "proto/job.pb.h"
+#include "tests/compiler/compiler_test_util.h"
+#include "tools/loom-gpt/gpt_model.h"
+
+namespace loom::compiler::testing {
+
+struct GptLayout {
+  std::string name;
+  int64_t data_parallel = 1;
+  int64_t tensor_parallel = 1;
+  int64_t pipeline_stages = 1;
+  int64_t micro_batches = 1;
+  job::PipelineSchedule schedule = job::ONE_F_ONE_B;
+  int64_t experts = 0;
+  int64_t expert_parallel = 1;
+  double max_grad_norm = 0;
+  plan::DataType matmul_data_type = plan::FLOAT32;
+  int nodes = 1;
+  // Micro-batches of one device without stages: nothing orders micro-batch n's backward before
+  // n + 1's forward, so no two transients are provably apart.
+  bool shares = true;
+
+  int devices() const {
+    return static_cast<int>(data_parallel * tensor_parallel * pipeline_stages);
+  }
+};
+
+inline void PrintTo(const GptLayout& layout, std::ostream* out) { *out << layout.name; }
+
+inline std::vector<GptLayout> SharingLayouts() {
+  return {
+      GptLayout{.name = "one_device"},
+      GptLayout{.name = "dp2", .data_parallel = 2},
+      GptLayout{.name = "tp2", .tensor_parallel = 2},
+      GptLayout{.name = "pp2_m4_1f1b", .pipeline_stages = 2, .micro_batches = 4},
+      GptLayout{
+          .name = "pp2_m4_gpipe", .pipeline_stages = 2, .micro_batches = 4, .schedule = job::GPIPE},
+      GptLayout{.name = "dp2_pp2_m2_clipped",
+                .data_parallel = 2,
+                .pipeline_stages = 2,
+                .micro_batches = 2,
+                .max_grad_norm = 0.5},
+      GptLayout{.name = "m4_one_device", .micro_batches = 4, .shares = false},
+      GptLayout{.name = "dp2_ep2_moe", .data_parallel = 2, .experts = 4, .expert_parallel = 2},
+      GptLayout{.name = "dp2_tp2_bf16_clipped",
+                .data_parallel = 2,
+                .tensor_parallel = 2,
+                .max_grad_norm = 0.5,
+                .matmul_data_type = plan::BFLOAT16},
+      // Stages on two nodes: SEND / RECEIVE pairs between the node plans.
+      GptLayout{
+          .name = "pp2_m4_1f1b_two_nodes", .pipeline_stages = 2, .micro_batches = 4, .nodes = 2},
+  };
+}
+
+// The tiny GPT (vocabulary 256, context 16, width 32, 4 layers, 3 steps) on `layout`.
+inline absl::StatusOr<job::Job> GptJobOn(const GptLayout& layout, job::RegisterMemory memory) {
+  gpt::GptConfig config;
+  config.vocab = 256;
+  config.context = 16;
+  config.width = 32;
+  config.layers = 4;
+  config.heads = 2;
+  config.mlp_width = 64;
+  config.batch = 8;
+  config.steps = 3;
+  config.data_parallel = layout.data_parallel;
+  config.tensor_parallel = layout.tensor_parallel;
+  config.pipeline_stages = layout.pipeline_stages;
+  config.micro_batches = layout.micro_batches;
+  config.schedule = layout.schedule;
+  config.experts = layout.experts;
+  config.expert_parallel = layout.expert_parallel;
+  config.max_grad_norm = layout.max_grad_norm;
+  config.matmul_data_type = layout.matmul_data_type;
+  if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  if (!job.ok()) return job.status();
+  job->set_register_memory(memory);
+  return job;
+}
+
+inline absl::StatusOr<CompileResult> CompileGpt(const GptLayout& layout,
+                                                job::RegisterMemory memory) {
+  absl::StatusOr<job::Job> job = GptJobOn(layout, memory);
+  if (!job.ok()) return job.status();
+  return CompileOn(*job, layout.devices(), layout.nodes);
+}
+
+}  // namespace loom::compiler::testing
+
+#endif  // LOOM_TESTS_COMPILER_GPT_LAYOUTS_H_
