@@ -319,6 +319,7 @@ bool SharedKind(plan::TaskKind kind, bool producer) {
     case plan::ACCUMULATE:
       return true;
     case plan::SINK:
+    case plan::VARIABLE:  // reads its gradient within the act that applies it
       return !producer;
     default:
       return false;

@@ -25,7 +25,7 @@ struct RegisterRef {
 // The registers of one stream that may share memory: each has one slot, lives on a CPU device,
 // is written by a task that fills it in its act (COMPUTE, UNPACK, REPEAT, ACCUMULATE) and read
 // only on its producer's stream by tasks that return it by the end of their act (COMPUTE,
-// UNPACK, REPEAT, ACCUMULATE, SINK).
+// UNPACK, REPEAT, ACCUMULATE, SINK, and a VARIABLE its gradient).
 struct SharingGroup {
   int plan = 0;
   plan::Stream stream;

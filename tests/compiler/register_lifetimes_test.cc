@@ -434,7 +434,11 @@ TEST(RegisterLifetimesTest, ATrainingLoopKeepsForwardAndBackwardTemporariesApart
   EXPECT_TRUE(Disjoint(plan, "fa", "l"));
   EXPECT_FALSE(Disjoint(plan, "fa", "fb"));
   EXPECT_FALSE(Disjoint(plan, "l", "ba"));
-  EXPECT_FALSE(InAGroup(plan, "gw")) << "read by a VARIABLE";
+  // The gradient: read by the VARIABLE within the act that applies it, which step k + 1's
+  // forward waits for.
+  EXPECT_TRUE(InAGroup(plan, "gw"));
+  EXPECT_TRUE(Disjoint(plan, "fa", "gw"));
+  EXPECT_FALSE(Disjoint(plan, "ba", "gw")) << "b2 reads one and writes the other";
   EXPECT_FALSE(InAGroup(plan, "w")) << "written by a VARIABLE";
   // The same answer from executions: fa and ba on the same bytes never overlap.
   const std::vector<plan::Plan> stacked = {Stacked(plan, {"fa", "ba"})};
