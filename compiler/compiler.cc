@@ -15,6 +15,7 @@
 #include "compiler/parallel_for.h"
 #include "compiler/pieces_per_step.h"
 #include "compiler/sbp_inference.h"
+#include "compiler/step_proof.h"
 #include "core/device_name.h"
 #include "core/file_contents.h"
 #include "core/format_bytes.h"
@@ -24,8 +25,8 @@
 
 namespace loom::compiler {
 
-absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
-                                      const DeviceSet& devices, const CompileOptions& options) {
+absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& registry,
+                                       const DeviceSet& devices, const CompileOptions& options) {
   CompileResult result;
   const job::Job* compiled = &job;
   if (job.matmul_data_type() != plan::DATA_TYPE_UNSPECIFIED &&
@@ -55,14 +56,25 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
   SetPiecesPerStep(result.plan);
+  return result;
+}
+
+absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
+                                      const DeviceSet& devices, const CompileOptions& options) {
+  absl::StatusOr<CompileResult> lowered = LowerJob(job, registry, devices, options);
+  if (!lowered.ok()) return lowered.status();
+  CompileResult& result = *lowered;
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
+  if (absl::Status status = OrderCollectivesToFinish(result.plan, threads); !status.ok()) {
+    return status;
+  }
   result.node_plans = SplitByNode(result.plan, threads);
   if (job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {
     ShareRegisterMemory(result.node_plans, threads);
     CopyRegisterPlacement(result.node_plans, result.plan);
   }
   if (absl::Status status = CheckMemory(result.node_plans, threads); !status.ok()) return status;
-  return result;
+  return lowered;
 }
 
 std::string Explain(const CompileResult& result) {

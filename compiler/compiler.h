@@ -44,9 +44,16 @@ struct CompileOptions {
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
 // job names a loss; mixed-precision casts before it), SBP inference, boxing and lowering, the
-// split per node, the memory check (on the node plans).
+// proof that the plan finishes (compiler/step_proof.h), the split per node, register memory
+// sharing and the memory check (on the node plans).
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices, const CompileOptions& options = {});
+
+// Compile's passes up to the lowered whole-job plan (with pieces per step), before the proof:
+// `node_plans` stays empty. For tests that look at a plan as lowering wrote it.
+absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& registry,
+                                       const DeviceSet& devices,
+                                       const CompileOptions& options = {});
 
 // Per op: the chosen SBP signature, and every boxing inserted for its inputs with its collective
 // and bytes; then the memory per device.

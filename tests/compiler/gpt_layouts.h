@@ -67,6 +67,21 @@ inline std::vector<GptLayout> SharingLayouts() {
   };
 }
 
+// Sets `layout`'s parallelism, micro-batches, schedule, experts, clipping and precision on a model
+// configuration.
+inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {
+  config.data_parallel = layout.data_parallel;
+  config.tensor_parallel = layout.tensor_parallel;
+  config.pipeline_stages = layout.pipeline_stages;
+  config.micro_batches = layout.micro_batches;
+  config.schedule = layout.schedule;
+  config.experts = layout.experts;
+  config.expert_parallel = layout.expert_parallel;
+  config.max_grad_norm = layout.max_grad_norm;
+  config.matmul_data_type = layout.matmul_data_type;
+  if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
+}
+
 // The tiny GPT (vocabulary 256, context 16, width 32, 4 layers, 3 steps) on `layout`.
 inline absl::StatusOr<job::Job> GptJobOn(const GptLayout& layout, job::RegisterMemory memory) {
   gpt::GptConfig config;
@@ -78,16 +93,7 @@ inline absl::StatusOr<job::Job> GptJobOn(const GptLayout& layout, job::RegisterM
   config.mlp_width = 64;
   config.batch = 8;
   config.steps = 3;
-  config.data_parallel = layout.data_parallel;
-  config.tensor_parallel = layout.tensor_parallel;
-  config.pipeline_stages = layout.pipeline_stages;
-  config.micro_batches = layout.micro_batches;
-  config.schedule = layout.schedule;
-  config.experts = layout.experts;
-  config.expert_parallel = layout.expert_parallel;
-  config.max_grad_norm = layout.max_grad_norm;
-  config.matmul_data_type = layout.matmul_data_type;
-  if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
+  ApplyLayout(layout, config);
   absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
   if (!job.ok()) return job.status();
   job->set_register_memory(memory);

@@ -25,6 +25,7 @@
 #include "tests/compiler/act_simulator.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/hand_plans.h"
 
 namespace loom::compiler::testing {
 namespace {
@@ -275,33 +276,6 @@ TEST(ActSimulatorTest, ReportsADeadlock) {
 }
 
 // ---- Hand-written plans ----
-
-constexpr char kDevice[] = "devices { device { node: 0 type: CPU index: 0 } }\n";
-constexpr char kCompute[] = "stream { device { node: 0 type: CPU index: 0 } kind: STREAM_COMPUTE }";
-constexpr char kCopyOut[] =
-    "stream { device { node: 0 type: CPU index: 0 } kind: STREAM_COPY_OUT }";
-
-// A register of 16 float32 (64 bytes).
-std::string Register(const std::string& name, int slots = 1) {
-  return absl::StrCat("registers { name: \"", name,
-                      "\" tensor { shape: [16] data_type: FLOAT32 } num_slots: ", slots, " }\n");
-}
-
-std::string Task(const std::string& name, const std::string& kind,
-                 const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
-                 const std::string& extra = "", const std::string& stream = kCompute) {
-  std::string text = absl::StrCat("tasks { name: \"", name, "\" kind: ", kind, " ", stream, "\n");
-  for (const std::string& input : inputs) absl::StrAppend(&text, "  inputs: \"", input, "\"\n");
-  for (const std::string& output : outputs) absl::StrAppend(&text, "  outputs: \"", output, "\"\n");
-  absl::StrAppend(&text, "  ", extra, "\n}\n");
-  return text;
-}
-
-plan::Plan ParsePlan(const std::string& text) {
-  plan::Plan plan;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &plan)) << text;
-  return plan;
-}
 
 // Whether the analysis proves registers `a` and `b` of `plan` disjoint (both ways, the same);
 // a failure when either is in no group, or they are in different ones.
