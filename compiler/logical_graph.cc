@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/optimizer_settings.h"
 #include "core/device_name.h"
 
 namespace loom::compiler {
@@ -473,6 +474,22 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   // Training: variables with a gradient tensor get updated by the optimizer.
   if (job.optimizer().kind_case() != job::Optimizer::KIND_NOT_SET) {
     graph.optimizer = &job.optimizer();
+    absl::StatusOr<LearningRateSchedule> schedule = ScheduleOf(job.optimizer());
+    if (!schedule.ok()) return schedule.status();
+    graph.learning_rate_schedule = *schedule;
+    std::vector<std::string> variable_names;
+    std::vector<LogicalNode*> variable_nodes;
+    for (LogicalNode& node : graph.nodes) {
+      if (node.kind != LogicalNode::Kind::kVariable) continue;
+      variable_names.push_back(node.name);
+      variable_nodes.push_back(&node);
+    }
+    absl::StatusOr<std::vector<int>> groups =
+        AssignParameterGroups(job.optimizer(), variable_names);
+    if (!groups.ok()) return groups.status();
+    for (size_t v = 0; v < variable_nodes.size(); ++v) {
+      variable_nodes[v]->parameter_group = (*groups)[v];
+    }
     for (LogicalNode& node : graph.nodes) {
       if (node.kind != LogicalNode::Kind::kVariable || node.variable->frozen()) continue;
       auto gradient = graph.tensor_by_name.find(absl::StrCat("grad/", node.name));

@@ -18,6 +18,7 @@
 #include "compiler/placement.h"
 #include "compiler/sbp.h"
 #include "core/device_key.h"
+#include "core/learning_rate_schedule.h"
 #include "proto/job.pb.h"
 
 namespace loom::compiler {
@@ -62,6 +63,9 @@ struct LogicalNode {
   // Variables of a training job: the tensor holding this variable's gradient ("grad/<name>"),
   // or -1 when it is not updated (no optimizer, frozen, or no gradient).
   int gradient = -1;
+  // Variables of a training job: the position of its group in Job.optimizer.parameter_groups,
+  // or -1 for none.
+  int parameter_group = -1;
 };
 
 // The job as a graph of logical ops over logical tensors, in topological order.
@@ -82,6 +86,8 @@ struct LogicalGraph {
   int64_t gradient_bucket_bytes = 0;
   // Set when the job trains.
   const job::Optimizer* optimizer = nullptr;
+  // Set when the job trains: the optimizer's learning-rate schedule, checked.
+  LearningRateSchedule learning_rate_schedule;
   // Micro-batches per step (inputs' logical shapes are a micro-batch's: the batch axis divided
   // by it), the number of pipeline stages that ops use (0: no pipeline) and the schedule.
   int32_t num_micro_batches = 1;

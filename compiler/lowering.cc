@@ -205,7 +205,7 @@ absl::Status GraphLowering::ConnectGradient(const LogicalNode& node) {
         absl::StrCat("variable '", node.name, "': its gradient: ", gradient.status().message()));
   }
   std::vector<std::string> state_names;
-  plan::KernelConf optimizer = OptimizerKernel(graph_, node.name, &state_names);
+  plan::KernelConf optimizer = OptimizerKernel(graph_, node, &state_names);
   plan::VariableLayout* layout = nullptr;
   for (plan::VariableLayout& candidate : *plan_.mutable_variables()) {
     if (candidate.name() == node.name) layout = &candidate;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/kernel_attributes.h"
+#include "compiler/optimizer_settings.h"
 
 namespace loom::compiler {
 namespace {
@@ -114,31 +115,45 @@ absl::StatusOr<plan::KernelConf> InputKernel(const LogicalGraph& graph, const jo
   return conf;
 }
 
-plan::KernelConf OptimizerKernel(const LogicalGraph& graph, const std::string& variable,
+plan::KernelConf OptimizerKernel(const LogicalGraph& graph, const LogicalNode& variable,
                                  std::vector<std::string>* state_names) {
   plan::KernelConf optimizer;
   if (FirstStep(graph) > 0) SetInt(&optimizer, "first_step", FirstStep(graph));
   const job::Optimizer& settings = *graph.optimizer;
+  const job::ParameterGroup* group = variable.parameter_group >= 0
+                                         ? &settings.parameter_groups(variable.parameter_group)
+                                         : nullptr;
+  const double scale =
+      group != nullptr && group->has_learning_rate_scale() ? group->learning_rate_scale() : 1.0;
+  const double weight_decay = group != nullptr && group->has_weight_decay()
+                                  ? group->weight_decay()
+                                  : WeightDecayOf(settings);
+  SetFloat(&optimizer, "lr", LearningRateOf(settings) * scale);
+  SetFloat(&optimizer, "weight_decay", weight_decay);
+  const LearningRateSchedule& schedule = graph.learning_rate_schedule;
+  if (schedule.warmup_steps > 0) SetInt(&optimizer, "lr_warmup_steps", schedule.warmup_steps);
+  if (schedule.decay != LearningRateDecay::kConstant) {
+    (*optimizer.mutable_attributes())["lr_decay"].set_string_value(
+        std::string(LearningRateDecayName(schedule.decay)));
+    SetInt(&optimizer, "lr_decay_steps", schedule.decay_steps);
+    SetFloat(&optimizer, "lr_min_ratio", schedule.min_ratio);
+  }
   if (settings.has_sgd()) {
     const job::SgdOptimizer& sgd = settings.sgd();
     optimizer.set_op_type("sgd");
-    SetFloat(&optimizer, "lr", sgd.learning_rate());
     SetFloat(&optimizer, "momentum", sgd.momentum());
     SetFloat(&optimizer, "dampening", sgd.dampening());
-    SetFloat(&optimizer, "weight_decay", sgd.weight_decay());
     (*optimizer.mutable_attributes())["nesterov"].set_bool_value(sgd.nesterov());
     *state_names = {"optimizer.momentum_buffer."};
   } else {
     const job::AdamWOptimizer& adamw = settings.adamw();
     optimizer.set_op_type("adamw");
-    SetFloat(&optimizer, "lr", adamw.learning_rate());
     SetFloat(&optimizer, "beta1", adamw.beta1() != 0 ? adamw.beta1() : 0.9);
     SetFloat(&optimizer, "beta2", adamw.beta2() != 0 ? adamw.beta2() : 0.999);
     SetFloat(&optimizer, "epsilon", adamw.epsilon() != 0 ? adamw.epsilon() : 1e-8);
-    SetFloat(&optimizer, "weight_decay", adamw.weight_decay());
     *state_names = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
   }
-  for (std::string& state : *state_names) state += variable;
+  for (std::string& state : *state_names) state += variable.name;
   return optimizer;
 }
 

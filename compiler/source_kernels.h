@@ -36,9 +36,10 @@ absl::StatusOr<plan::KernelConf> InputKernel(const LogicalGraph& graph, const jo
                                              const std::vector<int64_t>& logical,
                                              const LocalWindow& window);
 
-// The job's optimizer as the kernel of the VARIABLE tasks of `variable`; `state_names` gets the
-// checkpoint names of the optimizer states it keeps for that variable.
-plan::KernelConf OptimizerKernel(const LogicalGraph& graph, const std::string& variable,
+// The job's optimizer as the kernel of the VARIABLE tasks of `variable` (its parameter group's
+// learning rate and weight decay, the job's schedule); `state_names` gets the checkpoint names of
+// the optimizer states it keeps for that variable.
+plan::KernelConf OptimizerKernel(const LogicalGraph& graph, const LogicalNode& variable,
                                  std::vector<std::string>* state_names);
 
 }  // namespace loom::compiler

@@ -177,22 +177,13 @@ std::string LaunchWhat(const std::string& task_name, absl::string_view op_type) 
   return absl::StrCat("task '", task_name, "': ", std::string(op_type));
 }
 struct SgdOptions {
-  double lr = 0.0;
+  cpu::ScheduledLearningRate lr;
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
   int64_t first_step = 0;
 };
-
-// The float attribute `name` (required, finite) into *value.
-absl::Status ReadRequired(absl::string_view op_type, const Attributes& attributes,
-                          const std::string& name, double* value) {
-  absl::StatusOr<double> read = cpu::GetFiniteFloat(op_type, attributes, name);
-  if (!read.ok()) return read.status();
-  *value = *read;
-  return absl::OkStatus();
-}
 
 // The float attribute `name` (finite) into *value, which holds its default.
 absl::Status ReadOptional(absl::string_view op_type, const Attributes& attributes,
@@ -208,12 +199,9 @@ absl::Status ReadOptional(absl::string_view op_type, const Attributes& attribute
 absl::StatusOr<SgdOptions> ReadSgdOptions(const plan::KernelConf& conf) {
   const Attributes attributes(conf);
   SgdOptions options;
-  if (absl::Status status = ReadRequired(kSgd, attributes, "lr", &options.lr); !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = cpu::CheckNonNegative(kSgd, "lr", options.lr); !status.ok()) {
-    return status;
-  }
+  absl::StatusOr<cpu::ScheduledLearningRate> lr = cpu::GetLearningRate(kSgd, attributes);
+  if (!lr.ok()) return lr.status();
+  options.lr = *lr;
   if (absl::Status status = ReadOptional(kSgd, attributes, "momentum", &options.momentum);
       !status.ok()) {
     return status;
@@ -254,6 +242,7 @@ class SgdKernel : public Kernel {
         signature_(init),
         stream_(stream),
         first_step_(options.first_step),
+        lr_(options.lr),
         scalars_{options.weight_decay != 0.0,
                  options.momentum != 0.0,
                  options.nesterov,
@@ -261,7 +250,7 @@ class SgdKernel : public Kernel {
                  static_cast<float>(options.weight_decay),
                  static_cast<float>(options.momentum),
                  static_cast<float>(1.0 - options.dampening),
-                 static_cast<float>(-options.lr)} {}
+                 0.0f} {}
 
   absl::Status Compute(const KernelContext& context) override {
     if (absl::Status status = signature_.Check(kSgd, context); !status.ok()) return status;
@@ -272,6 +261,7 @@ class SgdKernel : public Kernel {
     // PyTorch sets the buffer to the gradient on the very first step only; a resumed run
     // (first_step > 0) continues from the buffer it was given.
     scalars.first_step = first_step_ == 0 && context.piece == 0;
+    scalars.negative_lr = static_cast<float>(-lr_.At(first_step_ + context.piece));
     SgdElements<<<Blocks(count), kThreads, 0, stream_->stream()>>>(
         context.inputs[0].Data<const float>(), context.inputs[1].Data<const float>(),
         context.inputs[2].Data<const float>(), context.outputs[0].Data<float>(),
@@ -284,11 +274,13 @@ class SgdKernel : public Kernel {
   const cpu::TensorSignature signature_;
   CudaStreamContext* const stream_;
   const int64_t first_step_;
+  const cpu::ScheduledLearningRate lr_;
+  // Every scalar but the learning rate, which the schedule gives per step.
   const SgdScalars scalars_;
 };
 
 struct AdamWOptions {
-  double lr = 0.0;
+  cpu::ScheduledLearningRate lr;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-8;
@@ -300,12 +292,9 @@ struct AdamWOptions {
 absl::StatusOr<AdamWOptions> ReadAdamWOptions(const plan::KernelConf& conf) {
   const Attributes attributes(conf);
   AdamWOptions options;
-  if (absl::Status status = ReadRequired(kAdamW, attributes, "lr", &options.lr); !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = cpu::CheckNonNegative(kAdamW, "lr", options.lr); !status.ok()) {
-    return status;
-  }
+  absl::StatusOr<cpu::ScheduledLearningRate> lr = cpu::GetLearningRate(kAdamW, attributes);
+  if (!lr.ok()) return lr.status();
+  options.lr = *lr;
   if (absl::Status status = ReadOptional(kAdamW, attributes, "beta1", &options.beta1);
       !status.ok()) {
     return status;
@@ -357,11 +346,12 @@ class AdamWKernel : public Kernel {
     // The scalars exactly as the CPU kernel computes them (Python floats, then float32).
     const double step =
         static_cast<double>(options_.first_step) + static_cast<double>(context.piece) + 1.0;
+    const double lr = options_.lr.At(options_.first_step + context.piece);
     const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
     const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
-    const double step_size = options_.lr / bias_correction1;
+    const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    const AdamWScalars scalars{static_cast<float>(1.0 - options_.lr * options_.weight_decay),
+    const AdamWScalars scalars{static_cast<float>(1.0 - lr * options_.weight_decay),
                                static_cast<float>(options_.beta1),
                                static_cast<float>(1.0 - options_.beta1),
                                static_cast<float>(options_.beta2),

@@ -65,6 +65,19 @@ def parse_args(argv=None):
     ap.add_argument("--device-type", choices=("cpu", "cuda"), default="cpu",
                     help="gpt / moe-gpt: where Loom trains: cpu:N, or cuda:0..N-1 (token batches "
                          "read on the GPUs' hosts; the PyTorch reference runs on the CPU)")
+    ap.add_argument("--lr-warmup", type=int, default=0,
+                    help="loom-gpt and reference.py: steps of linear learning-rate warmup")
+    ap.add_argument("--lr-decay", choices=("constant", "linear", "cosine"), default="constant")
+    ap.add_argument("--lr-decay-steps", type=int, default=0)
+    ap.add_argument("--min-lr", type=float, default=0.0)
+    ap.add_argument("--weight-decay-on", choices=("all", "matrices"), default="all",
+                    help="matrices: a parameter group without weight decay for biases, LayerNorm "
+                         "weights and embeddings (AdamW with two groups in PyTorch)")
+    ap.add_argument("--no-decay-lr-scale", type=float, default=1.0)
+    ap.add_argument("--save-every", type=int, default=0,
+                    help="loomctl run --save-every K: Loom trains in segments of K steps, each "
+                         "resumed from the previous one's checkpoint (optimizer state and step); "
+                         "PyTorch trains straight through")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--loss-tolerance", type=float, default=1e-4)
     ap.add_argument("--weight-tolerance", type=float, default=1e-3,
@@ -317,6 +330,15 @@ def compare_weights(loom, ref, tolerance, absolute, noise_walk_bound):
     return problems, rows, worst, strict_failures
 
 
+def training_flags(args):
+    """The learning-rate schedule and parameter-group flags, spelled the same for loom-gpt and
+    reference.py."""
+    return ["--lr-warmup", str(args.lr_warmup), "--lr-decay", args.lr_decay,
+            "--lr-decay-steps", str(args.lr_decay_steps), "--min-lr", repr(args.min_lr),
+            "--weight-decay-on", args.weight_decay_on,
+            "--no-decay-lr-scale", repr(args.no_decay_lr_scale)]
+
+
 def describe(args):
     parts = [args.model, f"dp={args.dp}", f"tp={args.tp}", f"pp={args.pp}"]
     if args.model == "moe-gpt":
@@ -329,6 +351,13 @@ def describe(args):
         parts.append(f"matmuls in {args.matmul_data_type}")
     if args.device_type != "cpu":
         parts.append(f"on {args.device_type}")
+    if args.lr_warmup or args.lr_decay != "constant":
+        parts.append(f"lr warmup {args.lr_warmup} then {args.lr_decay} to {args.min_lr:g}")
+    if args.weight_decay_on != "all":
+        parts.append(f"weight decay on {args.weight_decay_on} (no-decay lr x "
+                     f"{args.no_decay_lr_scale:g})")
+    if args.save_every:
+        parts.append(f"resumed every {args.save_every} steps")
     return " ".join(parts)
 
 
@@ -349,6 +378,7 @@ def check(args, work):
                   "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
+        layout += training_flags(args)
         layout += ["--matmul-data-type", args.matmul_data_type, "--device-type", args.device_type]
         if args.model == "moe-gpt":
             # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
@@ -368,7 +398,7 @@ def check(args, work):
     if args.max_grad_norm is not None:
         reference += ["--max-norm", repr(args.max_grad_norm)]
     if args.model != "mlp":
-        reference += ["--matmul-dtype", args.matmul_data_type]
+        reference += ["--matmul-dtype", args.matmul_data_type] + training_flags(args)
     run(reference, "PyTorch reference", args.timeout)
     with open(ref_json) as f:
         ref = json.load(f)
@@ -381,6 +411,8 @@ def check(args, work):
                     "--save-dir", save_dir]
     if args.model == "moe-gpt":
         loom_command += ["--fetch-dir", fetch_dir]
+    if args.save_every > 0:
+        loom_command += ["--save-every", str(args.save_every)]
     stdout = run(loom_command, "loomctl run", args.timeout)
     loom_losses, first_step = read_step_losses(stdout)
 

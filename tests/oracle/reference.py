@@ -72,6 +72,16 @@ def build_parser():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--weight-decay", type=float, default=None,
                     help="default 0.1 for adamw (decoupled), 0 for sgd (L2, added to grad)")
+    ap.add_argument("--weight-decay-on", choices=("all", "matrices"), default="all",
+                    help="matrices: biases, LayerNorm weights and the embeddings in a parameter "
+                         "group without weight decay (loom-gpt --weight-decay-on)")
+    ap.add_argument("--no-decay-lr-scale", type=float, default=1.0,
+                    help="with --weight-decay-on matrices: that group's lr is lr times this")
+    ap.add_argument("--lr-warmup", type=int, default=0, help="steps of linear warmup")
+    ap.add_argument("--lr-decay", choices=("constant", "linear", "cosine"), default="constant")
+    ap.add_argument("--lr-decay-steps", type=int, default=0,
+                    help="the step the decay reaches --min-lr at (0: --steps)")
+    ap.add_argument("--min-lr", type=float, default=0.0)
     ap.add_argument("--momentum", type=float, default=0.0, help="sgd momentum")
     ap.add_argument("--dampening", type=float, default=0.0, help="sgd dampening")
     ap.add_argument("--nesterov", action="store_true", help="sgd nesterov momentum")
@@ -134,9 +144,47 @@ def model_parts(args):
     return cfg, specs_fn(cfg), fwd
 
 
+# loom-gpt --weight-decay-on matrices: the variables of the group without weight decay.
+NO_DECAY_PATTERNS = ("wte", "wpe", "*.bias", "*ln_*")
+
+
+def lr_factor(step, warmup, decay, decay_steps, min_ratio):
+    """core/learning_rate_schedule.h's LearningRateFactor, the same double arithmetic."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if decay == "constant":
+        return 1.0
+    if step >= decay_steps:
+        return min_ratio
+    progress = (step - warmup) / (decay_steps - warmup)
+    remaining = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_ratio + (1.0 - min_ratio) * remaining
+
+
+def make_scheduler(args, opt, resumed_steps):
+    """LambdaLR of Loom's schedule, continuing at optimizer step `resumed_steps`; None for a
+    constant rate."""
+    import torch
+    if args.lr_warmup == 0 and args.lr_decay == "constant":
+        return None
+    decay_steps = args.lr_decay_steps if args.lr_decay_steps > 0 else args.steps
+    min_ratio = args.min_lr / args.lr
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s + resumed_steps, args.lr_warmup, args.lr_decay, decay_steps,
+                                 min_ratio))
+
+
 def make_optimizer(args, params):
+    import fnmatch
     import torch
     plist = list(params.values())
+    if args.weight_decay_on == "matrices":
+        no_decay = [p for n, p in params.items()
+                    if any(fnmatch.fnmatchcase(n, pattern) for pattern in NO_DECAY_PATTERNS)]
+        decay = [p for n, p in params.items()
+                 if not any(fnmatch.fnmatchcase(n, pattern) for pattern in NO_DECAY_PATTERNS)]
+        plist = [{"params": decay},
+                 {"params": no_decay, "weight_decay": 0.0, "lr": args.lr * args.no_decay_lr_scale}]
     if args.optimizer == "adamw":
         return torch.optim.AdamW(plist, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
                                  weight_decay=args.weight_decay, amsgrad=False, foreach=False)
@@ -273,6 +321,7 @@ def run_train(args):
     resumed_steps = 0  # optimizer steps already taken (AdamW bias-correction step)
     if args.resume:
         resumed_steps = start = load_optimizer_state(args, opt, params, opt_state, args.init)
+    scheduler = make_scheduler(args, opt, resumed_steps)
     if args.start_step is not None:
         start = args.start_step
     tokens = data_mod.load_tokens(args.data, args.data_format)
@@ -286,6 +335,8 @@ def run_train(args):
         grads = {} if (k == 0 and args.save_grads) else None
         stats = {}
         loss, gnorm = train_step(fwd, cfg, params, opt, x, y, args.max_norm, grads, stats)
+        if scheduler is not None:
+            scheduler.step()
         if "dropped" in stats:
             dropped.append(stats["dropped"])
             tokens_per_expert.append([int(v) for v in stats["tokens_per_expert"]])

@@ -79,7 +79,18 @@ cli::ArgumentSpec MakeSpec() {
       .AddFlag("beta1", "X", "0.9", "AdamW beta1")
       .AddFlag("beta2", "X", "0.95", "AdamW beta2")
       .AddFlag("eps", "X", "1e-08", "AdamW epsilon")
-      .AddFlag("weight-decay", "X", "0.1", "AdamW weight decay (every parameter)")
+      .AddFlag("weight-decay", "X", "0.1", "AdamW weight decay")
+      .AddFlag("weight-decay-on", "WHICH", "all",
+               "all | matrices: 'matrices' puts biases, LayerNorm weights and the embeddings in a "
+               "parameter group without weight decay")
+      .AddFlag("no-decay-lr-scale", "X", "1",
+               "with --weight-decay-on matrices: that group's learning rate is lr times X")
+      .AddFlag("lr-warmup", "N", "0", "steps of linear learning-rate warmup")
+      .AddFlag("lr-decay", "KIND", "constant",
+               "constant | linear | cosine: the learning rate's decay after the warmup")
+      .AddFlag("lr-decay-steps", "N", "0",
+               "the step at which the decay reaches --min-lr (warmup included; 0: --steps)")
+      .AddFlag("min-lr", "X", "0", "the learning rate's floor at the end of the decay")
       .AddFlag("seed", "N", number(defaults.seed), "seed of the initial weights");
   return spec;
 }
@@ -104,15 +115,25 @@ absl::Status ParseDouble(const cli::ParsedArguments& parsed, const std::string& 
 absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed) {
   GptConfig config;
   const std::pair<const char*, int64_t*> integers[] = {
-      {"dp", &config.data_parallel},   {"tp", &config.tensor_parallel},
-      {"pp", &config.pipeline_stages}, {"micro-batches", &config.micro_batches},
-      {"batch", &config.batch},        {"steps", &config.steps},
-      {"vocab", &config.vocab},        {"context", &config.context},
-      {"width", &config.width},        {"layers", &config.layers},
-      {"heads", &config.heads},        {"mlp-width", &config.mlp_width},
-      {"seed", &config.seed},          {"devices-per-node", &config.devices_per_node},
-      {"experts", &config.experts},    {"top-k", &config.top_k},
+      {"dp", &config.data_parallel},
+      {"tp", &config.tensor_parallel},
+      {"pp", &config.pipeline_stages},
+      {"micro-batches", &config.micro_batches},
+      {"batch", &config.batch},
+      {"steps", &config.steps},
+      {"vocab", &config.vocab},
+      {"context", &config.context},
+      {"width", &config.width},
+      {"layers", &config.layers},
+      {"heads", &config.heads},
+      {"mlp-width", &config.mlp_width},
+      {"seed", &config.seed},
+      {"devices-per-node", &config.devices_per_node},
+      {"experts", &config.experts},
+      {"top-k", &config.top_k},
       {"ep", &config.expert_parallel},
+      {"lr-warmup", &config.lr_warmup_steps},
+      {"lr-decay-steps", &config.lr_decay_steps},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;
@@ -127,6 +148,8 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
       {"weight-decay", &config.weight_decay},
       {"capacity-factor", &config.capacity_factor},
       {"aux-loss-coefficient", &config.aux_loss_coefficient},
+      {"min-lr", &config.min_learning_rate},
+      {"no-decay-lr-scale", &config.no_decay_lr_scale},
   };
   for (const auto& [flag, value] : reals) {
     if (absl::Status status = ParseDouble(parsed, flag, value); !status.ok()) return status;
@@ -151,6 +174,8 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
                            absl::StrCat("--matmul-data-type must be float32 or bfloat16, got '",
                                         matmul_data_type, "'"));
   }
+  config.lr_decay = parsed.Value("lr-decay");
+  config.weight_decay_on = parsed.Value("weight-decay-on");
   config.device_type = parsed.Value("device-type");
   config.data_path = parsed.Value("data");
   config.data_format = parsed.Value("data-format");

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "client/job_builder.h"
 #include "core/data_type.h"
+#include "core/learning_rate_schedule.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "kernels/cpu/counter_random.h"
@@ -411,6 +412,26 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
   if (!(config.weight_decay >= 0)) {
     return ConfigError(absl::StrCat("weight decay must be >= 0, got ", config.weight_decay));
   }
+  if (config.lr_warmup_steps < 0 || config.lr_decay_steps < 0) {
+    return ConfigError(absl::StrCat("learning-rate warmup and decay steps must be >= 0, got ",
+                                    config.lr_warmup_steps, " and ", config.lr_decay_steps));
+  }
+  if (absl::StatusOr<LearningRateDecay> decay = ParseLearningRateDecay(config.lr_decay);
+      !decay.ok()) {
+    return ConfigError(std::string(decay.status().message()));
+  }
+  if (!(config.min_learning_rate >= 0 && config.min_learning_rate <= config.learning_rate)) {
+    return ConfigError(absl::StrCat("the minimum learning rate must be in [0, lr], got ",
+                                    config.min_learning_rate));
+  }
+  if (config.weight_decay_on != "all" && config.weight_decay_on != "matrices") {
+    return ConfigError(absl::StrCat("weight decay applies to 'all' or 'matrices', got '",
+                                    config.weight_decay_on, "'"));
+  }
+  if (!(config.no_decay_lr_scale >= 0) || !std::isfinite(config.no_decay_lr_scale)) {
+    return ConfigError(absl::StrCat("the no-decay group's learning-rate scale must be >= 0, got ",
+                                    config.no_decay_lr_scale));
+  }
   if (!(config.max_grad_norm >= 0) || !std::isfinite(config.max_grad_norm)) {
     return ConfigError(
         absl::StrCat("max_grad_norm must be >= 0 (0: no clipping), got ", config.max_grad_norm));
@@ -594,6 +615,22 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   adamw->set_beta2(config.beta2);
   adamw->set_epsilon(config.adam_epsilon);
   adamw->set_weight_decay(config.weight_decay);
+  if (config.lr_warmup_steps > 0 || config.lr_decay != "constant") {
+    job::LearningRateSchedule* schedule = job.mutable_optimizer()->mutable_learning_rate_schedule();
+    schedule->set_warmup_steps(config.lr_warmup_steps);
+    schedule->set_decay(config.lr_decay == "cosine"   ? job::LearningRateSchedule::DECAY_COSINE
+                        : config.lr_decay == "linear" ? job::LearningRateSchedule::DECAY_LINEAR
+                                                      : job::LearningRateSchedule::DECAY_CONSTANT);
+    schedule->set_decay_steps(config.lr_decay_steps > 0 ? config.lr_decay_steps : config.steps);
+    schedule->set_min_learning_rate(config.min_learning_rate);
+  }
+  if (config.weight_decay_on == "matrices") {
+    job::ParameterGroup* group = job.mutable_optimizer()->add_parameter_groups();
+    group->set_name("no_decay");
+    for (const char* pattern : {"wte", "wpe", "*.bias", "*ln_*"}) group->add_variables(pattern);
+    group->set_weight_decay(0);
+    if (config.no_decay_lr_scale != 1.0) group->set_learning_rate_scale(config.no_decay_lr_scale);
+  }
   if (config.micro_batches > 1)
     job.set_num_micro_batches(static_cast<int32_t>(config.micro_batches));
   if (stages > 1) job.set_pipeline_schedule(config.schedule);

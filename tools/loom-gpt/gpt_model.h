@@ -50,6 +50,18 @@ struct GptConfig {
   double beta2 = 0.95;
   double adam_epsilon = 1e-8;
   double weight_decay = 0.1;
+  // The learning-rate schedule (Job.optimizer.learning_rate_schedule): linear warmup over
+  // lr_warmup_steps, then "constant", "linear" or "cosine" decay to min_learning_rate at step
+  // lr_decay_steps (0: `steps`).
+  int64_t lr_warmup_steps = 0;
+  std::string lr_decay = "constant";
+  int64_t lr_decay_steps = 0;
+  double min_learning_rate = 0;
+  // "all": weight decay on every parameter; "matrices": not on biases, LayerNorm weights and the
+  // embeddings (the anchors' parameter groups), whose group's learning rate is also scaled by
+  // no_decay_lr_scale.
+  std::string weight_decay_on = "all";
+  double no_decay_lr_scale = 1.0;
   // > 0: clip the gradients' global L2 norm to this before each update.
   double max_grad_norm = 0;
 

@@ -17,7 +17,7 @@ namespace {
 constexpr char kAdamW[] = "adamw";
 
 struct AdamWOptions {
-  double lr = 0.0;
+  ScheduledLearningRate lr;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-8;
@@ -90,12 +90,14 @@ class AdamWKernel : public Kernel {
     // Python floats: the step is a float (state_steps hold float tensors) and ** is C pow.
     const double step =
         static_cast<double>(options_.first_step) + static_cast<double>(context.piece) + 1.0;
+    // LambdaLR's rate of this step (group['lr'] as a Python float).
+    const double lr = options_.lr.At(options_.first_step + context.piece);
     const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
     const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
-    const double step_size = options_.lr / bias_correction1;
+    const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::sqrt(bias_correction2);
 
-    const float decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
+    const float decay = static_cast<float>(1.0 - lr * options_.weight_decay);
     const float beta1 = static_cast<float>(options_.beta1);
     const float one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
     const float beta2 = static_cast<float>(options_.beta2);
@@ -121,15 +123,13 @@ class AdamWKernel : public Kernel {
 absl::StatusOr<AdamWOptions> ReadOptions(const plan::KernelConf& conf) {
   const Attributes attributes(conf);
   AdamWOptions options;
-  absl::StatusOr<double> value = GetFiniteFloat(kAdamW, attributes, "lr");
-  if (!value.ok()) return value.status();
-  options.lr = *value;
-  absl::Status status = CheckNonNegative(kAdamW, "lr", options.lr);
-  if (!status.ok()) return status;
-  value = GetFiniteFloat(kAdamW, attributes, "beta1", options.beta1);
+  absl::StatusOr<ScheduledLearningRate> lr = GetLearningRate(kAdamW, attributes);
+  if (!lr.ok()) return lr.status();
+  options.lr = *lr;
+  absl::StatusOr<double> value = GetFiniteFloat(kAdamW, attributes, "beta1", options.beta1);
   if (!value.ok()) return value.status();
   options.beta1 = *value;
-  status = CheckDecayRate(kAdamW, "beta1", options.beta1);
+  absl::Status status = CheckDecayRate(kAdamW, "beta1", options.beta1);
   if (!status.ok()) return status;
   value = GetFiniteFloat(kAdamW, attributes, "beta2", options.beta2);
   if (!value.ok()) return value.status();

@@ -72,6 +72,33 @@ absl::StatusOr<int64_t> GetFirstStep(absl::string_view op_type, const Attributes
   return *first_step;
 }
 
+absl::StatusOr<ScheduledLearningRate> GetLearningRate(absl::string_view op_type,
+                                                      const Attributes& attributes) {
+  ScheduledLearningRate rate;
+  absl::StatusOr<double> peak = GetFiniteFloat(op_type, attributes, "lr");
+  if (!peak.ok()) return peak.status();
+  if (absl::Status status = CheckNonNegative(op_type, "lr", *peak); !status.ok()) return status;
+  rate.peak = *peak;
+  absl::StatusOr<int64_t> warmup = attributes.GetInt("lr_warmup_steps", 0);
+  if (!warmup.ok()) return WithOpType(op_type, warmup.status());
+  rate.schedule.warmup_steps = *warmup;
+  absl::StatusOr<std::string> decay = attributes.GetString("lr_decay", "constant");
+  if (!decay.ok()) return WithOpType(op_type, decay.status());
+  absl::StatusOr<LearningRateDecay> parsed = ParseLearningRateDecay(*decay);
+  if (!parsed.ok()) return WithOpType(op_type, parsed.status());
+  rate.schedule.decay = *parsed;
+  absl::StatusOr<int64_t> decay_steps = attributes.GetInt("lr_decay_steps", 0);
+  if (!decay_steps.ok()) return WithOpType(op_type, decay_steps.status());
+  rate.schedule.decay_steps = *decay_steps;
+  absl::StatusOr<double> floor = GetFiniteFloat(op_type, attributes, "lr_min_ratio", 0.0);
+  if (!floor.ok()) return floor.status();
+  rate.schedule.min_ratio = *floor;
+  if (absl::Status status = ValidateLearningRateSchedule(rate.schedule); !status.ok()) {
+    return WithOpType(op_type, status);
+  }
+  return rate;
+}
+
 absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,
                                       const std::string& name) {
   return CheckFinite(op_type, name, attributes.GetFloat(name));

@@ -2,8 +2,9 @@
 #define LOOM_KERNELS_CPU_OPTIMIZERS_OPTIMIZER_CHECKS_H_
 
 // The checks that the optimizer kernel factories share (element-wise update shapes, the step piece,
-// "first_step", finite float attributes and their bounds), with messages that start with the op
-// type. The CPU sgd, adamw and clipping kernels and the CUDA optimizer kernels use them.
+// "first_step", the learning rate and its schedule, finite float attributes and their bounds), with
+// messages that start with the op type. The CPU sgd, adamw and clipping kernels and the CUDA
+// optimizer kernels use them.
 
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/learning_rate_schedule.h"
 #include "kernels/attributes.h"
 #include "kernels/kernel.h"
 
@@ -33,6 +35,18 @@ absl::Status CheckStepPiece(absl::string_view op_type, int64_t piece);
 // The int attribute "first_step" (default 0, must be >= 0): the steps the optimizer took before
 // piece 0, when a job resumes from a checkpoint.
 absl::StatusOr<int64_t> GetFirstStep(absl::string_view op_type, const Attributes& attributes);
+
+// The learning rate of every step: the peak rate "lr" (required, finite, >= 0) and its schedule
+// ("lr_warmup_steps", "lr_decay": constant | linear | cosine, "lr_decay_steps", "lr_min_ratio";
+// absent: constant), as the compiler writes them (core/learning_rate_schedule.h).
+struct ScheduledLearningRate {
+  double peak = 0.0;
+  LearningRateSchedule schedule;
+  // The rate of optimizer step `step` (0-based, first_step included), in double precision.
+  double At(int64_t step) const { return peak * LearningRateFactor(schedule, step); }
+};
+absl::StatusOr<ScheduledLearningRate> GetLearningRate(absl::string_view op_type,
+                                                      const Attributes& attributes);
 
 // The float attribute `name`, which is required and must be finite.
 absl::StatusOr<double> GetFiniteFloat(absl::string_view op_type, const Attributes& attributes,

@@ -15,7 +15,7 @@ namespace {
 constexpr char kSgd[] = "sgd";
 
 struct SgdOptions {
-  double lr = 0.0;
+  ScheduledLearningRate lr;
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;
@@ -41,7 +41,7 @@ class SgdKernel : public Kernel {
         weight_decay_(static_cast<float>(options.weight_decay)),
         momentum_(static_cast<float>(options.momentum)),
         one_minus_dampening_(static_cast<float>(1.0 - options.dampening)),
-        negative_lr_(static_cast<float>(-options.lr)) {}
+        lr_(options.lr) {}
 
   absl::Status Compute(const KernelContext& context) override {
     absl::Status status = signature_.Check(kSgd, context);
@@ -57,6 +57,7 @@ class SgdKernel : public Kernel {
     // PyTorch sets the buffer to the gradient on the very first step only; a resumed run
     // (first_step > 0) continues from the buffer it was given.
     const bool first_step = first_step_ == 0 && context.piece == 0;
+    const float negative_lr = static_cast<float>(-lr_.At(first_step_ + context.piece));
     for (int64_t i = 0; i < count; ++i) {
       // Read everything this element needs before writing: outputs may alias inputs.
       const float p = param[i];
@@ -69,7 +70,7 @@ class SgdKernel : public Kernel {
       } else {
         buffer_out[i] = buffer[i];
       }
-      param_out[i] = std::fma(g, negative_lr_, p);
+      param_out[i] = std::fma(g, negative_lr, p);
     }
     return absl::OkStatus();
   }
@@ -83,21 +84,19 @@ class SgdKernel : public Kernel {
   float weight_decay_;
   float momentum_;
   float one_minus_dampening_;
-  float negative_lr_;
+  ScheduledLearningRate lr_;
 };
 
 absl::StatusOr<SgdOptions> ReadOptions(const plan::KernelConf& conf) {
   const Attributes attributes(conf);
   SgdOptions options;
-  absl::StatusOr<double> value = GetFiniteFloat(kSgd, attributes, "lr");
-  if (!value.ok()) return value.status();
-  options.lr = *value;
-  absl::Status status = CheckNonNegative(kSgd, "lr", options.lr);
-  if (!status.ok()) return status;
-  value = GetFiniteFloat(kSgd, attributes, "momentum", 0.0);
+  absl::StatusOr<ScheduledLearningRate> lr = GetLearningRate(kSgd, attributes);
+  if (!lr.ok()) return lr.status();
+  options.lr = *lr;
+  absl::StatusOr<double> value = GetFiniteFloat(kSgd, attributes, "momentum", 0.0);
   if (!value.ok()) return value.status();
   options.momentum = *value;
-  status = CheckNonNegative(kSgd, "momentum", options.momentum);
+  absl::Status status = CheckNonNegative(kSgd, "momentum", options.momentum);
   if (!status.ok()) return status;
   value = GetFiniteFloat(kSgd, attributes, "dampening", 0.0);
   if (!value.ok()) return value.status();

@@ -1,0 +1,200 @@
+"""GptConfig: the settings of the reference GPT (tools/loom-gpt/gpt_model.h's GptConfig, field for
+field under loom-gpt's flag names), its validation (ValidateGptConfig's rules and messages), the
+device names and the layer split over pipeline stages."""
+
+import dataclasses
+import math
+
+# Job.optimizer.learning_rate_schedule's decays by their loom-gpt names (--lr-decay).
+LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
+                        "cosine": "DECAY_COSINE"}
+
+# The variables of the parameter group "no_decay" (--weight-decay-on matrices): the embeddings,
+# biases and LayerNorm weights.
+NO_DECAY_PATTERNS = ("wte", "wpe", "*.bias", "*ln_*")
+
+
+def _number(value):
+    """VALUE as absl::StrCat writes a double (six significant digits), for loom-gpt's words."""
+    return f"{value:.6g}" if isinstance(value, float) else f"{value}"
+
+
+@dataclasses.dataclass
+class GptConfig:
+    """The reference GPT of tests/oracle/models.py; the defaults are the "tiny" model and
+    loom-gpt's defaults. Each field is the loom-gpt flag of the same name (--mlp-width is
+    mlp_width, --lr is lr, --beta1/--beta2 are betas)."""
+
+    # Model.
+    vocab: int = 256
+    context: int = 64
+    width: int = 128
+    layers: int = 4
+    heads: int = 4
+    mlp_width: int = 512
+    ln_eps: float = 1e-5
+    # Mixture of experts (0 experts: dense MLPs only).
+    experts: int = 0
+    moe_layers: tuple = (1, 3)
+    top_k: int = 2
+    capacity_factor: float = 1.25
+    aux_loss_coefficient: float = 0.01
+    # Training.
+    batch: int = 16
+    steps: int = 20
+    lr: float = 1e-3
+    betas: tuple = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    max_grad_norm: float = 0.0
+    # The learning-rate schedule (Job.optimizer.learning_rate_schedule): linear warmup over
+    # lr_warmup steps, then "constant", "linear" or "cosine" decay to min_lr at step
+    # lr_decay_steps (0: steps).
+    lr_warmup: int = 0
+    lr_decay: str = "constant"
+    lr_decay_steps: int = 0
+    min_lr: float = 0.0
+    # "all": weight decay on every parameter; "matrices": not on biases, LayerNorm weights and
+    # the embeddings (the parameter group "no_decay"), whose learning rate is lr times
+    # no_decay_lr_scale.
+    weight_decay_on: str = "all"
+    no_decay_lr_scale: float = 1.0
+    # Data.
+    data: str = "/usr/share/common-licenses/GPL-3"
+    data_format: str = "bytes"
+    # Parallel layout.
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batches: int = 1
+    ep: int = 1
+    schedule: str = "1f1b"
+    devices_per_node: int = 0
+    device_type: str = "cpu"
+    matmul_data_type: str = "float32"
+    seed: int = 0
+
+    @property
+    def device_count(self):
+        """pp * dp * tp."""
+        return self.pp * self.dp * self.tp
+
+    def device_name(self, index):
+        """"cpu:<i>", or "node<i / K>/cpu:<i % K>" with devices_per_node K."""
+        if self.devices_per_node <= 0:
+            return f"{self.device_type}:{index}"
+        return (f"node{index // self.devices_per_node}/{self.device_type}:"
+                f"{index % self.devices_per_node}")
+
+    def first_layer(self, stage):
+        """The first block of STAGE (earlier stages take one more when pp does not divide)."""
+        base, extra = divmod(self.layers, self.pp)
+        return stage * base + min(stage, extra)
+
+    def stage_of_layer(self, layer):
+        stage = 0
+        while stage + 1 < self.pp and self.first_layer(stage + 1) <= layer:
+            stage += 1
+        return stage
+
+    def is_moe_layer(self, layer):
+        return self.experts > 0 and layer in self.moe_layers
+
+    def validate(self):
+        """ValueError("GPT config: ...") naming the setting that is wrong, as loom-gpt says."""
+        def error(message):
+            return ValueError(f"GPT config: {message}")
+
+        for name, value in [("vocab", self.vocab), ("context", self.context),
+                            ("width", self.width), ("layers", self.layers),
+                            ("heads", self.heads), ("mlp_width", self.mlp_width),
+                            ("batch", self.batch), ("steps", self.steps),
+                            ("data_parallel", self.dp), ("tensor_parallel", self.tp),
+                            ("pipeline_stages", self.pp), ("micro_batches", self.micro_batches)]:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise error(f"{name} must be an integer, got {value!r}")
+            if value < 1:
+                raise error(f"{name} must be >= 1, got {value}")
+        if self.width % self.heads:
+            raise error(f"width {self.width} is not divisible by heads {self.heads}; choose "
+                        "heads dividing the width")
+        if self.heads % self.tp:
+            raise error(f"heads {self.heads} is not divisible by the tensor-parallel degree "
+                        f"{self.tp} (each rank holds whole attention heads)")
+        if self.mlp_width % self.tp:
+            raise error(f"mlp_width {self.mlp_width} is not divisible by the tensor-parallel "
+                        f"degree {self.tp}")
+        if self.experts < 0:
+            raise error(f"experts must be >= 0, got {self.experts}")
+        if self.ep < 1 or self.dp % self.ep:
+            raise error(f"the expert-parallel degree {self.ep} must divide the data-parallel "
+                        f"degree {self.dp} (expert parallelism splits the experts over "
+                        "data-parallel ranks)")
+        if self.ep > 1 and self.experts == 0:
+            raise error("expert parallelism needs experts (experts is 0)")
+        if self.ep > 1 and self.tp > 1:
+            raise error("expert and tensor parallelism together are not supported; use one")
+        if self.experts > 0:
+            if not self.moe_layers:
+                raise error("experts > 0 but no MoE layers given")
+            for layer in self.moe_layers:
+                if layer < 0 or layer >= self.layers:
+                    raise error(f"MoE layer {layer} is not a block (0 to {self.layers - 1})")
+            if not math.isfinite(self.aux_loss_coefficient) or self.aux_loss_coefficient < 0:
+                raise error("aux loss coefficient must be finite and >= 0, got "
+                            f"{self.aux_loss_coefficient}")
+        if self.layers < self.pp:
+            raise error(f"layers {self.layers} < pipeline stages {self.pp}: every stage needs "
+                        "at least one block")
+        if self.batch % (self.dp * self.micro_batches):
+            raise error(f"batch {self.batch} is not divisible by data_parallel x micro_batches "
+                        f"= {self.dp} x {self.micro_batches}")
+        if not (self.ln_eps >= 0 and math.isfinite(self.ln_eps)):
+            raise error(f"layer-norm epsilon must be finite and >= 0, got {self.ln_eps}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise error(f"learning rate must be > 0, got {self.lr}")
+        if len(self.betas) != 2:
+            raise error(f"betas are two numbers (beta1, beta2), got {self.betas!r}")
+        beta1, beta2 = self.betas
+        if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
+            raise error(f"AdamW betas must be in [0, 1), got ({beta1}, {beta2})")
+        if not self.eps > 0:
+            raise error(f"AdamW epsilon must be > 0, got {self.eps}")
+        if not self.weight_decay >= 0:
+            raise error(f"weight decay must be >= 0, got {self.weight_decay}")
+        for name, value in [("lr_warmup", self.lr_warmup),
+                            ("lr_decay_steps", self.lr_decay_steps)]:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise error(f"{name} must be an integer, got {value!r}")
+        if self.lr_warmup < 0 or self.lr_decay_steps < 0:
+            raise error("learning-rate warmup and decay steps must be >= 0, got "
+                        f"{self.lr_warmup} and {self.lr_decay_steps}")
+        if self.lr_decay not in LEARNING_RATE_DECAYS:
+            raise error(f"unknown learning-rate decay '{self.lr_decay}' (constant, linear or "
+                        "cosine)")
+        if not 0 <= self.min_lr <= self.lr:
+            raise error("the minimum learning rate must be in [0, lr], got "
+                        f"{_number(self.min_lr)}")
+        if self.weight_decay_on not in ("all", "matrices"):
+            raise error("weight decay applies to 'all' or 'matrices', got "
+                        f"'{self.weight_decay_on}'")
+        if not (self.no_decay_lr_scale >= 0 and math.isfinite(self.no_decay_lr_scale)):
+            raise error("the no-decay group's learning-rate scale must be >= 0, got "
+                        f"{_number(self.no_decay_lr_scale)}")
+        if not (self.max_grad_norm >= 0 and math.isfinite(self.max_grad_norm)):
+            raise error("max_grad_norm must be >= 0 (0: no clipping), got "
+                        f"{self.max_grad_norm}")
+        if not self.data:
+            raise error("no data file (data is empty)")
+        if self.device_type not in ("cpu", "cuda"):
+            raise error(f'device type must be "cpu" or "cuda", got "{self.device_type}"')
+        if self.data_format not in ("bytes", "uint16"):
+            raise error(f'data format must be "bytes" or "uint16", got "{self.data_format}"')
+        if self.data_format == "bytes" and self.vocab < 256:
+            raise error(f"vocab {self.vocab} < 256: a byte token file has tokens up to 255")
+        if self.matmul_data_type not in ("float32", "bfloat16"):
+            raise error("matmul data type must be float32 or bfloat16, got "
+                        f"{self.matmul_data_type}")
+        if self.schedule not in ("1f1b", "gpipe"):
+            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b or gpipe)")
+        return self

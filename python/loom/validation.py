@@ -1,0 +1,162 @@
+"""Local checks of a job before it is sent (Job.validate): the mistakes a builder makes, caught
+with a message naming the op, variable or input, as the daemon's compiler would name it:
+
+  - names: every variable, input and op has one, no two share it, no tensor has two producers;
+  - ops: a type, outputs, inputs that some variable, input or op produces ("grad/<variable>"
+    too when the job has a loss: autodiff writes them), a stage that has a placement, at most
+    one output SBP hint per output;
+  - SBP strings in either spelling ("S(0)", "Shard(0)", ...), one per axis of the placement's
+    hierarchy, no partial SBP on a variable or input;
+  - placements: a hierarchy whose product is the device count, and devices for it;
+  - fetch, loss and summed_fetches name tensors that exist.
+
+Shapes and op types are the compiler's to check (the daemon answers INVALID_ARGUMENT naming them).
+"""
+
+import math
+
+from loom import sbp as sbp_module
+from loom.errors import JobInvalid
+
+GRADIENT_PREFIX = "grad/"
+
+
+def _axes(placement, fallback_axes):
+    if not placement.devices:
+        return fallback_axes
+    return max(len(placement.hierarchy), 1)
+
+
+def _check_placement(placement, who):
+    if not placement.devices:
+        if placement.hierarchy:
+            raise JobInvalid(f"{who}: a placement with a hierarchy needs its devices", who)
+        return
+    for device in placement.devices:
+        if not device:
+            raise JobInvalid(f"{who}: placement has an empty device name", who)
+    if len(set(placement.devices)) != len(placement.devices):
+        raise JobInvalid(f"{who}: placement names a device twice: {list(placement.devices)}", who)
+    if placement.hierarchy:
+        if any(extent < 1 for extent in placement.hierarchy):
+            raise JobInvalid(f"{who}: hierarchy {list(placement.hierarchy)} has an extent < 1",
+                             who)
+        if math.prod(placement.hierarchy) != len(placement.devices):
+            raise JobInvalid(
+                f"{who}: hierarchy {list(placement.hierarchy)} has "
+                f"{math.prod(placement.hierarchy)} places for {len(placement.devices)} devices",
+                who)
+
+
+def _check_sbp(texts, axes, who, allow_partial):
+    parsed = []
+    for text in texts:
+        try:
+            parsed.append(sbp_module.parse(text))
+        except ValueError as error:
+            raise JobInvalid(f"{who}: {error}", who) from None
+    if parsed and len(parsed) != axes:
+        raise JobInvalid(f"{who}: SBP {list(texts)} has {len(parsed)} entries but the "
+                         f"placement's hierarchy has {axes} axes", who)
+    if not allow_partial and any(entry.startswith("P") for entry in parsed):
+        raise JobInvalid(f"{who}: SBP {list(texts)} is partial, which a variable or input "
+                         "cannot be", who)
+
+
+def validate(job):
+    """Raises JobInvalid (naming the culprit) for the first problem of the job_pb2.Job JOB."""
+    _check_placement(job.placement, "the job's placement")
+    job_axes = max(len(job.placement.hierarchy), 1)
+    stage_axes = []
+    for index, stage in enumerate(job.stage_placements):
+        _check_placement(stage, f"stage {index}")
+        stage_axes.append(_axes(stage, job_axes))
+
+    node_names = {}
+    producers = {}
+
+    def declare_node(name, who):
+        if not name:
+            raise JobInvalid(f"{who} has no name", who)
+        if name in node_names:
+            raise JobInvalid(f"the name '{name}' is used twice ({node_names[name]} and {who})",
+                             who)
+        node_names[name] = who
+
+    def declare_tensor(tensor, who):
+        if not tensor:
+            raise JobInvalid(f"{who} has an output with no name", who)
+        if tensor in producers:
+            raise JobInvalid(f"tensor '{tensor}' is produced by both {producers[tensor]} and "
+                             f"{who}", who)
+        producers[tensor] = who
+
+    for variable in job.variables:
+        who = f"variable '{variable.name}'"
+        declare_node(variable.name, who)
+        declare_tensor(variable.name, who)
+        if variable.initializer.WhichOneof("kind") is None:
+            raise JobInvalid(f"{who} has no initializer", who)
+        _check_placement(variable.placement, who)
+        _check_sbp(variable.sbp, _axes(variable.placement, job_axes), who, allow_partial=False)
+    for tensor_input in job.inputs:
+        who = f"input '{tensor_input.name}'"
+        declare_node(tensor_input.name, who)
+        declare_tensor(tensor_input.name, who)
+        if tensor_input.WhichOneof("source") is None:
+            raise JobInvalid(f"{who} has no source", who)
+        _check_placement(tensor_input.placement, who)
+        _check_sbp(tensor_input.sbp, _axes(tensor_input.placement, job_axes), who,
+                   allow_partial=False)
+    for op in job.ops:
+        who = f"op '{op.name}'"
+        declare_node(op.name, who)
+        if not op.type:
+            raise JobInvalid(f"{who} has no type", who)
+        if not op.outputs:
+            raise JobInvalid(f"{who} has no outputs", who)
+        for output in op.outputs:
+            declare_tensor(output, who)
+
+    trains = bool(job.loss)
+
+    def exists(tensor):
+        return tensor in producers or (trains and tensor.startswith(GRADIENT_PREFIX))
+
+    for op in job.ops:
+        who = f"op '{op.name}'"
+        for tensor in op.inputs:
+            if not exists(tensor):
+                raise JobInvalid(f"{who} reads tensor '{tensor}', which no variable, input or op "
+                                 "produces", who)
+        if op.HasField("stage") and not 0 <= op.stage < len(job.stage_placements):
+            raise JobInvalid(f"{who}: stage {op.stage} has no placement (the job has "
+                             f"{len(job.stage_placements)} stage placements)", who)
+        _check_placement(op.placement, who)
+        if op.placement.devices:
+            axes = _axes(op.placement, job_axes)
+        elif op.HasField("stage"):
+            axes = stage_axes[op.stage]
+        else:
+            axes = job_axes
+        if len(op.output_sbp) > len(op.outputs):
+            raise JobInvalid(f"{who} has {len(op.output_sbp)} output SBP hints for "
+                             f"{len(op.outputs)} outputs", who)
+        for output, hint in zip(op.outputs, op.output_sbp):
+            _check_sbp(hint.sbp, axes, f"{who}, output '{output}'", allow_partial=True)
+
+    for tensor in job.fetch:
+        if not exists(tensor):
+            raise JobInvalid(f"fetch names tensor '{tensor}', which nothing produces", tensor)
+    if job.loss and job.loss not in producers:
+        raise JobInvalid(f"the loss '{job.loss}' is a tensor nothing produces", job.loss)
+    for tensor in job.summed_fetches:
+        if tensor not in job.fetch:
+            raise JobInvalid(f"summed_fetches names '{tensor}', which the job does not fetch",
+                             tensor)
+        if tensor == job.loss:
+            raise JobInvalid(f"summed_fetches names '{tensor}', the loss, whose step value is "
+                             "always the mean", tensor)
+    for field in ("num_steps", "num_micro_batches", "register_slots"):
+        if getattr(job, field) < 0:
+            raise JobInvalid(f"{field} must not be negative, got {getattr(job, field)}", field)
