@@ -1,6 +1,7 @@
 #include "daemon/metrics.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
@@ -134,6 +135,14 @@ DaemonMetrics::DaemonMetrics()
                      "(coordinator only).")
                  .Register(*registry_)
                  .Add({});
+  training_loss_ = &prometheus::BuildGauge()
+                        .Name("loom_training_loss")
+                        .Help(
+                            "The loss of the running job's last finished training step, the mean "
+                            "over its micro-batches (coordinator only; NaN until a step ends).")
+                        .Register(*registry_)
+                        .Add({});
+  training_loss_->Set(std::numeric_limits<double>::quiet_NaN());
   dropped_assignments_ = &prometheus::BuildCounter()
                               .Name("loom_moe_dropped_assignments_total")
                               .Help(
@@ -194,6 +203,7 @@ void DaemonMetrics::StepFinished(const v1::StepEvent& step) {
   if (step.has_tokens_per_second()) {
     tokens_->Increment(std::round(step.tokens_per_second() * step.step_time_seconds()));
   }
+  training_loss_->Set(step.loss());
 }
 
 void DaemonMetrics::CheckpointSaved(double seconds) { checkpoint_seconds_->Observe(seconds); }

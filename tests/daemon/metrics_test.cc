@@ -90,6 +90,7 @@ TEST(DaemonMetricsTest, RendersWhatTheRuntimeReports) {
   v1::StepEvent step;
   step.set_step_time_seconds(0.2);
   step.set_tokens_per_second(5000);
+  step.set_loss(2.5);
   metrics->StepFinished(step);
   metrics->CheckpointSaved(0.3);
   auto gauges = std::make_shared<ScrapeGauges>();
@@ -118,6 +119,7 @@ TEST(DaemonMetricsTest, RendersWhatTheRuntimeReports) {
   EXPECT_EQ(samples["loom_jobs_finished_total{state=\"succeeded\"}"], 0);
   EXPECT_EQ(samples["loom_steps_total"], 1);
   EXPECT_EQ(samples["loom_tokens_total"], 1000);
+  EXPECT_EQ(samples["loom_training_loss"], 2.5);
   EXPECT_EQ(samples["loom_step_duration_seconds_bucket{le=\"0.25\"}"], 1);
   EXPECT_EQ(samples["loom_step_duration_seconds_bucket{le=\"0.1\"}"], 0);
   EXPECT_EQ(samples["loom_checkpoint_save_duration_seconds_bucket{le=\"0.5\"}"], 1);
@@ -168,6 +170,7 @@ TEST_F(DaemonMetricsJobTest, ATrainingJobMovesTheCounters) {
                   "operation=\"all_reduce\"}"],
             0);
   EXPECT_EQ(after["loom_steps_total"], kSteps);
+  EXPECT_GT(after["loom_training_loss"], 0);  // the last step's mean squared error
   EXPECT_EQ(after["loom_step_duration_seconds_count"], kSteps);
   EXPECT_EQ(after["loom_jobs_finished_total{state=\"succeeded\"}"], 1);
   EXPECT_EQ(after["loom_jobs{state=\"succeeded\"}"], 1);
