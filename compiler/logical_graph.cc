@@ -262,9 +262,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
                                     input.shape_size()));
       }
       if (file.path().empty()) return Invalid(absl::StrCat(who, ": token_file has no path"));
-      if (!file.format().empty() && file.format() != "bytes" && file.format() != "uint16") {
+      if (!file.format().empty() && file.format() != "bytes" && file.format() != "uint16" &&
+          file.format() != "uint32") {
         return Invalid(absl::StrCat(who, ": token_file format '", file.format(),
-                                    "' is neither \"bytes\" nor \"uint16\""));
+                                    "' is not \"bytes\", \"uint16\" or \"uint32\""));
       }
     } else if (input.source_case() == job::Input::kRandomIntegersBelow) {
       if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {

@@ -6,7 +6,7 @@
 // communicator's order) for one training step, without kernels, and refuses a plan in which some
 // actor can never finish its step, naming a cycle of waits. Why one step suffices, and why the
 // order in which the game fires actors does not matter: docs/ARCHITECTURE.md, "Plans are proven
-// to finish".
+// to finish"; the game itself is compiler/token_game.h.
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"

@@ -424,13 +424,14 @@ TEST(CompilerValidationTest, TokenFileInputs) {
                             token_file { path: "/usr/share/common-licenses/GPL-3" }
                           })pb",
               "input 'tokens': a token-file input is [batch, sequence], not rank 3");
-  ExpectError(base + R"pb(inputs {
-                            name: "tokens"
-                            shape: [ 4, 8 ]
-                            data_type: INT32
-                            token_file { path: "x" format: "utf8" }
-                          })pb",
-              "input 'tokens': token_file format 'utf8' is neither");
+  ExpectError(
+      base + R"pb(inputs {
+                    name: "tokens"
+                    shape: [ 4, 8 ]
+                    data_type: INT32
+                    token_file { path: "x" format: "utf8" }
+                  })pb",
+      "input 'tokens': token_file format 'utf8' is not \"bytes\", \"uint16\" or \"uint32\"");
 }
 
 TEST(CompilerValidationTest, ClippingAndSleepOps) {

@@ -176,8 +176,8 @@ TEST(StalledPlanTest, AFinishingPlanIsLeftAsItIs) {
 // x -> b (slots) -> {accumulate (2 pieces) -> sum -> repeat -> r, z}; z reads b and r. With one
 // slot of b, z holds micro-batch 0's b while it waits for r, which needs the accumulation of
 // micro-batch 1's b, which x cannot write: a cycle of credits.
-std::string CreditCyclePlan(int b_slots) {
-  const std::string per_micro_batch = "pieces_per_step: 2";
+std::string CreditCyclePlan(int b_slots, bool pieces_per_step = true) {
+  const std::string per_micro_batch = pieces_per_step ? "pieces_per_step: 2" : "";
   return absl::StrCat(
       kDevice, Register("a"), Register("b", b_slots), Register("sum"), Register("r"), Register("z"),
       Task("source", "SOURCE", {}, {"a"}, "num_pieces: 6 " + per_micro_batch),
@@ -207,6 +207,11 @@ TEST(HandPlanTest, ACreditCycleIsRefusedNamingIt) {
   }
   // A second slot of b breaks the cycle.
   EXPECT_TRUE(ProveStepCompletes({ParsePlan(CreditCyclePlan(2))}).ok());
+  // Without Task.pieces_per_step the game's step is the two pieces the accumulation needs.
+  const absl::Status unsaid = ProveStepCompletes({ParsePlan(CreditCyclePlan(1, false))});
+  EXPECT_EQ(unsaid.code(), absl::StatusCode::kFailedPrecondition) << unsaid;
+  EXPECT_THAT(std::string(unsaid.message()), HasSubstr("'x' (1 of 2 acts) waits for a free slot"));
+  EXPECT_TRUE(ProveStepCompletes({ParsePlan(CreditCyclePlan(2, false))}).ok());
 }
 
 TEST(HandPlanTest, ADataCycleIsRefused) {
@@ -305,7 +310,8 @@ TEST(HandPlanTest, PiecesThatDoNotMatchAreAnError) {
                    Task("accumulate", "ACCUMULATE", {"x"}, {"s"}, "factor: 3")));
   absl::Status status = ProveStepCompletes({plan});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("'accumulate' sums 3 pieces into one"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("'accumulate' sums 3 pieces into one, but acts 2 times a step"));
   // A task whose pieces_per_step contradicts its input.
   plan = ParsePlan(absl::StrCat(kDevice, Register("x"), Register("y"),
                                 Task("source", "SOURCE", {}, {"x"}, "num_pieces: 2"),
@@ -414,6 +420,14 @@ TEST(RandomPlanTest, TheVerdictIsWhatEveryExecutionFinds) {
     const absl::Status proof = ProveStepCompletes({plan});
     ASSERT_TRUE(proof.ok() || absl::IsFailedPrecondition(proof)) << seed << ": " << proof;
     (proof.ok() ? proven : refused) += 1;
+    // The same plan with Task.pieces_per_step on its sources only: the other tasks' rates come
+    // from the factors.
+    plan::Plan unsaid = plan;
+    for (plan::Task& task : *unsaid.mutable_tasks()) {
+      if (task.kind() != plan::SOURCE) task.clear_pieces_per_step();
+    }
+    const absl::Status unsaid_proof = ProveStepCompletes({unsaid});
+    EXPECT_EQ(unsaid_proof.code(), proof.code()) << seed << ": " << unsaid_proof;
     for (uint64_t run_seed = 0; run_seed < 3; ++run_seed) {
       absl::StatusOr<SimulationResult> run =
           SimulateActs({plan}, {.seed = run_seed, .policy = PolicyOfSeed(run_seed)});

@@ -3,6 +3,7 @@
 Token file formats:
     bytes   one token per byte (values 0..255)
     uint16  one token per 2 bytes, little-endian (values 0..65535)
+    uint32  one token per 4 bytes, little-endian
 
 Batch formula, for training step t (0-based) and global sample i (0 <= i < B),
 with N tokens in the file and sequence length T:
@@ -13,7 +14,7 @@ with N tokens in the file and sequence length T:
 
 import torch
 
-FORMATS = ("bytes", "uint16")
+FORMATS = ("bytes", "uint16", "uint32")
 
 
 def load_tokens(path, fmt="bytes"):
@@ -36,6 +37,14 @@ def tokens_from_bytes(blob, fmt="bytes", what="<bytes>"):
             return torch.empty(0, dtype=torch.int64)
         # torch 1.13 has no uint16: read as int16 (host is little-endian) and unwrap.
         return torch.frombuffer(blob, dtype=torch.int16).to(torch.int64) & 0xFFFF
+    if fmt == "uint32":
+        if len(blob) % 4:
+            raise ValueError(f"{what}: uint32 token file's byte count {len(blob)} is not a "
+                             "multiple of 4")
+        if not blob:
+            return torch.empty(0, dtype=torch.int64)
+        # No uint32 either: int32 and unwrap.
+        return torch.frombuffer(blob, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
     raise ValueError(f"unknown data format {fmt!r} (expected one of {FORMATS})")
 
 

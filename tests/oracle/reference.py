@@ -28,7 +28,7 @@ def build_parser():
                     help="write seeded initial parameters to PATH and exit")
     ap.add_argument("--seed", type=int, default=0, help="seed for --write-init (default 0)")
     ap.add_argument("--data", help="token file")
-    ap.add_argument("--data-format", choices=("bytes", "uint16"), default="bytes")
+    ap.add_argument("--data-format", choices=("bytes", "uint16", "uint32"), default="bytes")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--output", help="JSON output: losses, grad_norms, config")
     ap.add_argument("--save-final", metavar="PATH",

@@ -37,7 +37,8 @@ cli::ArgumentSpec MakeSpec() {
   spec.AddFlag("emit", "PATH", "", "write the job (text format) to PATH ('-': stdout)")
       .AddFlag("write-init", "PATH", "", "write the initial weights (safetensors, F32) to PATH")
       .AddFlag("data", "PATH", defaults.data_path, "token file the job reads")
-      .AddFlag("data-format", "FORMAT", defaults.data_format, "bytes | uint16")
+      .AddFlag("data-format", "FORMAT", defaults.data_format,
+               "bytes | uint16 | uint32 (little-endian; scripts/tokenize writes them)")
       .AddFlag("dp", "N", "1", "data-parallel degree")
       .AddFlag("tp", "N", "1", "tensor-parallel degree (Megatron layout; divides heads)")
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")

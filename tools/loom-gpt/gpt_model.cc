@@ -441,9 +441,11 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(
         absl::StrCat("device type must be \"cpu\" or \"cuda\", got \"", config.device_type, "\""));
   }
-  if (config.data_format != "bytes" && config.data_format != "uint16") {
-    return ConfigError(absl::StrCat("data format must be \"bytes\" or \"uint16\", got \"",
-                                    config.data_format, "\""));
+  if (config.data_format != "bytes" && config.data_format != "uint16" &&
+      config.data_format != "uint32") {
+    return ConfigError(
+        absl::StrCat("data format must be \"bytes\", \"uint16\" or \"uint32\", got \"",
+                     config.data_format, "\""));
   }
   if (config.data_format == "bytes" && config.vocab < 256) {
     return ConfigError(

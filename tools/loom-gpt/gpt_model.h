@@ -67,7 +67,7 @@ struct GptConfig {
 
   // Data: a token file read by the job itself (Input.token_file).
   std::string data_path = "/usr/share/common-licenses/GPL-3";
-  std::string data_format = "bytes";  // or "uint16"
+  std::string data_format = "bytes";  // or "uint16", "uint32"
 
   // Parallelism: pipeline_stages x data_parallel x tensor_parallel devices. Stage s runs on
   // devices [s * dp * tp, (s + 1) * dp * tp), seen as [dp, tp] when both exceed 1.

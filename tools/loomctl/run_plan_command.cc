@@ -11,6 +11,7 @@
 #include "actors/sink_actor.h"
 #include "cli/parse_options_and_run.h"
 #include "cli/step_range.h"
+#include "compiler/step_proof.h"
 #include "core/file_roots.h"
 #include "core/plan_steps.h"
 #include "glog/logging.h"
@@ -91,6 +92,18 @@ int RunPlan(const RunPlanOptions& options, std::ostream& out, std::ostream& erro
     error << kCommand << ": invalid plan '" << options.plan_path << "': " << status.message()
           << "\n";
     return cli::kExitUsage;
+  }
+
+  // A plan that cannot finish a step is refused before anything is built; one the proof cannot
+  // read (a node plan whose SEND peers are elsewhere) runs, with the stall detector as before.
+  if (absl::Status proof = compiler::ProveStepCompletes({*plan});
+      absl::IsFailedPrecondition(proof)) {
+    error << kCommand << ": plan '" << options.plan_path << "' cannot finish: " << proof.message()
+          << "\n";
+    return cli::kExitUsage;
+  } else if (!proof.ok()) {
+    LOG(WARNING) << "cannot prove that plan '" << options.plan_path
+                 << "' finishes: " << proof.message();
   }
 
   KernelRegistry kernels;

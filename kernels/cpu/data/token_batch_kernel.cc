@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,7 +21,19 @@ namespace {
 
 constexpr char kOpType[] = "token_batch";
 
-enum class TokenFormat { kBytes, kUint16 };
+enum class TokenFormat { kBytes, kUint16, kUint32 };
+
+// Bytes per token of a format.
+int64_t WidthOf(TokenFormat format) {
+  switch (format) {
+    case TokenFormat::kUint16:
+      return 2;
+    case TokenFormat::kUint32:
+      return 4;
+    default:
+      return 1;
+  }
+}
 
 // A token file opened for the kernel's lifetime and read with pread (never mapped: a file truncated
 // while the job reads it fails the job naming the file, it cannot kill the process).
@@ -42,11 +55,11 @@ class TokenFile {
       return absl::InvalidArgumentError(
           absl::StrCat(kOpType, ": token file '", path, "' is empty"));
     }
-    if (format == TokenFormat::kUint16 && file->size() % 2 != 0) {
+    if (file->size() % WidthOf(format) != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(kOpType, ": token file '", path,
-                       "' has an odd number of bytes, which is not a whole number of uint16 "
-                       "tokens"));
+          absl::StrCat(kOpType, ": token file '", path, "' has ", file->size(),
+                       " bytes, which is not a whole number of ",
+                       format == TokenFormat::kUint16 ? "uint16" : "uint32", " tokens"));
     }
     return std::unique_ptr<TokenFile>(new TokenFile(*std::move(file), format));
   }
@@ -56,9 +69,7 @@ class TokenFile {
 
   const std::string& path() const { return file_.path(); }
 
-  int64_t num_tokens() const {
-    return format_ == TokenFormat::kUint16 ? file_.size() / 2 : file_.size();
-  }
+  int64_t num_tokens() const { return file_.size() / WidthOf(format_); }
 
   // Tokens [begin, begin + count) into `output` (the caller keeps them in range of the file as
   // it was opened), read through `buffer`. DATA_LOSS naming the file when it was truncated since;
@@ -66,7 +77,7 @@ class TokenFile {
   template <typename T>
   absl::Status Copy(int64_t begin, int64_t count, T* output, std::string& buffer,
                     const std::atomic<bool>* ending) const {
-    const int64_t width = format_ == TokenFormat::kUint16 ? 2 : 1;
+    const int64_t width = WidthOf(format_);
     buffer.resize(static_cast<size_t>(count * width));
     if (absl::Status status =
             file_.ReadAt(begin * width, absl::Span<char>(buffer.data(), buffer.size()), ending);
@@ -76,10 +87,23 @@ class TokenFile {
     const auto* tokens = reinterpret_cast<const uint8_t*>(buffer.data());
     if (format_ == TokenFormat::kBytes) {
       for (int64_t k = 0; k < count; ++k) output[k] = static_cast<T>(tokens[k]);
-    } else {
+    } else if (format_ == TokenFormat::kUint16) {
       for (int64_t k = 0; k < count; ++k) {
         output[k] = static_cast<T>(static_cast<uint32_t>(tokens[2 * k]) |
                                    (static_cast<uint32_t>(tokens[2 * k + 1]) << 8));
+      }
+    } else {
+      for (int64_t k = 0; k < count; ++k) {
+        const uint32_t token = static_cast<uint32_t>(tokens[4 * k]) |
+                               (static_cast<uint32_t>(tokens[4 * k + 1]) << 8) |
+                               (static_cast<uint32_t>(tokens[4 * k + 2]) << 16) |
+                               (static_cast<uint32_t>(tokens[4 * k + 3]) << 24);
+        if (token > static_cast<uint32_t>(std::numeric_limits<T>::max())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(kOpType, ": token file '", file_.path(), "' holds token ", token,
+                           " at token ", begin + k, ", beyond the output's integer type"));
+        }
+        output[k] = static_cast<T>(token);
       }
     }
     return absl::OkStatus();
@@ -121,9 +145,12 @@ absl::StatusOr<BatchOptions> ParseOptions(const plan::KernelConf& conf, int num_
     options.format = TokenFormat::kBytes;
   } else if (*format == "uint16") {
     options.format = TokenFormat::kUint16;
+  } else if (*format == "uint32") {
+    options.format = TokenFormat::kUint32;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        kOpType, ": attribute 'format' must be \"bytes\" or \"uint16\", got \"", *format, "\""));
+        kOpType, ": attribute 'format' must be \"bytes\", \"uint16\" or \"uint32\", got \"",
+        *format, "\""));
   }
 
   absl::StatusOr<int64_t> global_batch = attributes.GetInt("global_batch");

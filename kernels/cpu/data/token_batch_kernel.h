@@ -21,15 +21,16 @@ namespace loom::cpu {
 //
 // The file is opened once, when the kernel is built, through KernelInit::files (null: no file may
 // be opened, PERMISSION_DENIED); building fails, naming the path, if it is refused there (not
-// beneath a root: PERMISSION_DENIED), cannot be opened, is not a regular file, is empty, has an
-// odd size in "uint16" format, or holds fewer than sequence + 2 tokens. Compute reads the rows it
-// needs with pread: a file truncated since it was opened fails the act with DATA_LOSS naming it
-// (never SIGBUS), and a read stops with CANCELLED once KernelInit::ending is set.
+// beneath a root: PERMISSION_DENIED), cannot be opened, is not a regular file, is empty, has a
+// size that is not a whole number of tokens, or holds fewer than sequence + 2 tokens. Compute reads
+// the rows it needs with pread: a file truncated since it was opened fails the act with DATA_LOSS
+// naming it (never SIGBUS), and a read stops with CANCELLED once KernelInit::ending is set.
 //
 // Attributes:
 //   "path" (string, required): the token file;
-//   "format" (string, default "bytes"): "bytes" (one token per byte) or "uint16" (little-endian
-//     16-bit tokens);
+//   "format" (string, default "bytes"): "bytes" (one token per byte), "uint16" or "uint32"
+//     (little-endian 16- or 32-bit tokens, as nanoGPT and Megatron write them; a uint32 token
+//     beyond the output's integer type fails the act naming the file and position);
 //   "global_batch" B (int, required, >= 1): samples per step over all data-parallel ranks;
 //   "sequence" T (int, required, >= 1): tokens per sample;
 //   "sample_begin" (int, default 0) and "sample_count" (int, default B): the contiguous window

@@ -305,6 +305,53 @@ TEST_F(TokenBatchTest, Uint16Format) {
   EXPECT_GT(*std::max_element(tokens.begin(), tokens.end()), 255);
 }
 
+TEST_F(TokenBatchTest, Uint32Format) {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> tokens;
+  for (int k = 0; k < 61; ++k) {
+    // Vocabularies past 65536 (and one token past 2^24 to see every byte).
+    const uint32_t token =
+        k == 7 ? (1u << 24) + 3 : static_cast<uint32_t>((k * 40'099 + 513) % 200'000);
+    tokens.push_back(token);
+    for (int shift : {0, 8, 16, 24}) bytes.push_back(static_cast<uint8_t>(token >> shift));
+  }
+  const std::string path = Created("tokens.u32", bytes);
+  tokens_ = tokens;
+  for (plan::DataType data_type : {plan::INT32, plan::INT64}) {
+    CheckAgainstFormula({.path = path,
+                         .format = "uint32",
+                         .global_batch = 4,
+                         .sequence = 6,
+                         .sample_begin = 2,
+                         .sample_count = 2,
+                         .micro_batches = 2,
+                         .data_type = data_type},
+                        /*steps=*/8);
+  }
+  EXPECT_GT(*std::max_element(tokens.begin(), tokens.end()), 65535);
+}
+
+TEST_F(TokenBatchTest, Uint32TokensBeyondTheOutputTypeFailTheAct) {
+  std::vector<uint8_t> bytes;
+  for (int k = 0; k < 12; ++k) {
+    const uint32_t token = k == 1 ? 0x80000001u : static_cast<uint32_t>(k);
+    for (int shift : {0, 8, 16, 24}) bytes.push_back(static_cast<uint8_t>(token >> shift));
+  }
+  const std::string path = Created("huge.u32", bytes);
+  std::unique_ptr<OpCall> call = MakeCall(
+      {.path = path, .format = "uint32", .global_batch = 1, .sequence = 4, .sample_count = 1});
+  absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
+  ASSERT_TRUE(kernel.ok()) << kernel.status();
+  absl::Status status = call->Compute(**kernel, 0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("holds token 2147483649 at token 1"));
+  EXPECT_THAT(status.message(), HasSubstr("huge.u32"));
+  // A size that is not a whole number of uint32 tokens.
+  const std::string ragged = Created("ragged.u32", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  status = BuildError({.path = ragged, .format = "uint32", .sequence = 2});
+  EXPECT_THAT(status.message(), HasSubstr("10 bytes, which is not a whole number of uint32"));
+}
+
 TEST_F(TokenBatchTest, DefaultsAreBytesWholeBatchOneMicroBatch) {
   OpCall call("token_batch");
   call.Attribute("path", StringAttribute(path_))
@@ -372,13 +419,13 @@ TEST_F(TokenBatchTest, OddSizedUint16FileIsRejected) {
   const std::string path = Created("odd.u16", {1, 2, 3, 4, 5, 6, 7, 8, 9});
   absl::Status status = BuildError({.path = path, .format = "uint16", .sequence = 2});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), HasSubstr("not a whole number of uint16 tokens"));
+  EXPECT_THAT(status.message(), HasSubstr("9 bytes, which is not a whole number of uint16 tokens"));
 }
 
 TEST_F(TokenBatchTest, BadFormatName) {
   absl::Status status = BuildError({.path = path_, .format = "int16"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), HasSubstr("'format' must be \"bytes\" or \"uint16\""));
+  EXPECT_THAT(status.message(), HasSubstr("'format' must be \"bytes\", \"uint16\" or \"uint32\""));
   EXPECT_THAT(status.message(), HasSubstr("int16"));
 }
 

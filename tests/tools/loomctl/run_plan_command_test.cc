@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "runtime/plan_text.h"
 #include "testing/plan_builder.h"
-#include "tests/tools/loomctl/command_test_util.h"
 #include "tests/core/json_test_util.h"
+#include "tests/tools/loomctl/command_test_util.h"
 
 namespace loom::loomctl {
 namespace {
@@ -264,6 +264,42 @@ TEST(RunPlanCommandTest, InvalidPlanExitsWithTwoAndNamesTheCulprit) {
   EXPECT_THAT(result.error, HasSubstr("invalid plan"));
   EXPECT_THAT(result.error, HasSubstr("task 'scale' reads register 'no_such_register'"));
   EXPECT_THAT(result.out, IsEmpty());
+}
+
+// source -> x -> b, which an accumulation of 2 pieces and z read; z also reads the sum,
+// repeated. With one slot of b, z holds piece 0 of b waiting for the sum, which needs piece 1 of
+// b, which x cannot write: a credit cycle plan validation does not see.
+plan::Plan CreditCyclePlan(int b_slots) {
+  PlanBuilder builder("credit_cycle");
+  builder.AddCpuDevices(1);
+  builder.AddRegister("a", {16}, plan::FLOAT32, 1)
+      .AddRegister("b", {16}, plan::FLOAT32, b_slots)
+      .AddRegister("sum", {16}, plan::FLOAT32, 1)
+      .AddRegister("r", {16}, plan::FLOAT32, 1)
+      .AddRegister("z", {16}, plan::FLOAT32, 1);
+  plan::Task& source = builder.AddTask("source", plan::SOURCE, 0, {}, {"a"}, "fill");
+  source.set_num_pieces(4);
+  PlanBuilder::SetFloatAttribute(source, "value", 1.0);
+  plan::Task& x = builder.AddTask("x", plan::COMPUTE, 0, {"a"}, {"b"}, "scale");
+  PlanBuilder::SetFloatAttribute(x, "scale", 2.0);
+  builder.AddTask("accumulate", plan::ACCUMULATE, 0, {"b"}, {"sum"}).set_factor(2);
+  builder.AddTask("repeat", plan::REPEAT, 0, {"sum"}, {"r"}).set_factor(2);
+  builder.AddTask("z", plan::COMPUTE, 0, {"b", "r"}, {"z"}, "add");
+  builder.AddTask("sink", plan::SINK, 0, {"z"}, {});
+  return builder.plan();
+}
+
+TEST(RunPlanCommandTest, APlanThatCannotFinishIsRefusedNamingTheCycle) {
+  std::string path = WritePlan(CreditCyclePlan(1), "run_plan_credit_cycle.pbtxt");
+  CommandResult result = RunCommand({path, "--stall-timeout", "60s"});
+  EXPECT_EQ(result.exit_code, cli::kExitUsage);
+  EXPECT_THAT(result.error, HasSubstr("cannot finish"));
+  EXPECT_THAT(result.error, HasSubstr("waits for a free slot of register 'b' (1 slot), held by"));
+  EXPECT_THAT(result.out, IsEmpty());
+  // A second slot of b breaks the cycle: the plan runs.
+  path = WritePlan(CreditCyclePlan(2), "run_plan_credit_cycle_2.pbtxt");
+  result = RunCommand({path});
+  EXPECT_EQ(result.exit_code, 0) << result.error;
 }
 
 TEST(RunPlanCommandTest, UnreadablePlansExitWithTwo) {
