@@ -14,16 +14,18 @@
 
 namespace loom::compiler {
 
-// OK when every task of `plans` completes one step (Task.pieces_per_step pieces; a VARIABLE its
-// first publication and, with a gradient, its first update) under the act rule, whatever order
-// the runtime's threads choose. Otherwise FAILED_PRECONDITION naming the tasks that cannot finish
-// and one cycle of waits among them (task -> register -> task), or the chain of waits that ends
-// at a task that finished without producing what its reader waits for. `plans` is a whole-job
-// plan (before SplitByNode) or every node plan of one job; INVALID_ARGUMENT when a register or a
-// SEND's peer is missing, a communicator's ranks are not all there, or one stream runs the
-// collectives of two communicators (a rank would block in one while the others wait in the
-// other: the game cannot tell, so the plan is refused). Up to `threads` threads look up the
-// registers the tasks name.
+// OK when every task of `plans` completes one step (Task.pieces_per_step pieces, or where a
+// hand-written plan leaves it unset the rate its factors give, over as many of its steps as make
+// every count whole; a VARIABLE publishes and, with a gradient, updates once a step) under the act
+// rule, whatever order the runtime's threads choose. Otherwise FAILED_PRECONDITION naming the tasks
+// that cannot finish and one cycle of waits among them (task -> register -> task), or the chain of
+// waits that ends at a task that finished without producing what its reader waits for. `plans` is a
+// whole-job plan (before SplitByNode) or every node plan of one job; INVALID_ARGUMENT when a
+// register or a SEND's peer is missing, rates disagree (a task reading registers of different
+// pieces per step; an ACCUMULATE whose factor does not divide a declared step), a communicator's
+// ranks are not all there, or one stream runs the collectives of two communicators (a rank would
+// block in one while the others wait in the other: the game cannot tell, so the plan is refused).
+// Up to `threads` threads look up the registers the tasks name.
 absl::Status ProveStepCompletes(absl::Span<const plan::Plan> plans, int threads = 1);
 
 // Proves a whole-job plan finishes; when it does not and a communicator's order of collectives
