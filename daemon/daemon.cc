@@ -67,8 +67,7 @@ absl::Status CheckNodeCertificate(const DaemonOptions& options) {
   if (!options.tls.has_value() || options.coordinator_address.empty()) return absl::OkStatus();
   absl::StatusOr<Caller> self = CallerOfCertificate(options.tls->certificate);
   if (!self.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls-cert: ", self.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", self.status().message()));
   }
   if (!self->Has(Role::kNode)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -111,7 +110,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   Daemon* self = daemon.get();
   daemon->options_ = options;
   if (absl::Status status = CheckDevicesExist(options.devices); !status.ok()) return status;
-  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(options);
+  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(options, CudaDeviceMemory);
   if (!budget.ok()) return budget.status();
   daemon->memory_budget_ = *std::move(budget);
   if (absl::Status status = RegisterAllKernels(&daemon->kernels_); !status.ok()) return status;

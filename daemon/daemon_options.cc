@@ -132,8 +132,8 @@ cli::ArgumentSpec DaemonArgumentSpec() {
       .AddFlag("memory-budget-per-device", "BYTES", "auto",
                "the memory a job may use on each device, e.g. 4GiB; 0: no limit; auto: CPU "
                "devices share 3/4 of the host's memory (or of the memory cgroup's limit), GPUs "
-               "have no budget beyond their own memory. A job over it is refused "
-               "(RESOURCE_EXHAUSTED naming the device)")
+               "get their free memory at start less a reserve (the larger of 1 GiB and 5%). A "
+               "job over it is refused (RESOURCE_EXHAUSTED naming the device)")
       .AddFlag("stall-timeout", "DURATION", "10s",
                "fail a job when none of its actors acts for this long")
       .AddFlag("shutdown-grace", "DURATION", "20s",
@@ -299,13 +299,34 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
   return options;
 }
 
-absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options) {
+absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options,
+                                                 const GpuMemoryQuery& gpu_memory) {
   if (options.memory_budget_per_device_bytes.has_value()) {
     const int64_t bytes = *options.memory_budget_per_device_bytes;
     return MemoryBudget{bytes, bytes == 0 ? "no limit" : FormatBytes(bytes)};
   }
   if (options.devices.type == plan::CUDA) {
-    return MemoryBudget{0, "auto: none beyond each GPU's own memory"};
+    MemoryBudget budget;
+    for (int index : options.devices.indices) {
+      absl::StatusOr<GpuMemory> memory = gpu_memory(index);
+      if (!memory.ok()) {
+        return absl::Status(
+            memory.status().code(),
+            absl::StrCat("--memory-budget-per-device auto: cuda:", index, ": ",
+                         memory.status().message(), "; give a size (or 0 for no limit)"));
+      }
+      const int64_t bytes = DefaultGpuMemoryBudget(*memory);
+      if (budget.bytes == 0 || bytes < budget.bytes) {
+        budget = MemoryBudget{
+            bytes,
+            absl::StrCat(FormatBytes(bytes), " (auto: cuda:", index, "'s ",
+                         FormatBytes(memory->free_bytes), " free of ",
+                         FormatBytes(memory->total_bytes), " less a reserve of ",
+                         FormatBytes(GpuMemoryReserve(memory->total_bytes)),
+                         options.devices.indices.size() > 1 ? ", the least of the GPUs" : "", ")")};
+      }
+    }
+    return budget;
   }
   absl::StatusOr<HostMemory> host = ReadHostMemory();
   if (!host.ok()) {

@@ -7,6 +7,7 @@
 // the byte sizes the flags take ("512MiB", "4GiB").
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "cli/arguments.h"
 #include "cli/device_spec.h"
+#include "device/gpu_memory_budget.h"
 #include "rpc/tls.h"
 
 namespace loom::daemon {
@@ -110,10 +112,16 @@ struct MemoryBudget {
   std::string description;
 };
 
+// What a GPU's memory is: its free and total bytes (CudaDeviceMemory in node/device_backends.h).
+using GpuMemoryQuery = std::function<absl::StatusOr<GpuMemory>(int device)>;
+
 // --memory-budget-per-device as given, or for `auto`: CPU devices share three quarters of the
-// memory this process may use (device/host_memory.h: the host's, or its cgroup's limit); GPUs
-// get no budget beyond their own memory (an allocation past it fails the job cleanly).
-absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options);
+// memory this process may use (device/host_memory.h: the host's, or its cgroup's limit); GPUs get
+// the free memory `gpu_memory` reports at start less a reserve (device/gpu_memory_budget.h), the
+// smallest over this node's GPUs, so that the exact estimate refuses a job larger than a GPU
+// when it is submitted.
+absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options,
+                                                 const GpuMemoryQuery& gpu_memory);
 
 // "1073741824", "512MiB", "4GiB", "1.5GB", "0": a number of bytes with an optional unit (B, KB,
 // MB, GB, TB powers of 1000; KiB, MiB, GiB, TiB powers of 1024). INVALID_ARGUMENT otherwise.

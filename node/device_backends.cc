@@ -29,6 +29,14 @@ absl::StatusOr<int> CudaDeviceCount() {
 #endif
 }
 
+absl::StatusOr<GpuMemory> CudaDeviceMemory(int device) {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::DeviceMemory(device);
+#else
+  return CudaDeviceCount().status();
+#endif
+}
+
 absl::Status RegisterAllKernels(KernelRegistry* registry) {
   if (absl::Status status = RegisterCpuKernels(registry); !status.ok()) return status;
 #ifdef LOOM_HAVE_CUDA

@@ -31,4 +31,20 @@ absl::StatusOr<std::string> DeviceDescription(int device) {
                       FormatBytes(static_cast<int64_t>(properties.totalGlobalMem)), ")");
 }
 
+absl::StatusOr<GpuMemory> DeviceMemory(int device) {
+  if (absl::Status status =
+          CudaStatus(cudaSetDevice(device), absl::StrCat("selecting cuda:", device));
+      !status.ok()) {
+    return status;
+  }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (absl::Status status = CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
+                                       absl::StrCat("reading the memory of cuda:", device));
+      !status.ok()) {
+    return status;
+  }
+  return GpuMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 }  // namespace loom::cuda

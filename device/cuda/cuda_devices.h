@@ -2,12 +2,14 @@
 #define LOOM_DEVICE_CUDA_CUDA_DEVICES_H_
 
 // The GPUs this process sees: DeviceCount (FAILED_PRECONDITION with CUDA's reason when there is no
-// driver or device) and DeviceDescription (name, compute capability and memory). The node's device
-// backends, the CUDA tests and the GPU benchmarks use them.
+// driver or device), DeviceDescription (name, compute capability and memory) and DeviceMemory
+// (free and total bytes). The node's device backends, the CUDA tests and the GPU benchmarks use
+// them.
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "device/gpu_memory_budget.h"
 
 namespace loom::cuda {
 
@@ -17,6 +19,10 @@ absl::StatusOr<int> DeviceCount();
 
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB)" for `device`.
 absl::StatusOr<std::string> DeviceDescription(int device);
+
+// The free and total memory of `device` now (cudaMemGetInfo; makes `device` this thread's
+// current device, creating its context when there is none yet).
+absl::StatusOr<GpuMemory> DeviceMemory(int device);
 
 }  // namespace loom::cuda
 

@@ -79,17 +79,21 @@ TEST(DaemonOptionsTest, ReadsEveryFlag) {
   EXPECT_EQ(options->health_listen_address, "0.0.0.0:7071");
 }
 
+absl::StatusOr<GpuMemory> NoGpus(int device) {
+  return absl::FailedPreconditionError(absl::StrCat("asked for cuda:", device));
+}
+
 TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
   absl::StatusOr<DaemonOptions> options = Parse({"--memory-budget-per-device", "0"});
   ASSERT_TRUE(options.ok()) << options.status();
-  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(*options);
+  absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(*options, NoGpus);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->bytes, 0);
   EXPECT_EQ(budget->description, "no limit");
 
   options = Parse({"--memory-budget-per-device", "3MiB"});
   ASSERT_TRUE(options.ok()) << options.status();
-  budget = ResolveMemoryBudget(*options);
+  budget = ResolveMemoryBudget(*options, NoGpus);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->bytes, 3 << 20);
 
@@ -98,18 +102,36 @@ TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
   ASSERT_TRUE(host.ok()) << host.status();
   options = Parse({"--devices", "cpu:3", "--memory-budget-per-device", "auto"});
   ASSERT_TRUE(options.ok()) << options.status();
-  budget = ResolveMemoryBudget(*options);
+  budget = ResolveMemoryBudget(*options, NoGpus);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->bytes, DefaultCpuMemoryBudget(host->bytes, 3));
   EXPECT_THAT(budget->description, HasSubstr("auto: 3/4 of"));
   EXPECT_THAT(budget->description, HasSubstr("over 3 devices"));
 
-  // auto for GPUs: no budget of Loom's own.
+  // auto for GPUs: the free memory at start less the reserve, the least of the node's GPUs.
+  constexpr int64_t kGiB = int64_t{1} << 30;
   DaemonOptions gpus = *options;
-  gpus.devices = {plan::CUDA, {0}};
-  budget = ResolveMemoryBudget(gpus);
+  gpus.devices = {plan::CUDA, {0, 1}};
+  budget = ResolveMemoryBudget(gpus, [](int device) -> absl::StatusOr<GpuMemory> {
+    return GpuMemory{device == 0 ? 70 * kGiB : 60 * kGiB, 80 * kGiB};
+  });
   ASSERT_TRUE(budget.ok()) << budget.status();
-  EXPECT_EQ(budget->bytes, 0);
+  EXPECT_EQ(budget->bytes, 60 * kGiB - 4 * kGiB);  // 1/20 of 80 GiB
+  EXPECT_THAT(budget->description, HasSubstr("cuda:1's 60.0 GiB free of 80.0 GiB less a reserve of 4.0 GiB"));
+  EXPECT_THAT(budget->description, HasSubstr("the least of the GPUs"));
+  // A GPU that cannot say: the error names it and how to go on.
+  budget = ResolveMemoryBudget(gpus, [](int device) -> absl::StatusOr<GpuMemory> {
+    if (device == 1) return absl::FailedPreconditionError("no usable CUDA device");
+    return GpuMemory{70 * kGiB, 80 * kGiB};
+  });
+  EXPECT_EQ(budget.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(budget.status().message(), HasSubstr("cuda:1: no usable CUDA device"));
+  EXPECT_THAT(budget.status().message(), HasSubstr("give a size (or 0 for no limit)"));
+  // An explicit budget asks no GPU.
+  gpus.memory_budget_per_device_bytes = 3 * kGiB;
+  budget = ResolveMemoryBudget(gpus, NoGpus);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, 3 * kGiB);
 }
 
 TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {
