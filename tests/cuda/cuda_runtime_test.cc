@@ -7,7 +7,9 @@
 
 #include "actors/actor_factory.h"
 #include "actors/sink_actor.h"
+#include "device/cuda/cuda_devices.h"
 #include "device/cuda/cuda_memory_resource.h"
+#include "device/gpu_memory_budget.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "node/cuda_backend.h"
@@ -22,6 +24,20 @@ namespace {
 using cuda::CachingCudaMemoryResource;
 using cuda::CudaStreamContext;
 using ::testing::HasSubstr;
+
+// What loomd's automatic GPU budget starts from (device/gpu_memory_budget.h).
+TEST(CudaMemoryTest, TheGpuReportsItsFreeAndTotalMemory) {
+  LOOM_SKIP_WITHOUT_GPU();
+  absl::StatusOr<GpuMemory> memory = cuda::DeviceMemory(0);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_GT(memory->total_bytes, int64_t{1} << 30);
+  EXPECT_GT(memory->free_bytes, 0);
+  EXPECT_LE(memory->free_bytes, memory->total_bytes);
+  const int64_t budget = DefaultGpuMemoryBudget(*memory);
+  EXPECT_LT(budget, memory->free_bytes);
+  EXPECT_GT(budget, memory->total_bytes / 2) << "a GPU this test has to itself is mostly free";
+  EXPECT_FALSE(cuda::DeviceMemory(1 << 20).ok()) << "no such GPU";
+}
 
 TEST(CudaMemoryTest, BlocksAreZeroedCachedAndReused) {
   LOOM_SKIP_WITHOUT_GPU();
