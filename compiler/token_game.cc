@@ -29,8 +29,8 @@ bool TokenGame::Enabled(int task) const {
   if (player.acts >= player.target) return false;
   switch (player.task->kind()) {
     case plan::VARIABLE:
-      // Act 0 publishes the initial value; act 1 applies gradient 0 in place once every reader
-      // returned the value.
+      // Act 0 publishes the initial value; act k >= 1 applies gradient k - 1 in place once every
+      // reader returned the value.
       return Free(Output(task)) &&
              (player.acts == 0 || player.num_inputs == 0 || Ready(Input(task)));
     case plan::ACCUMULATE:

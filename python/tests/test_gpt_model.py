@@ -36,6 +36,7 @@ FLAG_SETS = [
      dict(vocab=512, context=32, width=64, layers=2, heads=2, mlp_width=96, ln_eps=1e-6,
           lr=3e-4, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.0, seed=7,
           data="/data/tokens.u16", data_format="uint16", batch=8, steps=5)),
+    (["--vocab", "70000", "--data-format", "uint32"], dict(vocab=70000, data_format="uint32")),
     # Learning-rate schedules and the parameter group "no_decay".
     (["--lr-warmup", "5"], dict(lr_warmup=5)),
     (["--lr-warmup", "10", "--lr-decay", "cosine", "--lr-decay-steps", "100", "--min-lr",
@@ -84,7 +85,7 @@ def test_gpt_is_the_job_loom_gpt_emits(binary, flags, settings):
     (dict(pp=5), "layers 4 < pipeline stages 5"),
     (dict(batch=10, dp=4), "batch 10 is not divisible by data_parallel x micro_batches"),
     (dict(schedule="zigzag"), "unknown pipeline schedule"),
-    (dict(data_format="uint8"), 'data format must be "bytes" or "uint16"'),
+    (dict(data_format="uint8"), 'data format must be "bytes", "uint16" or "uint32"'),
     (dict(vocab=100), "vocab 100 < 256"),
     (dict(lr=0), "learning rate must be > 0"),
     (dict(lr_warmup=-1), "learning-rate warmup and decay steps must be >= 0, got -1 and 0"),

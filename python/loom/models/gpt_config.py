@@ -188,8 +188,9 @@ class GptConfig:
             raise error("no data file (data is empty)")
         if self.device_type not in ("cpu", "cuda"):
             raise error(f'device type must be "cpu" or "cuda", got "{self.device_type}"')
-        if self.data_format not in ("bytes", "uint16"):
-            raise error(f'data format must be "bytes" or "uint16", got "{self.data_format}"')
+        if self.data_format not in ("bytes", "uint16", "uint32"):
+            raise error('data format must be "bytes", "uint16" or "uint32", got '
+                        f'"{self.data_format}"')
         if self.data_format == "bytes" and self.vocab < 256:
             raise error(f"vocab {self.vocab} < 256: a byte token file has tokens up to 255")
         if self.matmul_data_type not in ("float32", "bfloat16"):

@@ -141,6 +141,9 @@ class TokenBatchTest : public ::testing::Test {
     return path;
   }
 
+  void CheckFormatAgainstFormula(const std::string& path, const std::string& format,
+                                 const std::vector<int64_t>& tokens);
+
   // Runs pieces [0, steps * M) of `config` and checks each against the formula.
   void CheckAgainstFormula(const BatchConfig& config, int64_t steps) {
     std::unique_ptr<OpCall> call = MakeCall(config);
@@ -273,6 +276,24 @@ TEST_F(TokenBatchTest, UnionOverRanksAndMicroBatchesIsTheGlobalBatch) {
   }
 }
 
+// A token file of `format` holding `tokens`: ranks, micro-batches and steps read what the formula
+// says, into int32 and int64 outputs.
+void TokenBatchTest::CheckFormatAgainstFormula(const std::string& path, const std::string& format,
+                                               const std::vector<int64_t>& tokens) {
+  tokens_ = tokens;
+  for (plan::DataType data_type : {plan::INT32, plan::INT64}) {
+    CheckAgainstFormula({.path = path,
+                         .format = format,
+                         .global_batch = 4,
+                         .sequence = 6,
+                         .sample_begin = 2,
+                         .sample_count = 2,
+                         .micro_batches = 2,
+                         .data_type = data_type},
+                        /*steps=*/8);
+  }
+}
+
 TEST_F(TokenBatchTest, Uint16Format) {
   std::vector<uint8_t> bytes;
   std::vector<int64_t> tokens;
@@ -283,18 +304,7 @@ TEST_F(TokenBatchTest, Uint16Format) {
     bytes.push_back(static_cast<uint8_t>(token >> 8));
   }
   const std::string path = Created("tokens.u16", bytes);
-  tokens_ = tokens;
-  for (plan::DataType data_type : {plan::INT32, plan::INT64}) {
-    CheckAgainstFormula({.path = path,
-                         .format = "uint16",
-                         .global_batch = 4,
-                         .sequence = 6,
-                         .sample_begin = 2,
-                         .sample_count = 2,
-                         .micro_batches = 2,
-                         .data_type = data_type},
-                        /*steps=*/8);
-  }
+  CheckFormatAgainstFormula(path, "uint16", tokens);
   // Little-endian: the first token of step 0, sample 0 is bytes 0 and 1.
   std::unique_ptr<OpCall> call =
       MakeCall({.path = path, .format = "uint16", .global_batch = 1, .sample_count = 1});
@@ -316,18 +326,7 @@ TEST_F(TokenBatchTest, Uint32Format) {
     for (int shift : {0, 8, 16, 24}) bytes.push_back(static_cast<uint8_t>(token >> shift));
   }
   const std::string path = Created("tokens.u32", bytes);
-  tokens_ = tokens;
-  for (plan::DataType data_type : {plan::INT32, plan::INT64}) {
-    CheckAgainstFormula({.path = path,
-                         .format = "uint32",
-                         .global_batch = 4,
-                         .sequence = 6,
-                         .sample_begin = 2,
-                         .sample_count = 2,
-                         .micro_batches = 2,
-                         .data_type = data_type},
-                        /*steps=*/8);
-  }
+  CheckFormatAgainstFormula(path, "uint32", tokens);
   EXPECT_GT(*std::max_element(tokens.begin(), tokens.end()), 65535);
 }
 
