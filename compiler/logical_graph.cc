@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/optimizer_settings.h"
+#include "compiler/token_inputs.h"
 #include "core/device_name.h"
 
 namespace loom::compiler {
@@ -248,25 +249,12 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
         ResolvePlacement(input.placement(), job_placement, known_devices, who);
     if (!placement.ok()) return placement.status();
     node.placement = *placement;
-    // Token files are read on the host: on GPUs the batch is read on each GPU's host CPU device,
+    // Token ids are read on the host: on GPUs the batch is read on each GPU's host CPU device,
     // and the boxing to its readers copies it to the GPU.
-    if (input.source_case() == job::Input::kTokenFile) node.placement = node.placement.OnHosts();
+    if (IsTokenInput(input)) node.placement = node.placement.OnHosts();
     plan::DataType type = OrFloat(input.data_type());
-    if (input.source_case() == job::Input::kTokenFile) {
-      const job::TokenFile& file = input.token_file();
-      if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {
-        return Invalid(absl::StrCat(who, ": token ids need data_type INT32 or INT64"));
-      }
-      if (input.shape_size() != 2) {
-        return Invalid(absl::StrCat(who, ": a token-file input is [batch, sequence], not rank ",
-                                    input.shape_size()));
-      }
-      if (file.path().empty()) return Invalid(absl::StrCat(who, ": token_file has no path"));
-      if (!file.format().empty() && file.format() != "bytes" && file.format() != "uint16" &&
-          file.format() != "uint32") {
-        return Invalid(absl::StrCat(who, ": token_file format '", file.format(),
-                                    "' is not \"bytes\", \"uint16\" or \"uint32\""));
-      }
+    if (IsTokenInput(input)) {
+      if (absl::Status status = CheckTokenInput(input, who); !status.ok()) return status;
     } else if (input.source_case() == job::Input::kRandomIntegersBelow) {
       if (input.data_type() != plan::INT32 && input.data_type() != plan::INT64) {
         return Invalid(absl::StrCat(who, ": random integers need data_type INT32 or INT64"));

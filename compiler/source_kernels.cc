@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/kernel_attributes.h"
 #include "compiler/optimizer_settings.h"
+#include "compiler/token_inputs.h"
 
 namespace loom::compiler {
 namespace {
@@ -89,23 +90,20 @@ absl::StatusOr<plan::KernelConf> InputKernel(const LogicalGraph& graph, const jo
       SetInt(&conf, "high", input.random_integers_below());
       SetInt(&conf, "seed", input.seed());
       break;
-    case job::Input::kTokenFile: {
+    case job::Input::kTokenFile:
+    case job::Input::kTokenDataset: {
       // Rows are samples: this rank's window must cover whole sequences.
       if (window.begin[1] != 0 || window.shape.dimension(1) != logical[1]) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input '", input.name(), "': a token-file input may be split only on its batch axis"));
+            "input '", input.name(), "': a token input may be split only on its batch axis"));
       }
-      conf.set_op_type("token_batch");
-      const job::TokenFile& file = input.token_file();
-      (*conf.mutable_attributes())["path"].set_string_value(file.path());
-      (*conf.mutable_attributes())["format"].set_string_value(
-          file.format().empty() ? "bytes" : file.format());
-      (*conf.mutable_attributes())["targets"].set_bool_value(file.targets());
-      SetInt(&conf, "global_batch", logical[0]);
-      SetInt(&conf, "sequence", logical[1]);
-      SetInt(&conf, "sample_begin", window.begin[0]);
-      SetInt(&conf, "sample_count", window.shape.dimension(0));
-      return conf;
+      plan::KernelConf tokens = TokenInputKernel(input);
+      if (FirstStep(graph) > 0) SetInt(&tokens, "first_step", FirstStep(graph));
+      SetInt(&tokens, "global_batch", logical[0]);
+      SetInt(&tokens, "sequence", logical[1]);
+      SetInt(&tokens, "sample_begin", window.begin[0]);
+      SetInt(&tokens, "sample_count", window.shape.dimension(0));
+      return tokens;
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat("input '", input.name(), "' has no source"));

@@ -413,18 +413,18 @@ absl::StatusOr<int> FileRoots::OpenBeneath(const std::string& path, int flags,
   return OpenError(path, ENOENT);
 }
 
+absl::StatusOr<int> FileRoots::OpenDescriptor(const std::string& path, int flags) const {
+  if (!unrestricted_) return OpenBeneath(path, flags, path);
+  const int descriptor = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (descriptor < 0) return OpenError(path, errno);
+  return descriptor;
+}
+
 absl::StatusOr<ReadableFile> FileRoots::OpenForReading(const std::string& path) const {
   // O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused below).
-  const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY;
-  int descriptor = -1;
-  if (unrestricted_) {
-    descriptor = ::open(path.c_str(), flags | O_CLOEXEC);
-    if (descriptor < 0) return OpenError(path, errno);
-  } else {
-    absl::StatusOr<int> opened = OpenBeneath(path, flags, path);
-    if (!opened.ok()) return opened.status();
-    descriptor = *opened;
-  }
+  absl::StatusOr<int> opened = OpenDescriptor(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!opened.ok()) return opened.status();
+  const int descriptor = *opened;
   struct stat info;
   if (::fstat(descriptor, &info) != 0) {
     const int error = errno;

@@ -2,10 +2,11 @@
 #define LOOM_CORE_FILE_ROOTS_H_
 
 // FileRoots: the directories beneath which a process opens the files its jobs name (token files,
-// safetensors inputs, initial states, checkpoints), resolved without leaving them (openat2 with
-// RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS), and ReadableFile, a regular file opened non-blocking
-// and read with pread (a truncated file is an error naming it, never SIGBUS). loomd's --data-root
-// and --checkpoint-root; the local `loomctl run` opens any path (FileRoots::Unrestricted).
+// safetensors inputs, initial states, checkpoints) and lists (token datasets), resolved without
+// leaving them (openat2 with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS), and ReadableFile, a regular
+// file opened non-blocking and read with pread (a truncated file is an error naming it, never
+// SIGBUS). loomd's --data-root and --checkpoint-root; the local `loomctl run` opens any path
+// (FileRoots::Unrestricted).
 
 #include <atomic>
 #include <cstdint>
@@ -102,6 +103,14 @@ class FileRoots {
   // it does not exist, INVALID_ARGUMENT when it is no directory); INVALID_ARGUMENT when `path`
   // names no file in it (ends in '/', ".", "..").
   absl::StatusOr<WritableDirectory> OpenForWriting(const std::string& path) const;
+  // The regular files `path` names, each as a path to open with OpenForReading, in byte order of
+  // their names: `path` itself when it is a regular file; the regular files directly in it whose
+  // names do not start with '.' when it is a directory; or, when its last component holds '*', '?'
+  // or '[' (a pattern, fnmatch with FNM_PERIOD), the regular files of its directory that match.
+  // Entries that are not regular files (directories, symlinks, FIFOs) are left out. The same
+  // refusals as OpenForReading for `path` (or the pattern's directory); INVALID_ARGUMENT for a
+  // pattern character in another component; NOT_FOUND naming `path` when it lists no file.
+  absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& path) const;
   // OK when `path` is absolute and lies beneath a root as written, without a ".." component (no
   // symlink is followed: this checks the text only); PERMISSION_DENIED as OpenForReading
   // otherwise. Unrestricted: OK for any path.
@@ -121,6 +130,8 @@ class FileRoots {
   // the descriptor. Refusals name `named` (the path asked for).
   absl::StatusOr<int> OpenBeneath(const std::string& path, int flags,
                                   const std::string& named) const;
+  // OpenBeneath, or a plain open when unrestricted (O_CLOEXEC added).
+  absl::StatusOr<int> OpenDescriptor(const std::string& path, int flags) const;
 
   bool unrestricted_ = false;
   // The flags the roots came from ("--data-root"), each once, for messages about none.

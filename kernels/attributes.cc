@@ -11,8 +11,7 @@ absl::Status Missing(const std::string& name) {
 }
 
 absl::Status WrongType(const std::string& name, const char* expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("attribute '", name, "' must be ", expected));
+  return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be ", expected));
 }
 
 }  // namespace
@@ -68,6 +67,24 @@ absl::StatusOr<std::vector<int64_t>> Attributes::GetIntList(const std::string& n
   if (!iterator->second.has_int_list()) return WrongType(name, "a list of integers (int_list)");
   const auto& values = iterator->second.int_list().values();
   return std::vector<int64_t>(values.begin(), values.end());
+}
+
+absl::StatusOr<std::vector<double>> Attributes::GetFloatList(const std::string& name) const {
+  auto iterator = conf_.attributes().find(name);
+  if (iterator == conf_.attributes().end()) return Missing(name);
+  if (!iterator->second.has_float_list()) return WrongType(name, "a list of floats (float_list)");
+  const auto& values = iterator->second.float_list().values();
+  return std::vector<double>(values.begin(), values.end());
+}
+
+absl::StatusOr<std::vector<std::string>> Attributes::GetStringList(const std::string& name) const {
+  auto iterator = conf_.attributes().find(name);
+  if (iterator == conf_.attributes().end()) return Missing(name);
+  if (!iterator->second.has_string_list()) {
+    return WrongType(name, "a list of strings (string_list)");
+  }
+  const auto& values = iterator->second.string_list().values();
+  return std::vector<std::string>(values.begin(), values.end());
 }
 
 }  // namespace loom

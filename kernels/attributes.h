@@ -1,9 +1,10 @@
 #ifndef LOOM_KERNELS_ATTRIBUTES_H_
 #define LOOM_KERNELS_ATTRIBUTES_H_
 
-// Attributes: typed access (int, float, bool, string, int list, with or without a default) to the
-// attributes of a kernel's configuration (plan::KernelConf). The kernel factories of every device
-// read their attributes through it; errors name the attribute and what was expected.
+// Attributes: typed access (int, float, bool, string, int, float and string lists, with or without
+// a default) to the attributes of a kernel's configuration (plan::KernelConf). The kernel factories
+// of every device read their attributes through it; errors name the attribute and what was
+// expected.
 
 #include <cstdint>
 #include <string>
@@ -31,6 +32,8 @@ class Attributes {
   absl::StatusOr<std::string> GetString(const std::string& name,
                                         const std::string& default_value) const;
   absl::StatusOr<std::vector<int64_t>> GetIntList(const std::string& name) const;
+  absl::StatusOr<std::vector<double>> GetFloatList(const std::string& name) const;
+  absl::StatusOr<std::vector<std::string>> GetStringList(const std::string& name) const;
 
  private:
   const plan::KernelConf& conf_;

@@ -125,7 +125,10 @@ absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& pi
 std::optional<int64_t> TokensPerStep(const job::Job& job) {
   std::optional<int64_t> tokens;
   for (const job::Input& input : job.inputs()) {
-    if (!input.has_token_file() || input.token_file().targets()) continue;
+    const bool reads_tokens = input.has_token_file() || input.has_token_dataset();
+    const bool targets =
+        input.has_token_file() ? input.token_file().targets() : input.token_dataset().targets();
+    if (!reads_tokens || targets) continue;
     int64_t product = 1;
     for (int64_t extent : input.shape()) product *= extent;
     tokens = tokens.value_or(0) + product;

@@ -17,8 +17,8 @@ from loom.errors import (AlreadyExists, Cancelled, DeadlineExceeded, FailedPreco
 from loom.fields import FieldError
 from loom.job import Job
 from loom.values import (adamw, attribute, constant, data_type, normal, placement,
-                         random_integers, random_normal, random_uniform, sgd, token_file,
-                         uniform)
+                         random_integers, random_normal, random_uniform, sgd, token_dataset,
+                         token_file, token_source, uniform)
 from loom import checkpoint, events, models
 from loom.client import Client
 from loom.events import (CheckpointSaved, Fetched, Finished, JobStatus, NodeStatus, StateChanged,

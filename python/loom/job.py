@@ -225,7 +225,8 @@ class Job:
 
     def input(self, name, shape, source, sbp=None, placement=None, data_type=None, **fields):
         """Adds an input fed every step (SOURCE: loom.random_normal, loom.random_uniform,
-        loom.random_integers, loom.token_file, or an Input holding one); returns its name.
+        loom.random_integers, loom.token_file, loom.token_dataset, or an Input holding one);
+        returns its name.
         SBP unset: S(0) on every axis (data parallel)."""
         tensor_input = self.proto_message.inputs.add()
         if isinstance(source, job_pb2.Input):

@@ -8,6 +8,10 @@ with a message naming the op, variable or input, as the daemon's compiler would 
   - SBP strings in either spelling ("S(0)", "Shard(0)", ...), one per axis of the placement's
     hierarchy, no partial SBP on a variable or input;
   - placements: a hierarchy whose product is the device count, and devices for it;
+  - token inputs (token_file, token_dataset): int32 or int64 ids of rank 2 [batch, sequence],
+    a path, a known format; a token_dataset's sources each with non-empty paths and a weight
+    that is finite and >= 0 and leaves it a share of the blend's pattern, end_of_text >= 0
+    (the quotas of docs/DATA.md's blends);
   - fetch, loss and summed_fetches name tensors that exist.
 
 Shapes and op types are the compiler's to check (the daemon answers INVALID_ARGUMENT naming them).
@@ -17,8 +21,14 @@ import math
 
 from loom import sbp as sbp_module
 from loom.errors import JobInvalid
+from loom.protos import plan_pb2
 
 GRADIENT_PREFIX = "grad/"
+
+# The token formats of TokenFile.format and TokenSource.format ("": bytes).
+TOKEN_FORMATS = ("bytes", "uint16", "uint32")
+# A blend's samples go to its sources by a pattern of this many samples (docs/DATA.md, Blends).
+BLEND_PATTERN_SAMPLES = 10000
 
 
 def _axes(placement, fallback_axes):
@@ -63,6 +73,75 @@ def _check_sbp(texts, axes, who, allow_partial):
                          "cannot be", who)
 
 
+def _check_token_format(format, who, what):
+    if format and format not in TOKEN_FORMATS:
+        raise JobInvalid(f"{who}: {what} format '{format}' is not \"bytes\", \"uint16\" or "
+                         "\"uint32\"", who)
+
+
+def _blend_quotas(weights):
+    """Each source's samples in every BLEND_PATTERN_SAMPLES (docs/DATA.md, Blends): x_j =
+    (w_j / W) * P in IEEE double (W summed in source order), q_j = floor(x_j), the samples left
+    one each to the largest x_j - q_j (the lower j first)."""
+    total = 0.0
+    for weight in weights:
+        total += weight
+    shares = [(weight / total) * BLEND_PATTERN_SAMPLES for weight in weights]
+    quotas = [math.floor(share) for share in shares]
+    left = BLEND_PATTERN_SAMPLES - sum(quotas)
+    by_remainder = sorted(range(len(weights)), key=lambda j: (-(shares[j] - quotas[j]), j))
+    for j in by_remainder[:left]:
+        quotas[j] += 1
+    return quotas
+
+
+def _check_token_dataset(dataset, who):
+    if not dataset.sources:
+        raise JobInvalid(f"{who}: token_dataset has no sources", who)
+    for index, source in enumerate(dataset.sources):
+        where = f"token_dataset source {index}"
+        if not source.paths:
+            raise JobInvalid(f"{who}: {where} has no paths", who)
+        for position, path in enumerate(source.paths):
+            if not path:
+                raise JobInvalid(f"{who}: {where}: path {position} is empty", who)
+        _check_token_format(source.format, who, where)
+        if not (math.isfinite(source.weight) and source.weight >= 0):
+            raise JobInvalid(f"{who}: {where}: weight {source.weight} is not finite and >= 0 "
+                             "(0 means 1)", who)
+    if len(dataset.sources) > 1:
+        weights = [source.weight or 1.0 for source in dataset.sources]
+        for index, quota in enumerate(_blend_quotas(weights)):
+            if quota == 0:
+                raise JobInvalid(
+                    f"{who}: token_dataset source {index}: weight {weights[index]:g} is under "
+                    f"1/{BLEND_PATTERN_SAMPLES} of the blend's total {math.fsum(weights):g}, "
+                    "which leaves it no samples", who)
+    if dataset.HasField("end_of_text") and dataset.end_of_text < 0:
+        raise JobInvalid(f"{who}: token_dataset end_of_text must be >= 0, got "
+                         f"{dataset.end_of_text}", who)
+
+
+def _check_token_source(tensor_input, who):
+    """The token inputs' rules (the compiler's, as it words them): int32 or int64 ids of rank 2
+    [batch, sequence], and a readable description of the files."""
+    source = tensor_input.WhichOneof("source")
+    if source not in ("token_file", "token_dataset"):
+        return
+    if tensor_input.data_type not in (plan_pb2.INT32, plan_pb2.INT64):
+        raise JobInvalid(f"{who}: token ids need data_type INT32 or INT64", who)
+    if len(tensor_input.shape) != 2:
+        kind = "token-file" if source == "token_file" else "token-dataset"
+        raise JobInvalid(f"{who}: a {kind} input is [batch, sequence], not rank "
+                         f"{len(tensor_input.shape)}", who)
+    if source == "token_file":
+        if not tensor_input.token_file.path:
+            raise JobInvalid(f"{who}: token_file has no path", who)
+        _check_token_format(tensor_input.token_file.format, who, "token_file")
+    else:
+        _check_token_dataset(tensor_input.token_dataset, who)
+
+
 def validate(job):
     """Raises JobInvalid (naming the culprit) for the first problem of the job_pb2.Job JOB."""
     _check_placement(job.placement, "the job's placement")
@@ -105,6 +184,7 @@ def validate(job):
         declare_tensor(tensor_input.name, who)
         if tensor_input.WhichOneof("source") is None:
             raise JobInvalid(f"{who} has no source", who)
+        _check_token_source(tensor_input, who)
         _check_placement(tensor_input.placement, who)
         _check_sbp(tensor_input.sbp, _axes(tensor_input.placement, job_axes), who,
                    allow_partial=False)

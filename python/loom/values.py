@@ -5,6 +5,9 @@ attributes, variable initializers, input sources and optimizers. Each returns th
     loom.placement(["cpu:0", "cpu:1", "cpu:2", "cpu:3"], hierarchy=[2, 2])
     loom.normal(std=0.02, seed=3)          loom.constant(0.0)
     loom.random_integers(below=256, seed=1)  loom.token_file("/data/tokens.bin", "uint16")
+    loom.token_dataset("/data/web", format="uint16", end_of_text=50256, seed=1)
+    loom.token_dataset([loom.token_source("/data/web/*.bin", weight=3, format="uint16"),
+                        loom.token_source("/data/code", weight=1)], seed=1, targets=True)
     loom.adamw(learning_rate=1e-3, weight_decay=0.1)
 """
 
@@ -113,6 +116,78 @@ def token_file(path, format="bytes", targets=False, **fields):
                                                         targets=targets))
     set_fields(source.token_file, "token_file", **fields)
     return source
+
+
+def token_source(paths, format=None, weight=None, **fields):
+    """A TokenSource, one dataset of a blend (docs/DATA.md): PATHS, a string or a list of them,
+    each a token file, a directory or a pattern ("/data/web/*.bin"); FORMAT "bytes", "uint16" or
+    "uint32" (None: unset, which is bytes unless token_dataset's format fills it); WEIGHT its
+    share of the blend (None: unset, which counts as 1). More TokenSource fields by keyword."""
+    if isinstance(paths, str):
+        paths = [paths]
+    elif isinstance(paths, bytes) or not hasattr(paths, "__iter__"):
+        raise ValueError(f"a token source's paths are a string or a list of strings, got "
+                         f"{paths!r}")
+    paths = list(paths)
+    for path in paths:
+        if not isinstance(path, str):
+            raise ValueError(f"a token source's paths are strings, got {path!r}")
+    source = job_pb2.TokenSource(paths=paths)
+    if format is not None:
+        source.format = format
+    if weight is not None:
+        source.weight = float(weight)
+    set_fields(source, "token_source", **fields)
+    return source
+
+
+def _token_sources(sources):
+    """SOURCES of token_dataset as a list of TokenSource messages."""
+    if isinstance(sources, (str, job_pb2.TokenSource)):
+        sources = [sources]
+    elif isinstance(sources, bytes) or not hasattr(sources, "__iter__"):
+        raise ValueError(f"token_dataset takes a path, a list of paths or a list of token "
+                         f"sources (loom.token_source), got {sources!r}")
+    sources = list(sources)
+    if sources and all(isinstance(item, str) for item in sources):
+        return [token_source(sources)]  # one source of these paths
+    result = []
+    for index, item in enumerate(sources):
+        if isinstance(item, job_pb2.TokenSource):
+            copy = job_pb2.TokenSource()
+            copy.CopyFrom(item)
+            result.append(copy)
+        elif isinstance(item, dict):
+            result.append(set_fields(job_pb2.TokenSource(), f"token source {index}", **item))
+        else:
+            raise ValueError(f"token source {index}: a blend's sources are loom.token_source(...) "
+                             f"(or dicts of TokenSource fields), got {item!r}; one source of "
+                             "several paths is token_dataset([path, path, ...])")
+    return result
+
+
+def token_dataset(sources, format=None, end_of_text=None, in_order=False, targets=False, seed=0,
+                  data_type_name="int32", **fields):
+    """An Input source: token ids from a dataset of token files, shuffled each epoch by SEED
+    (Input.seed), or a weighted blend of datasets (Input.token_dataset; docs/DATA.md).
+
+    SOURCES: a path (a file, a directory or a pattern) or a list of paths, for one dataset; or
+    a list of loom.token_source(...) for a blend. FORMAT ("bytes", "uint16", "uint32") is set on
+    every source that sets none. END_OF_TEXT: the token that ends a document (None: each file
+    is one document). IN_ORDER: documents and samples in file order, not shuffled. TARGETS=True
+    gives the next-token targets y (the same samples, shifted by one). The input's data type
+    is int32 unless job.input(data_type=...) says otherwise. More TokenDataset fields by
+    keyword."""
+    dataset = job_pb2.TokenDataset(sources=_token_sources(sources), in_order=in_order,
+                                   targets=targets)
+    if format is not None:
+        for source in dataset.sources:
+            if not source.format:
+                source.format = format
+    if end_of_text is not None:
+        dataset.end_of_text = end_of_text
+    set_fields(dataset, "token_dataset", **fields)
+    return job_pb2.Input(token_dataset=dataset, seed=seed, data_type=data_type(data_type_name))
 
 
 def adamw(learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0, **fields):

@@ -62,14 +62,16 @@ def binary(request, source_dir):
 
 @pytest.fixture(scope="session")
 def oracle(source_dir):
-    """tests/oracle's PyTorch GPT (models) and batches (data), imported from the source tree."""
+    """tests/oracle's PyTorch GPT (models) and the token datasets' reference (datasets: what
+    loom.models.gpt's inputs read), imported from the source tree."""
     pytest.importorskip("torch")
     import importlib.util
 
     modules = {}
-    for name in ("models", "data"):
+    for name, path in (("models", "oracle/models.py"),
+                       ("datasets", "data/token_dataset_reference.py")):
         spec = importlib.util.spec_from_file_location(
-            f"loom_oracle_{name}", source_dir / "tests" / "oracle" / f"{name}.py")
+            f"loom_oracle_{name}", source_dir / "tests" / path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[name] = module

@@ -60,12 +60,13 @@ def test_trains_checkpoints_and_matches_pytorch(cluster, oracle):
     # The checkpoint in PyTorch: the loss of the next batch (step STEPS, 0-based).
     parameters = loom.checkpoint.load(path, torch=True, optimizer_state=False)
     assert loom.checkpoint.optimizer_step(path) == STEPS
-    models, data = oracle["models"], oracle["data"]
+    models, datasets = oracle["models"], oracle["datasets"]
     config = models.GPTConfig(vocab=256, context=TINY["context"], width=TINY["width"],
                               layers=TINY["layers"], heads=TINY["heads"],
                               mlp_width=TINY["mlp_width"])
-    x, y = data.get_batch(data.load_tokens(str(local.data / "tokens.bin")), STEPS,
-                          TINY["batch"], TINY["context"])
+    dataset = datasets.Dataset(datasets.Source(str(local.data / "tokens.bin")))
+    x, y = (torch.from_numpy(rows) for rows in
+            dataset.batch(STEPS, TINY["batch"], TINY["context"]))
     with torch.no_grad():
         pytorch_loss, _ = models.gpt_forward(parameters, config, x, y)
     # Loom resumes from the checkpoint (optimizer state and step included) for one step.

@@ -48,6 +48,20 @@ FLAG_SETS = [
       "--lr-decay", "cosine", "--tp", "2", "--pp", "2", "--micro-batches", "2"],
      dict(weight_decay_on="matrices", no_decay_lr_scale=0.5, lr_warmup=2, lr_decay="cosine",
           tp=2, pp=2, micro_batches=2)),
+    # Data: token datasets and blends (docs/DATA.md).
+    (["--data", "/d/a", "--data", "/d/b/*.bin", "--data-weights", "3,1", "--eot-token", "0",
+      "--data-seed", "-5", "--data-in-order"],
+     dict(data=["/d/a", "/d/b/*.bin"], data_weights=[3, 1], eot_token=0, data_seed=-5,
+          data_in_order=True)),
+    (["--data", "/d/web", "--data-format", "uint16", "--vocab", "50304", "--eot-token",
+      "50256", "--data-seed", "3", "--pp", "2", "--micro-batches", "2"],
+     dict(data="/d/web", data_format="uint16", vocab=50304, eot_token=50256, data_seed=3, pp=2,
+          micro_batches=2)),
+    (["--data", "/d/a.bin", "--data", "/d/b", "--data", "/d/c/shard-?.bin", "--data-format",
+      "uint32", "--vocab", "70000", "--dp", "2"],
+     dict(data=["/d/a.bin", "/d/b", "/d/c/shard-?.bin"], data_format="uint32", vocab=70000,
+          dp=2)),
+    (["--data-weights", "2.5", "--eot-token", "255"], dict(data_weights=[2.5], eot_token=255)),
 ]
 
 
@@ -95,11 +109,59 @@ def test_gpt_is_the_job_loom_gpt_emits(binary, flags, settings):
     (dict(min_lr=-1.0), "the minimum learning rate must be in [0, lr], got -1"),
     (dict(weight_decay_on="biases"), "weight decay applies to 'all' or 'matrices', got 'biases'"),
     (dict(no_decay_lr_scale=-0.5), "the no-decay group's learning-rate scale must be >= 0"),
+    (dict(data=[]), "no data file (data is empty)"),
+    (dict(data=["/d/a", ""]), "no data file (data is empty)"),
+    (dict(data=3), "data is a path or a list of paths, got 3"),
+    (dict(data_weights=[1, 2]), "2 data weights for 1 data paths"),
+    (dict(data=["/d/a", "/d/b"], data_weights=[1]), "1 data weights for 2 data paths"),
+    (dict(data=["/d/a", "/d/b"], data_weights=[1, 0]), "data weight 0 (of /d/b) must be finite "
+     "and > 0"),
+    (dict(data_weights=[float("inf")]), "data weight inf (of /usr/share/common-licenses/GPL-3)"),
+    (dict(data_weights=["3"]), "data weight '3' (of /usr/share/common-licenses/GPL-3) is not a "
+     "number"),
+    (dict(eot_token=-1), "eot_token must be >= 0, got -1"),
+    (dict(eot_token=1.5), "eot_token must be an integer"),
+    (dict(eot_token=256), "eot_token 256 is not a byte: the bytes format has tokens 0 to 255"),
+    (dict(eot_token=256, vocab=512), "eot_token 256 is not a byte"),
+    (dict(data_format="uint16", vocab=50000, eot_token=50256),
+     "vocab 50000 must exceed eot_token 50256"),
+    (dict(data_format="uint16", vocab=300, eot_token=300), "vocab 300 must exceed eot_token 300"),
+    (dict(data_in_order="yes"), "data_in_order is True or False"),
+    (dict(data_seed=1.5), "data_seed must be a 64-bit integer"),
+    (dict(data_seed=2**63), "data_seed must be a 64-bit integer"),
 ])
 def test_bad_settings_are_refused_as_loom_gpt_refuses_them(settings, words):
     with pytest.raises(ValueError) as raised:
         loom.models.gpt(**settings)
     assert "GPT config: " in str(raised.value) and words in str(raised.value)
+
+
+def test_gpt_reads_a_token_dataset():
+    """The inputs' form that loom-gpt writes (docs/DATA.md), checked without loom-gpt."""
+    job = loom.models.gpt(data=["/d/a", "/d/b/*.bin"], data_weights=[3, 1], eot_token=0,
+                          data_seed=-5, data_in_order=True, layers=1)
+    for tensor_input, targets in zip(job.to_proto().inputs, (False, True)):
+        expected = job_pb2.Input()
+        text_format.Parse(f"""
+            name: "{'y' if targets else 'x'}" shape: 16 shape: 64 data_type: INT32 sbp: "S(0)"
+            seed: -5
+            token_dataset {{
+              sources {{ paths: "/d/a" format: "bytes" weight: 3 }}
+              sources {{ paths: "/d/b/*.bin" format: "bytes" weight: 1 }}
+              end_of_text: 0 in_order: true targets: {str(targets).lower()}
+            }}""", expected)
+        assert tensor_input == expected
+    # The defaults: one source, no weight, no end_of_text, shuffled, seed 0 (unset).
+    x = loom.models.gpt(layers=1).proto_message.inputs[0]
+    assert x.seed == 0 and not x.token_dataset.HasField("end_of_text")
+    assert not x.token_dataset.in_order
+    assert [(list(source.paths), source.format, source.weight)
+            for source in x.token_dataset.sources] == [
+        (["/usr/share/common-licenses/GPL-3"], "bytes", 0.0)]
+    # A GptConfig with lists works as the keywords do; the keywords' lists become tuples.
+    config = loom.models.GptConfig(layers=1, data=["/d/a", "/d/b"], data_weights=[1, 2])
+    assert loom.models.gpt(config) == loom.models.gpt(layers=1, data=("/d/a", "/d/b"),
+                                                      data_weights=(1.0, 2.0))
 
 
 def test_parameters_in_canonical_order():

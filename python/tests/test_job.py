@@ -158,3 +158,118 @@ def test_file_errors_name_the_file(tmp_path):
     path.write_bytes(b"\xff\xff\xff")
     with pytest.raises(loom.JobInvalid, match="broken.pb is not a binary job"):
         loom.Job.from_file(path)
+
+
+def token_job(source, shape=(8, 16), **options):
+    job = loom.Job("tokens", placement=["cpu:0", "cpu:1"])
+    job.input("x", list(shape), source, **options)
+    return job
+
+
+def test_token_dataset_of_one_source_and_of_a_blend():
+    single = loom.token_dataset("/data/web", format="uint16", end_of_text=50256, seed=1)
+    assert single.seed == 1 and single.data_type == plan_pb2.INT32
+    dataset = single.token_dataset
+    assert [list(source.paths) for source in dataset.sources] == [["/data/web"]]
+    assert dataset.sources[0].format == "uint16" and dataset.sources[0].weight == 0  # unset
+    assert dataset.HasField("end_of_text") and dataset.end_of_text == 50256
+    assert not dataset.in_order and not dataset.targets
+    # Without end_of_text the field is unset (each file one document), not 0.
+    assert not loom.token_dataset("/d").token_dataset.HasField("end_of_text")
+    assert loom.token_dataset("/d", end_of_text=0).token_dataset.HasField("end_of_text")
+
+    blend = loom.token_dataset(
+        [loom.token_source("/data/web/*.bin", weight=3, format="uint16"),
+         loom.token_source(["/data/code/a.bin", "/data/code/b"], weight=1),
+         {"paths": ["/data/books"], "format": "uint32"}],
+        format="bytes", in_order=True, targets=True, seed=-7)
+    sources = blend.token_dataset.sources
+    assert [list(source.paths) for source in sources] == [
+        ["/data/web/*.bin"], ["/data/code/a.bin", "/data/code/b"], ["/data/books"]]
+    # format= fills the sources that set none.
+    assert [source.format for source in sources] == ["uint16", "bytes", "uint32"]
+    assert [source.weight for source in sources] == [3.0, 1.0, 0.0]
+    assert blend.token_dataset.in_order and blend.token_dataset.targets and blend.seed == -7
+
+    # A list of paths is one source of those files.
+    many = loom.token_dataset(["/d/a.bin", "/d/b.bin"]).token_dataset
+    assert len(many.sources) == 1 and list(many.sources[0].paths) == ["/d/a.bin", "/d/b.bin"]
+    assert loom.token_dataset(loom.token_source("/d")).token_dataset.sources[0].paths == ["/d"]
+
+
+def test_token_dataset_inputs_carry_the_seed_and_validate(tmp_path):
+    job = token_job(loom.token_dataset("/d", seed=5), sbp=["S(0)"])
+    job.input("y", [8, 16], loom.token_dataset("/d", seed=5, targets=True), data_type="int64")
+    message = job.to_proto()
+    assert [tensor.seed for tensor in message.inputs] == [5, 5]
+    assert message.inputs[0].data_type == plan_pb2.INT32
+    assert message.inputs[1].data_type == plan_pb2.INT64
+    assert message.inputs[1].token_dataset.targets
+    # An input's fields by keyword too: the seed, and TokenDataset fields on the builder.
+    job.input("z", [8, 16], loom.token_dataset("/d", in_order=True), seed=9)
+    assert job.proto_message.inputs[2].seed == 9
+    path = tmp_path / "tokens.pbtxt"
+    job.save(path)
+    assert loom.Job.from_file(path) == job
+
+
+@pytest.mark.parametrize("source, options, words", [
+    (loom.token_dataset("/d", data_type_name="float32"), {}, "need data_type INT32 or INT64"),
+    (loom.token_dataset("/d"), dict(shape=(8, 16, 2)),
+     "a token-dataset input is [batch, sequence], not rank 3"),
+    (loom.token_dataset([]), {}, "token_dataset has no sources"),
+    (loom.token_dataset([loom.token_source("/a"), loom.token_source([])]), {},
+     "token_dataset source 1 has no paths"),
+    (loom.token_dataset([loom.token_source(["/a", ""])]), {},
+     "token_dataset source 0: path 1 is empty"),
+    (loom.token_dataset([loom.token_source("/a"), loom.token_source("/b", format="utf8")]), {},
+     "token_dataset source 1 format 'utf8' is not \"bytes\", \"uint16\" or \"uint32\""),
+    (loom.token_dataset([loom.token_source("/a", weight=-1)]), {},
+     "token_dataset source 0: weight -1.0 is not finite and >= 0"),
+    (loom.token_dataset([loom.token_source("/a"), loom.token_source("/b", weight=float("nan"))]),
+     {}, "token_dataset source 1: weight nan is not finite"),
+    (loom.token_dataset([loom.token_source("/a", weight=float("inf"))]), {},
+     "token_dataset source 0: weight inf is not finite"),
+    (loom.token_dataset([loom.token_source("/a", weight=1e5), loom.token_source("/b")]), {},
+     "token_dataset source 1: weight 1 is under 1/10000 of the blend's total"),
+    (loom.token_dataset("/d", end_of_text=-1), {},
+     "token_dataset end_of_text must be >= 0, got -1"),
+    (loom.token_file("/d", format="utf8"), dict(data_type="int32"),
+     "token_file format 'utf8' is not"),
+    (loom.token_file(""), dict(data_type="int32"), "token_file has no path"),
+    (loom.token_file("/d"), {}, "token ids need data_type INT32 or INT64"),
+])
+def test_bad_token_inputs_are_refused_naming_the_input(source, options, words):
+    options = dict(options)
+    job = token_job(source, shape=options.pop("shape", (8, 16)), **options)
+    with pytest.raises(loom.JobInvalid) as raised:
+        job.validate()
+    assert "input 'x'" in str(raised.value) and words in str(raised.value), str(raised.value)
+
+
+def test_a_blend_at_the_quota_edge_is_accepted():
+    # 1 of 10000 is exactly one sample of the pattern: accepted.
+    token_job(loom.token_dataset([loom.token_source("/a", weight=9999),
+                                  loom.token_source("/b", weight=1)])).validate()
+    # 0.6 of a sample rounds up: the sample left over goes to the largest remainder.
+    token_job(loom.token_dataset([loom.token_source("/a", weight=9999.4),
+                                  loom.token_source("/b", weight=0.6)])).validate()
+    # Three sources of 0.4 samples each: of the two left over, source 0 (0.8) takes one and
+    # source 1 (the lower of equal remainders) the other; source 2 gets none.
+    with pytest.raises(loom.JobInvalid, match="token_dataset source 2: weight 0.4 is under"):
+        token_job(loom.token_dataset([loom.token_source("/a", weight=9998.8)] +
+                                     [loom.token_source(f"/{name}", weight=0.4)
+                                      for name in "bcd"])).validate()
+
+
+def test_token_dataset_builder_errors_name_the_argument():
+    with pytest.raises(ValueError, match="paths are a string or a list of strings, got 3"):
+        loom.token_source(3)
+    with pytest.raises(ValueError, match="paths are strings, got 4"):
+        loom.token_source(["/a", 4])
+    with pytest.raises(ValueError, match="token source 1: a blend's sources are"):
+        loom.token_dataset([loom.token_source("/a"), "/b"])
+    with pytest.raises(loom.FieldError, match="token source 0.*no field 'colour'"):
+        loom.token_dataset([{"paths": ["/a"], "colour": "red"}])
+    with pytest.raises(loom.FieldError, match="token_dataset.*no field 'shuffle'"):
+        loom.token_dataset("/a", shuffle=True)

@@ -423,7 +423,7 @@ TEST(CompilerValidationTest, TokenFileInputs) {
                             data_type: INT32
                             token_file { path: "/usr/share/common-licenses/GPL-3" }
                           })pb",
-              "input 'tokens': a token-file input is [batch, sequence], not rank 3");
+              "input 'tokens': a token input is [batch, sequence], not rank 3");
   ExpectError(
       base + R"pb(inputs {
                     name: "tokens"
@@ -432,6 +432,32 @@ TEST(CompilerValidationTest, TokenFileInputs) {
                     token_file { path: "x" format: "utf8" }
                   })pb",
       "input 'tokens': token_file format 'utf8' is not \"bytes\", \"uint16\" or \"uint32\"");
+}
+
+TEST(CompilerValidationTest, TokenDatasetInputs) {
+  const std::string base = R"pb(name: "bad"
+                                placement { devices: [ "cpu:0", "cpu:1" ] })pb";
+  auto input = [&](const std::string& dataset) {
+    return base + R"pb(inputs { name: "tokens"
+                                shape: [ 4, 8 ]
+                                data_type: INT32
+                                token_dataset {)pb" +
+           dataset + "} }";
+  };
+  ExpectError(input(""), "input 'tokens': token_dataset has no source");
+  ExpectError(input("sources {}"), "input 'tokens': token_dataset source 0 has no path");
+  ExpectError(input(R"pb(sources { paths: "/d" }
+                         sources { paths: "" })pb"),
+              "input 'tokens': token_dataset source 1 has an empty path");
+  ExpectError(input(R"pb(sources { paths: "/d" format: "utf8" })pb"),
+              "input 'tokens': token_dataset source 0: format 'utf8' is not \"bytes\", "
+              "\"uint16\" or \"uint32\"");
+  ExpectError(input(R"pb(sources { paths: "/d" weight: -1 })pb"),
+              "input 'tokens': token_dataset source 0: weight -1 is not a finite number > 0 "
+              "(0 means 1)");
+  ExpectError(input(R"pb(sources { paths: "/d" }
+                         end_of_text: -2)pb"),
+              "input 'tokens': token_dataset end_of_text -2 is negative");
 }
 
 TEST(CompilerValidationTest, ClippingAndSleepOps) {

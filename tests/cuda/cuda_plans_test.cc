@@ -120,7 +120,7 @@ TEST_P(CudaPlansTest, TokenBatchesAreReadOnTheHostAndCopiedToTheGpu) {
     const plan::Device& device = task.stream().device();
     if (task.kind() == plan::SOURCE) {
       ++sources;
-      EXPECT_EQ(KernelOf(result->plan, task).op_type(), "token_batch") << task.name();
+      EXPECT_EQ(KernelOf(result->plan, task).op_type(), "token_dataset") << task.name();
       EXPECT_EQ(device.type(), plan::CPU) << task.name();
     } else if (device.type() == plan::CPU) {
       // Only the host side of the input: unpacking a step's batch into micro-batches.

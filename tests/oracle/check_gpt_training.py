@@ -9,6 +9,10 @@ In a temporary directory:
               --save-dir DIR
   4. PyTorch: reference.py --model M --init INIT --data DATA --steps S --output ref.json
               --save-final ref.safetensors [--max-norm X]
+     The GPT jobs read DATA as loom-gpt emits it, a token_dataset (docs/DATA.md: shuffled each
+     epoch with --data-seed, or --data-in-order; documents end at --eot-token), and reference.py
+     reads the same batches through tests/data/token_dataset_reference.py; the MLP job reads DATA
+     with token_file, in order (data.py).
   5. checks: every step's loss within relative --loss-tolerance (1e-4), every final parameter
      within --weight-tolerance (1e-3) of its scale: max|loom - torch| <= tol * max|torch|.
 
@@ -43,7 +47,16 @@ def parse_args(argv=None):
     ap.add_argument("--model", choices=("gpt", "moe-gpt", "mlp"), default="gpt")
     ap.add_argument("--loom-gpt", help="the loom-gpt binary (needed for --model gpt)")
     ap.add_argument("--loomctl", required=True, help="the loomctl binary")
-    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--data", default=DEFAULT_DATA,
+                    help="gpt / moe-gpt: a token file, directory or pattern (one source); mlp: "
+                         "a token file")
+    ap.add_argument("--data-seed", type=int, default=0,
+                    help="gpt / moe-gpt: the seed of the dataset's per-epoch shuffles (loom-gpt "
+                         "and reference.py --data-seed)")
+    ap.add_argument("--data-in-order", action="store_true",
+                    help="gpt / moe-gpt: documents and samples in file order, not shuffled")
+    ap.add_argument("--eot-token", type=int, default=None,
+                    help="gpt / moe-gpt: the end-of-text token that ends a document")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--tp", type=int, default=1)
@@ -100,6 +113,9 @@ def parse_args(argv=None):
         ap.error("--contrast-float32 needs --matmul-data-type bfloat16")
     if args.model == "mlp" and args.matmul_data_type != "float32":
         ap.error("--matmul-data-type bfloat16 is for the gpt and moe-gpt models")
+    if args.model == "mlp" and (args.data_seed or args.data_in_order or args.eot_token is not None):
+        ap.error("--data-seed, --data-in-order and --eot-token are for the gpt and moe-gpt models "
+                 "(token_dataset); the MLP job reads a token_file in order")
     return args
 
 
@@ -212,17 +228,28 @@ def read_step_counts(fetch_dir, name, steps):
     return [sum(pieces[i * per_step:(i + 1) * per_step]) for i in range(steps)]
 
 
-def compare_dropped(loom, ref, source):
-    """The counts must be equal: routing is a discrete choice. `source`: where Loom's came from."""
+# A routing choice that flips moves one assignment from one expert to another: each of the two
+# experts' first-choice and second-choice fills may then keep or drop one assignment more.
+DROPS_PER_FLIP = 4
+
+
+def compare_dropped(loom, ref, near_ties, source):
+    """The counts must be equal, routing being a discrete choice, except by what the step's near
+    ties (choices within float32 rounding of a tie, models.routing_near_ties) may flip: at most
+    DROPS_PER_FLIP per near tie. `source`: where Loom's came from."""
     problems, rows = [], []
     if len(loom) != len(ref):
         problems.append(f"Loom reported {len(loom)} steps of dropped counts ({source}), "
                         f"PyTorch {len(ref)}")
-    for step, (a, b) in enumerate(zip(loom, ref)):
-        bad = a != b
-        rows.append(f"  step {step:3d}  loom {a:8.0f}  torch {b:8d}{'  <-- MISMATCH' if bad else ''}")
+    for step, (a, b, ties) in enumerate(zip(loom, ref, near_ties)):
+        allowed = DROPS_PER_FLIP * ties
+        bad = abs(a - b) > allowed
+        note = f"  (near ties {ties})" if ties else ""
+        rows.append(f"  step {step:3d}  loom {a:8.0f}  torch {b:8d}{note}"
+                    f"{'  <-- MISMATCH' if bad else ''}")
         if bad:
-            problems.append(f"step {step}: {a:.0f} dropped assignments ({source}) vs torch {b}")
+            problems.append(f"step {step}: {a:.0f} dropped assignments ({source}) vs torch {b}"
+                            f" (near ties allow {allowed})")
     return problems, rows
 
 
@@ -339,6 +366,16 @@ def training_flags(args):
             "--no-decay-lr-scale", repr(args.no_decay_lr_scale)]
 
 
+def data_flags(args):
+    """The token dataset's flags, spelled the same for loom-gpt and reference.py (gpt, moe-gpt)."""
+    flags = ["--data-seed", str(args.data_seed)]
+    if args.data_in_order:
+        flags.append("--data-in-order")
+    if args.eot_token is not None:
+        flags += ["--eot-token", str(args.eot_token)]
+    return flags
+
+
 def describe(args):
     parts = [args.model, f"dp={args.dp}", f"tp={args.tp}", f"pp={args.pp}"]
     if args.model == "moe-gpt":
@@ -358,6 +395,12 @@ def describe(args):
                      f"{args.no_decay_lr_scale:g})")
     if args.save_every:
         parts.append(f"resumed every {args.save_every} steps")
+    if args.data_in_order:
+        parts.append("data in order")
+    elif args.data_seed:
+        parts.append(f"data seed {args.data_seed}")
+    if args.eot_token is not None:
+        parts.append(f"documents end at token {args.eot_token}")
     return " ".join(parts)
 
 
@@ -380,6 +423,7 @@ def check(args, work):
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
         layout += training_flags(args)
         layout += ["--matmul-data-type", args.matmul_data_type, "--device-type", args.device_type]
+        layout += data_flags(args)
         if args.model == "moe-gpt":
             # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
             # in blocks 1 and 3 (loom-gpt's and reference.py's defaults).
@@ -399,6 +443,7 @@ def check(args, work):
         reference += ["--max-norm", repr(args.max_grad_norm)]
     if args.model != "mlp":
         reference += ["--matmul-dtype", args.matmul_data_type] + training_flags(args)
+        reference += data_flags(args)
     run(reference, "PyTorch reference", args.timeout)
     with open(ref_json) as f:
         ref = json.load(f)
@@ -419,14 +464,15 @@ def check(args, work):
     problems = []
     if args.model == "moe-gpt":
         drop_problems, drop_rows = compare_dropped(
-            read_step_counts(fetch_dir, "moe.dropped", args.steps), ref["dropped"], "fetched")
+            read_step_counts(fetch_dir, "moe.dropped", args.steps), ref["dropped"],
+            ref["near_ties"], "fetched")
         problems += drop_problems
         print("dropped assignments per step (Loom vs PyTorch):")
         print("\n".join(drop_rows))
         # The step lines report the same counts: the job sums moe.dropped over a step's
         # micro-batches (Job.summed_fetches).
         problems += compare_dropped(read_step_scalar(stdout, "moe.dropped"), ref["dropped"],
-                                    "step lines")[0]
+                                    ref["near_ties"], "step lines")[0]
     if first_step != 0:
         print(f"note: Loom's steps are numbered from {first_step}")
     loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)

@@ -214,6 +214,25 @@ def route(probs, cfg):
     return choices, weights, kept, f / (k * T)
 
 
+# Router probabilities closer than this between a token's k-th and (k+1)-th expert are a near tie:
+# float32 rounding that differs between two correct implementations (summation order, a layout's
+# partial sums) may flip the choice. Over 20 MoE steps Loom's losses drift from PyTorch's by up to
+# 5e-5 relative and its weights by up to a few 1e-3 of their scale (check_gpt_training.py prints
+# both): seen with DP=2 x EP=2, a choice with a margin between 1e-5 and 1e-4 flipped at step 19
+# (5 assignments dropped apart), none with a wider one.
+ROUTING_TIE_TOLERANCE = 1e-4
+
+
+def routing_near_ties(probs, cfg):
+    """The tokens of probs [B, T, E] whose k-th and (k+1)-th largest probabilities are within
+    ROUTING_TIE_TOLERANCE: the routing choices that rounding may flip."""
+    if cfg.top_k >= cfg.experts:
+        return 0
+    top = torch.sort(probs.detach(), dim=-1, descending=True).values
+    margin = top[..., cfg.top_k - 1] - top[..., cfg.top_k]
+    return int((margin < ROUTING_TIE_TOLERANCE).sum())
+
+
 def _bfloat16(x):
     """x rounded to bfloat16 (nearest even) and back: the values a bfloat16 tensor holds."""
     return x.bfloat16().float()
@@ -296,6 +315,7 @@ def moe_mlp(p, pre, m, cfg, stats):
     aux = (E * (f * probs.mean(dim=1)).sum(dim=-1)).mean()
     stats["aux_loss"] = stats.get("aux_loss", 0.0) + aux
     stats["dropped"] = stats.get("dropped", 0) + int((~kept).sum())
+    stats["near_ties"] = stats.get("near_ties", 0) + routing_near_ties(probs, cfg)
     counts = torch.zeros(E, dtype=torch.int64)
     for e in range(E):
         counts[e] = int((choices == e).sum())

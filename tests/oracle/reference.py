@@ -2,10 +2,15 @@
 """Plain-PyTorch reference trainer for Loom's oracle tests.
 
 Modes:
-  train (default)  reference.py --model gpt --init INIT.safetensors --data FILE
+  train (default)  reference.py --model gpt --init INIT.safetensors --data PATH
                      --steps 20 --output losses.json [--save-final F] ...
   write init       reference.py --model gpt --write-init INIT.safetensors --seed 0
   timing           reference.py --model gpt --steps-timing 20 [--data FILE]
+
+Batches: the gpt and moe-gpt models read docs/DATA.md's token dataset, as loom-gpt's jobs do
+(token_dataset: shuffled per epoch with --data-seed, or --data-in-order; tests/data/
+token_dataset_reference.py); the mlp model reads the legacy in-order formula of data.py, as its
+hand-written token_file job does.
 
 See tests/oracle/README.md for the exact semantics.
 """
@@ -27,8 +32,19 @@ def build_parser():
     ap.add_argument("--write-init", metavar="PATH",
                     help="write seeded initial parameters to PATH and exit")
     ap.add_argument("--seed", type=int, default=0, help="seed for --write-init (default 0)")
-    ap.add_argument("--data", help="token file")
+    ap.add_argument("--data", action="append", metavar="PATH",
+                    help="gpt / moe-gpt: a source of the token dataset (a token file, directory "
+                         "or pattern; repeat for a blend); mlp: the token file")
     ap.add_argument("--data-format", choices=("bytes", "uint16", "uint32"), default="bytes")
+    ap.add_argument("--data-weights", metavar="W,W,...",
+                    help="gpt / moe-gpt: the blend's weights, one per --data (default: equal)")
+    ap.add_argument("--eot-token", type=int, default=None,
+                    help="gpt / moe-gpt: the end-of-text token that ends a document")
+    ap.add_argument("--data-in-order", action="store_true",
+                    help="gpt / moe-gpt: documents and samples in file order, not shuffled")
+    ap.add_argument("--data-seed", type=int, default=None,
+                    help="gpt / moe-gpt: the seed of the per-epoch shuffles (Input.seed; "
+                         "default 0)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--output", help="JSON output: losses, grad_norms, config")
     ap.add_argument("--save-final", metavar="PATH",
@@ -106,6 +122,24 @@ def parse_args(argv=None):
             ap.error("--init is required (or use --write-init / --steps-timing)")
         if not args.data:
             ap.error("--data is required")
+    if args.model == "mlp":
+        if args.data and len(args.data) > 1:
+            ap.error("--model mlp reads one token file (--data once)")
+        if (args.data_weights is not None or args.eot_token is not None or args.data_in_order
+                or args.data_seed is not None):
+            ap.error("--data-weights, --eot-token, --data-in-order and --data-seed are for the "
+                     "gpt and moe-gpt models (token_dataset); the mlp reads token_file")
+    args.data_weight_values = [0.0] * len(args.data or [])
+    if args.data_weights is not None:
+        try:
+            args.data_weight_values = [float(v) for v in args.data_weights.split(",")]
+        except ValueError:
+            ap.error(f"--data-weights {args.data_weights!r}: not a list of numbers")
+        if len(args.data_weight_values) != len(args.data or []):
+            ap.error(f"--data-weights has {len(args.data_weight_values)} values for "
+                     f"{len(args.data or [])} --data")
+    if args.data_seed is None:
+        args.data_seed = 0
         if args.steps < 0:
             ap.error("--steps must be >= 0")
     if args.optimizer == "adamw" and (args.momentum or args.nesterov or args.dampening):
@@ -260,6 +294,47 @@ def load_init(args, specs):
     return params, opt_state
 
 
+# tests/data/token_dataset_reference.py, the token dataset of docs/DATA.md.
+TOKEN_DATASET_DIRECTORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                       "data")
+
+
+def batch_reader(args, cfg):
+    """(read, description): read(t) is step t's (x, y), torch int64 [batch, context] each, as
+    Loom's job reads them: the token dataset for gpt / moe-gpt, data.py's formula for the mlp.
+    ValueError naming the culprit for bad data or a token outside the vocabulary."""
+    import torch
+    import data as data_mod
+    if args.model == "mlp":
+        tokens = data_mod.load_tokens(args.data[0], args.data_format)
+        if tokens.numel() and int(tokens.max()) >= cfg.vocab:
+            raise ValueError(f"{args.data[0]}: token {int(tokens.max())} >= vocab {cfg.vocab}")
+        return (lambda t: data_mod.get_batch(tokens, t, args.batch, args.context),
+                {"data": args.data[0], "data_format": args.data_format,
+                 "num_tokens": int(tokens.numel())})
+    if TOKEN_DATASET_DIRECTORY not in sys.path:
+        sys.path.insert(0, TOKEN_DATASET_DIRECTORY)
+    from token_dataset_reference import Dataset, Source
+    dataset = Dataset([Source(path, args.data_format, weight)
+                       for path, weight in zip(args.data, args.data_weight_values)],
+                      end_of_text=args.eot_token, in_order=args.data_in_order,
+                      seed=args.data_seed)
+    largest = dataset.largest_token()
+    if largest >= cfg.vocab:
+        raise ValueError(f"{', '.join(args.data)}: token {largest} >= vocab {cfg.vocab}")
+    for j in range(len(dataset.sources)):
+        dataset.samples_per_epoch(j, args.context)  # a source too short is an error now
+
+    def read(t):
+        x, y = dataset.batch(t, args.batch, args.context)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    return read, {"data": list(args.data), "data_format": args.data_format,
+                  "data_weights": args.data_weight_values, "eot_token": args.eot_token,
+                  "data_in_order": args.data_in_order, "data_seed": args.data_seed,
+                  "num_tokens": sum(dataset.token_count(j) for j in range(len(dataset.sources)))}
+
+
 def train_step(fwd, cfg, params, opt, x, y, max_norm, grads_out=None, stats=None):
     """One step. Returns (loss, grad norm before clipping). If grads_out is a
     dict, the gradients (before clipping) are copied into it by name; `stats`
@@ -311,8 +386,6 @@ def run_write_init(args):
 
 
 def run_train(args):
-    import torch
-    import data as data_mod
     import safetensors_io
     cfg, specs, fwd = model_parts(args)
     params, opt_state = load_init(args, specs)
@@ -324,14 +397,11 @@ def run_train(args):
     scheduler = make_scheduler(args, opt, resumed_steps)
     if args.start_step is not None:
         start = args.start_step
-    tokens = data_mod.load_tokens(args.data, args.data_format)
-    if tokens.numel() and int(tokens.max()) >= cfg.vocab:
-        raise ValueError(f"{args.data}: token {int(tokens.max())} >= vocab {cfg.vocab}")
-    T = args.context
-    losses, gnorms, dropped, tokens_per_expert = [], [], [], []
+    read_batch, data_description = batch_reader(args, cfg)
+    losses, gnorms, dropped, tokens_per_expert, near_ties = [], [], [], [], []
     for k in range(args.steps):
         t = start + k
-        x, y = data_mod.get_batch(tokens, t, args.batch, T)
+        x, y = read_batch(t)
         grads = {} if (k == 0 and args.save_grads) else None
         stats = {}
         loss, gnorm = train_step(fwd, cfg, params, opt, x, y, args.max_norm, grads, stats)
@@ -339,6 +409,7 @@ def run_train(args):
             scheduler.step()
         if "dropped" in stats:
             dropped.append(stats["dropped"])
+            near_ties.append(stats["near_ties"])
             tokens_per_expert.append([int(v) for v in stats["tokens_per_expert"]])
         loss_f = float(loss)
         if grads is not None:
@@ -351,8 +422,7 @@ def run_train(args):
         if args.verbose:
             print(f"step {t} loss {loss_f:.6f} grad_norm {float(gnorm):.6f}", flush=True)
     end_step = start + args.steps
-    extra = {"steps": args.steps, "start_step": start, "data": args.data,
-             "data_format": args.data_format, "num_tokens": int(tokens.numel()),
+    extra = {"steps": args.steps, "start_step": start, **data_description,
              "init": args.init, "resume": args.resume}
     result = {"losses": losses, "grad_norms": gnorms, "config": config_dict(args, cfg, extra)}
     if dropped:
@@ -360,6 +430,8 @@ def run_train(args):
         # capacity, and per expert before dropping (summed over layers and groups).
         result["dropped"] = dropped
         result["tokens_per_expert"] = tokens_per_expert
+        # Routing choices within rounding of a tie (models.routing_near_ties), per step.
+        result["near_ties"] = near_ties
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)
@@ -411,13 +483,16 @@ def run_timing(args):
         params = {n: p.requires_grad_(True) for n, p in params.items()}
     opt = make_optimizer(args, params)
     if args.data:
-        tokens = data_mod.load_tokens(args.data, args.data_format)
+        read_batch, _ = batch_reader(args, cfg)
     else:
         g = torch.Generator().manual_seed(args.seed)
         tokens = torch.randint(0, cfg.vocab, (1 << 16,), generator=g, dtype=torch.int64)
+
+        def read_batch(step):
+            return data_mod.get_batch(tokens, step, args.batch, args.context)
     times, cpu_times = [], []
     for k in range(args.warmup + args.steps_timing):
-        x, y = data_mod.get_batch(tokens, k, args.batch, args.context)
+        x, y = read_batch(k)
         t0, c0 = time.perf_counter(), time.process_time()
         train_step(fwd, cfg, params, opt, x, y, args.max_norm)
         dt, dc = time.perf_counter() - t0, time.process_time() - c0

@@ -27,6 +27,8 @@ import data  # noqa: E402
 import models  # noqa: E402
 import reference  # noqa: E402
 import safetensors_io  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "data"))
+import token_dataset_reference  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -680,10 +682,12 @@ class MoeReferenceByHandTest(unittest.TestCase):
             cfg = models.MoEGPTConfig()
             params = models.check_params(models.gpt_param_specs(cfg), tensors)
             stats = {}
+            # loom-gpt's batches: the GPL text as a token dataset, shuffled with seed 0.
+            x, y = token_dataset_reference.Dataset(
+                token_dataset_reference.Source(GPL3)).batch(0, 4, 64)
             with torch.no_grad():
-                loss, _ = models.moe_gpt_forward(params, cfg,
-                                                 *data.get_batch(data.load_tokens(GPL3), 0, 4, 64),
-                                                 stats=stats)
+                loss, _ = models.moe_gpt_forward(params, cfg, torch.from_numpy(x),
+                                                 torch.from_numpy(y), stats=stats)
             self.assertAlmostEqual(r["losses"][0], float(loss), places=5)
             self.assertEqual(r["dropped"][0], stats["dropped"])
 

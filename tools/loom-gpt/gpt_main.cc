@@ -36,9 +36,19 @@ cli::ArgumentSpec MakeSpec() {
   auto number = [](auto value) { return absl::StrCat(value); };
   spec.AddFlag("emit", "PATH", "", "write the job (text format) to PATH ('-': stdout)")
       .AddFlag("write-init", "PATH", "", "write the initial weights (safetensors, F32) to PATH")
-      .AddFlag("data", "PATH", defaults.data_path, "token file the job reads")
+      .AddRepeatedFlag("data", "PATH",
+                       "the token data: a token file, a directory of them or a glob pattern "
+                       "(quoted); several --data make a blend (default " +
+                           defaults.data_paths.front() + ")")
+      .AddFlag("data-weights", "W,W,...", "",
+               "the blend's weights, one per --data (default: equal)")
       .AddFlag("data-format", "FORMAT", defaults.data_format,
                "bytes | uint16 | uint32 (little-endian; scripts/tokenize writes them)")
+      .AddFlag("eot-token", "ID", "",
+               "the end-of-text token that ends each document (default: each file is one)")
+      .AddSwitch("data-in-order",
+                 "read documents and samples in order instead of shuffling them each epoch")
+      .AddFlag("data-seed", "S", "0", "seed of the data's per-epoch shuffles")
       .AddFlag("dp", "N", "1", "data-parallel degree")
       .AddFlag("tp", "N", "1", "tensor-parallel degree (Megatron layout; divides heads)")
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
@@ -135,6 +145,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
       {"ep", &config.expert_parallel},
       {"lr-warmup", &config.lr_warmup_steps},
       {"lr-decay-steps", &config.lr_decay_steps},
+      {"data-seed", &config.data_seed},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;
@@ -178,7 +189,28 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
   config.lr_decay = parsed.Value("lr-decay");
   config.weight_decay_on = parsed.Value("weight-decay-on");
   config.device_type = parsed.Value("device-type");
-  config.data_path = parsed.Value("data");
+  if (std::vector<std::string> paths = parsed.Values("data"); !paths.empty()) {
+    config.data_paths = std::move(paths);
+  }
+  for (absl::string_view item :
+       absl::StrSplit(parsed.Value("data-weights"), ',', absl::SkipEmpty())) {
+    double weight = 0;
+    if (!absl::SimpleAtod(item, &weight)) {
+      return cli::UsageError(kCommand,
+                             absl::StrCat("--data-weights needs comma-separated numbers, got '",
+                                          parsed.Value("data-weights"), "'"));
+    }
+    config.data_weights.push_back(weight);
+  }
+  if (!parsed.Value("eot-token").empty()) {
+    int64_t token = 0;
+    if (!absl::SimpleAtoi(parsed.Value("eot-token"), &token)) {
+      return cli::UsageError(kCommand, absl::StrCat("--eot-token needs an integer, got '",
+                                                    parsed.Value("eot-token"), "'"));
+    }
+    config.end_of_text = token;
+  }
+  config.data_in_order = parsed.Switch("data-in-order");
   config.data_format = parsed.Value("data-format");
   const std::string schedule = parsed.Value("schedule");
   if (schedule == "1f1b") {

@@ -436,7 +436,33 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(
         absl::StrCat("max_grad_norm must be >= 0 (0: no clipping), got ", config.max_grad_norm));
   }
-  if (config.data_path.empty()) return ConfigError("no data file (data_path is empty)");
+  if (config.data_paths.empty()) return ConfigError("no data (data_paths is empty)");
+  for (const std::string& path : config.data_paths) {
+    if (path.empty()) return ConfigError("a data path is empty");
+  }
+  if (!config.data_weights.empty() && config.data_weights.size() != config.data_paths.size()) {
+    return ConfigError(absl::StrCat(config.data_weights.size(), " data weights for ",
+                                    config.data_paths.size(), " data paths: give one per path"));
+  }
+  for (double weight : config.data_weights) {
+    if (!(weight > 0) || !std::isfinite(weight)) {
+      return ConfigError(absl::StrCat("data weights must be finite and > 0, got ", weight));
+    }
+  }
+  if (config.end_of_text.has_value()) {
+    if (*config.end_of_text < 0) {
+      return ConfigError(
+          absl::StrCat("the end-of-text token must be >= 0, got ", *config.end_of_text));
+    }
+    if (*config.end_of_text >= config.vocab) {
+      return ConfigError(absl::StrCat("the end-of-text token ", *config.end_of_text,
+                                      " is not below vocab ", config.vocab));
+    }
+    if (config.data_format == "bytes" && *config.end_of_text > 255) {
+      return ConfigError(absl::StrCat("the end-of-text token ", *config.end_of_text,
+                                      " is not a byte (the data format is bytes)"));
+    }
+  }
   if (config.device_type != "cpu" && config.device_type != "cuda") {
     return ConfigError(
         absl::StrCat("device type must be \"cpu\" or \"cuda\", got \"", config.device_type, "\""));
@@ -603,10 +629,17 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
     input->add_shape(config.context);
     input->set_data_type(plan::INT32);
     for (const std::string& sbp : layout.Activation()) input->add_sbp(sbp);
-    job::TokenFile* file = input->mutable_token_file();
-    file->set_path(config.data_path);
-    file->set_format(config.data_format);
-    file->set_targets(targets);
+    job::TokenDataset* dataset = input->mutable_token_dataset();
+    for (size_t index = 0; index < config.data_paths.size(); ++index) {
+      job::TokenSource* source = dataset->add_sources();
+      source->add_paths(config.data_paths[index]);
+      source->set_format(config.data_format);
+      if (!config.data_weights.empty()) source->set_weight(config.data_weights[index]);
+    }
+    if (config.end_of_text.has_value()) dataset->set_end_of_text(*config.end_of_text);
+    dataset->set_in_order(config.data_in_order);
+    dataset->set_targets(targets);
+    input->set_seed(config.data_seed);
     place(input, stage);
   }
 

@@ -7,6 +7,7 @@
 // benchmarks build their GPT jobs with it.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,9 +66,16 @@ struct GptConfig {
   // > 0: clip the gradients' global L2 norm to this before each update.
   double max_grad_norm = 0;
 
-  // Data: a token file read by the job itself (Input.token_file).
-  std::string data_path = "/usr/share/common-licenses/GPL-3";
+  // Data: a token dataset read by the job itself (Input.token_dataset, docs/DATA.md): one source
+  // per path (a token file, a directory or a glob pattern), blended by data_weights (empty: equal;
+  // otherwise one weight > 0 per path), all in data_format, documents ending at end_of_text,
+  // shuffled per epoch from data_seed unless data_in_order.
+  std::vector<std::string> data_paths = {"/usr/share/common-licenses/GPL-3"};
+  std::vector<double> data_weights;
   std::string data_format = "bytes";  // or "uint16", "uint32"
+  std::optional<int64_t> end_of_text;
+  bool data_in_order = false;
+  int64_t data_seed = 0;
 
   // Parallelism: pipeline_stages x data_parallel x tensor_parallel devices. Stage s runs on
   // devices [s * dp * tp, (s + 1) * dp * tp), seen as [dp, tp] when both exceed 1.

@@ -33,7 +33,7 @@ struct StepLine {
   // The job's other scalar fetches, the same way (StepFetches).
   std::vector<StepScalar> scalars;
   double step_time_ms = 0;
-  // Unset when the job reads no tokens (no token_file input).
+  // Unset when the job reads no tokens (no token_file or token_dataset input).
   std::optional<double> tokens_per_second;
 };
 

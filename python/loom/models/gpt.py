@@ -3,6 +3,8 @@ dense or mixture-of-experts, in any parallel layout of loom-gpt: the same job, f
 that `loom-gpt --emit` writes for the same flags (a test compares them).
 
     job = loom.models.gpt(layers=2, width=64, dp=2, steps=50, data="/data/tokens.bin")
+    job = loom.models.gpt(data=["/data/web/*.bin", "/data/code"], data_weights=[3, 1],
+                          data_format="uint16", eot_token=50256, vocab=50304, data_seed=1)
 
 Ported from tools/loom-gpt/gpt_model.cc (BuildGptJob); loom-gpt's --write-init (the initial
 weights as a file) is not: the job's initializers draw the same values on the daemons.
@@ -193,6 +195,21 @@ def _stage_devices(config, stage):
             for index in range(stage * per_stage, (stage + 1) * per_stage)]
 
 
+def _token_dataset(config, targets):
+    """The TokenDataset of input x (TARGETS False) or y (True): a source per data path."""
+    dataset = job_pb2.TokenDataset(targets=targets)
+    weights = config.data_weights
+    for index, path in enumerate(config.data_paths):
+        source = dataset.sources.add(paths=[path], format=config.data_format)
+        if weights is not None:
+            source.weight = float(weights[index])
+    if config.eot_token is not None:
+        dataset.end_of_text = config.eot_token
+    if config.data_in_order:
+        dataset.in_order = True
+    return dataset
+
+
 def gpt_job(config):
     """The training job of a GptConfig (validated first: ValueError naming the setting)."""
     config.validate()
@@ -235,8 +252,9 @@ def gpt_job(config):
     for name, targets, stage in [("x", False, 0), ("y", True, last)]:
         tensor_input = message.inputs.add(name=name, shape=[config.batch, config.context],
                                           data_type=plan_pb2.INT32, sbp=layout.activation())
-        tensor_input.token_file.CopyFrom(job_pb2.TokenFile(
-            path=config.data, format=config.data_format, targets=targets))
+        tensor_input.token_dataset.CopyFrom(_token_dataset(config, targets))
+        if config.data_seed:
+            tensor_input.seed = config.data_seed
         place(tensor_input, stage)
 
     beta1, beta2 = config.betas
@@ -267,19 +285,31 @@ def gpt_job(config):
 _CONFIG_FIELDS = {field for field in GptConfig.__dataclass_fields__}
 
 
+def _config_value(key, value):
+    """A setting as GptConfig keeps it: lists as tuples (a single data path stays a string)."""
+    if key in ("moe_layers", "betas"):
+        return tuple(value)
+    if key in ("data", "data_weights") and not isinstance(value, (str, bytes)) and \
+            hasattr(value, "__iter__"):
+        return tuple(value)
+    return value
+
+
 def gpt(config=None, **settings):
     """The reference GPT as a loom.Job. SETTINGS are loom-gpt's flags with underscores (dp, tp,
     pp, micro_batches, schedule, devices_per_node, device_type, max_grad_norm,
     matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,
-    min_lr, seed, data, data_format), or a GptConfig as CONFIG. Any other keyword is a
-    field of the Job (set after the model is built, e.g. register_memory="...")."""
+    min_lr, seed, data, data_weights, data_format, eot_token, data_in_order, data_seed), or a
+    GptConfig as CONFIG. DATA is a path or a list of paths, one source of the blend each
+    (docs/DATA.md). Any other keyword is a field of the Job (set after the model is built, e.g.
+    register_memory="...")."""
     config = GptConfig() if config is None else GptConfig(**vars(config))
     job_fields = {}
     for key, value in settings.items():
         if key in _CONFIG_FIELDS:
-            setattr(config, key, tuple(value) if key in ("moe_layers", "betas") else value)
+            setattr(config, key, _config_value(key, value))
         elif key in job_pb2.Job.DESCRIPTOR.fields_by_name:
             job_fields[key] = value
         else:

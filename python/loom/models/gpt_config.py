@@ -4,6 +4,7 @@ device names and the layer split over pipeline stages."""
 
 import dataclasses
 import math
+import numbers
 
 # Job.optimizer.learning_rate_schedule's decays by their loom-gpt names (--lr-decay).
 LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
@@ -59,9 +60,16 @@ class GptConfig:
     # no_decay_lr_scale.
     weight_decay_on: str = "all"
     no_decay_lr_scale: float = 1.0
-    # Data.
-    data: str = "/usr/share/common-licenses/GPL-3"
+    # Data (Input.token_dataset, docs/DATA.md): data is one path or a list of them, each a
+    # source of the blend (a file, a directory or a pattern); data_weights (None: unset) one
+    # weight > 0 per source; data_format applies to every source; eot_token (None: unset) ends
+    # documents; data_in_order: no shuffle; data_seed: the shuffle's seed (Input.seed).
+    data: object = "/usr/share/common-licenses/GPL-3"
+    data_weights: object = None
     data_format: str = "bytes"
+    eot_token: object = None
+    data_in_order: bool = False
+    data_seed: int = 0
     # Parallel layout.
     dp: int = 1
     tp: int = 1
@@ -85,6 +93,11 @@ class GptConfig:
             return f"{self.device_type}:{index}"
         return (f"node{index // self.devices_per_node}/{self.device_type}:"
                 f"{index % self.devices_per_node}")
+
+    @property
+    def data_paths(self):
+        """data as a list of paths (one per source)."""
+        return [self.data] if isinstance(self.data, str) else list(self.data)
 
     def first_layer(self, stage):
         """The first block of STAGE (earlier stages take one more when pp does not divide)."""
@@ -184,8 +197,7 @@ class GptConfig:
         if not (self.max_grad_norm >= 0 and math.isfinite(self.max_grad_norm)):
             raise error("max_grad_norm must be >= 0 (0: no clipping), got "
                         f"{self.max_grad_norm}")
-        if not self.data:
-            raise error("no data file (data is empty)")
+        self._validate_data(error)
         if self.device_type not in ("cpu", "cuda"):
             raise error(f'device type must be "cpu" or "cuda", got "{self.device_type}"')
         if self.data_format not in ("bytes", "uint16", "uint32"):
@@ -193,9 +205,48 @@ class GptConfig:
                         f'"{self.data_format}"')
         if self.data_format == "bytes" and self.vocab < 256:
             raise error(f"vocab {self.vocab} < 256: a byte token file has tokens up to 255")
+        if self.eot_token is not None:
+            if self.data_format == "bytes" and self.eot_token >= 256:
+                raise error(f"eot_token {self.eot_token} is not a byte: the bytes format has "
+                            "tokens 0 to 255")
+            if self.vocab <= self.eot_token:
+                raise error(f"vocab {self.vocab} must exceed eot_token {self.eot_token}")
         if self.matmul_data_type not in ("float32", "bfloat16"):
             raise error("matmul data type must be float32 or bfloat16, got "
                         f"{self.matmul_data_type}")
         if self.schedule not in ("1f1b", "gpipe"):
             raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b or gpipe)")
         return self
+
+    def _validate_data(self, error):
+        """The data settings' rules (loom-gpt's --data, --data-weights, --eot-token, ...)."""
+        if not isinstance(self.data, str) and not (
+                isinstance(self.data, (list, tuple)) and
+                all(isinstance(path, str) for path in self.data)):
+            raise error(f"data is a path or a list of paths, got {self.data!r}")
+        paths = self.data_paths
+        if not paths or not all(paths):
+            raise error("no data file (data is empty)")
+        if self.data_weights is not None:
+            if isinstance(self.data_weights, (str, bytes)) or \
+                    not hasattr(self.data_weights, "__len__"):
+                raise error(f"data_weights is a list of numbers, got {self.data_weights!r}")
+            if len(self.data_weights) != len(paths):
+                raise error(f"{len(self.data_weights)} data weights for {len(paths)} data "
+                            "paths: give one weight per data path")
+            for path, weight in zip(paths, self.data_weights):
+                if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+                    raise error(f"data weight {weight!r} (of {path}) is not a number")
+                if not (weight > 0 and math.isfinite(weight)):
+                    raise error(f"data weight {_number(float(weight))} (of {path}) must be "
+                                "finite and > 0")
+        if self.eot_token is not None:
+            if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
+                raise error(f"eot_token must be an integer, got {self.eot_token!r}")
+            if self.eot_token < 0:
+                raise error(f"eot_token must be >= 0, got {self.eot_token}")
+        if not isinstance(self.data_in_order, bool):
+            raise error(f"data_in_order is True or False, got {self.data_in_order!r}")
+        if isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or \
+                not -2**63 <= self.data_seed < 2**63:
+            raise error(f"data_seed must be a 64-bit integer, got {self.data_seed!r}")

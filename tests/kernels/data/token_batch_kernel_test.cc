@@ -72,16 +72,6 @@ std::vector<int64_t> ExpectedRows(const std::vector<int64_t>& tokens, int64_t gl
   return rows;
 }
 
-std::vector<int64_t> Values(const HostTensor& tensor) {
-  std::vector<int64_t> values;
-  if (tensor.data_type == plan::INT32) {
-    for (int32_t value : tensor.Values<int32_t>()) values.push_back(value);
-  } else {
-    for (int64_t value : tensor.Values<int64_t>()) values.push_back(value);
-  }
-  return values;
-}
-
 struct BatchConfig {
   std::string path;
   std::string format = "bytes";
@@ -155,10 +145,12 @@ class TokenBatchTest : public ::testing::Test {
       const int64_t step = piece / config.micro_batches;
       const int64_t first = config.sample_begin + (piece % config.micro_batches) * per_piece;
       SCOPED_TRACE(absl::StrCat("piece ", piece, " step ", step, " first sample ", first));
-      EXPECT_EQ(Values(call->output(0)), ExpectedRows(tokens_, config.global_batch, config.sequence,
-                                                      step, first, per_piece, 0));
-      EXPECT_EQ(Values(call->output(1)), ExpectedRows(tokens_, config.global_batch, config.sequence,
-                                                      step, first, per_piece, 1));
+      EXPECT_EQ(
+          TokenValues(call->output(0)),
+          ExpectedRows(tokens_, config.global_batch, config.sequence, step, first, per_piece, 0));
+      EXPECT_EQ(
+          TokenValues(call->output(1)),
+          ExpectedRows(tokens_, config.global_batch, config.sequence, step, first, per_piece, 1));
     }
   }
 
@@ -200,8 +192,10 @@ TEST_F(TokenBatchTest, HandExampleAndShiftedTargets) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call->Compute(**kernel, 1).ok());
-  EXPECT_EQ(Values(call->output(0)), (std::vector<int64_t>{tokens_[9], tokens_[10], tokens_[11]}));
-  EXPECT_EQ(Values(call->output(1)), (std::vector<int64_t>{tokens_[10], tokens_[11], tokens_[12]}));
+  EXPECT_EQ(TokenValues(call->output(0)),
+            (std::vector<int64_t>{tokens_[9], tokens_[10], tokens_[11]}));
+  EXPECT_EQ(TokenValues(call->output(1)),
+            (std::vector<int64_t>{tokens_[10], tokens_[11], tokens_[12]}));
 }
 
 TEST_F(TokenBatchTest, OffsetsWrapAndHugePiecesDoNotOverflow) {
@@ -213,8 +207,8 @@ TEST_F(TokenBatchTest, OffsetsWrapAndHugePiecesDoNotOverflow) {
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   for (int64_t piece : {int64_t{1} << 40, (int64_t{1} << 62) + 12345, INT64_MAX}) {
     ASSERT_TRUE(call->Compute(**kernel, piece).ok());
-    EXPECT_EQ(Values(call->output(0)), ExpectedRows(tokens_, 3, 7, piece, 0, 3, 0)) << piece;
-    EXPECT_EQ(Values(call->output(1)), ExpectedRows(tokens_, 3, 7, piece, 0, 3, 1)) << piece;
+    EXPECT_EQ(TokenValues(call->output(0)), ExpectedRows(tokens_, 3, 7, piece, 0, 3, 0)) << piece;
+    EXPECT_EQ(TokenValues(call->output(1)), ExpectedRows(tokens_, 3, 7, piece, 0, 3, 1)) << piece;
   }
   EXPECT_THAT(call->Compute(**kernel, -1).message(), HasSubstr("piece must be >= 0"));
 }
@@ -252,16 +246,16 @@ TEST_F(TokenBatchTest, UnionOverRanksAndMicroBatchesIsTheGlobalBatch) {
 
   for (int64_t step = 0; step < 5; ++step) {
     ASSERT_TRUE(global->Compute(**global_kernel, step).ok());
-    const std::vector<int64_t> global_x = Values(global->output(0));
-    const std::vector<int64_t> global_y = Values(global->output(1));
+    const std::vector<int64_t> global_x = TokenValues(global->output(0));
+    const std::vector<int64_t> global_y = TokenValues(global->output(1));
     std::vector<int64_t> union_x(global_x.size(), -1);
     std::vector<int64_t> union_y(global_y.size(), -1);
     for (int64_t rank = 0; rank < kRanks; ++rank) {
       for (int64_t micro_batch = 0; micro_batch < kMicroBatches; ++micro_batch) {
         OpCall& call = *calls[rank];
         ASSERT_TRUE(call.Compute(*kernels[rank], step * kMicroBatches + micro_batch).ok());
-        const std::vector<int64_t> x = Values(call.output(0));
-        const std::vector<int64_t> y = Values(call.output(1));
+        const std::vector<int64_t> x = TokenValues(call.output(0));
+        const std::vector<int64_t> y = TokenValues(call.output(1));
         const int64_t first = rank * kPerRank + micro_batch * kPerPiece;
         for (int64_t k = 0; k < kPerPiece * kSequence; ++k) {
           // Every position is written exactly once.
@@ -311,7 +305,7 @@ TEST_F(TokenBatchTest, Uint16Format) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call->Compute(**kernel, 0).ok());
-  EXPECT_EQ(Values(call->output(0))[0], bytes[0] | (bytes[1] << 8));
+  EXPECT_EQ(TokenValues(call->output(0))[0], bytes[0] | (bytes[1] << 8));
   EXPECT_GT(*std::max_element(tokens.begin(), tokens.end()), 255);
 }
 
@@ -361,8 +355,8 @@ TEST_F(TokenBatchTest, DefaultsAreBytesWholeBatchOneMicroBatch) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call.Compute(**kernel, 2).ok());
-  EXPECT_EQ(Values(call.output(0)), ExpectedRows(tokens_, 3, 4, 2, 0, 3, 0));
-  EXPECT_EQ(Values(call.output(1)), ExpectedRows(tokens_, 3, 4, 2, 0, 3, 1));
+  EXPECT_EQ(TokenValues(call.output(0)), ExpectedRows(tokens_, 3, 4, 2, 0, 3, 0));
+  EXPECT_EQ(TokenValues(call.output(1)), ExpectedRows(tokens_, 3, 4, 2, 0, 3, 1));
 }
 
 TEST_F(TokenBatchTest, SmallestFileHoldsSequencePlusTwoTokens) {
@@ -373,8 +367,8 @@ TEST_F(TokenBatchTest, SmallestFileHoldsSequencePlusTwoTokens) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call->Compute(**kernel, 3).ok());
-  EXPECT_EQ(Values(call->output(0)), (std::vector<int64_t>{1, 2, 3, 4, 5, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(Values(call->output(1)), (std::vector<int64_t>{2, 3, 4, 5, 6, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(TokenValues(call->output(0)), (std::vector<int64_t>{1, 2, 3, 4, 5, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(TokenValues(call->output(1)), (std::vector<int64_t>{2, 3, 4, 5, 6, 2, 3, 4, 5, 6}));
 }
 
 TEST_F(TokenBatchTest, MissingFileNamesThePath) {
@@ -481,8 +475,8 @@ TEST_F(TokenBatchTest, OutputDataTypeMustBeInt32OrInt64) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call.Compute(**kernel, 1).ok());
-  EXPECT_EQ(Values(call.output(0)), ExpectedRows(tokens_, 2, 4, 1, 0, 2, 0));
-  EXPECT_EQ(Values(call.output(1)), ExpectedRows(tokens_, 2, 4, 1, 0, 2, 1));
+  EXPECT_EQ(TokenValues(call.output(0)), ExpectedRows(tokens_, 2, 4, 1, 0, 2, 0));
+  EXPECT_EQ(TokenValues(call.output(1)), ExpectedRows(tokens_, 2, 4, 1, 0, 2, 1));
 }
 
 TEST_F(TokenBatchTest, SampleWindowMustLieInsideTheGlobalBatch) {
@@ -545,8 +539,8 @@ TEST_F(TokenBatchTest, RealTextFile) {
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = BuildDataKernel(*call);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   ASSERT_TRUE(call->Compute(**kernel, 0).ok());
-  const std::vector<int64_t> x = Values(call->output(0));
-  const std::vector<int64_t> y = Values(call->output(1));
+  const std::vector<int64_t> x = TokenValues(call->output(0));
+  const std::vector<int64_t> y = TokenValues(call->output(1));
   for (int64_t sample = 0; sample < kBatch; ++sample) {
     const int64_t offset = (sample * kSequence) % (num_tokens - kSequence - 1);
     for (int64_t k = 0; k < kSequence; ++k) {

@@ -1,5 +1,5 @@
-// The reference GPT (tools/loom-gpt): its job compiles on every parallel layout of the oracle tests,
-// its variables carry the Megatron SBPs, bad configs are rejected with clear errors, and its
+// The reference GPT (tools/loom-gpt): its job compiles on every parallel layout of the oracle
+// tests, its variables carry the Megatron SBPs, bad configs are rejected with clear errors, and its
 // initial-weights file holds what the job's own initializers draw.
 #include <cstdio>
 #include <filesystem>
@@ -61,9 +61,10 @@ TEST_P(GptJobTest, BuildsAndCompiles) {
   EXPECT_EQ(job->variables_size(), 69);
   EXPECT_EQ(job->loss(), "loss");
   ASSERT_EQ(job->inputs_size(), 2);
-  EXPECT_TRUE(job->inputs(0).has_token_file());
-  EXPECT_FALSE(job->inputs(0).token_file().targets());
-  EXPECT_TRUE(job->inputs(1).token_file().targets());
+  ASSERT_TRUE(job->inputs(0).has_token_dataset());
+  EXPECT_FALSE(job->inputs(0).token_dataset().targets());
+  EXPECT_TRUE(job->inputs(1).token_dataset().targets());
+  EXPECT_EQ(job->inputs(0).token_dataset().sources(0).paths(0), config.data_paths.front());
   EXPECT_EQ(job->num_micro_batches(), config.micro_batches > 1 ? config.micro_batches : 0);
   EXPECT_EQ(job->max_grad_norm(), config.max_grad_norm);
   auto compiled = CompileOn(*job, static_cast<int>(GptDeviceCount(config)));
@@ -191,6 +192,22 @@ TEST(GptJobTest, RejectsBadConfigs) {
       {"zero layers", [](GptConfig& c) { c.layers = 0; }, "layers must be >= 1, got 0"},
       {"small vocabulary", [](GptConfig& c) { c.vocab = 100; }, "vocab 100 < 256"},
       {"data format", [](GptConfig& c) { c.data_format = "text"; }, "data format must be"},
+      {"no data", [](GptConfig& c) { c.data_paths.clear(); }, "no data"},
+      {"data weights",
+       [](GptConfig& c) {
+         c.data_weights = {1, 2};
+       },
+       "2 data weights for 1 data paths"},
+      {"negative data weight", [](GptConfig& c) { c.data_weights = {-1}; },
+       "data weights must be finite and > 0, got -1"},
+      {"end of text beyond a byte",
+       [](GptConfig& c) {
+         c.end_of_text = 300;
+         c.vocab = 512;
+       },
+       "the end-of-text token 300 is not a byte"},
+      {"end of text beyond the vocabulary", [](GptConfig& c) { c.end_of_text = 256; },
+       "the end-of-text token 256 is not below vocab 256"},
       {"negative clipping", [](GptConfig& c) { c.max_grad_norm = -1; }, "max_grad_norm"},
       {"matmul data type", [](GptConfig& c) { c.matmul_data_type = plan::INT32; },
        "matmul data type must be float32 or bfloat16, got int32"},
