@@ -35,6 +35,11 @@ absl::Status ComputeActor::Initialize() {
 absl::Status ComputeActor::DoAct() {
   int64_t piece = num_inputs() > 0 ? InputPiece(0) : act_count();
   set_current_piece(piece);
+  if (!WorksOn(piece)) {
+    for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
+    for (int i = 0; i < num_outputs(); ++i) ProduceOutput(i, piece);
+    return absl::OkStatus();
+  }
   for (int i = 0; i < num_inputs(); ++i) input_views_[i] = InputView(i);
   for (int i = 0; i < num_outputs(); ++i) output_views_[i] = OutputView(i);
   KernelContext context{input_views_, output_views_, piece};

@@ -9,6 +9,11 @@ absl::Status CopyActor::Initialize() { return absl::OkStatus(); }
 absl::Status CopyActor::DoAct() {
   int64_t piece = InputPiece(0);
   set_current_piece(piece);
+  if (!WorksOn(piece)) {
+    ConsumeInput(0);
+    ProduceOutput(0, piece);
+    return absl::OkStatus();
+  }
   TensorView in = InputView(0);
   TensorView out = OutputView(0);
   // The stream copies: a memcpy on a CPU stream, an enqueued device copy on a CUDA stream.

@@ -8,13 +8,15 @@ absl::Status UnpackActor::DoAct() {
   const int32_t factor = task().factor();
   int64_t piece = InputPiece(0) * factor + next_part_;
   set_current_piece(piece);
-  TensorView in = InputView(0);
-  TensorView out = OutputView(0);
-  int64_t part_bytes = out.ByteSize();
-  if (absl::Status status = init().stream->Copy(
-          out.data, static_cast<const char*>(in.data) + next_part_ * part_bytes, part_bytes);
-      !status.ok()) {
-    return status;
+  if (WorksOn(piece)) {
+    TensorView in = InputView(0);
+    TensorView out = OutputView(0);
+    int64_t part_bytes = out.ByteSize();
+    if (absl::Status status = init().stream->Copy(
+            out.data, static_cast<const char*>(in.data) + next_part_ * part_bytes, part_bytes);
+        !status.ok()) {
+      return status;
+    }
   }
   ProduceOutput(0, piece);
   if (++next_part_ == factor) {
@@ -28,10 +30,12 @@ absl::Status RepeatActor::DoAct() {
   const int32_t factor = task().factor();
   int64_t piece = InputPiece(0) * factor + emitted_;
   set_current_piece(piece);
-  TensorView in = InputView(0);
-  if (absl::Status status = init().stream->Copy(OutputView(0).data, in.data, in.ByteSize());
-      !status.ok()) {
-    return status;
+  if (WorksOn(piece)) {
+    TensorView in = InputView(0);
+    if (absl::Status status = init().stream->Copy(OutputView(0).data, in.data, in.ByteSize());
+        !status.ok()) {
+      return status;
+    }
   }
   ProduceOutput(0, piece);
   if (++emitted_ == factor) {

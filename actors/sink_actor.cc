@@ -17,8 +17,8 @@ absl::Status SinkActor::DoAct() {
   pieces_.resize(num_inputs());
   const SinkPieceCallback* callback = init().sink_piece_callback;
   const bool reports = callback != nullptr && *callback;
-  if (!reports && !init().keep_sink_pieces) {
-    // Nobody reads the pieces: nothing to copy.
+  if ((!reports && !init().keep_sink_pieces) || !WorksOn(InputPiece(0))) {
+    // Nobody reads the pieces, or the piece is of a step the evaluation skips: nothing to copy.
     for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
     return absl::OkStatus();
   }

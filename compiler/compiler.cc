@@ -6,6 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "compiler/autodiff.h"
 #include "compiler/boxing.h"
+#include "compiler/evaluation_branch.h"
 #include "compiler/gradient_clipping.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
@@ -29,9 +30,15 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
                                        const DeviceSet& devices, const CompileOptions& options) {
   CompileResult result;
   const job::Job* compiled = &job;
+  absl::StatusOr<std::optional<job::Job>> evaluated = AddEvaluationBranch(job);
+  if (!evaluated.ok()) return evaluated.status();
+  if (evaluated->has_value()) {
+    result.transformed_job = std::make_unique<job::Job>(std::move(**evaluated));
+    compiled = result.transformed_job.get();
+  }
   if (job.matmul_data_type() != plan::DATA_TYPE_UNSPECIFIED &&
       job.matmul_data_type() != plan::FLOAT32) {
-    absl::StatusOr<job::Job> cast = AddMixedPrecisionCasts(job, registry, devices);
+    absl::StatusOr<job::Job> cast = AddMixedPrecisionCasts(*compiled, registry, devices);
     if (!cast.ok()) return cast.status();
     result.transformed_job = std::make_unique<job::Job>(std::move(*cast));
     compiled = result.transformed_job.get();
@@ -56,6 +63,11 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);
   SetPiecesPerStep(result.plan);
+  result.plan.set_first_step(result.graph.first_step);
+  if (result.graph.evaluation_every_steps > 0) {
+    result.plan.set_evaluation_every_steps(result.graph.evaluation_every_steps);
+    MarkEvaluationTasks(result.plan, result.graph.evaluation_every_steps, result.graph.first_step);
+  }
   return result;
 }
 

@@ -41,6 +41,8 @@ class GraphLowering {
   plan::Task* AddTask(const std::string& name, plan::TaskKind kind, const plan::Device& device,
                       plan::StreamKind stream, int stream_index = 0);
   const Placement& PlacementOf(int tensor) const;
+  // Task.evaluation_every_steps and first_step for a task of an evaluation op or input.
+  void MarkEvaluation(const LogicalNode& node, plan::Task* task) const;
   absl::Status LowerSource(const LogicalNode& node);
   absl::Status ConnectGradient(const LogicalNode& node);
   absl::Status LowerOp(const LogicalNode& node);

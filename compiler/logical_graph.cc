@@ -154,11 +154,13 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   if (job.num_micro_batches() < 0) return Invalid("num_micro_batches must not be negative");
   graph.num_micro_batches = std::max(job.num_micro_batches(), 1);
   graph.pipeline_schedule = job.pipeline_schedule();
+  graph.evaluation_every_steps = job.evaluation().every_steps();
   if (!job.initial_state().path().empty()) {
     if (job.initial_state().first_step() < 0) {
       return Invalid("initial_state.first_step must not be negative");
     }
     graph.initial_state = &job.initial_state();
+    graph.first_step = job.initial_state().first_step();
   } else if (job.initial_state().optimizer_state() || job.initial_state().first_step() != 0) {
     return Invalid("initial_state has no path");
   }
@@ -245,6 +247,7 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     node.kind = LogicalNode::Kind::kInput;
     node.name = input.name();
     node.input = &input;
+    node.evaluation = input.evaluation();
     absl::StatusOr<Placement> placement =
         ResolvePlacement(input.placement(), job_placement, known_devices, who);
     if (!placement.ok()) return placement.status();
@@ -307,6 +310,7 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     }
     node.backward = op.backward();
     node.once_per_step = op.once_per_step();
+    node.evaluation = op.evaluation();
     absl::StatusOr<Placement> placement =
         ResolvePlacement(op.placement(), fallback, known_devices, who);
     if (!placement.ok()) return placement.status();

@@ -55,6 +55,9 @@ struct LogicalNode {
   // per micro-batch.
   bool backward = false;
   bool once_per_step = false;
+  // Ops and inputs of the evaluation branch (Op.evaluation, Input.evaluation): their tasks work
+  // only in the evaluation steps.
+  bool evaluation = false;
   OpContext context;
 
   // Set by SBP inference: what the chosen signature needs of each input.
@@ -95,6 +98,9 @@ struct LogicalGraph {
   job::PipelineSchedule pipeline_schedule = job::ONE_F_ONE_B;
   // Where variables start from; nullptr: their initializers.
   const job::InitialState* initial_state = nullptr;
+  // Job.evaluation.every_steps (0: no evaluation), and the step of piece 0 (a resumed job's).
+  int64_t evaluation_every_steps = 0;
+  int64_t first_step = 0;
 
   const LogicalTensor& tensor(int id) const { return tensors[id]; }
 };

@@ -110,6 +110,12 @@ std::string GraphLowering::AddRegister(const std::string& name, const Shape& sha
   return name;
 }
 
+void GraphLowering::MarkEvaluation(const LogicalNode& node, plan::Task* task) const {
+  if (!node.evaluation) return;
+  task->set_evaluation_every_steps(graph_.evaluation_every_steps);
+  task->set_first_step(graph_.first_step);
+}
+
 plan::Task* GraphLowering::AddTask(const std::string& name, plan::TaskKind kind,
                                    const plan::Device& device, plan::StreamKind stream,
                                    int stream_index) {
@@ -157,6 +163,7 @@ absl::Status GraphLowering::LowerSource(const LogicalNode& node) {
     plan::Task* task = AddTask(task_name, is_variable ? plan::VARIABLE : plan::SOURCE,
                                node.placement.device(rank), plan::STREAM_COMPUTE);
     task->set_num_pieces(graph_.num_steps);
+    MarkEvaluation(node, task);
     task->add_outputs(reg);
     if (is_variable) {
       variable_tasks_[node.name].push_back(plan_.tasks_size() - 1);
@@ -264,6 +271,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
                                node.placement.device(rank), plan::STREAM_COMPUTE);
     // Backward first: with credits bounding the stashed activations, 1F1B emerges.
     if (node.backward) task->set_priority(1);
+    MarkEvaluation(node, task);
     op_of_task_[task->name()] = &node;
     for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);
     for (int output : node.outputs) {
@@ -302,6 +310,7 @@ absl::Status GraphLowering::LowerFetch(int tensor_id) {
   for (const Sbp& sbp : tensor.sbp) fetch->add_sbp(sbp.ToString());
   fetch->set_summed_over_step(std::find(graph_.summed_fetches.begin(), graph_.summed_fetches.end(),
                                         tensor_id) != graph_.summed_fetches.end());
+  fetch->set_evaluation(graph_.nodes[tensor.producer].evaluation);
   for (int rank = 0; rank < placement.size(); ++rank) {
     std::string name = absl::StrCat("fetch:", tensor.name, "@", rank);
     plan::Task* task = AddTask(name, plan::SINK, placement.device(rank), plan::STREAM_COMPUTE);

@@ -50,6 +50,7 @@ job::Op CastLike(const job::Op& like, const std::string& name, const std::string
   if (like.has_stage()) cast.set_stage(like.stage());
   cast.set_backward(like.backward());
   cast.set_once_per_step(like.once_per_step());
+  cast.set_evaluation(like.evaluation());
   return cast;
 }
 

@@ -23,9 +23,7 @@ void SetUniform(plan::KernelConf* conf, const job::UniformInitializer& uniform) 
   SetInt(conf, "seed", uniform.seed());
 }
 
-int64_t FirstStep(const LogicalGraph& graph) {
-  return graph.initial_state != nullptr ? graph.initial_state->first_step() : 0;
-}
+int64_t FirstStep(const LogicalGraph& graph) { return graph.first_step; }
 
 }  // namespace
 
@@ -99,6 +97,8 @@ absl::StatusOr<plan::KernelConf> InputKernel(const LogicalGraph& graph, const jo
       }
       plan::KernelConf tokens = TokenInputKernel(input);
       if (FirstStep(graph) > 0) SetInt(&tokens, "first_step", FirstStep(graph));
+      // The n-th evaluation reads batch n of its data.
+      if (input.evaluation()) SetInt(&tokens, "steps_per_batch", graph.evaluation_every_steps);
       SetInt(&tokens, "global_batch", logical[0]);
       SetInt(&tokens, "sequence", logical[1]);
       SetInt(&tokens, "sample_begin", window.begin[0]);

@@ -143,6 +143,15 @@ DaemonMetrics::DaemonMetrics()
                         .Register(*registry_)
                         .Add({});
   training_loss_->Set(std::numeric_limits<double>::quiet_NaN());
+  validation_loss_ = &prometheus::BuildGauge()
+                          .Name("loom_validation_loss")
+                          .Help(
+                              "The validation loss of the running job's last step that "
+                              "evaluated (Job.evaluation), on a held-out batch (coordinator "
+                              "only; NaN until a step reports one).")
+                          .Register(*registry_)
+                          .Add({});
+  validation_loss_->Set(std::numeric_limits<double>::quiet_NaN());
   dropped_assignments_ = &prometheus::BuildCounter()
                               .Name("loom_moe_dropped_assignments_total")
                               .Help(
@@ -204,6 +213,7 @@ void DaemonMetrics::StepFinished(const v1::StepEvent& step) {
     tokens_->Increment(std::round(step.tokens_per_second() * step.step_time_seconds()));
   }
   training_loss_->Set(step.loss());
+  if (step.has_validation_loss()) validation_loss_->Set(step.validation_loss());
 }
 
 void DaemonMetrics::CheckpointSaved(double seconds) { checkpoint_seconds_->Observe(seconds); }

@@ -48,7 +48,8 @@ class DaemonMetrics final : public RuntimeMetrics {
 
   // The coordinator's job manager: a job ended in `state` (SUCCEEDED, FAILED or CANCELLED).
   void JobFinished(v1::JobState state);
-  // A training step of the running job ended (its duration, tokens and loss).
+  // A training step of the running job ended (its duration, tokens and loss, and its validation
+  // loss when it has one).
   void StepFinished(const v1::StepEvent& step);
   // A checkpoint of the running job was saved (assembled from its parts and written) in `seconds`.
   void CheckpointSaved(double seconds);
@@ -78,6 +79,7 @@ class DaemonMetrics final : public RuntimeMetrics {
   prometheus::Histogram* checkpoint_seconds_ = nullptr;
   prometheus::Counter* tokens_ = nullptr;
   prometheus::Gauge* training_loss_ = nullptr;
+  prometheus::Gauge* validation_loss_ = nullptr;
   prometheus::Counter* dropped_assignments_ = nullptr;
   prometheus::Family<prometheus::Counter>* expert_assignments_ = nullptr;
 };

@@ -58,6 +58,7 @@ absl::Status StepTracker::OnPiece(const SinkPiece& piece) {
       added->set_tensor(scalar.tensor);
       added->set_value(scalar.value);
     }
+    if (step.validation_loss.has_value()) event.set_validation_loss(*step.validation_loss);
     event.set_step_time_seconds(step.seconds);
     if (tokens_per_step_.has_value() && step.seconds > 0) {
       event.set_tokens_per_second(static_cast<double>(*tokens_per_step_) / step.seconds);

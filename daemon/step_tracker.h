@@ -2,9 +2,9 @@
 #define LOOM_DAEMON_STEP_TRACKER_H_
 
 // StepTracker: the coordinator's StepEvent per finished training step of the running job, made
-// from the pieces of the loss and the other scalar fetches that its nodes forward (StepCollector),
-// and the assembly of further counted fetches (the MoE metrics). The JobManager creates one for
-// each training job it runs.
+// from the pieces of the loss, the other scalar fetches and the evaluated loss that its nodes
+// forward (StepCollector), and the assembly of further counted fetches (the MoE metrics). The
+// JobManager creates one for each training job it runs.
 
 #include <cstdint>
 #include <functional>
@@ -26,8 +26,9 @@
 namespace loom::daemon {
 
 // One StepEvent per finished training step (StepCollector: a step is finished when every
-// rank's sink holds every micro-batch piece of its loss and of the plan's other scalar fetches),
-// as `loomctl run` prints its lines.
+// rank's sink holds every micro-batch piece of its loss and of the plan's other scalar fetches,
+// and in a step that evaluates, of the evaluated loss: StepEvent.validation_loss), as `loomctl
+// run` prints its lines.
 //
 // Thread-safe: OnPiece runs on the threads that receive the nodes' forwarded pieces; `on_step` is
 // called under the tracker's lock, in step order, and must be quick.
@@ -35,7 +36,8 @@ class StepTracker {
  public:
   using StepCallback = std::function<void(const v1::StepEvent&)>;
 
-  // `fetches`: the plan's StepFetchesOf the job's loss (a float32 scalar, else INVALID_ARGUMENT).
+  // `fetches`: the plan's StepFetchesOf the job's loss (a float32 scalar, else INVALID_ARGUMENT),
+  // with its evaluation fetch when the job evaluates.
   // `micro_batches_per_step`: Plan.num_micro_batches (0 means 1).
   static absl::StatusOr<std::unique_ptr<StepTracker>> Create(const StepFetches& fetches,
                                                              int micro_batches_per_step,

@@ -16,6 +16,14 @@ bool IsScalar(const plan::Fetch& fetch) {
   return Shape(fetch.logical().shape()).NumElements() == 1;
 }
 
+// INVALID_ARGUMENT unless `fetch` (the `role`) is a float32 scalar.
+absl::Status CheckFloat32Scalar(const plan::Fetch& fetch, const char* role) {
+  if (IsScalar(fetch) && fetch.logical().data_type() == plan::FLOAT32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the ", role, " '", fetch.tensor(),
+                                                 "' must be a float32 scalar, not ",
+                                                 Shape(fetch.logical().shape()).ToString()));
+}
+
 // The one value of a scalar fetch's assembled piece, as a double (NaN when it is malformed).
 double ScalarValue(const HostTensor& tensor) {
   absl::StatusOr<TensorStatistics> statistics = ComputeStatistics(tensor);
@@ -36,7 +44,14 @@ absl::StatusOr<StepFetches> StepFetchesOf(const plan::Plan& plan, const std::str
   StepFetches fetches;
   bool found = false;
   for (const plan::Fetch& fetch : plan.fetches()) {
-    if (fetch.tensor() == loss) {
+    if (fetch.evaluation()) {
+      if (fetches.evaluation.has_value()) {
+        return absl::InternalError(absl::StrCat("the plan has two evaluation fetches, '",
+                                                fetches.evaluation->tensor(), "' and '",
+                                                fetch.tensor(), "'"));
+      }
+      fetches.evaluation = fetch;
+    } else if (fetch.tensor() == loss) {
       fetches.loss = fetch;
       found = true;
     } else if (IsScalar(fetch)) {
@@ -46,20 +61,38 @@ absl::StatusOr<StepFetches> StepFetchesOf(const plan::Plan& plan, const std::str
   if (!found) {
     return absl::InternalError(absl::StrCat("the plan does not fetch the loss '", loss, "'"));
   }
+  if (fetches.evaluation.has_value() != (plan.evaluation_every_steps() > 0)) {
+    return absl::InternalError(absl::StrCat(
+        "the plan evaluates every ", plan.evaluation_every_steps(), " steps but ",
+        fetches.evaluation.has_value()
+            ? absl::StrCat("has the evaluation fetch '", fetches.evaluation->tensor(), "'")
+            : std::string("has no evaluation fetch")));
+  }
+  fetches.evaluation_every_steps = plan.evaluation_every_steps();
+  fetches.first_step = plan.first_step();
   return fetches;
 }
 
 absl::StatusOr<StepCollector> StepCollector::Create(const StepFetches& fetches,
                                                     int micro_batches_per_step) {
-  const plan::Fetch& loss = fetches.loss;
-  if (!IsScalar(loss) || loss.logical().data_type() != plan::FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat("the loss '", loss.tensor(),
-                                                   "' must be a float32 scalar, not ",
-                                                   Shape(loss.logical().shape()).ToString()));
-  }
+  if (absl::Status loss = CheckFloat32Scalar(fetches.loss, "loss"); !loss.ok()) return loss;
   StepCollector collector(std::max(micro_batches_per_step, 1));
-  collector.fetches_.emplace_back(loss);
+  collector.fetches_.emplace_back(fetches.loss);
   for (const plan::Fetch& scalar : fetches.scalars) collector.fetches_.emplace_back(scalar);
+  if (fetches.evaluation.has_value()) {
+    const plan::Fetch& evaluation = *fetches.evaluation;
+    if (absl::Status checked = CheckFloat32Scalar(evaluation, "evaluated loss"); !checked.ok()) {
+      return checked;
+    }
+    if (fetches.evaluation_every_steps <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the evaluated loss '", evaluation.tensor(),
+                                                     "' needs evaluation_every_steps > 0, not ",
+                                                     fetches.evaluation_every_steps));
+    }
+    collector.fetches_.emplace_back(evaluation);
+    collector.evaluation_every_steps_ = fetches.evaluation_every_steps;
+    collector.first_step_ = fetches.first_step;
+  }
   collector.observers_.resize(collector.fetches_.size());
   collector.RestartClock();
   return collector;
@@ -83,7 +116,21 @@ bool StepCollector::ObservePieces(const std::string& tensor,
   return false;
 }
 
+absl::Status StepCollector::CheckEvaluationPiece(const SinkPiece& piece) const {
+  if (evaluation_every_steps_ <= 0) return absl::OkStatus();
+  const plan::Fetch& evaluation = fetches_.back().fetch();
+  const int64_t step = piece.piece / micro_batches_;
+  const auto& sinks = evaluation.sinks();
+  const bool evaluation_piece = std::find(sinks.begin(), sinks.end(), piece.sink) != sinks.end();
+  if (!evaluation_piece || Evaluates(step)) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "sink '", piece.sink, "' of the evaluated loss '", evaluation.tensor(), "' kept piece ",
+      piece.piece, ", of step ", first_step_ + step + 1, ", which does not evaluate (every ",
+      evaluation_every_steps_, " steps, from step 1): the plan and the runtime disagree"));
+}
+
 absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& piece) {
+  if (absl::Status checked = CheckEvaluationPiece(piece); !checked.ok()) return checked;
   std::vector<FinishedStep> finished;
   for (size_t position = 0; position < fetches_.size(); ++position) {
     absl::StatusOr<std::optional<AssembledPiece>> assembled = fetches_[position].Add(piece);
@@ -95,14 +142,19 @@ absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& pi
     values[position].push_back(ScalarValue((*assembled)->tensor));
   }
 
-  auto complete = [this](const std::vector<std::vector<double>>& values) {
-    return values.size() == fetches_.size() &&
-           std::all_of(values.begin(), values.end(), [this](const std::vector<double>& pieces) {
-             return static_cast<int>(pieces.size()) == micro_batches_;
-           });
+  // Every fetch has the step's micro-batches, but the evaluated loss none in a step that does not
+  // evaluate.
+  auto complete = [this](int64_t step, const std::vector<std::vector<double>>& values) {
+    if (values.size() != fetches_.size()) return false;
+    for (size_t position = 0; position < values.size(); ++position) {
+      const int expected = IsEvaluation(position) && !Evaluates(step) ? 0 : micro_batches_;
+      if (static_cast<int>(values[position].size()) != expected) return false;
+    }
+    return true;
   };
   for (auto step = step_values_.find(next_step_);
-       step != step_values_.end() && complete(step->second); step = step_values_.find(next_step_)) {
+       step != step_values_.end() && complete(next_step_, step->second);
+       step = step_values_.find(next_step_)) {
     const auto now = std::chrono::steady_clock::now();
     FinishedStep done;
     done.index = next_step_;
@@ -110,6 +162,10 @@ absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& pi
     for (size_t position = 1; position < fetches_.size(); ++position) {
       const plan::Fetch& fetch = fetches_[position].fetch();
       const std::vector<double>& pieces = step->second[position];
+      if (IsEvaluation(position)) {
+        if (Evaluates(next_step_)) done.validation_loss = Mean(pieces);
+        continue;
+      }
       done.scalars.push_back(
           {fetch.tensor(), fetch.summed_over_step() ? Sum(pieces) : Mean(pieces)});
     }
@@ -125,7 +181,8 @@ absl::StatusOr<std::vector<FinishedStep>> StepCollector::Add(const SinkPiece& pi
 std::optional<int64_t> TokensPerStep(const job::Job& job) {
   std::optional<int64_t> tokens;
   for (const job::Input& input : job.inputs()) {
-    const bool reads_tokens = input.has_token_file() || input.has_token_dataset();
+    const bool reads_tokens =
+        (input.has_token_file() || input.has_token_dataset()) && !input.evaluation();
     const bool targets =
         input.has_token_file() ? input.token_file().targets() : input.token_dataset().targets();
     if (!reads_tokens || targets) continue;

@@ -45,12 +45,12 @@ void Actor::WakeActor(ActorId actor) {
 }
 
 absl::Status Actor::BadMessage(const ActorMessage& message, absl::string_view what) const {
-  const std::string text =
-      absl::StrCat("a ", MessageTypeName(message.type), " message from ",
-                   message.source.node() == id_.node() ? std::string("this node")
-                                                       : absl::StrCat("node ", message.source.node()),
-                   " (sender ", message.source.ToString(), ", register ", message.register_index,
-                   ", slot ", message.slot, ", piece ", message.piece, "): ", what);
+  const std::string text = absl::StrCat(
+      "a ", MessageTypeName(message.type), " message from ",
+      message.source.node() == id_.node() ? std::string("this node")
+                                          : absl::StrCat("node ", message.source.node()),
+      " (sender ", message.source.ToString(), ", register ", message.register_index, ", slot ",
+      message.slot, ", piece ", message.piece, "): ", what);
   if (message.source.node() != id_.node()) return absl::DataLossError(text);
   return absl::InternalError(text);
 }
@@ -89,9 +89,9 @@ absl::Status Actor::CheckNetworkMessage(const ActorMessage& message) const {
       }
       return BadMessage(message, "not a register this actor writes");
     default:
-      return BadMessage(message, absl::StrCat("actor '", name(), "' (a ",
-                                              plan::TaskKind_Name(task_->kind()),
-                                              " task) takes no such message from another node"));
+      return BadMessage(message,
+                        absl::StrCat("actor '", name(), "' (a ", plan::TaskKind_Name(task_->kind()),
+                                     " task) takes no such message from another node"));
   }
 }
 
@@ -212,6 +212,16 @@ absl::Status Actor::Act() {
   return status;
 }
 
+bool Actor::WorksOn(int64_t piece) const {
+  const int64_t every = task_->evaluation_every_steps();
+  if (every <= 0) return true;
+  const int64_t pieces_per_step = std::max<int64_t>(1, task_->pieces_per_step());
+  // first_step + piece / pieces_per_step, reduced modulo `every` so that it cannot overflow.
+  const int64_t step_in_period =
+      (task_->first_step() % every + (piece / pieces_per_step) % every) % every;
+  return step_in_period == 0;
+}
+
 TensorView Actor::InputView(int input) const {
   return inputs_[input].reg->SlotView(inputs_[input].ready.front().slot);
 }
@@ -254,8 +264,8 @@ absl::Status Actor::ProduceOutputSlot(int output, int32_t slot, int64_t piece) {
   Output& out = outputs_[output];
   auto position = std::find(out.free_slots.begin(), out.free_slots.end(), slot);
   if (position == out.free_slots.end()) {
-    return absl::InternalError(absl::StrCat("actor '", name(), "': slot ", slot,
-                                            " of register '", out.reg->name(), "' is not free"));
+    return absl::InternalError(absl::StrCat("actor '", name(), "': slot ", slot, " of register '",
+                                            out.reg->name(), "' is not free"));
   }
   out.free_slots.erase(position);
   const std::vector<ActorId>& consumers = out.reg->consumers();

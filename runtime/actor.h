@@ -188,6 +188,10 @@ class Actor {
 
   void set_current_piece(int64_t piece) { current_piece_ = piece; }
   int64_t act_count() const { return summary_.acts; }
+  // Whether the act on `piece` works: always, except for a task of the job's evaluation
+  // (Task.evaluation_every_steps), which works only in the steps that evaluate and otherwise acts
+  // without working (consumes its inputs, produces its outputs as they are).
+  bool WorksOn(int64_t piece) const;
 
   const ActorInit& init() const { return init_; }
   const std::string& TaskName(ActorId id) const;

@@ -733,6 +733,16 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     }
   }
   for (const plan::Task& task : plan.tasks()) {
+    if (task.evaluation_every_steps() < 0 || task.first_step() < 0) {
+      return Invalid(absl::StrCat("task '", task.name(),
+                                  "': evaluation_every_steps and first_step must be >= 0, got ",
+                                  task.evaluation_every_steps(), " and ", task.first_step()));
+    }
+    if (task.evaluation_every_steps() > 0 && task.kind() == plan::VARIABLE) {
+      return Invalid(absl::StrCat("task '", task.name(),
+                                  "': a VARIABLE task cannot be of the evaluation (it updates the "
+                                  "weights every step)"));
+    }
     if (task.pieces_per_step() < 0) {
       return Invalid(absl::StrCat("task '", task.name(), "': pieces_per_step is negative"));
     }

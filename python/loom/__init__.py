@@ -23,6 +23,8 @@ from loom import checkpoint, events, models
 from loom.client import Client
 from loom.events import (CheckpointSaved, Fetched, Finished, JobStatus, NodeStatus, StateChanged,
                          Step)
+from loom.local import LocalCluster
+from loom.plot import plot_losses
 from loom.run import JobHandle, Run
 from loom.tls import TLS
 

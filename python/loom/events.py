@@ -2,7 +2,9 @@
 dataclasses, and JobStatus / NodeStatus, the typed JobInfo and NodeInfo.
 
   StateChanged(state)        the job entered PENDING, COMPILING, LAUNCHING or RUNNING
-  Step(step, loss, ...)      a training step ended (1-based step; scalars: other fetches)
+  Step(step, loss, ...)      a training step ended (1-based step; scalars: other fetches;
+                             validation_loss: the held-out loss of the steps that evaluate,
+                             Job.evaluation, else None)
   CheckpointSaved(step, path)
   Fetched(name, piece, array)  a fetched tensor's piece as a NumPy array (submit(fetch=True));
                              piece is the 0-based step, or step * micro_batches + micro_batch
@@ -68,6 +70,14 @@ class Step(Event):
     step_time_seconds: float
     tokens_per_second: Optional[float]
     scalars: Dict[str, float]
+    # Set in the steps that evaluate (Job.evaluation: step - 1 a multiple of every_steps): the
+    # evaluated loss of a held-out batch on the weights the step started from.
+    validation_loss: Optional[float] = None
+
+    @property
+    def val_loss(self):
+        """validation_loss, by the name training logs print."""
+        return self.validation_loss
 
 
 @dataclasses.dataclass
@@ -130,7 +140,9 @@ def from_proto(event):
                     step_time_seconds=step.step_time_seconds,
                     tokens_per_second=step.tokens_per_second
                     if step.HasField("tokens_per_second") else None,
-                    scalars={scalar.tensor: scalar.value for scalar in step.scalars})
+                    scalars={scalar.tensor: scalar.value for scalar in step.scalars},
+                    validation_loss=step.validation_loss
+                    if step.HasField("validation_loss") else None)
     if kind == "checkpoint":
         return CheckpointSaved(**common, step=event.checkpoint.step, path=event.checkpoint.path)
     if kind == "fetched":

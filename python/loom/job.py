@@ -317,6 +317,52 @@ class Job:
             self.proto_message.max_grad_norm = max_grad_norm
         return self.set(**fields)
 
+    def evaluate(self, every_steps, inputs, loss=None):
+        """Evaluates on held-out data while the job trains (Job.evaluation): in every step t
+        (0-based) with t % EVERY_STEPS == 0, the loss (LOSS: another scalar, e.g. a
+        cross-entropy without auxiliary losses; None: the job's loss) of one batch of INPUTS,
+        on the weights the step starts from, is that step's validation loss (Step events'
+        validation_loss). The n-th evaluation reads batch n of INPUTS.
+
+        INPUTS replace the job inputs the loss reads: a dict {input name: source}, each source
+        what job.input takes (loom.token_dataset(...), loom.token_file(...), an Input or a dict
+        of Input fields), or a list of Input messages with names. Shape, data type, placement
+        and SBP are the job input's: the source's data type (which loom.token_dataset and
+        loom.random_integers fill) is dropped, and to_proto() refuses the others.
+
+            job.evaluate(100, {"x": loom.token_dataset("/data/valid", seed=1),
+                               "y": loom.token_dataset("/data/valid", seed=1, targets=True)})
+        """
+        if isinstance(every_steps, bool) or not isinstance(every_steps, int):
+            raise JobInvalid(f"evaluation: every_steps is a whole number of steps, got "
+                             f"{every_steps!r}", "evaluation")
+        evaluation = job_pb2.Evaluation(every_steps=every_steps)
+        if isinstance(inputs, dict):
+            named = list(inputs.items())
+        elif isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
+            raise JobInvalid(f"evaluation: inputs is a dict {{input name: source}} or a list of "
+                             f"named Input messages, got {inputs!r}", "evaluation")
+        else:
+            named = []
+            for index, item in enumerate(inputs):
+                if not isinstance(item, job_pb2.Input):
+                    raise JobInvalid(f"evaluation: input {index} is {item!r}, not an Input "
+                                     "message (give a dict {input name: source} for sources)",
+                                     "evaluation")
+                named.append((item.name, item))
+        for name, source in named:
+            held_out = evaluation.inputs.add()
+            if isinstance(source, job_pb2.Input):
+                held_out.CopyFrom(source)
+            else:
+                set_fields(held_out, f"evaluation input '{name}'", **dict(source))
+            held_out.name = name
+            held_out.ClearField("data_type")
+        if loss is not None:
+            evaluation.loss = loss
+        self.proto_message.evaluation.CopyFrom(evaluation)
+        return self
+
     def start_from(self, checkpoint_path):
         """Starts the job from a Loom checkpoint (Job.initial_state, as loomctl --init): every
         variable by name, and with the optimizer's state and step when the checkpoint holds

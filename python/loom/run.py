@@ -2,7 +2,8 @@
 
     with client.submit(job, watch=True, fetch=True) as run:
         for step in run:                 # Step events; other events are collected on the run
-            print(step.step, step.loss)
+            print(step.step, step.loss, step.val_loss)   # val_loss: None unless it evaluated
+    run.validation_losses                # {step: validation loss} of the steps that evaluated
     run.fetched["loss"]                  # [array of piece 0, piece 1, ...]
     run.finished                         # the Finished event
 
@@ -113,6 +114,12 @@ class Run:
     @property
     def losses(self):
         return [step.loss for step in self.steps]
+
+    @property
+    def validation_losses(self):
+        """{step (1-based): validation loss} of the steps seen that evaluated (Job.evaluation)."""
+        return {step.step: step.validation_loss for step in self.steps
+                if step.validation_loss is not None}
 
     def _record(self, event):
         if isinstance(event, events.Step):

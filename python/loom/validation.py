@@ -12,7 +12,13 @@ with a message naming the op, variable or input, as the daemon's compiler would 
     a path, a known format; a token_dataset's sources each with non-empty paths and a weight
     that is finite and >= 0 and leaves it a share of the blend's pattern, end_of_text >= 0
     (the quotas of docs/DATA.md's blends);
-  - fetch, loss and summed_fetches name tensors that exist.
+  - fetch, loss and summed_fetches name tensors that exist;
+  - evaluation (Job.evaluation, as the compiler's evaluation branch checks it): every_steps > 0
+    when inputs are given; a loss to evaluate that some op produces; each held-out input names
+    a job input that the evaluated loss reads, once, has a source, sets no placement or SBP and
+    no shape or data type other than the job input's; every job input the loss reads is
+    replaced; no name starts with "evaluation/" (the branch's); no op or input carries the
+    compiler's evaluation flag.
 
 Shapes and op types are the compiler's to check (the daemon answers INVALID_ARGUMENT naming them).
 """
@@ -24,6 +30,8 @@ from loom.errors import JobInvalid
 from loom.protos import plan_pb2
 
 GRADIENT_PREFIX = "grad/"
+# The names of the evaluation branch the compiler adds (compiler/evaluation_branch.h).
+EVALUATION_PREFIX = "evaluation/"
 
 # The token formats of TokenFile.format and TokenSource.format ("": bytes).
 TOKEN_FORMATS = ("bytes", "uint16", "uint32")
@@ -142,6 +150,107 @@ def _check_token_source(tensor_input, who):
         _check_token_dataset(tensor_input.token_dataset, who)
 
 
+def _check_evaluation_flags(job):
+    """The compiler sets Op.evaluation and Input.evaluation on the branch it adds; a job may
+    not."""
+    for op in job.ops:
+        if op.evaluation:
+            raise JobInvalid(f"op '{op.name}' is marked evaluation (the compiler marks the ops "
+                             "of the evaluation branch it adds; leave the flag unset)", op.name)
+    for tensor_input in job.inputs:
+        if tensor_input.evaluation:
+            raise JobInvalid(f"input '{tensor_input.name}' is marked evaluation (the compiler "
+                             "marks the inputs of the evaluation branch it adds; leave the flag "
+                             "unset)", tensor_input.name)
+
+
+def _inputs_read_by(tensor, producing_op, input_names):
+    """The job inputs that TENSOR depends on through the ops (PRODUCING_OP: tensor -> op)."""
+    found, seen, pending = set(), set(), [tensor]
+    while pending:
+        tensor = pending.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        if tensor in input_names:
+            found.add(tensor)
+        elif tensor in producing_op:
+            pending.extend(producing_op[tensor].inputs)
+    return found
+
+
+def _check_evaluation(job, node_names, producers):
+    """Job.evaluation's rules, worded as the compiler's (compiler/evaluation_branch.cc)."""
+    _check_evaluation_flags(job)
+    evaluation = job.evaluation
+    if evaluation.every_steps < 0:
+        raise JobInvalid(f"evaluation: every_steps must be > 0, got {evaluation.every_steps}",
+                         "evaluation")
+    if evaluation.every_steps == 0:
+        if evaluation.inputs:
+            raise JobInvalid("evaluation: inputs are given, but every_steps is 0 (set it to "
+                             "evaluate every K steps)", "evaluation")
+        return
+    loss = evaluation.loss or job.loss
+    if not loss:
+        raise JobInvalid("evaluation: there is no loss to evaluate (set Job.loss or "
+                         "evaluation.loss)", "evaluation")
+    reserved = f"starts with '{EVALUATION_PREFIX}', which the evaluation branch reserves"
+    for name, who in node_names.items():
+        if name.startswith(EVALUATION_PREFIX):
+            raise JobInvalid(f"evaluation: {who} {reserved}", name)
+    for name, who in producers.items():
+        if name.startswith(EVALUATION_PREFIX):
+            raise JobInvalid(f"evaluation: tensor '{name}' of {who} {reserved}", name)
+    producing_op = {output: op for op in job.ops for output in op.outputs}
+    if loss not in producing_op and loss not in producers:
+        raise JobInvalid(f"evaluation: the loss to evaluate '{loss}' is a tensor nothing "
+                         "produces", loss)
+    job_inputs = {tensor_input.name: tensor_input for tensor_input in job.inputs}
+    read = _inputs_read_by(loss, producing_op, job_inputs)
+    replaced = set()
+    for index, given in enumerate(evaluation.inputs):
+        if not given.name:
+            raise JobInvalid(f"evaluation: input {index} has no name (name the job input it "
+                             "replaces)", "evaluation")
+        who = f"evaluation: input '{given.name}'"
+        job_input = job_inputs.get(given.name)
+        if job_input is None:
+            raise JobInvalid(f"{who} is no input of the job (the job's: "
+                             f"{', '.join(job_inputs) or 'none'})", given.name)
+        if given.name not in read:
+            raise JobInvalid(f"{who} is not read by the loss '{loss}'", given.name)
+        if given.name in replaced:
+            raise JobInvalid(f"{who} is given twice", given.name)
+        replaced.add(given.name)
+        if given.WhichOneof("source") is None:
+            raise JobInvalid(f"{who} has no source", given.name)
+        if given.shape and list(given.shape) != list(job_input.shape):
+            raise JobInvalid(f"{who} sets shape {list(given.shape)}, other than the job "
+                             f"input's {list(job_input.shape)} (leave it unset)", given.name)
+        if given.data_type != plan_pb2.DATA_TYPE_UNSPECIFIED and \
+                given.data_type != job_input.data_type:
+            raise JobInvalid(f"{who} sets a data type other than the job input's (leave it "
+                             "unset)", given.name)
+        if given.HasField("placement") or given.sbp:
+            raise JobInvalid(f"{who} sets a placement or SBP: it has the job input's (leave "
+                             "them unset)", given.name)
+        if given.evaluation:
+            raise JobInvalid(f"{who} is marked evaluation (the compiler marks the inputs it "
+                             "adds; leave the flag unset)", given.name)
+        # The source's own rules, on the input it becomes (the job input's shape and type).
+        effective = type(job_input)()
+        effective.CopyFrom(given)
+        effective.ClearField("shape")
+        effective.shape.extend(job_input.shape)
+        effective.data_type = job_input.data_type
+        _check_token_source(effective, who)
+    missing = sorted(read - replaced)
+    if missing:
+        raise JobInvalid(f"evaluation: the loss '{loss}' reads input '{missing[0]}', which "
+                         "evaluation.inputs does not replace", missing[0])
+
+
 def validate(job):
     """Raises JobInvalid (naming the culprit) for the first problem of the job_pb2.Job JOB."""
     _check_placement(job.placement, "the job's placement")
@@ -237,6 +346,7 @@ def validate(job):
         if tensor == job.loss:
             raise JobInvalid(f"summed_fetches names '{tensor}', the loss, whose step value is "
                              "always the mean", tensor)
+    _check_evaluation(job, node_names, producers)
     for field in ("num_steps", "num_micro_batches", "register_slots"):
         if getattr(job, field) < 0:
             raise JobInvalid(f"{field} must not be negative, got {getattr(job, field)}", field)

@@ -1,7 +1,8 @@
 """Against a real local cluster (`loomctl cluster up`, 1 node of 2 CPU devices): the tiny GPT
 built in Python is submitted, watched to its end with its fetched losses, checkpointed; the
 checkpoint loads into PyTorch, whose loss of the next batch equals the one Loom reports when the
-job resumes from it; a bad job raises naming the op; the other calls answer."""
+job resumes from it; a job that evaluates reports validation losses in its steps and metrics; a
+bad job raises naming the op; the other calls answer."""
 
 import json
 import math
@@ -114,3 +115,29 @@ def test_a_cancelled_job_raises_job_failed(cluster):
     with pytest.raises(loom.JobFailed) as raised:
         run.wait()
     assert raised.value.state == "CANCELLED" and "enough" in raised.value.message
+
+
+def test_evaluation_reports_validation_losses_in_steps_and_metrics(cluster):
+    # Every 2 steps from step 1, on held-out data: the Step events carry val_loss, and the
+    # coordinator's loom_validation_loss gauge holds the last one.
+    import urllib.request
+
+    local, client = cluster
+    held_out = local.data / "held_out.bin"
+    held_out.write_bytes(bytes(range(256)) * 8)
+    job = tiny_gpt(local, steps=5, eval_every=2, eval_data=str(held_out))
+    with client.submit(job, watch=True) as run:
+        steps = list(run)
+    assert [step.step for step in steps] == [1, 2, 3, 4, 5]
+    evaluated = {step.step: step.val_loss for step in steps}
+    assert [number for number, value in evaluated.items() if value is not None] == [1, 3, 5]
+    assert all(math.isfinite(evaluated[number]) for number in (1, 3, 5))
+    state = json.loads((local.state / "cluster.json").read_text())
+    urls = [node["metrics"] for node in state["nodes"] if node.get("metrics")]
+    if not urls:
+        pytest.skip("the cluster serves no metrics")
+    url = urls[0] if urls[0].startswith("http") else f"http://{urls[0]}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    gauge = [line for line in text.splitlines() if line.startswith("loom_validation_loss")]
+    assert gauge and float(gauge[0].split()[-1]) == pytest.approx(evaluated[5], rel=1e-6)

@@ -1,6 +1,7 @@
 """loom.models.gpt() builds the job `loom-gpt --emit` writes, field for field, for a matrix of
-flag sets (dense and MoE, every parallel layout, learning-rate schedules and the "no_decay"
-parameter group), and refuses bad settings as loom-gpt does."""
+flag sets (dense and MoE, every parallel layout, learning-rate schedules, the "no_decay"
+parameter group, token datasets and evaluation on held-out data), and refuses bad settings as
+loom-gpt does."""
 
 import subprocess
 
@@ -62,6 +63,22 @@ FLAG_SETS = [
      dict(data=["/d/a.bin", "/d/b", "/d/c/shard-?.bin"], data_format="uint32", vocab=70000,
           dp=2)),
     (["--data-weights", "2.5", "--eot-token", "255"], dict(data_weights=[2.5], eot_token=255)),
+    # Evaluation on held-out data (Job.evaluation): read as the training data is; the MoE GPT
+    # evaluates its cross-entropy.
+    (["--eval-every", "3", "--eval-data", "/d/valid"], dict(eval_every=3, eval_data="/d/valid")),
+    (["--eval-every", "1", "--eval-data", "/d/v.u16", "--eval-data", "/d/w/*.bin",
+      "--data-format", "uint16", "--vocab", "50304", "--eot-token", "50256", "--data-seed",
+      "-2", "--data-in-order", "--dp", "2", "--tp", "2"],
+     dict(eval_every=1, eval_data=["/d/v.u16", "/d/w/*.bin"], data_format="uint16",
+          vocab=50304, eot_token=50256, data_seed=-2, data_in_order=True, dp=2, tp=2)),
+    (["--eval-every", "5", "--eval-data", "/d/valid", "--pp", "2", "--micro-batches", "2",
+      "--data", "/d/a", "--data", "/d/b", "--data-weights", "3,1"],
+     dict(eval_every=5, eval_data="/d/valid", pp=2, micro_batches=2, data=["/d/a", "/d/b"],
+          data_weights=[3, 1])),
+    (["--experts", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--micro-batches", "2",
+      "--eval-every", "4", "--eval-data", "/d/valid", "--data-seed", "7"],
+     dict(experts=4, dp=2, ep=2, pp=2, micro_batches=2, eval_every=4, eval_data="/d/valid",
+          data_seed=7)),
 ]
 
 
@@ -129,6 +146,13 @@ def test_gpt_is_the_job_loom_gpt_emits(binary, flags, settings):
     (dict(data_in_order="yes"), "data_in_order is True or False"),
     (dict(data_seed=1.5), "data_seed must be a 64-bit integer"),
     (dict(data_seed=2**63), "data_seed must be a 64-bit integer"),
+    (dict(eval_every=-1, eval_data="/d/v"), "eval_every must be >= 0 (0: no evaluation), got -1"),
+    (dict(eval_every=2), "evaluation needs held-out data (eval_data is empty)"),
+    (dict(eval_every=2, eval_data=[]), "evaluation needs held-out data (eval_data is empty)"),
+    (dict(eval_data="/d/v"), "held-out data is given, but eval_every is 0"),
+    (dict(eval_every=2, eval_data=["/d/v", ""]), "an evaluation data path is empty"),
+    (dict(eval_every=1.5, eval_data="/d/v"), "eval_every must be an integer"),
+    (dict(eval_every=2, eval_data=3), "eval_data is a path or a list of paths, got 3"),
 ])
 def test_bad_settings_are_refused_as_loom_gpt_refuses_them(settings, words):
     with pytest.raises(ValueError) as raised:
@@ -162,6 +186,30 @@ def test_gpt_reads_a_token_dataset():
     config = loom.models.GptConfig(layers=1, data=["/d/a", "/d/b"], data_weights=[1, 2])
     assert loom.models.gpt(config) == loom.models.gpt(layers=1, data=("/d/a", "/d/b"),
                                                       data_weights=(1.0, 2.0))
+
+
+def test_gpt_evaluates_held_out_data():
+    """The evaluation's form that loom-gpt writes, checked without loom-gpt."""
+    job = loom.models.gpt(layers=1, eval_every=3, eval_data=["/d/v", "/d/w"], eot_token=0,
+                          data_seed=5, data_in_order=True)
+    expected = job_pb2.Evaluation()
+    text_format.Parse("""
+        every_steps: 3
+        inputs { name: "x" seed: 5 token_dataset {
+          sources { paths: "/d/v" format: "bytes" } sources { paths: "/d/w" format: "bytes" }
+          end_of_text: 0 in_order: true } }
+        inputs { name: "y" seed: 5 token_dataset {
+          sources { paths: "/d/v" format: "bytes" } sources { paths: "/d/w" format: "bytes" }
+          end_of_text: 0 in_order: true targets: true } }""", expected)
+    message = job.to_proto()  # validated, the evaluation too
+    assert message.evaluation == expected
+    # No evaluation by default; the MoE GPT evaluates the cross-entropy, not the loss with the
+    # auxiliary loss.
+    assert not loom.models.gpt(layers=1).proto_message.HasField("evaluation")
+    moe = loom.models.gpt(experts=2, moe_layers=[0], layers=1, eval_every=2, eval_data="/d/v")
+    assert moe.to_proto().evaluation.loss == "cross_entropy"
+    assert loom.models.gpt(layers=1, eval_every=1, eval_data=("/d/v",)) == \
+        loom.models.gpt(layers=1, eval_every=1, eval_data=["/d/v"])
 
 
 def test_parameters_in_canonical_order():

@@ -273,3 +273,144 @@ def test_token_dataset_builder_errors_name_the_argument():
         loom.token_dataset([{"paths": ["/a"], "colour": "red"}])
     with pytest.raises(loom.FieldError, match="token_dataset.*no field 'shuffle'"):
         loom.token_dataset("/a", shuffle=True)
+
+
+def language_model_job():
+    """x, y token inputs read by the loss, and an input "noise" that the loss does not read."""
+    job = loom.Job("lm", placement=["cpu:0", "cpu:1"], num_steps=6)
+    x = job.input("x", [8, 16], loom.token_dataset("/d/train", seed=1))
+    y = job.input("y", [8, 16], loom.token_dataset("/d/train", seed=1, targets=True))
+    job.input("noise", [8, 4], loom.random_normal(std=1.0, seed=2))
+    job.variable("wte", [256, 32], loom.normal(std=0.02, seed=3))
+    job.variable("head", [32, 256], loom.normal(std=0.02, seed=4))
+    logits = job.matmul("logits", job.op("embedding", "tokens", ["wte", x]), "head")
+    cross_entropy = job.op("reduce_mean", "cross_entropy",
+                           [job.op("sparse_cross_entropy", "token_loss", [logits, y])])
+    loss = job.add("loss", cross_entropy, job.op("reduce_mean", "noise_mean", ["noise"]))
+    job.train(loss, loom.adamw(learning_rate=1e-3))
+    job.fetch(loss)
+    return job
+
+
+def held_out(targets=False):
+    return loom.token_dataset("/d/valid", seed=1, targets=targets)
+
+
+def test_evaluate_builds_job_evaluation():
+    job = language_model_job()
+    job.evaluate(3, {"x": held_out(), "y": held_out(targets=True)}, loss="cross_entropy")
+    evaluation = job.to_proto().evaluation
+    assert evaluation.every_steps == 3 and evaluation.loss == "cross_entropy"
+    assert [tensor.name for tensor in evaluation.inputs] == ["x", "y"]
+    x = evaluation.inputs[0]
+    # The source and its seed; shape, data type, placement and SBP stay the job input's.
+    assert list(x.token_dataset.sources[0].paths) == ["/d/valid"] and x.seed == 1
+    assert not x.shape and x.data_type == plan_pb2.DATA_TYPE_UNSPECIFIED
+    assert not x.HasField("placement") and not x.sbp
+    assert evaluation.inputs[1].token_dataset.targets
+    # The same from named Input messages, and from dicts of Input fields.
+    named = [job_pb2.Input(name="x", token_dataset=held_out().token_dataset, seed=1),
+             job_pb2.Input(name="y", token_dataset=held_out(True).token_dataset, seed=1)]
+    assert language_model_job().evaluate(3, named, loss="cross_entropy") == job
+    fields = {"x": {"token_dataset": held_out().token_dataset, "seed": 1},
+              "y": {"token_dataset": held_out(True).token_dataset, "seed": 1}}
+    assert language_model_job().evaluate(3, fields, loss="cross_entropy") == job
+
+
+def test_evaluation_defaults_to_the_jobs_loss_and_survives_the_file_formats(tmp_path):
+    job = language_model_job()
+    job.evaluate(2, {"x": held_out(), "y": held_out(True),
+                     "noise": loom.random_normal(std=1.0, seed=9)})
+    assert job.to_proto().evaluation.loss == ""  # the job's loss
+    for suffix in (".pbtxt", ".pb", ".json"):
+        path = tmp_path / f"evaluated{suffix}"
+        job.save(path)
+        assert loom.Job.from_file(path) == job
+    # The job's evaluation may also be set as any field.
+    same = language_model_job().set(evaluation=job.proto_message.evaluation)
+    assert same == job
+
+
+def held_out_fields(name, targets=False):
+    """An evaluation input as a dict of Input fields."""
+    return {"name": name, "seed": 1, "token_dataset": held_out(targets).token_dataset}
+
+
+def evaluation_of(**fields):
+    """A mutation giving the job Job.evaluation FIELDS (x and y of held-out data by default)."""
+    def mutate(job):
+        fields.setdefault("every_steps", 3)
+        fields.setdefault("loss", "cross_entropy")
+        fields.setdefault("inputs", [held_out_fields("x"), held_out_fields("y", True)])
+        job.set(evaluation=fields)
+    return mutate
+
+
+def with_input(index, **changes):
+    """The default evaluation inputs with input INDEX changed."""
+    inputs = [held_out_fields("x"), held_out_fields("y", True)]
+    inputs[index].update(changes)
+    return inputs
+
+
+@pytest.mark.parametrize("mutate, culprit, words", [
+    (evaluation_of(every_steps=-2), "evaluation", "every_steps must be > 0, got -2"),
+    (evaluation_of(every_steps=0), "evaluation", "inputs are given, but every_steps is 0"),
+    (evaluation_of(loss="nowhere"), "nowhere", "the loss to evaluate 'nowhere' is a tensor "
+     "nothing produces"),
+    (evaluation_of(inputs=with_input(0, name="z")), "'z'", "is no input of the job"),
+    (evaluation_of(inputs=with_input(0, name="")), "evaluation", "input 0 has no name"),
+    (evaluation_of(inputs=with_input(1, name="x")), "'x'", "is given twice"),
+    (evaluation_of(inputs=with_input(1, name="noise")), "'noise'",
+     "is not read by the loss 'cross_entropy'"),
+    (evaluation_of(inputs=[held_out_fields("x"),
+                           {"name": "noise", "random_normal": {"std": 1.0, "seed": 9}}],
+                   loss=""), "'y'",
+     "the loss 'loss' reads input 'y', which evaluation.inputs does not replace"),
+    (evaluation_of(inputs=[held_out_fields("x")]), "'y'",
+     "reads input 'y', which evaluation.inputs does not replace"),
+    (evaluation_of(inputs=[{"name": "x"}, held_out_fields("y", True)]), "'x'",
+     "has no source"),
+    (evaluation_of(inputs=with_input(0, shape=[4, 16])), "'x'",
+     "sets shape [4, 16], other than the job input's [8, 16]"),
+    (evaluation_of(inputs=with_input(0, data_type="INT64")), "'x'",
+     "sets a data type other than the job input's"),
+    (evaluation_of(inputs=with_input(0, sbp=["S(0)"])), "'x'", "sets a placement or SBP"),
+    (evaluation_of(inputs=with_input(1, placement={"devices": ["cpu:0"]})), "'y'",
+     "sets a placement or SBP"),
+    (evaluation_of(inputs=with_input(0, evaluation=True)), "'x'", "is marked evaluation"),
+    (evaluation_of(inputs=with_input(0, token_dataset={"sources": [{"paths": []}]})),
+     "evaluation: input 'x'", "token_dataset source 0 has no paths"),
+    (evaluation_of(inputs=with_input(1, token_dataset={"sources": [{"paths": ["/v"]}],
+                                                       "end_of_text": -1})),
+     "evaluation: input 'y'", "end_of_text must be >= 0"),
+    (lambda job: (evaluation_of()(job), job.op("relu", "evaluation/act", ["x"])),
+     "op 'evaluation/act'", "starts with 'evaluation/', which the evaluation branch reserves"),
+    (lambda job: (evaluation_of()(job), job.op("relu", "act", ["x"], outputs=["evaluation/a"])),
+     "tensor 'evaluation/a' of op 'act'", "reserves"),
+    (lambda job: job.op("relu", "act", ["x"], evaluation=True), "op 'act'",
+     "is marked evaluation (the compiler marks"),
+])
+def test_evaluation_is_validated_naming_the_input(mutate, culprit, words):
+    job = language_model_job()
+    mutate(job)
+    with pytest.raises(loom.JobInvalid) as raised:
+        job.to_proto()
+    assert culprit in str(raised.value) and words in str(raised.value), str(raised.value)
+
+
+def test_evaluate_drops_the_sources_data_type_and_refuses_bad_arguments():
+    job = language_model_job()
+    job.proto_message.inputs[0].data_type = plan_pb2.INT64
+    # loom.token_dataset fills int32; the evaluation input has the job input's type (int64).
+    job.evaluate(1, {"x": held_out(), "y": held_out(True)}, loss="cross_entropy").validate()
+    with pytest.raises(loom.JobInvalid, match="every_steps is a whole number of steps, got '3'"):
+        job.evaluate("3", {"x": held_out()})
+    with pytest.raises(loom.JobInvalid, match="inputs is a dict"):
+        job.evaluate(3, "x")
+    with pytest.raises(loom.JobInvalid, match="input 1 is 'y', not an Input message"):
+        job.evaluate(3, [job_pb2.Input(name="x"), "y"])
+    with pytest.raises(loom.FieldError, match="evaluation input 'x'.*no field 'colour'"):
+        job.evaluate(3, {"x": {"colour": "red"}})
+    # Every step 0 without inputs: no evaluation, valid.
+    language_model_job().evaluate(0, {}).validate()

@@ -15,6 +15,9 @@ In a temporary directory:
      with token_file, in order (data.py).
   5. checks: every step's loss within relative --loss-tolerance (1e-4), every final parameter
      within --weight-tolerance (1e-3) of its scale: max|loom - torch| <= tol * max|torch|.
+     With --eval-every K --eval-data PATH (gpt, moe-gpt: loom-gpt's Job.evaluation), exactly
+     the steps t + 1 with t % K == 0 carry a "validation_loss", each within --loss-tolerance of
+     reference.py's (held-out batch t // K before step t's update; the MoE GPT's cross-entropy).
 
 Exit status 0 when everything matches, 1 on a mismatch (with a table of the differences), 2
 when a step could not run (the failing command and its output are printed).
@@ -57,6 +60,12 @@ def parse_args(argv=None):
                     help="gpt / moe-gpt: documents and samples in file order, not shuffled")
     ap.add_argument("--eot-token", type=int, default=None,
                     help="gpt / moe-gpt: the end-of-text token that ends a document")
+    ap.add_argument("--eval-every", type=int, default=0, metavar="K",
+                    help="gpt / moe-gpt: evaluate on --eval-data every K steps (loom-gpt and "
+                         "reference.py --eval-every; 0: no evaluation)")
+    ap.add_argument("--eval-data", action="append", metavar="PATH",
+                    help="gpt / moe-gpt: the held-out token data (a file, directory or pattern; "
+                         "repeat for an equal blend), read with the training data's flags")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--tp", type=int, default=1)
@@ -116,6 +125,12 @@ def parse_args(argv=None):
     if args.model == "mlp" and (args.data_seed or args.data_in_order or args.eot_token is not None):
         ap.error("--data-seed, --data-in-order and --eot-token are for the gpt and moe-gpt models "
                  "(token_dataset); the MLP job reads a token_file in order")
+    if args.eval_every < 0:
+        ap.error(f"--eval-every must be >= 0, got {args.eval_every}")
+    if (args.eval_every > 0) != bool(args.eval_data):
+        ap.error("--eval-every K and --eval-data PATH go together")
+    if args.eval_every > 0 and args.model == "mlp":
+        ap.error("--eval-every and --eval-data are for the gpt and moe-gpt models")
     return args
 
 
@@ -199,6 +214,46 @@ def read_step_losses(stdout):
     """Losses from `loomctl run --output json`, in step order, and the first step's number."""
     records = step_records(stdout)
     return [float(records[k]["loss"]) for k in sorted(records)], min(records)
+
+
+def read_validation_losses(stdout):
+    """{step: validation loss} of the step lines of `loomctl run --output json` that carry one
+    ("validation_loss" absent: the step did not evaluate; null: it evaluated a non-finite
+    value, read as NaN so that it fails the comparison)."""
+    records = step_records(stdout)
+    return {step: float("nan") if record["validation_loss"] is None
+            else float(record["validation_loss"])
+            for step, record in records.items() if "validation_loss" in record}
+
+
+def compare_validation_losses(loom, ref, every, first_step, steps, tolerance):
+    """Exactly the steps t + 1 with t % EVERY == 0 (t from FIRST_STEP over STEPS) carry a
+    validation loss, each within relative TOLERANCE of the reference's (REF: {"t + 1": v})."""
+    expected = [t + 1 for t in range(first_step, first_step + steps) if t % every == 0]
+    problems, rows = [], []
+    unexpected = sorted(set(loom) - set(expected))
+    if unexpected:
+        problems.append(f"steps {unexpected} carry a validation loss, but only the steps "
+                        f"t + 1 with t % {every} == 0 evaluate ({expected})")
+    for step in expected:
+        b = ref.get(str(step))
+        if b is None:
+            problems.append(f"step {step}: PyTorch has no validation loss (its steps: "
+                            f"{sorted(ref, key=int)})")
+            continue
+        if step not in loom:
+            problems.append(f"step {step}: Loom's step line has no validation_loss")
+            rows.append(f"  step {step:3d}  loom (none)     torch {b:.7f}  <-- MISSING")
+            continue
+        a = loom[step]
+        rel = abs(a - b) / max(abs(b), 1e-30)
+        bad = not (rel <= tolerance)
+        rows.append(f"  step {step:3d}  loom {a:.7f}  torch {b:.7f}  rel {rel:.2e}"
+                    f"{'  <-- MISMATCH' if bad else ''}")
+        if bad:
+            problems.append(f"step {step}: validation loss {a!r} vs torch {b!r} (relative "
+                            f"{rel:.3e} > {tolerance:g})")
+    return problems, rows
 
 
 def read_step_scalar(stdout, name):
@@ -376,6 +431,16 @@ def data_flags(args):
     return flags
 
 
+def evaluation_flags(args):
+    """The evaluation's flags, spelled the same for loom-gpt and reference.py (gpt, moe-gpt)."""
+    if args.eval_every == 0:
+        return []
+    flags = ["--eval-every", str(args.eval_every)]
+    for path in args.eval_data:
+        flags += ["--eval-data", path]
+    return flags
+
+
 def describe(args):
     parts = [args.model, f"dp={args.dp}", f"tp={args.tp}", f"pp={args.pp}"]
     if args.model == "moe-gpt":
@@ -401,6 +466,8 @@ def describe(args):
         parts.append(f"data seed {args.data_seed}")
     if args.eot_token is not None:
         parts.append(f"documents end at token {args.eot_token}")
+    if args.eval_every:
+        parts.append(f"evaluated every {args.eval_every} steps on {', '.join(args.eval_data)}")
     return " ".join(parts)
 
 
@@ -423,7 +490,7 @@ def check(args, work):
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
         layout += training_flags(args)
         layout += ["--matmul-data-type", args.matmul_data_type, "--device-type", args.device_type]
-        layout += data_flags(args)
+        layout += data_flags(args) + evaluation_flags(args)
         if args.model == "moe-gpt":
             # The MoE GPT of the expert work: 4 experts, top-2, capacity factor 1.25, aux 0.01,
             # in blocks 1 and 3 (loom-gpt's and reference.py's defaults).
@@ -443,7 +510,7 @@ def check(args, work):
         reference += ["--max-norm", repr(args.max_grad_norm)]
     if args.model != "mlp":
         reference += ["--matmul-dtype", args.matmul_data_type] + training_flags(args)
-        reference += data_flags(args)
+        reference += data_flags(args) + evaluation_flags(args)
     run(reference, "PyTorch reference", args.timeout)
     with open(ref_json) as f:
         ref = json.load(f)
@@ -477,6 +544,12 @@ def check(args, work):
         print(f"note: Loom's steps are numbered from {first_step}")
     loss_problems, loss_rows = compare_losses(loom_losses, ref["losses"], args.loss_tolerance)
     problems += loss_problems
+    validation_rows = []
+    if args.eval_every > 0:
+        validation_problems, validation_rows = compare_validation_losses(
+            read_validation_losses(stdout), ref.get("validation_losses", {}), args.eval_every,
+            0, args.steps, args.loss_tolerance)
+        problems += validation_problems
     if args.contrast_float32:
         problems += contrast_float32(args, reference, work, loom_losses, ref["losses"])
 
@@ -499,6 +572,9 @@ def check(args, work):
 
     print("losses (Loom vs PyTorch):")
     print("\n".join(loss_rows))
+    if validation_rows:
+        print(f"validation losses every {args.eval_every} steps (Loom vs PyTorch):")
+        print("\n".join(validation_rows))
     if problems:
         print("final parameters (max |loom - torch| vs max |torch|):")
         print("\n".join(weight_rows))

@@ -12,6 +12,12 @@ Batches: the gpt and moe-gpt models read docs/DATA.md's token dataset, as loom-g
 token_dataset_reference.py); the mlp model reads the legacy in-order formula of data.py, as its
 hand-written token_file job does.
 
+Evaluation (gpt, moe-gpt; loom-gpt --eval-every K --eval-data PATH): before the update of every
+step t (0-based, counted from --start-step / the resumed step) with t % K == 0, the
+cross-entropy of batch t // K of the held-out dataset (--eval-data, read as --data is) under
+torch.no_grad(): the GPT's loss, the MoE GPT's without the auxiliary loss. The output's
+"validation_losses" maps step t + 1 (1-based, as Loom's step lines) to it.
+
 See tests/oracle/README.md for the exact semantics.
 """
 
@@ -45,8 +51,15 @@ def build_parser():
     ap.add_argument("--data-seed", type=int, default=None,
                     help="gpt / moe-gpt: the seed of the per-epoch shuffles (Input.seed; "
                          "default 0)")
+    ap.add_argument("--eval-every", type=int, default=0, metavar="K",
+                    help="gpt / moe-gpt: before the update of every step t with t %% K == 0, "
+                         "the cross-entropy of held-out batch t // K (0: no evaluation)")
+    ap.add_argument("--eval-data", action="append", metavar="PATH",
+                    help="gpt / moe-gpt: a source of the held-out dataset for --eval-every (as "
+                         "--data; repeat for an equal blend)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--output", help="JSON output: losses, grad_norms, config")
+    ap.add_argument("--output", help="JSON output: losses, grad_norms, validation_losses, "
+                                     "config")
     ap.add_argument("--save-final", metavar="PATH",
                     help="write final parameters + optimizer state (safetensors)")
     ap.add_argument("--save-grads", metavar="PATH",
@@ -129,6 +142,14 @@ def parse_args(argv=None):
                 or args.data_seed is not None):
             ap.error("--data-weights, --eot-token, --data-in-order and --data-seed are for the "
                      "gpt and moe-gpt models (token_dataset); the mlp reads token_file")
+    if args.eval_every < 0:
+        ap.error(f"--eval-every must be >= 0 (0: no evaluation), got {args.eval_every}")
+    if args.eval_every > 0 and not args.eval_data:
+        ap.error("--eval-every needs --eval-data (the held-out data)")
+    if args.eval_data and args.eval_every == 0:
+        ap.error("--eval-data needs --eval-every K > 0")
+    if args.eval_every > 0 and args.model == "mlp":
+        ap.error("--eval-every is for the gpt and moe-gpt models (token_dataset)")
     args.data_weight_values = [0.0] * len(args.data or [])
     if args.data_weights is not None:
         try:
@@ -312,18 +333,7 @@ def batch_reader(args, cfg):
         return (lambda t: data_mod.get_batch(tokens, t, args.batch, args.context),
                 {"data": args.data[0], "data_format": args.data_format,
                  "num_tokens": int(tokens.numel())})
-    if TOKEN_DATASET_DIRECTORY not in sys.path:
-        sys.path.insert(0, TOKEN_DATASET_DIRECTORY)
-    from token_dataset_reference import Dataset, Source
-    dataset = Dataset([Source(path, args.data_format, weight)
-                       for path, weight in zip(args.data, args.data_weight_values)],
-                      end_of_text=args.eot_token, in_order=args.data_in_order,
-                      seed=args.data_seed)
-    largest = dataset.largest_token()
-    if largest >= cfg.vocab:
-        raise ValueError(f"{', '.join(args.data)}: token {largest} >= vocab {cfg.vocab}")
-    for j in range(len(dataset.sources)):
-        dataset.samples_per_epoch(j, args.context)  # a source too short is an error now
+    dataset = token_dataset(args, cfg, args.data, args.data_weight_values)
 
     def read(t):
         x, y = dataset.batch(t, args.batch, args.context)
@@ -333,6 +343,44 @@ def batch_reader(args, cfg):
                   "data_weights": args.data_weight_values, "eot_token": args.eot_token,
                   "data_in_order": args.data_in_order, "data_seed": args.data_seed,
                   "num_tokens": sum(dataset.token_count(j) for j in range(len(dataset.sources)))}
+
+
+def token_dataset(args, cfg, paths, weights):
+    """The token dataset of PATHS (one source each, of WEIGHTS) read with the data flags
+    (--data-format, --eot-token, --data-in-order, --data-seed), as loom-gpt's inputs read it.
+    ValueError for a token outside the vocabulary or a source too short."""
+    if TOKEN_DATASET_DIRECTORY not in sys.path:
+        sys.path.insert(0, TOKEN_DATASET_DIRECTORY)
+    from token_dataset_reference import Dataset, Source
+    dataset = Dataset([Source(path, args.data_format, weight)
+                       for path, weight in zip(paths, weights)],
+                      end_of_text=args.eot_token, in_order=args.data_in_order,
+                      seed=args.data_seed)
+    largest = dataset.largest_token()
+    if largest >= cfg.vocab:
+        raise ValueError(f"{', '.join(paths)}: token {largest} >= vocab {cfg.vocab}")
+    for j in range(len(dataset.sources)):
+        dataset.samples_per_epoch(j, args.context)  # a source too short is an error now
+    return dataset
+
+
+def evaluator(args, cfg, fwd):
+    """evaluate(params, n): the cross-entropy of batch n of the held-out dataset (--eval-data,
+    sources of equal weight) under torch.no_grad(), as Loom's evaluation computes it: the GPT's
+    loss; the MoE GPT's cross-entropy, without the auxiliary loss (loom-gpt evaluates
+    "cross_entropy")."""
+    import torch
+    import torch.nn.functional as F
+    dataset = token_dataset(args, cfg, args.eval_data, [0.0] * len(args.eval_data))
+
+    def evaluate(params, n):
+        x, y = dataset.batch(n, args.batch, args.context)
+        with torch.no_grad():
+            _, logits = fwd(params, cfg, torch.from_numpy(x), None, {})
+            return float(F.cross_entropy(logits.reshape(-1, cfg.vocab),
+                                         torch.from_numpy(y).reshape(-1)))
+
+    return evaluate
 
 
 def train_step(fwd, cfg, params, opt, x, y, max_norm, grads_out=None, stats=None):
@@ -398,9 +446,18 @@ def run_train(args):
     if args.start_step is not None:
         start = args.start_step
     read_batch, data_description = batch_reader(args, cfg)
+    evaluate = evaluator(args, cfg, fwd) if args.eval_every > 0 else None
     losses, gnorms, dropped, tokens_per_expert, near_ties = [], [], [], [], []
+    validation_losses = {}  # step t + 1 -> the evaluation before step t's update
     for k in range(args.steps):
         t = start + k
+        if evaluate is not None and t % args.eval_every == 0:
+            validation = evaluate(params, t // args.eval_every)
+            if not math.isfinite(validation):
+                raise FloatingPointError(f"non-finite validation loss {validation} at step {t}")
+            validation_losses[t + 1] = validation
+            if args.verbose:
+                print(f"step {t} val_loss {validation:.6f}", flush=True)
         x, y = read_batch(t)
         grads = {} if (k == 0 and args.save_grads) else None
         stats = {}
@@ -424,7 +481,14 @@ def run_train(args):
     end_step = start + args.steps
     extra = {"steps": args.steps, "start_step": start, **data_description,
              "init": args.init, "resume": args.resume}
+    if args.eval_every > 0:
+        extra.update(eval_every=args.eval_every, eval_data=list(args.eval_data))
     result = {"losses": losses, "grad_norms": gnorms, "config": config_dict(args, cfg, extra)}
+    if evaluate is not None:
+        # Step t + 1 (1-based, as Loom numbers steps; JSON keys are strings) of every step t
+        # with t % eval_every == 0: the held-out loss on the weights step t started from.
+        result["validation_losses"] = {str(step): value
+                                       for step, value in validation_losses.items()}
     if dropped:
         # MoE: the loss is cross-entropy plus the auxiliary loss; the step's assignments over
         # capacity, and per expert before dropping (summed over layers and groups).

@@ -317,6 +317,17 @@ class CliTest(unittest.TestCase):
         with open(self.f(out)) as fh:
             return json.load(fh)
 
+    def test_evaluation_on_the_training_data_is_the_training_loss(self):
+        # Evaluated before each update on the batch the step then trains on: the step's loss.
+        run_ref("--model", "gpt", "--write-init", self.f("init.st"), "--seed", "0")
+        r = self.train("gpt", self.f("init.st"), 3, "eval.json", "--eval-every", 1,
+                       "--eval-data", GPL3)
+        self.assertEqual(r["validation_losses"],
+                         {str(t + 1): loss for t, loss in enumerate(r["losses"])})
+        r = self.train("gpt", self.f("init.st"), 5, "eval2.json", "--eval-every", 2,
+                       "--eval-data", GPL3)
+        self.assertEqual(sorted(r["validation_losses"], key=int), ["1", "3", "5"])
+
     def test_gpt_adamw_5_steps(self):
         run_ref("--model", "gpt", "--write-init", self.f("init.st"), "--seed", "0")
         run_ref("--model", "gpt", "--init", self.f("init.st"), "--data", GPL3, "--steps", 5,

@@ -49,6 +49,10 @@ cli::ArgumentSpec MakeSpec() {
       .AddSwitch("data-in-order",
                  "read documents and samples in order instead of shuffling them each epoch")
       .AddFlag("data-seed", "S", "0", "seed of the data's per-epoch shuffles")
+      .AddFlag("eval-every", "K", "0",
+               "every K steps (from step 1), the validation loss on a batch of --eval-data")
+      .AddRepeatedFlag("eval-data", "PATH",
+                       "held-out token data for --eval-every (as --data; several: equal blend)")
       .AddFlag("dp", "N", "1", "data-parallel degree")
       .AddFlag("tp", "N", "1", "tensor-parallel degree (Megatron layout; divides heads)")
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
@@ -146,6 +150,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
       {"lr-warmup", &config.lr_warmup_steps},
       {"lr-decay-steps", &config.lr_decay_steps},
       {"data-seed", &config.data_seed},
+      {"eval-every", &config.eval_every},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;
@@ -211,6 +216,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
     config.end_of_text = token;
   }
   config.data_in_order = parsed.Switch("data-in-order");
+  config.eval_data_paths = parsed.Values("eval-data");
   config.data_format = parsed.Value("data-format");
   const std::string schedule = parsed.Value("schedule");
   if (schedule == "1f1b") {

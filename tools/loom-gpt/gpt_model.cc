@@ -449,6 +449,18 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
       return ConfigError(absl::StrCat("data weights must be finite and > 0, got ", weight));
     }
   }
+  if (config.eval_every < 0) {
+    return ConfigError(
+        absl::StrCat("eval_every must be >= 0 (0: no evaluation), got ", config.eval_every));
+  }
+  if ((config.eval_every > 0) != !config.eval_data_paths.empty()) {
+    return ConfigError(config.eval_every > 0
+                           ? "evaluation needs held-out data (eval_data_paths is empty)"
+                           : "held-out data is given, but eval_every is 0");
+  }
+  for (const std::string& path : config.eval_data_paths) {
+    if (path.empty()) return ConfigError("an evaluation data path is empty");
+  }
   if (config.end_of_text.has_value()) {
     if (*config.end_of_text < 0) {
       return ConfigError(
@@ -621,6 +633,21 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
     }
     place(variable, parameter.stage);
   }
+  // The token inputs x and y (targets): the training data, and with evaluation the held-out data.
+  auto fill_dataset = [&config](job::Input* input, const std::vector<std::string>& paths,
+                                const std::vector<double>& weights, bool targets) {
+    job::TokenDataset* dataset = input->mutable_token_dataset();
+    for (size_t index = 0; index < paths.size(); ++index) {
+      job::TokenSource* source = dataset->add_sources();
+      source->add_paths(paths[index]);
+      source->set_format(config.data_format);
+      if (!weights.empty()) source->set_weight(weights[index]);
+    }
+    if (config.end_of_text.has_value()) dataset->set_end_of_text(*config.end_of_text);
+    dataset->set_in_order(config.data_in_order);
+    dataset->set_targets(targets);
+    input->set_seed(config.data_seed);
+  };
   for (const auto& [name, targets, stage] :
        {std::tuple<const char*, bool, int>{"x", false, 0}, {"y", true, last}}) {
     job::Input* input = job.add_inputs();
@@ -629,18 +656,18 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
     input->add_shape(config.context);
     input->set_data_type(plan::INT32);
     for (const std::string& sbp : layout.Activation()) input->add_sbp(sbp);
-    job::TokenDataset* dataset = input->mutable_token_dataset();
-    for (size_t index = 0; index < config.data_paths.size(); ++index) {
-      job::TokenSource* source = dataset->add_sources();
-      source->add_paths(config.data_paths[index]);
-      source->set_format(config.data_format);
-      if (!config.data_weights.empty()) source->set_weight(config.data_weights[index]);
-    }
-    if (config.end_of_text.has_value()) dataset->set_end_of_text(*config.end_of_text);
-    dataset->set_in_order(config.data_in_order);
-    dataset->set_targets(targets);
-    input->set_seed(config.data_seed);
+    fill_dataset(input, config.data_paths, config.data_weights, targets);
     place(input, stage);
+    if (config.eval_every > 0) {
+      job::Input* held_out = job.mutable_evaluation()->add_inputs();
+      held_out->set_name(name);
+      fill_dataset(held_out, config.eval_data_paths, {}, targets);
+    }
+  }
+  if (config.eval_every > 0) {
+    job.mutable_evaluation()->set_every_steps(config.eval_every);
+    // The MoE GPT's loss adds the load-balancing loss: evaluate the cross-entropy alone.
+    if (config.experts > 0) job.mutable_evaluation()->set_loss("cross_entropy");
   }
 
   job.set_loss(loss);

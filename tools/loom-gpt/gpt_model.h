@@ -76,6 +76,11 @@ struct GptConfig {
   std::optional<int64_t> end_of_text;
   bool data_in_order = false;
   int64_t data_seed = 0;
+  // Evaluation (Job.evaluation): > 0, every this many steps the loss (the MoE GPT's
+  // cross-entropy) of a held-out batch from eval_data_paths (one source each, read as the
+  // training data is).
+  int64_t eval_every = 0;
+  std::vector<std::string> eval_data_paths;
 
   // Parallelism: pipeline_stages x data_parallel x tensor_parallel devices. Stage s runs on
   // devices [s * dp * tp, (s + 1) * dp * tp), seen as [dp, tp] when both exceed 1.

@@ -26,12 +26,19 @@ FetchWriter::~FetchWriter() {
 }
 
 absl::Status FetchWriter::BeginSegment(const plan::Plan& plan) {
+  // The evaluation's fetch has pieces in the evaluating steps only: its values are the step
+  // lines' validation losses, not files.
+  std::vector<const plan::Fetch*> written;
   std::vector<std::string> names;
-  for (const plan::Fetch& fetch : plan.fetches()) names.push_back(fetch.tensor());
+  for (const plan::Fetch& fetch : plan.fetches()) {
+    if (fetch.evaluation()) continue;
+    written.push_back(&fetch);
+    names.push_back(fetch.tensor());
+  }
   if (absl::Status status = CheckFetchedFileNames(names); !status.ok()) return status;
   std::lock_guard<std::mutex> lock(mutex_);
   fetches_.clear();
-  for (const plan::Fetch& fetch : plan.fetches()) fetches_.emplace_back(fetch);
+  for (const plan::Fetch* fetch : written) fetches_.emplace_back(*fetch);
   for (const auto& [tensor, written] : pieces_written_) pieces_before_[tensor] += written;
   pieces_written_.clear();
   return absl::OkStatus();

@@ -29,7 +29,8 @@ namespace loom::loomctl {
 // (JobOptions::sink_piece_callback), `<directory>/<tensor>_step<k>.npy` with k counted over the
 // whole run (FetchedTensorPath), so that no piece is held until the run ends and the files of the
 // steps done are there while it runs. A run may be made of segments (one plan each, --save-every),
-// whose pieces are numbered after the previous segments'.
+// whose pieces are numbered after the previous segments'. The evaluation's fetch (Fetch.evaluation)
+// is not written: its values are the step lines' validation losses.
 //
 // The files are written on a thread of the writer's own, so that a sink's stream (a device's
 // compute stream) waits for the assembly of a piece, not for the disk. The pieces waiting to be

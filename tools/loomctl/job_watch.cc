@@ -54,6 +54,7 @@ void JobEventPrinter::OnEvent(const v1::JobEvent& event) {
     for (const v1::StepScalar& scalar : step.scalars()) {
       line.scalars.push_back({scalar.tensor(), scalar.value()});
     }
+    if (step.has_validation_loss()) line.validation_loss = step.validation_loss();
     line.step_time_ms = step.step_time_seconds() * 1000.0;
     if (step.has_tokens_per_second()) line.tokens_per_second = step.tokens_per_second();
     printer_.Print(line);

@@ -18,9 +18,10 @@
 namespace loom::loomctl {
 
 // Prints a job's events as `loomctl submit --watch` and `loomctl watch` show them. Text: a line
-// per state change ("job-3: RUNNING") and a line per step (FormatStepLineText), with a progress
-// bar (step, loss, tokens/s, ETA) on `progress` when it is not null; JSON: every JobEvent as one
-// JSON object per line (MessageToJsonLine).
+// per state change ("job-3: RUNNING") and a line per step (FormatStepLineText, with `val_loss` in
+// the steps whose event has a validation_loss), with a progress bar (step, loss, tokens/s, ETA) on
+// `progress` when it is not null; JSON: every JobEvent as one JSON object per line
+// (MessageToJsonLine: a step's "validation_loss" only when set).
 class JobEventPrinter {
  public:
   JobEventPrinter(OutputFormat output, std::ostream* out, std::ostream* progress);

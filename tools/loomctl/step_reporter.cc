@@ -27,6 +27,9 @@ std::string JsonDouble(double value) {
 
 std::string FormatStepLineText(const StepLine& line) {
   std::string text = absl::StrFormat("step %d/%d  loss %.5f", line.step, line.last_step, line.loss);
+  if (line.validation_loss.has_value()) {
+    absl::StrAppendFormat(&text, "  val_loss %.5f", *line.validation_loss);
+  }
   for (const StepScalar& scalar : line.scalars) {
     absl::StrAppendFormat(&text, "  %s %.6g", scalar.tensor, scalar.value);
   }
@@ -43,6 +46,9 @@ std::string FormatStepLineJson(const StepLine& line) {
     scalars.push_back(absl::StrCat(JsonString(scalar.tensor), ":", JsonDouble(scalar.value)));
   }
   return absl::StrCat("{\"step\":", line.step, ",\"loss\":", JsonDouble(line.loss),
+                      line.validation_loss.has_value()
+                          ? absl::StrCat(",\"validation_loss\":", JsonDouble(*line.validation_loss))
+                          : std::string(),
                       ",\"scalars\":{", absl::StrJoin(scalars, ","), "}",
                       ",\"step_time_ms\":", JsonDouble(line.step_time_ms),
                       ",\"tokens_per_second\":",
@@ -109,6 +115,11 @@ void StepLinePrinter::ClearProgress() {
 
 absl::Status StepReporter::BeginSegment(const StepFetches& fetches, int micro_batches_per_step,
                                         int64_t first_step) {
+  if (fetches.evaluation.has_value() && fetches.first_step != first_step) {
+    return absl::InternalError(absl::StrCat(
+        "the plan starts at step ", fetches.first_step + 1, " (Plan.first_step + 1) but its ",
+        "segment at step ", first_step + 1, ": the steps that evaluate would be miscounted"));
+  }
   absl::StatusOr<StepCollector> collector = StepCollector::Create(fetches, micro_batches_per_step);
   if (!collector.ok()) return collector.status();
   absl::MutexLock lock(&mutex_);
@@ -137,6 +148,7 @@ void StepReporter::Print(const FinishedStep& step) {
   line.last_step = options_.last_step;
   line.loss = step.loss;
   line.scalars = step.scalars;
+  line.validation_loss = step.validation_loss;
   line.step_time_ms = step.seconds * 1000.0;
   if (options_.tokens_per_step.has_value() && step.seconds > 0) {
     line.tokens_per_second = static_cast<double>(*options_.tokens_per_step) / step.seconds;

@@ -32,17 +32,21 @@ struct StepLine {
   double loss = 0;
   // The job's other scalar fetches, the same way (StepFetches).
   std::vector<StepScalar> scalars;
+  // In a step that evaluates (Job.evaluation): the mean of the evaluated loss of a held-out batch.
+  std::optional<double> validation_loss;
   double step_time_ms = 0;
   // Unset when the job reads no tokens (no token_file or token_dataset input).
   std::optional<double> tokens_per_second;
 };
 
 // "step 3/20  loss 5.43210  accuracy 0.8125  time 85.2 ms  tokens/s 12020", without a newline:
-// the scalar fetches by name after the loss (6 significant digits), tokens/s when known.
+// the validation loss after the loss when the step has one ("loss 5.43210  val_loss 5.61234"),
+// the scalar fetches by name after them (6 significant digits), tokens/s when known.
 std::string FormatStepLineText(const StepLine& line);
 // {"step":3,"loss":5.4321,"scalars":{"accuracy":0.8125},"step_time_ms":85.2,
-// "tokens_per_second":12020.0}, without a newline; tokens_per_second null when unset, non-finite
-// values as null, "scalars" empty ({}) when the job fetches no other scalar.
+// "tokens_per_second":12020.0}, without a newline; "validation_loss" after "loss" only when the
+// step has one; tokens_per_second null when unset, non-finite values as null, "scalars" empty
+// ({}) when the job fetches no other scalar.
 std::string FormatStepLineJson(const StepLine& line);
 
 // "[#########.....] 12/20 steps  loss 0.12345  tokens/s 12020  ETA 1m05s", without a newline;
@@ -85,8 +89,9 @@ class StepLinePrinter {
   double seconds_timed_ = 0;
 };
 
-// Prints a line per training step as soon as the step's loss pieces have reached every sink,
-// from the sinks' callbacks (Callback()), and draws a progress bar. A run may be made of
+// Prints a line per training step as soon as the step's pieces (StepCollector: the loss's, the
+// other scalar fetches' and, in a step that evaluates, the evaluated loss's) have reached every
+// sink, from the sinks' callbacks (Callback()), and draws a progress bar. A run may be made of
 // segments (one compiled plan each, the state carried over by checkpoints); steps are numbered
 // across them.
 //
@@ -110,7 +115,9 @@ class StepReporter {
 
   // Starts a segment: its plan's StepFetchesOf the loss, its pieces per step
   // (Plan.num_micro_batches, 0 meaning 1), and the steps taken before it. The step clock starts
-  // here. INVALID_ARGUMENT when the loss fetch is not a float32 scalar.
+  // here. INVALID_ARGUMENT when the loss fetch is not a float32 scalar; INTERNAL when the job
+  // evaluates and the plan's first step (StepFetches::first_step, from which it counts the steps
+  // that evaluate) is not `first_step`.
   absl::Status BeginSegment(const StepFetches& fetches, int micro_batches_per_step,
                             int64_t first_step) ABSL_LOCKS_EXCLUDED(mutex_);
   // The segment's sinks: those whose pieces OnPiece reads (JobOptions::reported_sinks).

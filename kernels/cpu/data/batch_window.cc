@@ -61,6 +61,13 @@ absl::StatusOr<BatchWindow> ParseBatchWindow(const char* op_type, const plan::Ke
         absl::StrCat(op_type, ": attribute 'first_step' must be >= 0, got ", *first_step));
   }
   window.first_step = *first_step;
+  absl::StatusOr<int64_t> steps_per_batch = attributes.GetInt("steps_per_batch", 1);
+  if (!steps_per_batch.ok()) return WithOpType(op_type, steps_per_batch.status());
+  if (*steps_per_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op_type, ": attribute 'steps_per_batch' must be >= 1, got ", *steps_per_batch));
+  }
+  window.steps_per_batch = *steps_per_batch;
 
   if (num_outputs == 2 && attributes.Has("targets")) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -51,10 +51,8 @@ class TokenBatchKernel : public Kernel {
     }
     const int64_t first_sample = window_.FirstSampleOf(context.piece);
     const uint64_t m = modulus_;
-    // t mod m for t = first_step + piece / M, which may exceed int64 for a huge first_step.
-    const uint64_t step_mod = (static_cast<uint64_t>(window_.first_step) % m +
-                               static_cast<uint64_t>(context.piece / window_.micro_batches) % m) %
-                              m;
+    // t mod m for the batch t of the piece.
+    const uint64_t step_mod = window_.BatchOf(context.piece) % m;
     // (t * B) mod m; each sample adds i, then the whole is scaled by T.
     const uint64_t step_base =
         MultiplyMod(step_mod, static_cast<uint64_t>(window_.global_batch) % m, m);

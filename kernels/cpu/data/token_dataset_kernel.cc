@@ -103,16 +103,16 @@ class TokenDatasetKernel : public Kernel {
           absl::StrCat(kOpType, ": piece must be >= 0, got ", context.piece));
     }
     // g = t * B + i must fit int64: t <= (max - B) / B.
-    const int64_t step_offset = context.piece / window_.micro_batches;
-    const int64_t largest_step =
+    const uint64_t batch = window_.BatchOf(context.piece);
+    const int64_t largest_batch =
         (std::numeric_limits<int64_t>::max() - window_.global_batch) / window_.global_batch;
-    if (window_.first_step > largest_step - step_offset) {
+    if (batch > static_cast<uint64_t>(largest_batch)) {
       return absl::OutOfRangeError(absl::StrCat(
-          kOpType, ": step ", window_.first_step, " + ", step_offset,
-          " is beyond the last step whose samples a 64-bit index numbers (", largest_step, ")"));
+          kOpType, ": batch ", batch, " of piece ", context.piece,
+          " is beyond the last batch whose samples a 64-bit index numbers (", largest_batch, ")"));
     }
-    const int64_t step = window_.first_step + step_offset;
-    const int64_t first_sample = step * window_.global_batch + window_.FirstSampleOf(context.piece);
+    const int64_t first_sample =
+        static_cast<int64_t>(batch) * window_.global_batch + window_.FirstSampleOf(context.piece);
     for (int64_t row = 0; row < window_.samples_per_piece; ++row) {
       for (size_t output = 0; output < context.outputs.size(); ++output) {
         const bool targets = context.outputs.size() == 2 ? output == 1 : window_.targets;

@@ -5,6 +5,7 @@ that `loom-gpt --emit` writes for the same flags (a test compares them).
     job = loom.models.gpt(layers=2, width=64, dp=2, steps=50, data="/data/tokens.bin")
     job = loom.models.gpt(data=["/data/web/*.bin", "/data/code"], data_weights=[3, 1],
                           data_format="uint16", eot_token=50256, vocab=50304, data_seed=1)
+    job = loom.models.gpt(data="/data/train", eval_every=100, eval_data="/data/valid")
 
 Ported from tools/loom-gpt/gpt_model.cc (BuildGptJob); loom-gpt's --write-init (the initial
 weights as a file) is not: the job's initializers draw the same values on the daemons.
@@ -195,11 +196,11 @@ def _stage_devices(config, stage):
             for index in range(stage * per_stage, (stage + 1) * per_stage)]
 
 
-def _token_dataset(config, targets):
-    """The TokenDataset of input x (TARGETS False) or y (True): a source per data path."""
+def _token_dataset(config, targets, paths, weights=None):
+    """The TokenDataset of input x (TARGETS False) or y (True): a source per path of PATHS (the
+    training data's or the held-out data's), with WEIGHTS (None: unset)."""
     dataset = job_pb2.TokenDataset(targets=targets)
-    weights = config.data_weights
-    for index, path in enumerate(config.data_paths):
+    for index, path in enumerate(paths):
         source = dataset.sources.add(paths=[path], format=config.data_format)
         if weights is not None:
             source.weight = float(weights[index])
@@ -252,10 +253,24 @@ def gpt_job(config):
     for name, targets, stage in [("x", False, 0), ("y", True, last)]:
         tensor_input = message.inputs.add(name=name, shape=[config.batch, config.context],
                                           data_type=plan_pb2.INT32, sbp=layout.activation())
-        tensor_input.token_dataset.CopyFrom(_token_dataset(config, targets))
+        tensor_input.token_dataset.CopyFrom(_token_dataset(config, targets, config.data_paths,
+                                                           config.data_weights))
         if config.data_seed:
             tensor_input.seed = config.data_seed
         place(tensor_input, stage)
+        if config.eval_every > 0:
+            # The held-out data replacing this input in the evaluation (shape, type, placement
+            # and SBP are the job input's).
+            held_out = message.evaluation.inputs.add(name=name)
+            held_out.token_dataset.CopyFrom(_token_dataset(config, targets,
+                                                           config.eval_data_paths))
+            if config.data_seed:
+                held_out.seed = config.data_seed
+    if config.eval_every > 0:
+        message.evaluation.every_steps = config.eval_every
+        # The MoE GPT's loss adds the load-balancing loss: evaluate the cross-entropy alone.
+        if config.experts > 0:
+            message.evaluation.loss = "cross_entropy"
 
     beta1, beta2 = config.betas
     job.train(loss, values.adamw(learning_rate=config.lr, beta1=beta1, beta2=beta2,
@@ -289,7 +304,7 @@ def _config_value(key, value):
     """A setting as GptConfig keeps it: lists as tuples (a single data path stays a string)."""
     if key in ("moe_layers", "betas"):
         return tuple(value)
-    if key in ("data", "data_weights") and not isinstance(value, (str, bytes)) and \
+    if key in ("data", "data_weights", "eval_data") and not isinstance(value, (str, bytes)) and \
             hasattr(value, "__iter__"):
         return tuple(value)
     return value
@@ -301,10 +316,11 @@ def gpt(config=None, **settings):
     matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,
-    min_lr, seed, data, data_weights, data_format, eot_token, data_in_order, data_seed), or a
-    GptConfig as CONFIG. DATA is a path or a list of paths, one source of the blend each
-    (docs/DATA.md). Any other keyword is a field of the Job (set after the model is built, e.g.
-    register_memory="...")."""
+    min_lr, seed, data, data_weights, data_format, eot_token, data_in_order, data_seed,
+    eval_every, eval_data), or a GptConfig as CONFIG. DATA is a path or a list of paths, one
+    source of the blend each (docs/DATA.md); EVAL_DATA likewise, the held-out data evaluated
+    every EVAL_EVERY steps (Job.evaluation). Any other keyword is a field of the Job (set after
+    the model is built, e.g. register_memory="...")."""
     config = GptConfig() if config is None else GptConfig(**vars(config))
     job_fields = {}
     for key, value in settings.items():

@@ -70,6 +70,12 @@ class GptConfig:
     eot_token: object = None
     data_in_order: bool = False
     data_seed: int = 0
+    # Evaluation (Job.evaluation): eval_every > 0 evaluates every eval_every steps (from step 1)
+    # the loss (the MoE GPT's cross-entropy, without the auxiliary loss) of a batch of the
+    # held-out eval_data, a path or a list of them (one source each, read with data_format,
+    # eot_token, data_in_order and data_seed as the training data is); 0: no evaluation.
+    eval_every: int = 0
+    eval_data: object = None
     # Parallel layout.
     dp: int = 1
     tp: int = 1
@@ -98,6 +104,13 @@ class GptConfig:
     def data_paths(self):
         """data as a list of paths (one per source)."""
         return [self.data] if isinstance(self.data, str) else list(self.data)
+
+    @property
+    def eval_data_paths(self):
+        """eval_data as a list of paths (one per source; [] when unset)."""
+        if self.eval_data is None:
+            return []
+        return [self.eval_data] if isinstance(self.eval_data, str) else list(self.eval_data)
 
     def first_layer(self, stage):
         """The first block of STAGE (earlier stages take one more when pp does not divide)."""
@@ -240,6 +253,7 @@ class GptConfig:
                 if not (weight > 0 and math.isfinite(weight)):
                     raise error(f"data weight {_number(float(weight))} (of {path}) must be "
                                 "finite and > 0")
+        self._validate_evaluation(error)
         if self.eot_token is not None:
             if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
                 raise error(f"eot_token must be an integer, got {self.eot_token!r}")
@@ -250,3 +264,21 @@ class GptConfig:
         if isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or \
                 not -2**63 <= self.data_seed < 2**63:
             raise error(f"data_seed must be a 64-bit integer, got {self.data_seed!r}")
+
+    def _validate_evaluation(self, error):
+        """The evaluation settings' rules (loom-gpt's --eval-every and --eval-data)."""
+        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int):
+            raise error(f"eval_every must be an integer, got {self.eval_every!r}")
+        if self.eval_every < 0:
+            raise error(f"eval_every must be >= 0 (0: no evaluation), got {self.eval_every}")
+        if self.eval_data is not None and not isinstance(self.eval_data, str) and not (
+                isinstance(self.eval_data, (list, tuple)) and
+                all(isinstance(path, str) for path in self.eval_data)):
+            raise error(f"eval_data is a path or a list of paths, got {self.eval_data!r}")
+        paths = self.eval_data_paths
+        if self.eval_every > 0 and not paths:
+            raise error("evaluation needs held-out data (eval_data is empty)")
+        if self.eval_every == 0 and paths:
+            raise error("held-out data is given, but eval_every is 0")
+        if not all(paths):
+            raise error("an evaluation data path is empty")
