@@ -1,7 +1,10 @@
 #include "compiler/evaluation_branch.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
