@@ -179,32 +179,50 @@ void MarkEvaluationTasks(plan::Plan& plan, int64_t every_steps, int64_t first_st
     }
   }
   std::vector<bool> marked(plan.tasks_size(), false);
+  // A task fed only by marked tasks, or read only by them, is marked too: a worklist re-checks the
+  // neighbours of each task marked, so the pass is linear in the plan's edges.
+  auto qualifies = [&](int index) {
+    const plan::Task& task = plan.tasks(index);
+    if (marked[index] || task.kind() == plan::VARIABLE) return false;
+    bool fed_by_marked = task.inputs_size() > 0;
+    for (const std::string& input : task.inputs()) {
+      auto found = producer.find(input);
+      fed_by_marked = fed_by_marked && found != producer.end() && marked[found->second];
+    }
+    if (fed_by_marked) return true;
+    bool read_by_marked = task.outputs_size() > 0;
+    for (const std::string& output : task.outputs()) {
+      auto found = consumers.find(output);
+      if (found == consumers.end()) return false;
+      for (int reader : found->second) read_by_marked = read_by_marked && marked[reader];
+    }
+    return read_by_marked;
+  };
+  std::vector<int> pending;
   for (int index = 0; index < plan.tasks_size(); ++index) {
-    marked[index] = plan.tasks(index).evaluation_every_steps() > 0;
+    if (plan.tasks(index).evaluation_every_steps() > 0) {
+      marked[index] = true;
+      pending.push_back(index);
+    }
   }
-  // Grow the marked set until it stops: a task fed only by marked tasks, or read only by them.
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int index = 0; index < plan.tasks_size(); ++index) {
-      const plan::Task& task = plan.tasks(index);
-      if (marked[index] || task.kind() == plan::VARIABLE) continue;
-      bool fed_by_marked = task.inputs_size() > 0;
-      for (const std::string& input : task.inputs()) {
-        auto found = producer.find(input);
-        fed_by_marked = fed_by_marked && found != producer.end() && marked[found->second];
+  while (!pending.empty()) {
+    const plan::Task& task = plan.tasks(pending.back());
+    pending.pop_back();
+    std::vector<int> neighbours;
+    for (const std::string& input : task.inputs()) {
+      if (auto found = producer.find(input); found != producer.end()) {
+        neighbours.push_back(found->second);
       }
-      bool read_by_marked = task.outputs_size() > 0;
-      for (const std::string& output : task.outputs()) {
-        auto found = consumers.find(output);
-        if (found == consumers.end()) {
-          read_by_marked = false;
-          continue;
-        }
-        for (int reader : found->second) read_by_marked = read_by_marked && marked[reader];
+    }
+    for (const std::string& output : task.outputs()) {
+      if (auto found = consumers.find(output); found != consumers.end()) {
+        neighbours.insert(neighbours.end(), found->second.begin(), found->second.end());
       }
-      if (fed_by_marked || read_by_marked) {
-        marked[index] = true;
-        changed = true;
+    }
+    for (int neighbour : neighbours) {
+      if (qualifies(neighbour)) {
+        marked[neighbour] = true;
+        pending.push_back(neighbour);
       }
     }
   }

@@ -118,9 +118,9 @@ class TokenDatasetKernel : public Kernel {
         const bool targets = context.outputs.size() == 2 ? output == 1 : window_.targets;
         status = context.outputs[output].data_type == plan::INT32
                      ? CopyRow<int32_t>(context.outputs[output], row, first_sample + row, targets,
-                                        tokens32_)
+                                        tokens32_, held32_)
                      : CopyRow<int64_t>(context.outputs[output], row, first_sample + row, targets,
-                                        tokens64_);
+                                        tokens64_, held64_);
         if (!status.ok()) return Prefixed(status);
       }
     }
@@ -128,10 +128,15 @@ class TokenDatasetKernel : public Kernel {
   }
 
  private:
+  // `tokens` holds the sample of `held` (-1: none), so that x and y of one row read it once.
   template <typename T>
   absl::Status CopyRow(const TensorView& output, int64_t row, int64_t sample, bool targets,
-                       std::vector<T>& tokens) {
-    if (absl::Status status = dataset_->ReadSample(sample, tokens); !status.ok()) return status;
+                       std::vector<T>& tokens, int64_t& held) {
+    if (held != sample) {
+      held = -1;
+      if (absl::Status status = dataset_->ReadSample(sample, tokens); !status.ok()) return status;
+      held = sample;
+    }
     const int64_t sequence = window_.sequence;
     std::copy_n(tokens.begin() + (targets ? 1 : 0), sequence, output.Data<T>() + row * sequence);
     return absl::OkStatus();
@@ -142,6 +147,8 @@ class TokenDatasetKernel : public Kernel {
   std::unique_ptr<TokenDataset> dataset_;
   std::vector<int32_t> tokens32_;
   std::vector<int64_t> tokens64_;
+  int64_t held32_ = -1;
+  int64_t held64_ = -1;
 };
 
 }  // namespace
