@@ -82,6 +82,7 @@ std::string JobBuilder::Op(const std::string& type, const std::string& name,
   }
   if (options.stage.has_value()) op->set_stage(*options.stage);
   if (options.keep_float32) op->set_keep_float32(true);
+  if (!options.block.empty()) op->set_block(options.block);
   return outputs.front();
 }
 

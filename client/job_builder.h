@@ -28,6 +28,8 @@ struct JobOpOptions {
   std::optional<int> stage;
   // Op.keep_float32: mixed precision leaves this matmul in float32.
   bool keep_float32 = false;
+  // Op.block: the recomputation unit (empty: none).
+  std::string block = {};
 };
 
 // Builds jobs in C++: the same proto that hand-written .pbtxt jobs parse into.

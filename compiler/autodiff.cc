@@ -1,5 +1,7 @@
 #include "compiler/autodiff.h"
 
+#include <algorithm>
+#include <iterator>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/recomputation.h"
 
 namespace loom::compiler {
 namespace {
@@ -50,6 +53,13 @@ class JobGradientBuilder final : public GradientBuilder {
     return outputs;
   }
 
+  std::string UniqueName(const std::string& base) {
+    for (int n = 0;; ++n) {
+      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
+      if (taken_.insert(name).second) return name;
+    }
+  }
+
   // The sum of `gradients` (at least one).
   std::string Sum(const std::vector<std::string>& gradients) {
     std::string sum = gradients[0];
@@ -58,13 +68,6 @@ class JobGradientBuilder final : public GradientBuilder {
   }
 
  private:
-  std::string UniqueName(const std::string& base) {
-    for (int n = 0;; ++n) {
-      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
-      if (taken_.insert(name).second) return name;
-    }
-  }
-
   job::Job* job_;
   absl::flat_hash_set<std::string> taken_;
   std::string forward_name_;
@@ -79,6 +82,8 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
   absl::StatusOr<LogicalGraph> built = BuildLogicalGraph(job, registry, devices);
   if (!built.ok()) return built.status();
   const LogicalGraph& graph = *built;
+  absl::StatusOr<Recomputation> recomputation = Recomputation::Create(job, graph);
+  if (!recomputation.ok()) return recomputation.status();
   auto found = graph.tensor_by_name.find(loss);
   if (found == graph.tensor_by_name.end()) {
     return absl::InvalidArgumentError(
@@ -169,6 +174,7 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
       any_input_needed = any_input_needed || differentiable[input];
     }
     if (!any_input_needed) continue;
+    const int first_backward_op = result.ops_size();
     absl::StatusOr<std::vector<std::string>> input_gradients =
         node.definition->Gradient(request, &builder);
     if (!input_gradients.ok()) {
@@ -180,6 +186,15 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
       return absl::InternalError(absl::StrCat("op '", node.name, "' (", node.op_type,
                                               "): ", input_gradients->size(), " gradients for ",
                                               node.inputs.size(), " inputs"));
+    }
+    if (recomputation->enabled()) {
+      const std::string& trigger =
+          *std::find_if(request.output_gradients.begin(), request.output_gradients.end(),
+                        [](const std::string& gradient) { return !gradient.empty(); });
+      recomputation->RewriteBackward(
+          static_cast<int>(std::prev(it.base()) - graph.nodes.begin()), trigger, *input_gradients,
+          first_backward_op, &result,
+          [&](const std::string& base) { return builder.UniqueName(base); });
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (!(*input_gradients)[i].empty() && differentiable[node.inputs[i]]) {

@@ -54,6 +54,10 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
     compiled = result.transformed_job.get();
   } else if (job.max_grad_norm() != 0) {
     return absl::InvalidArgumentError("max_grad_norm is set, but the job has no loss to train");
+  } else if (job.recompute() != job::RECOMPUTE_NONE) {
+    return absl::InvalidArgumentError(absl::StrCat("recompute is ",
+                                                   job::Recompute_Name(job.recompute()),
+                                                   ", but the job has no loss to train"));
   }
   absl::StatusOr<LogicalGraph> graph = BuildLogicalGraph(*compiled, registry, devices);
   if (!graph.ok()) return graph.status();

@@ -106,6 +106,27 @@ absl::Status CheckOutputType(const TensorType& type, const std::string& who,
   return absl::OkStatus();
 }
 
+// Links a recomputed copy (`node`, typed, not yet placed) to the op it recomputes, which must be
+// an op placed before it with the same type, placement, inputs' and outputs' types.
+absl::Status LinkRecomputedCopy(const LogicalGraph& graph,
+                                const absl::flat_hash_map<std::string, int>& op_index,
+                                const std::string& who, LogicalNode& node) {
+  const std::string& name = node.op->recomputes();
+  auto found = op_index.find(name);
+  if (found == op_index.end() || found->second >= static_cast<int>(graph.nodes.size())) {
+    return Invalid(absl::StrCat(who, " recomputes '", name, "', which is no op before it"));
+  }
+  const LogicalNode& original = graph.nodes[found->second];
+  if (original.op_type != node.op_type || !(original.placement == node.placement) ||
+      original.context.inputs != node.context.inputs ||
+      original.context.outputs != node.context.outputs) {
+    return Invalid(absl::StrCat(who, " recomputes '", name,
+                                "', which differs from it in type, placement or tensor types"));
+  }
+  node.recomputes = found->second;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 IndexedDeviceSet::IndexedDeviceSet(const DeviceSet& devices) : devices_(devices) {
@@ -398,11 +419,13 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   }
 
   // Types, in topological order.
+  absl::flat_hash_map<std::string, int> op_index;  // ops placed so far, by name
   for (int n : order) {
     LogicalNode node = std::move(nodes[n]);
     int node_index = static_cast<int>(graph.nodes.size());
     if (node.kind == LogicalNode::Kind::kOp) {
       std::string who = absl::StrCat("op '", node.name, "' (", node.op_type, ")");
+      op_index[node.name] = node_index;
       for (const std::string& input : node.op->inputs()) {
         int tensor = graph.tensor_by_name.at(input);
         node.inputs.push_back(tensor);
@@ -421,6 +444,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
         }
       }
       node.context.outputs = *types;
+      if (!node.op->recomputes().empty()) {
+        absl::Status status = LinkRecomputedCopy(graph, op_index, who, node);
+        if (!status.ok()) return status;
+      }
       // Hints: at most one per output, each checked against its tensor and the placement.
       if (node.op->output_sbp_size() > node.op->outputs_size()) {
         return Invalid(absl::StrCat(who, " has ", node.op->output_sbp_size(),

@@ -58,6 +58,9 @@ struct LogicalNode {
   // Ops and inputs of the evaluation branch (Op.evaluation, Input.evaluation): their tasks work
   // only in the evaluation steps.
   bool evaluation = false;
+  // A recomputed copy (Op.recomputes): the node of the forward op it recomputes, earlier in the
+  // order, whose SBP signature it takes; -1 otherwise.
+  int recomputes = -1;
   OpContext context;
 
   // Set by SBP inference: what the chosen signature needs of each input.

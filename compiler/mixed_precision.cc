@@ -37,7 +37,8 @@ class NameTaker {
   absl::flat_hash_set<std::string> taken_;
 };
 
-// A cast of `input` to `to`, named `name` (its output too), placed and staged like `like`.
+// A cast of `input` to `to`, named `name` (its output too), placed, staged and in the block
+// (recomputation) like `like`.
 job::Op CastLike(const job::Op& like, const std::string& name, const std::string& input,
                  const std::string& output, const char* to) {
   job::Op cast;
@@ -51,6 +52,7 @@ job::Op CastLike(const job::Op& like, const std::string& name, const std::string
   cast.set_backward(like.backward());
   cast.set_once_per_step(like.once_per_step());
   cast.set_evaluation(like.evaluation());
+  cast.set_block(like.block());
   return cast;
 }
 

@@ -116,6 +116,13 @@ class OpDefinition {
   virtual std::vector<SbpSignature> SbpSignatures(const OpContext& context,
                                                   int64_t parallel_degree) const = 0;
 
+  // Inputs from this position on only order the op's acts (their bytes are not read, as
+  // identity_after's): SBP inference takes each with the SBP it has, never boxing it, and
+  // signatures list only the inputs before it. The default: none (the number of inputs).
+  virtual int OrderingInputsFrom(const OpContext& context) const {
+    return static_cast<int>(context.inputs.size());
+  }
+
   // Floating point operations of the logical op: a cost hint.
   virtual double Flops(const OpContext& context) const { return 0.0; }
 

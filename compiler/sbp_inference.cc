@@ -1,5 +1,6 @@
 #include "compiler/sbp_inference.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -79,6 +80,16 @@ class NestedSplitCheck {
 absl::Status InferSbp(LogicalGraph* graph) {
   for (LogicalNode& node : graph->nodes) {
     if (node.kind != LogicalNode::Kind::kOp) continue;
+    if (node.recomputes >= 0) {
+      // A recomputed copy runs with its original's signature (BuildLogicalGraph checked that
+      // they match and that the original comes first).
+      const LogicalNode& original = graph->nodes[node.recomputes];
+      node.input_sbp = original.input_sbp;
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        graph->tensors[node.outputs[o]].sbp = graph->tensors[original.outputs[o]].sbp;
+      }
+      continue;
+    }
     const Placement& placement = node.placement;
     const int axes = placement.num_axes();
     std::vector<std::vector<SbpSignature>> per_axis(axes);
@@ -87,6 +98,16 @@ absl::Status InferSbp(LogicalGraph* graph) {
     }
     const size_t num_inputs = node.inputs.size();
     const size_t num_outputs = node.outputs.size();
+    // Ordering inputs keep their SBP (broadcast from another placement, which is then boxed).
+    const size_t signed_inputs = std::min(
+        num_inputs,
+        static_cast<size_t>(std::max(0, node.definition->OrderingInputsFrom(node.context))));
+    std::vector<NdSbp> ordering_sbp;
+    for (size_t i = signed_inputs; i < num_inputs; ++i) {
+      const LogicalTensor& tensor = graph->tensors[node.inputs[i]];
+      const bool same_placement = graph->nodes[tensor.producer].placement == placement;
+      ordering_sbp.push_back(same_placement ? tensor.sbp : NdSbp(axes, Sbp::Broadcast()));
+    }
 
     double best_cost = std::numeric_limits<double>::infinity();
     std::vector<NdSbp> best_inputs;
@@ -104,7 +125,10 @@ absl::Status InferSbp(LogicalGraph* graph) {
           break;
         }
         const SbpSignature& signature = per_axis[h][choice[h]];
-        for (size_t i = 0; i < num_inputs; ++i) inputs[i][h] = signature.inputs[i];
+        for (size_t i = 0; i < signed_inputs; ++i) inputs[i][h] = signature.inputs[i];
+        for (size_t i = signed_inputs; i < num_inputs; ++i) {
+          inputs[i][h] = ordering_sbp[i - signed_inputs][h];
+        }
         for (size_t o = 0; o < num_outputs; ++o) outputs[o][h] = signature.outputs[o];
       }
       for (size_t o = 0; o < num_outputs && valid; ++o) {
@@ -146,8 +170,8 @@ absl::Status InferSbp(LogicalGraph* graph) {
         }
       }
       std::vector<std::string> possible;
-      for (const SbpSignature& signature : per_axis.empty() ? std::vector<SbpSignature>{}
-                                                            : per_axis[0]) {
+      for (const SbpSignature& signature :
+           per_axis.empty() ? std::vector<SbpSignature>{} : per_axis[0]) {
         possible.push_back(signature.ToString());
       }
       return absl::InvalidArgumentError(absl::StrCat(

@@ -12,9 +12,14 @@
 // autograd saves for the backward during a step's forward (saved_tensors_hooks, each storage
 // once): what it must keep, whatever its allocator does.
 //
-//   bench_memory [--separate] [--script PATH]
+//   bench_memory [--separate | --recompute] [--script PATH]
 // --separate compiles the job with Job.register_memory = REGISTER_MEMORY_SEPARATE (every register
 // keeps buffers of its own), for comparison; its RESULT line is named "memory-separate".
+// --recompute compiles it with Job.recompute = RECOMPUTE_FULL (each block recomputed from its
+// input in the backward), against PyTorch running each block under torch.utils.checkpoint, whose
+// must-keep adds to the model states the bytes saved in the forward (the blocks' inputs and what
+// lies outside the blocks) and the largest block's bytes saved while it is recomputed; its
+// RESULT line is named "memory-recompute" (`make bench BENCH=memory-recompute` runs it).
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -37,6 +42,10 @@
 
 namespace loom::bench {
 namespace {
+
+#ifndef LOOM_MEMORY_RECOMPUTE
+#define LOOM_MEMORY_RECOMPUTE 0  // bench_memory_recompute is built with 1: --recompute by default
+#endif
 
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 2;
@@ -121,11 +130,11 @@ LoomMemory MeasureLoom(const gpt::GptConfig& config, bool separate, const Kernel
 
 // The peer's JSON line (pytorch_memory.py with the config's model).
 std::string RunPyTorch(const std::string& script, const gpt::GptConfig& config) {
-  const std::string command =
-      absl::StrCat("timeout 900 ", kPython, " ", script, " --vocab ", config.vocab, " --context ",
-                   config.context, " --width ", config.width, " --layers ", config.layers,
-                   " --heads ", config.heads, " --mlp-width ", config.mlp_width, " --batch ",
-                   config.batch, " --steps ", kSteps);
+  const std::string command = absl::StrCat(
+      "timeout 900 ", kPython, " ", script, " --vocab ", config.vocab, " --context ",
+      config.context, " --width ", config.width, " --layers ", config.layers, " --heads ",
+      config.heads, " --mlp-width ", config.mlp_width, " --batch ", config.batch, " --steps ",
+      kSteps, config.recompute == job::RECOMPUTE_FULL ? " --recompute full" : "");
   absl::StatusOr<std::string> output = RunCommand(command);
   ExitIfError(output.status(), "PyTorch");
   return *output;
@@ -133,15 +142,20 @@ std::string RunPyTorch(const std::string& script, const gpt::GptConfig& config) 
 
 int Main(int argc, char** argv) {
   bool separate = false;
+  bool recompute = LOOM_MEMORY_RECOMPUTE != 0;
   std::string script = absl::StrCat(LOOM_SOURCE_DIR, "/bench/memory/pytorch_memory.py");
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--separate") {
       separate = true;
+    } else if (argument == "--recompute") {
+      recompute = true;
     } else if (argument == "--script" && i + 1 < argc) {
       script = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--separate] [--script PATH]\n(unknown argument '%s')\n",
+      std::fprintf(stderr,
+                   "usage: %s [--separate | --recompute] [--script PATH]\n(unknown argument "
+                   "'%s')\n",
                    argv[0], argument.c_str());
       return 2;
     }
@@ -155,17 +169,23 @@ int Main(int argc, char** argv) {
   }
   KernelRegistry kernels;
   ExitIfError(RegisterCpuKernels(&kernels), "registering the CPU kernels");
-  const gpt::GptConfig config = MemoryGpt();
+  if (separate && recompute) {
+    std::fprintf(stderr, "%s: --separate and --recompute are two different runs\n", argv[0]);
+    return 2;
+  }
+  gpt::GptConfig config = MemoryGpt();
+  if (recompute) config.recompute = job::RECOMPUTE_FULL;
   const int64_t parameters = ParameterCount(config);
   const double model_state_mib = 16.0 * static_cast<double>(parameters) / kMiB;
   std::printf(
       "memory: GPT V=%lld T=%lld D=%lld L=%lld H=%lld F=%lld (%.2fM parameters), %lld sequences "
-      "per step, AdamW float32, one CPU device, %d steps; registers %s\n",
+      "per step, AdamW float32, one CPU device, %d steps; registers %s; recompute %s\n",
       static_cast<long long>(config.vocab), static_cast<long long>(config.context),
       static_cast<long long>(config.width), static_cast<long long>(config.layers),
       static_cast<long long>(config.heads), static_cast<long long>(config.mlp_width),
       parameters / 1e6, static_cast<long long>(config.batch), kSteps,
-      separate ? "separate (REGISTER_MEMORY_SEPARATE)" : "shared (REGISTER_MEMORY_SHARED)");
+      separate ? "separate (REGISTER_MEMORY_SEPARATE)" : "shared (REGISTER_MEMORY_SHARED)",
+      recompute ? "full (RECOMPUTE_FULL; the peer: torch.utils.checkpoint per block)" : "none");
 
   const LoomMemory loom = MeasureLoom(config, separate, kernels);
   const double peak_mib = loom.peak_bytes / kMiB;
@@ -205,17 +225,17 @@ int Main(int argc, char** argv) {
   const double pytorch_mib = JsonNumber(peer, "pytorch_mib");
   std::printf(
       "pytorch must keep: %.2f MiB (model states %.2f: parameters %.2f, gradients %.2f, AdamW "
-      "states %.2f; saved for backward %.2f)\n",
+      "states %.2f; saved for backward %.2f, of which recomputed %.2f)\n",
       pytorch_mib, JsonNumber(peer, "model_state_mib"), JsonNumber(peer, "parameter_mib"),
       JsonNumber(peer, "gradient_mib"), JsonNumber(peer, "optimizer_state_mib"),
-      JsonNumber(peer, "saved_mib"));
+      JsonNumber(peer, "saved_mib"), JsonNumber(peer, "recomputed_mib"));
   if (static_cast<int64_t>(JsonNumber(peer, "parameters")) != parameters) {
     std::printf("WARNING: the peer's model has %.0f parameters, Loom's %lld\n",
                 JsonNumber(peer, "parameters"), static_cast<long long>(parameters));
   }
   std::printf("GOAL memory: ratio <= %.1f (lower is better)\n", kGoalRatio);
-  PrintResult(separate ? "memory-separate" : "memory", "loom_peak_mib", peak_mib, "pytorch_mib",
-              pytorch_mib);
+  PrintResult(separate ? "memory-separate" : (recompute ? "memory-recompute" : "memory"),
+              "loom_peak_mib", peak_mib, "pytorch_mib", pytorch_mib);
   return 0;
 }
 

@@ -12,8 +12,13 @@ autograd saves for the backward, each storage once (by its data pointer; its who
 parameters' own storages left out (they are model states). After the last step the model states
 are measured the same way: the parameters, their gradients and every tensor of AdamW's state.
 
-What PyTorch must keep is model states + the largest step's saved bytes. The script prints a
-breakdown and, last, one line of JSON with "pytorch_mib" (MiB = 2^20 bytes) and its parts.
+What PyTorch must keep is model states + the largest step's saved bytes. With --recompute full
+each block runs under torch.utils.checkpoint (reentrant, PyTorch 1.13's default): the forward
+saves the blocks' inputs and what lies outside the blocks, and each block's recomputation in the
+backward saves its own tensors until that block's backward is done (recorded per block); what
+PyTorch must keep is then model states + the forward's saved bytes + the largest block's
+recomputed saved bytes. The script prints a breakdown and, last, one line of JSON with
+"pytorch_mib" (MiB = 2^20 bytes) and its parts.
 """
 
 import argparse
@@ -37,6 +42,8 @@ def build_parser():
     ap.add_argument("--mlp-width", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=2, help="sequences per step")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--recompute", choices=("none", "full"), default="none",
+                    help="full: every block under torch.utils.checkpoint")
     ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
@@ -86,6 +93,7 @@ def main(argv=None):
     sys.path.insert(0, ORACLE)
     import torch
     from models import GPTConfig, gpt_forward, gpt_param_specs, init_params
+    from torch.utils.checkpoint import checkpoint
 
     torch.set_num_threads(args.threads)
     if args.steps < 1 or args.batch < 1:
@@ -108,16 +116,35 @@ def main(argv=None):
     generator = torch.Generator().manual_seed(args.seed)
     saved_per_step = []
     saved_tensors_per_step = []
+    recomputed_per_step = []
+    recomputations = []  # SavedStorages of each block's recomputation in the current step
+
+    def run_block(block, h):
+        def recorded(h):
+            if not torch.is_grad_enabled():
+                return block(h)  # the forward under checkpoint: nothing saved
+            recorder = SavedStorages(parameter_storages)
+            recomputations.append(recorder)
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
+                return block(h)
+        return checkpoint(recorded, h)
     for _ in range(args.steps):
         tokens = torch.randint(0, cfg.vocab, (args.batch, cfg.context + 1), generator=generator)
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         optimizer.zero_grad(set_to_none=True)
         recorder = SavedStorages(parameter_storages)
         with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
-            loss, _ = gpt_forward(params, cfg, x, y)
+            loss, _ = gpt_forward(params, cfg, x, y,
+                                  run_block=run_block if args.recompute == "full" else None)
         saved_per_step.append(recorder.total())
         saved_tensors_per_step.append(recorder.tensors)
+        recomputations.clear()
         loss.backward()
+        if args.recompute == "full" and len(recomputations) != cfg.layers:
+            print(f"pytorch_memory.py: error: {len(recomputations)} blocks recomputed, expected "
+                  f"{cfg.layers}", file=sys.stderr)
+            return 1
+        recomputed_per_step.append(max((r.total() for r in recomputations), default=0))
         optimizer.step()
         del loss
 
@@ -128,9 +155,11 @@ def main(argv=None):
         if torch.is_tensor(value))
     model_state_bytes = parameter_bytes + gradient_bytes + optimizer_bytes
     saved_bytes = max(saved_per_step)
-    total_bytes = model_state_bytes + saved_bytes
+    recomputed_bytes = max(recomputed_per_step)
+    total_bytes = model_state_bytes + saved_bytes + recomputed_bytes
     print(f"GPT V={cfg.vocab} T={cfg.context} D={cfg.width} L={cfg.layers} H={cfg.heads} "
-          f"F={cfg.mlp_width}, batch {args.batch}, AdamW; torch {torch.__version__}")
+          f"F={cfg.mlp_width}, batch {args.batch}, AdamW, recompute {args.recompute}; torch "
+          f"{torch.__version__}")
     print(f"parameters: {parameter_count} ({parameter_count / 1e6:.2f}M)")
     print(f"model states: {model_state_bytes / MIB:.2f} MiB (parameters "
           f"{parameter_bytes / MIB:.2f}, gradients {gradient_bytes / MIB:.2f}, AdamW states "
@@ -139,10 +168,14 @@ def main(argv=None):
     print("saved for backward per step: "
           + ", ".join(f"{b / MIB:.2f} MiB ({n} saved tensors)"
                       for b, n in zip(saved_per_step, saved_tensors_per_step)))
+    if args.recompute == "full":
+        print("the largest block's recomputed saved bytes per step: "
+              + ", ".join(f"{b / MIB:.2f} MiB" for b in recomputed_per_step))
     print(f"must keep: {total_bytes / MIB:.2f} MiB")
     result = {"pytorch_mib": total_bytes / MIB, "model_state_mib": model_state_bytes / MIB,
               "parameter_mib": parameter_bytes / MIB, "gradient_mib": gradient_bytes / MIB,
-              "optimizer_state_mib": optimizer_bytes / MIB, "saved_mib": saved_bytes / MIB,
+              "optimizer_state_mib": optimizer_bytes / MIB, "saved_mib": (saved_bytes + recomputed_bytes) / MIB,
+              "recomputed_mib": recomputed_bytes / MIB,
               "parameters": parameter_count, "torch": torch.__version__}
     line = json.dumps(result)
     print(line)

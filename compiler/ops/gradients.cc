@@ -435,6 +435,9 @@ class WithGradientOp final : public OpDefinition {
   std::vector<SbpSignature> SbpSignatures(const OpContext& context, int64_t degree) const override {
     return definition_->SbpSignatures(context, degree);
   }
+  int OrderingInputsFrom(const OpContext& context) const override {
+    return definition_->OrderingInputsFrom(context);
+  }
   double Flops(const OpContext& context) const override { return definition_->Flops(context); }
   absl::StatusOr<plan::KernelConf> Lower(const std::string& op_type,
                                          const LoweringContext& context) const override {

@@ -3,6 +3,7 @@
 #include "compiler/ops/bias_add_op.h"
 #include "compiler/ops/cast_op.h"
 #include "compiler/ops/causal_attention_op.h"
+#include "compiler/ops/identity_after_op.h"
 #include "compiler/ops/clip_ops.h"
 #include "compiler/ops/concat_op.h"
 #include "compiler/ops/elementwise_ops.h"
@@ -76,6 +77,8 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"squared_norm", MakeSquaredNormOp()});
   entries.push_back({"clip_coefficient", MakeClipCoefficientOp()});
   entries.push_back({"scale_by", MakeScaleByOp()});
+  // Recomputation (compiler/recomputation.h).
+  entries.push_back({"identity_after", MakeIdentityAfterOp()});
   for (Entry& entry : entries) {
     entry.definition = WithGradient(entry.op_type, std::move(entry.definition));
     if (absl::Status status = registry->Register(entry.op_type, std::move(entry.definition));

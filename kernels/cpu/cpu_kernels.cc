@@ -47,6 +47,7 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"fill", cpu::CreateFillKernel},
       {"random", cpu::CreateRandomKernel},
       {"identity", cpu::CreateIdentityKernel},
+      {"identity_after", cpu::CreateIdentityAfterKernel},
       {"cast", cpu::CreateCastKernel},
       {"zeros_like", cpu::CreateZerosLikeKernel},
       {"ones_like", cpu::CreateOnesLikeKernel},

@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -217,9 +218,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateOnesLikeKernel(const KernelInit& i
                                       FloatBits(1.0f, data_type));
 }
 
-// An input of any data type and an output of the same type and shape (zeros_like, identity).
-absl::Status CheckSameTypeAndShape(const char* op_type, const KernelInit& init) {
-  if (absl::Status status = cpu::CheckArity(op_type, init, 1, 1); !status.ok()) return status;
+// An input of any data type and an output of the same type and shape (zeros_like, identity), and
+// `extra_inputs` more inputs that only order the act (identity_after's).
+absl::Status CheckSameTypeAndShape(const char* op_type, const KernelInit& init,
+                                   int extra_inputs = 0) {
+  if (absl::Status status = cpu::CheckArity(op_type, init, 1 + extra_inputs, 1); !status.ok()) {
+    return status;
+  }
   if (absl::Status status = CheckInputHasType(op_type, init); !status.ok()) return status;
   if (absl::Status status =
           cpu::CheckDataType(op_type, "output", init.outputs[0], init.inputs[0].data_type());
@@ -240,6 +245,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateZerosLikeKernel(const KernelInit& 
 // ----- identity, reshape.
 
 constexpr char kIdentity[] = "identity";
+constexpr char kIdentityAfter[] = "identity_after";
 constexpr char kReshape[] = "reshape";
 
 // Copies the input's bytes into the output on the stream (nothing when they are the same buffer).
@@ -271,6 +277,18 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityKernel(const KernelInit& i
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
   return std::make_unique<CopyKernel>(init, kIdentity, *stream);
+}
+
+// identity_after: (x, after, ...) -> a copy of x; the others only order the act (recomputation).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityAfterKernel(const KernelInit& init) {
+  const int extra_inputs = std::max(1, static_cast<int>(init.inputs.size()) - 1);
+  if (absl::Status status = CheckSameTypeAndShape(kIdentityAfter, init, extra_inputs);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
+  if (!stream.ok()) return stream.status();
+  return std::make_unique<CopyKernel>(init, kIdentityAfter, *stream);
 }
 
 // ----- cast: float32 <-> bfloat16 (a copy between equal types).
@@ -367,9 +385,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReshapeKernel(const KernelInit& in
 
 absl::Status RegisterCudaFillAndCopyKernels(KernelRegistry* registry) {
   static constexpr KernelTableEntry kEntries[] = {
-      {kFill, CreateFillKernel},         {kZerosLike, CreateZerosLikeKernel},
-      {kOnesLike, CreateOnesLikeKernel}, {kIdentity, CreateIdentityKernel},
-      {kReshape, CreateReshapeKernel},   {kCast, CreateCastKernel},
+      {kFill, CreateFillKernel},
+      {kZerosLike, CreateZerosLikeKernel},
+      {kOnesLike, CreateOnesLikeKernel},
+      {kIdentity, CreateIdentityKernel},
+      {kIdentityAfter, CreateIdentityAfterKernel},
+      {kReshape, CreateReshapeKernel},
+      {kCast, CreateCastKernel},
   };
   return RegisterKernelTable(registry, plan::CUDA, kEntries);
 }

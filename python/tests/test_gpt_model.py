@@ -63,6 +63,11 @@ FLAG_SETS = [
      dict(data=["/d/a.bin", "/d/b", "/d/c/shard-?.bin"], data_format="uint32", vocab=70000,
           dp=2)),
     (["--data-weights", "2.5", "--eot-token", "255"], dict(data_weights=[2.5], eot_token=255)),
+    # Activation recomputation: Job.recompute, and every block's ops in their Op.block.
+    (["--recompute", "full", "--pp", "2", "--micro-batches", "2"],
+     dict(recompute="full", pp=2, micro_batches=2)),
+    (["--recompute", "selective", "--experts", "4", "--dp", "2", "--ep", "2"],
+     dict(recompute="selective", experts=4, dp=2, ep=2)),
     # Evaluation on held-out data (Job.evaluation): read as the training data is; the MoE GPT
     # evaluates its cross-entropy.
     (["--eval-every", "3", "--eval-data", "/d/valid"], dict(eval_every=3, eval_data="/d/valid")),

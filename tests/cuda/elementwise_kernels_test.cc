@@ -279,6 +279,16 @@ TEST(CudaElementwiseTest, IdentityMatchesTheCpuKernel) {
   cuda_test::ExpectCudaMatchesCpu(call, 0.0f);
 }
 
+TEST(CudaElementwiseTest, IdentityAfterMatchesTheCpuKernel) {
+  LOOM_SKIP_WITHOUT_GPU();
+  OpCall call("identity_after");
+  call.Input(FloatTensor(Shape{4099}, RandomFloats(4099, 72)))
+      .Input(Int32Tensor(Shape{2}, {1, 2}))
+      .Input(FloatTensor(Shape{3}, RandomFloats(3, 74)))
+      .Output(Shape{4099});
+  cuda_test::ExpectCudaMatchesCpu(call, 0.0f);
+}
+
 TEST(CudaElementwiseTest, CastMatchesTheCpuKernelBitForBit) {
   LOOM_SKIP_WITHOUT_GPU();
   // Both directions, exact (round to nearest even on both sides), odd length.

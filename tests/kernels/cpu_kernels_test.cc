@@ -21,7 +21,7 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
       ::testing::ElementsAre(
           "adamw", "add", "bias_add", "broadcast_to", "cast", "causal_attention",
           "causal_attention_grad", "clip_coefficient", "concat", "divide", "embedding",
-          "embedding_grad", "fill", "gelu", "gelu_grad", "identity", "layer_norm",
+          "embedding_grad", "fill", "gelu", "gelu_grad", "identity", "identity_after", "layer_norm",
           "layer_norm_grad", "log_softmax", "log_softmax_grad", "matmul", "moe_combine",
           "moe_dispatch", "moe_dispatch_grad", "moe_route", "moe_route_grad", "multiply",
           "ones_like", "pack_flat", "pad", "random", "random_integers", "reduce_mean", "reduce_sum",

@@ -139,6 +139,26 @@ TEST(IdentityKernelTest, CopiesAnyDataType) {
   EXPECT_EQ(call.output(0).bytes, bytes);
 }
 
+TEST(IdentityAfterKernelTest, CopiesItsFirstInputWhateverTheOthersAre) {
+  const std::vector<float> x = RandomFloats(6, 7);
+  OpCall call("identity_after");
+  call.Input(FloatTensor({2, 3}, x))
+      .Input(MakeTensor({5}, plan::INT64))
+      .Input(FloatTensor({1}, {42.0f}))
+      .Output({2, 3});
+  ASSERT_TRUE(call.Run().ok());
+  EXPECT_EQ(call.OutputFloats(), x);
+}
+
+TEST(IdentityAfterKernelTest, NeedsSomethingToWaitFor) {
+  OpCall alone("identity_after");
+  alone.Input(MakeTensor({3})).Output({3});
+  EXPECT_EQ(alone.Build().status().code(), absl::StatusCode::kInvalidArgument);
+  OpCall different_shape("identity_after");
+  different_shape.Input(MakeTensor({3})).Input(MakeTensor({3})).Output({4});
+  EXPECT_EQ(different_shape.Build().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(IdentityKernelTest, RejectsDifferentDataTypeOrShape) {
   OpCall different_type("identity");
   different_type.Input(MakeTensor({3})).Output({3}, plan::INT32);

@@ -323,42 +323,52 @@ def moe_mlp(p, pre, m, cfg, stats):
     return out
 
 
-def gpt_forward(p, cfg, x, y=None, stats=None):
-    B, T = x.shape
-    D, H = cfg.width, cfg.heads
+def gpt_block(p, cfg, i, h, causal, stats):
+    """Transformer block i: [B, T, D] -> [B, T, D] (causal: causal_mask(T))."""
+    B, T, D = h.shape
+    H = cfg.heads
     Dh = D // H
+    scale = math.sqrt(Dh)
+    pre = f"h.{i}."
+    a = F.layer_norm(h, (D,), p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], cfg.eps)
+    q = linear_product(a, p[pre + "attn.q.weight"], cfg) + p[pre + "attn.q.bias"]
+    k = linear_product(a, p[pre + "attn.k.weight"], cfg) + p[pre + "attn.k.bias"]
+    v = linear_product(a, p[pre + "attn.v.weight"], cfg) + p[pre + "attn.v.bias"]
+    q = q.view(B, T, H, Dh).transpose(1, 2)  # [B,H,T,Dh]
+    k = k.view(B, T, H, Dh).transpose(1, 2)
+    v = v.view(B, T, H, Dh).transpose(1, 2)
+    if cfg.matmul_dtype == "bfloat16":
+        o = Bfloat16CausalAttention.apply(q, k, v, 1.0 / scale)
+    else:
+        s = (q @ k.transpose(-2, -1)) / scale    # [B,H,T,T]
+        s = s.masked_fill(~causal, float("-inf"))
+        att = torch.softmax(s, dim=-1)
+        o = att @ v
+    o = o.transpose(1, 2).reshape(B, T, D)
+    h = h + (linear_product(o, p[pre + "attn.c_proj.weight"], cfg) + p[pre + "attn.c_proj.bias"])
+    m = F.layer_norm(h, (D,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
+    if i in getattr(cfg, "moe_layers", ()):
+        return h + moe_mlp(p, pre, m, cfg, stats)
+    m = F.gelu(linear_product(m, p[pre + "mlp.c_fc.weight"], cfg)
+               + p[pre + "mlp.c_fc.bias"])  # exact erf
+    return h + (linear_product(m, p[pre + "mlp.c_proj.weight"], cfg) + p[pre + "mlp.c_proj.bias"])
+
+
+def gpt_forward(p, cfg, x, y=None, stats=None, run_block=None):
+    """The loss (with y) and the logits. RUN_BLOCK(block, h) runs each block(h) (e.g. under
+    torch.utils.checkpoint); by default it is called directly."""
+    B, T = x.shape
+    D = cfg.width
     if T > cfg.context:
         raise ValueError(f"sequence length {T} exceeds context {cfg.context}")
     if stats is None:
         stats = {}
     h = F.embedding(x, p["wte"]) + p["wpe"][:T]
     causal = causal_mask(T, x.device)
-    scale = math.sqrt(Dh)
     for i in range(cfg.layers):
-        pre = f"h.{i}."
-        a = F.layer_norm(h, (D,), p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], cfg.eps)
-        q = linear_product(a, p[pre + "attn.q.weight"], cfg) + p[pre + "attn.q.bias"]
-        k = linear_product(a, p[pre + "attn.k.weight"], cfg) + p[pre + "attn.k.bias"]
-        v = linear_product(a, p[pre + "attn.v.weight"], cfg) + p[pre + "attn.v.bias"]
-        q = q.view(B, T, H, Dh).transpose(1, 2)  # [B,H,T,Dh]
-        k = k.view(B, T, H, Dh).transpose(1, 2)
-        v = v.view(B, T, H, Dh).transpose(1, 2)
-        if cfg.matmul_dtype == "bfloat16":
-            o = Bfloat16CausalAttention.apply(q, k, v, 1.0 / scale)
-        else:
-            s = (q @ k.transpose(-2, -1)) / scale    # [B,H,T,T]
-            s = s.masked_fill(~causal, float("-inf"))
-            att = torch.softmax(s, dim=-1)
-            o = att @ v
-        o = o.transpose(1, 2).reshape(B, T, D)
-        h = h + (linear_product(o, p[pre + "attn.c_proj.weight"], cfg) + p[pre + "attn.c_proj.bias"])
-        m = F.layer_norm(h, (D,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], cfg.eps)
-        if i in getattr(cfg, "moe_layers", ()):
-            h = h + moe_mlp(p, pre, m, cfg, stats)
-            continue
-        m = F.gelu(linear_product(m, p[pre + "mlp.c_fc.weight"], cfg)
-                   + p[pre + "mlp.c_fc.bias"])  # exact erf
-        h = h + (linear_product(m, p[pre + "mlp.c_proj.weight"], cfg) + p[pre + "mlp.c_proj.bias"])
+        def block(h, i=i):
+            return gpt_block(p, cfg, i, h, causal, stats)
+        h = block(h) if run_block is None else run_block(block, h)
     h = F.layer_norm(h, (D,), p["ln_f.weight"], p["ln_f.bias"], cfg.eps)
     logits = linear_product(h, p["lm_head.weight"], cfg)  # [B,T,V], no bias
     loss = None

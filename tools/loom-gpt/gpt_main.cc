@@ -65,6 +65,10 @@ cli::ArgumentSpec MakeSpec() {
                "cpu | cuda: the devices the job is placed on (cuda:<i>, token batches read on "
                "cpu:<i>)")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
+      .AddFlag("recompute", "WHAT", "none",
+               "none | selective | full: activation recomputation in the backward; selective: "
+               "each block's cheap ops (LayerNorm, GELU, adds, reshapes), keeping matmul and "
+               "attention outputs; full: each block from its input")
       .AddFlag("matmul-data-type", "TYPE", "float32",
                "float32 | bfloat16: mixed precision, every matmul (forward and backward) on "
                "bfloat16 copies of its inputs with float32 accumulation; weights, gradients and "
@@ -218,6 +222,18 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
   config.data_in_order = parsed.Switch("data-in-order");
   config.eval_data_paths = parsed.Values("eval-data");
   config.data_format = parsed.Value("data-format");
+  const std::string recompute = parsed.Value("recompute");
+  if (recompute == "none") {
+    config.recompute = job::RECOMPUTE_NONE;
+  } else if (recompute == "selective") {
+    config.recompute = job::RECOMPUTE_SELECTIVE;
+  } else if (recompute == "full") {
+    config.recompute = job::RECOMPUTE_FULL;
+  } else {
+    return cli::UsageError(
+        kCommand,
+        absl::StrCat("--recompute must be none, selective or full, got '", recompute, "'"));
+  }
   const std::string schedule = parsed.Value("schedule");
   if (schedule == "1f1b") {
     config.schedule = job::ONE_F_ONE_B;

@@ -143,6 +143,7 @@ class GptGraph {
     JobBuilder::OpOptions options;
     if (config_.pipeline_stages > 1) options.stage = stage;
     if (!hint.empty()) options.output_sbp.push_back(std::move(hint));
+    options.block = block_;
     return options;
   }
 
@@ -170,7 +171,15 @@ class GptGraph {
                        {{"permutation", IntListAttribute({0, 2, 1, 3})}}, Options(stage));
   }
 
+  // One transformer block, its ops in the recomputation block named like them ("h.<layer>.").
   std::string Block(int64_t layer, const std::string& h, int stage) {
+    block_ = absl::StrCat("h.", layer, ".");
+    std::string output = BlockOps(layer, h, stage);
+    block_.clear();
+    return output;
+  }
+
+  std::string BlockOps(int64_t layer, const std::string& h, int stage) {
     const std::string prefix = absl::StrCat("h.", layer, ".");
     const std::string a = LayerNorm(prefix + "ln_1", h, stage);
     // Column parallel: q, k, v split on their output axis, so each rank holds whole heads.
@@ -313,6 +322,8 @@ class GptGraph {
   const GptConfig& config_;
   Layout layout_;
   JobBuilder& builder_;
+  // The block (Op.block) of the ops being written; empty outside the transformer blocks.
+  std::string block_;
   std::vector<std::string> aux_losses_;
   std::vector<std::string> dropped_counts_;
   std::vector<std::string> expert_counts_;
@@ -697,6 +708,7 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
     job.set_num_micro_batches(static_cast<int32_t>(config.micro_batches));
   if (stages > 1) job.set_pipeline_schedule(config.schedule);
   if (config.max_grad_norm > 0) job.set_max_grad_norm(config.max_grad_norm);
+  if (config.recompute != job::RECOMPUTE_NONE) job.set_recompute(config.recompute);
   if (config.matmul_data_type != plan::FLOAT32) job.set_matmul_data_type(config.matmul_data_type);
   return job;
 }

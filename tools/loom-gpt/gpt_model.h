@@ -95,6 +95,9 @@ struct GptConfig {
   // experts over the second. 1: every device holds every expert.
   int64_t expert_parallel = 1;
   job::PipelineSchedule schedule = job::ONE_F_ONE_B;
+  // Activation recomputation (Job.recompute): each transformer block is a block (Op.block
+  // "h.<layer>."); SELECTIVE recomputes its cheap ops, FULL all of it from the block's input.
+  job::Recompute recompute = job::RECOMPUTE_NONE;
   // > 0: the devices are spread over nodes, this many per node (device i is
   // "node<i / devices_per_node>/cpu:<i % devices_per_node>"), for a cluster of loomd processes.
   // 0: every device on one node ("cpu:<i>").

@@ -15,7 +15,8 @@ import math
 
 from loom import values
 from loom.job import PIPELINE_SCHEDULES, Job
-from loom.models.gpt_config import LEARNING_RATE_DECAYS, NO_DECAY_PATTERNS, GptConfig
+from loom.models.gpt_config import (LEARNING_RATE_DECAYS, NO_DECAY_PATTERNS, RECOMPUTE,
+                                    GptConfig)
 from loom.models.gpt_layout import GptLayout
 from loom.models.gpt_parameters import gpt_parameters
 from loom.protos import job_pb2, plan_pb2
@@ -31,6 +32,8 @@ class _GptGraph:
         self.aux_losses = []
         self.dropped_counts = []
         self.expert_counts = []
+        # The block (Op.block, recomputation) of the ops being written; "" outside blocks.
+        self.current_block = ""
 
     def options(self, stage, hint=None):
         options = {}
@@ -38,6 +41,8 @@ class _GptGraph:
             options["stage"] = stage
         if hint:
             options["output_sbp"] = [list(hint)]
+        if self.current_block:
+            options["block"] = self.current_block
         return options
 
     def build(self):
@@ -85,6 +90,14 @@ class _GptGraph:
                            {"permutation": [0, 2, 1, 3]}, **self.options(stage))
 
     def block(self, layer, h, stage):
+        """One transformer block, its ops in the recomputation block "h.<layer>."."""
+        self.current_block = f"h.{layer}."
+        try:
+            return self.block_ops(layer, h, stage)
+        finally:
+            self.current_block = ""
+
+    def block_ops(self, layer, h, stage):
         config, job, layout = self.config, self.job, self.layout
         prefix = f"h.{layer}."
         a = self.layer_norm(prefix + "ln_1", h, stage)
@@ -292,6 +305,8 @@ def gpt_job(config):
         message.pipeline_schedule = PIPELINE_SCHEDULES[config.schedule]
     if config.max_grad_norm > 0:
         message.max_grad_norm = config.max_grad_norm
+    if config.recompute != "none":
+        message.recompute = job_pb2.Recompute.Value(RECOMPUTE[config.recompute])
     if config.matmul_data_type != "float32":
         message.matmul_data_type = values.data_type(config.matmul_data_type)
     return job
@@ -312,7 +327,7 @@ def _config_value(key, value):
 
 def gpt(config=None, **settings):
     """The reference GPT as a loom.Job. SETTINGS are loom-gpt's flags with underscores (dp, tp,
-    pp, micro_batches, schedule, devices_per_node, device_type, max_grad_norm,
+    pp, micro_batches, schedule, devices_per_node, device_type, max_grad_norm, recompute,
     matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,

@@ -10,6 +10,9 @@ import numbers
 LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
                         "cosine": "DECAY_COSINE"}
 
+# Job.recompute's values by their loom-gpt names (--recompute).
+RECOMPUTE = {"none": "RECOMPUTE_NONE", "selective": "RECOMPUTE_SELECTIVE", "full": "RECOMPUTE_FULL"}
+
 # The variables of the parameter group "no_decay" (--weight-decay-on matrices): the embeddings,
 # biases and LayerNorm weights.
 NO_DECAY_PATTERNS = ("wte", "wpe", "*.bias", "*ln_*")
@@ -48,6 +51,9 @@ class GptConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     max_grad_norm: float = 0.0
+    # Activation recomputation (Job.recompute): "none", "selective" (each block's cheap ops) or
+    # "full" (each block from its input).
+    recompute: str = "none"
     # The learning-rate schedule (Job.optimizer.learning_rate_schedule): linear warmup over
     # lr_warmup steps, then "constant", "linear" or "cosine" decay to min_lr at step
     # lr_decay_steps (0: steps).
@@ -227,6 +233,8 @@ class GptConfig:
         if self.matmul_data_type not in ("float32", "bfloat16"):
             raise error("matmul data type must be float32 or bfloat16, got "
                         f"{self.matmul_data_type}")
+        if self.recompute not in RECOMPUTE:
+            raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
         if self.schedule not in ("1f1b", "gpipe"):
             raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b or gpipe)")
         return self

@@ -1,0 +1,364 @@
+// Activation recomputation (compiler/recomputation.h): what the backward keeps of each block under
+// SELECTIVE, FULL and per-op settings, the gates it waits on, the errors; and the GPT trained on
+// every layout computing bit for bit what it computes without recomputation, its devices
+// allocating what the compiler estimated, FULL taking less memory.
+
+#include "compiler/recomputation.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/autodiff.h"
+#include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
+#include "core/device_name.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "node/local_run.h"
+#include "tests/compiler/gpt_layouts.h"
+
+namespace loom::compiler::testing {
+namespace {
+
+// The tiny GPT of gpt_layouts.h on `layout` with `recompute`.
+absl::StatusOr<job::Job> GptJob(const GptLayout& layout, job::Recompute recompute) {
+  absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+  if (!job.ok()) return job.status();
+  job->set_recompute(recompute);
+  return job;
+}
+
+absl::StatusOr<job::Job> WithBackward(const job::Job& job, int devices) {
+  DeviceSet device_set = DeviceSet::Cpus(devices, 1);
+  return AddBackward(job, StandardOps(), device_set, job.loss());
+}
+
+// What the backward of a job reads of its forward ops' outputs.
+struct BackwardReads {
+  // Forward tensors that ops marked backward read, except through identity_after gates.
+  absl::flat_hash_set<std::string> kept;
+  // The gates: the forward tensor each copies, and what it waits for.
+  std::vector<std::pair<std::string, std::vector<std::string>>> gates;
+  int barriers = 0;  // identity_after ops on gradients only (a block's backward done)
+  int copies = 0;    // clones of forward ops (Op.recomputes set)
+};
+
+BackwardReads ReadsOf(const job::Job& trained) {
+  absl::flat_hash_set<std::string> forward_tensors;
+  for (const job::Op& op : trained.ops()) {
+    if (op.backward()) continue;
+    for (const std::string& output : op.outputs()) forward_tensors.insert(output);
+  }
+  BackwardReads reads;
+  for (const job::Op& op : trained.ops()) {
+    if (!op.backward()) continue;
+    if (op.type() == "identity_after") {
+      if (forward_tensors.contains(op.inputs(0))) {
+        reads.gates.emplace_back(
+            op.inputs(0), std::vector<std::string>(op.inputs().begin() + 1, op.inputs().end()));
+      } else {
+        ++reads.barriers;
+      }
+      continue;
+    }
+    if (!op.recomputes().empty()) ++reads.copies;
+    for (const std::string& input : op.inputs()) {
+      if (forward_tensors.contains(input)) reads.kept.insert(input);
+    }
+  }
+  for (const auto& [input, after] : reads.gates) reads.kept.insert(input);
+  return reads;
+}
+
+// The forward ops of `job` by output tensor.
+absl::flat_hash_map<std::string, const job::Op*> ProducersOf(const job::Job& job) {
+  absl::flat_hash_map<std::string, const job::Op*> producers;
+  for (const job::Op& op : job.ops()) {
+    for (const std::string& output : op.outputs()) producers[output] = &op;
+  }
+  return producers;
+}
+
+// Tensors of a block that ops outside the block read: what FULL keeps of it.
+absl::flat_hash_set<std::string> BlockOutputs(const job::Job& job) {
+  const absl::flat_hash_map<std::string, const job::Op*> producers = ProducersOf(job);
+  absl::flat_hash_set<std::string> outputs;
+  for (const job::Op& op : job.ops()) {
+    for (const std::string& input : op.inputs()) {
+      auto found = producers.find(input);
+      if (found != producers.end() && !found->second->block().empty() &&
+          found->second->block() != op.block()) {
+        outputs.insert(input);
+      }
+    }
+  }
+  return outputs;
+}
+
+const GptLayout kOneDevice{.name = "one_device"};
+
+TEST(RecomputationTest, FullKeepsOnlyWhatCrossesABlock) {
+  absl::StatusOr<job::Job> job = GptJob(kOneDevice, job::RECOMPUTE_FULL);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<job::Job> trained = WithBackward(*job, 1);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const BackwardReads reads = ReadsOf(*trained);
+  const absl::flat_hash_map<std::string, const job::Op*> producers = ProducersOf(*job);
+  const absl::flat_hash_set<std::string> crossing = BlockOutputs(*job);
+  EXPECT_GT(reads.copies, 0);
+  for (const std::string& tensor : reads.kept) {
+    auto found = producers.find(tensor);
+    if (found == producers.end() || found->second->block().empty()) continue;
+    // A matmul's bfloat16 weight casts would be kept (they read only variables); float32 here.
+    EXPECT_TRUE(crossing.contains(tensor))
+        << "the backward keeps '" << tensor << "' from inside block " << found->second->block();
+  }
+  // Every block's input is kept (gated); every gate waits on a gradient and, but in the last
+  // block, on the barrier of the block after it (4 blocks: 3 barriers).
+  EXPECT_TRUE(reads.kept.contains("h.in")) << "block 0's input";
+  EXPECT_EQ(reads.barriers, 3);
+  int behind_barriers = 0;
+  for (const auto& [input, after] : reads.gates) {
+    ASSERT_FALSE(after.empty());
+    EXPECT_TRUE(absl::StartsWith(after[0], "grad/")) << input << " gated on " << after[0];
+    if (after.size() == 2) ++behind_barriers;
+  }
+  EXPECT_GT(behind_barriers, 0);
+  EXPECT_LT(behind_barriers, static_cast<int>(reads.gates.size()));
+}
+
+TEST(RecomputationTest, SelectiveKeepsMatmulAndAttentionOutputsOnly) {
+  absl::StatusOr<job::Job> job = GptJob(kOneDevice, job::RECOMPUTE_SELECTIVE);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<job::Job> trained = WithBackward(*job, 1);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const BackwardReads reads = ReadsOf(*trained);
+  const absl::flat_hash_map<std::string, const job::Op*> producers = ProducersOf(*job);
+  const absl::flat_hash_set<std::string> crossing = BlockOutputs(*job);
+  bool keeps_a_matmul_output = false;
+  for (const std::string& tensor : reads.kept) {
+    auto found = producers.find(tensor);
+    if (found == producers.end() || found->second->block().empty()) continue;
+    if (IsCheapToRecompute(found->second->type())) {
+      EXPECT_TRUE(crossing.contains(tensor))
+          << "the backward keeps '" << tensor << "' (" << found->second->type() << ")";
+    } else {
+      keeps_a_matmul_output = true;
+    }
+  }
+  EXPECT_TRUE(keeps_a_matmul_output);
+  // LayerNorm and GELU outputs are read by matmuls' backward: now through copies.
+  EXPECT_FALSE(reads.kept.contains("h.0.ln_1"));
+  EXPECT_FALSE(reads.kept.contains("h.0.mlp.gelu"));
+}
+
+TEST(RecomputationTest, NoneKeepsWhatTheBackwardReadsAndAddsNothing) {
+  absl::StatusOr<job::Job> job = GptJob(kOneDevice, job::RECOMPUTE_NONE);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<job::Job> trained = WithBackward(*job, 1);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const BackwardReads reads = ReadsOf(*trained);
+  EXPECT_EQ(reads.copies, 0);
+  EXPECT_TRUE(reads.gates.empty());
+  EXPECT_TRUE(reads.kept.contains("h.0.ln_1"));
+}
+
+TEST(RecomputationTest, PerOpSettingsOverrideTheJobs) {
+  absl::StatusOr<job::Job> job = GptJob(kOneDevice, job::RECOMPUTE_FULL);
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (job::Op& op : *job->mutable_ops()) {
+    if (op.name() == "h.1.ln_2") op.set_recompute(job::OP_RECOMPUTE_NEVER);
+  }
+  absl::StatusOr<job::Job> trained = WithBackward(*job, 1);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_TRUE(ReadsOf(*trained).kept.contains("h.1.ln_2"));
+  EXPECT_FALSE(ReadsOf(*trained).kept.contains("h.1.ln_1"));
+
+  job = GptJob(kOneDevice, job::RECOMPUTE_NONE);
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (job::Op& op : *job->mutable_ops()) {
+    if (op.name() == "h.2.ln_1") op.set_recompute(job::OP_RECOMPUTE_ALWAYS);
+  }
+  trained = WithBackward(*job, 1);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const BackwardReads reads = ReadsOf(*trained);
+  EXPECT_FALSE(reads.kept.contains("h.2.ln_1"));
+  EXPECT_TRUE(reads.kept.contains("h.2.ln_2"));
+  EXPECT_TRUE(reads.kept.contains("h.1.ln_1"));
+  EXPECT_EQ(reads.copies, 1);  // the LayerNorm, from its gated input
+  ASSERT_EQ(reads.gates.size(), 1u);
+  EXPECT_EQ(reads.gates[0].first, "h.1.mlp.residual");
+  // ... once block 3's backward is done (its gradients to leave it: a barrier).
+  EXPECT_EQ(reads.barriers, 1);
+  EXPECT_EQ(reads.gates[0].second.size(), 2u);
+}
+
+TEST(RecomputationTest, RefusesSettingsItCannotHonour) {
+  absl::StatusOr<job::Job> job = GptJob(kOneDevice, job::RECOMPUTE_NONE);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job::Job outside = *job;
+  for (job::Op& op : *outside.mutable_ops()) {
+    if (op.name() == "ln_f") op.set_recompute(job::OP_RECOMPUTE_ALWAYS);
+  }
+  absl::StatusOr<CompileResult> compiled = CompileOn(outside, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "'ln_f'")) << compiled.status();
+
+  job::Job no_blocks = *job;
+  for (job::Op& op : *no_blocks.mutable_ops()) op.clear_block();
+  no_blocks.set_recompute(job::RECOMPUTE_FULL);
+  compiled = CompileOn(no_blocks, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "no op of job")) << compiled.status();
+
+  job::Job inference = *job;
+  inference.clear_loss();
+  inference.clear_optimizer();
+  inference.set_recompute(job::RECOMPUTE_SELECTIVE);
+  compiled = CompileOn(inference, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "no loss")) << compiled.status();
+}
+
+struct Outcome {
+  std::map<std::string, std::vector<HostTensor>> fetched;
+  std::map<std::string, int64_t> allocated_bytes;  // by device
+  std::map<std::string, int64_t> estimated_bytes;  // by device
+  int64_t peak_estimate = 0;                       // the largest device's estimate
+};
+
+absl::StatusOr<Outcome> Train(const GptLayout& layout, const job::Job& job) {
+  absl::StatusOr<CompileResult> compiled = CompileOn(job, layout.devices(), layout.nodes);
+  if (!compiled.ok()) return compiled.status();
+  Outcome outcome;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
+    outcome.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
+    outcome.peak_estimate = std::max(outcome.peak_estimate, estimate.total_bytes());
+  }
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+  JobOptions options;
+  options.stall_timeout = absl::Seconds(60);
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, options);
+  if (!run.ok()) return run.status();
+  for (const auto& memory : run->runtime->device_memories()) {
+    outcome.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
+  }
+  outcome.fetched = std::move(run->fetched);
+  return outcome;
+}
+
+void ExpectBitIdentical(const Outcome& expected, const Outcome& actual, const std::string& what) {
+  ASSERT_EQ(expected.fetched.size(), actual.fetched.size()) << what;
+  for (const auto& [name, steps] : expected.fetched) {
+    auto found = actual.fetched.find(name);
+    ASSERT_NE(found, actual.fetched.end()) << what << ": no fetch of '" << name << "'";
+    ASSERT_EQ(steps.size(), found->second.size()) << what << ": '" << name << "'";
+    for (size_t step = 0; step < steps.size(); ++step) {
+      EXPECT_EQ(steps[step].bytes, found->second[step].bytes)
+          << what << ": '" << name << "' differs at piece " << step;
+    }
+  }
+}
+
+std::vector<GptLayout> OneNodeLayouts() {
+  std::vector<GptLayout> layouts;
+  for (const GptLayout& layout : SharingLayouts()) {
+    if (layout.nodes == 1) layouts.push_back(layout);
+  }
+  return layouts;
+}
+
+class RecomputationLayoutTest : public ::testing::TestWithParam<GptLayout> {};
+
+TEST_P(RecomputationLayoutTest, TrainsBitForBitWithinTheEstimate) {
+  const GptLayout& layout = GetParam();
+  absl::StatusOr<job::Job> job = GptJob(layout, job::RECOMPUTE_NONE);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Outcome> kept = Train(layout, *job);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  for (job::Recompute recompute : {job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
+    const std::string what = absl::StrCat(layout.name, " ", job::Recompute_Name(recompute));
+    job->set_recompute(recompute);
+    absl::StatusOr<Outcome> recomputed = Train(layout, *job);
+    ASSERT_TRUE(recomputed.ok()) << what << ": " << recomputed.status();
+    ExpectBitIdentical(*kept, *recomputed, what);
+    EXPECT_EQ(recomputed->allocated_bytes, recomputed->estimated_bytes) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RecomputationLayoutTest, ::testing::ValuesIn(OneNodeLayouts()),
+                         [](const ::testing::TestParamInfo<GptLayout>& info) {
+                           return info.param.name;
+                         });
+
+// Where activations dominate (context 256, as in training), recomputation takes much less
+// memory on every device: the compiler's estimate, which the runtime allocates to the byte
+// (above). Not yet under TP or with micro-batches on pipeline stages, where the memory-sharing
+// proof cannot order the copies (docs/ARCHITECTURE.md, "Recomputation").
+TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
+  for (const GptLayout& layout : {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
+                                  GptLayout{.name = "pp2", .pipeline_stages = 2},
+                                  GptLayout{.name = "m4_one_device", .micro_batches = 4}}) {
+    std::map<job::Recompute, int64_t> peak;
+    for (job::Recompute recompute :
+         {job::RECOMPUTE_NONE, job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
+      gpt::GptConfig config;
+      config.context = 256;
+      config.width = 64;
+      config.layers = 4;
+      config.heads = 2;
+      config.mlp_width = 256;
+      config.batch = 8;
+      config.steps = 1;
+      ApplyLayout(layout, config);
+      config.recompute = recompute;
+      absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+      ASSERT_TRUE(job.ok()) << job.status();
+      absl::StatusOr<CompileResult> compiled = CompileOn(*job, layout.devices(), layout.nodes);
+      ASSERT_TRUE(compiled.ok()) << layout.name << ": " << compiled.status();
+      for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
+        peak[recompute] = std::max(peak[recompute], estimate.total_bytes());
+      }
+    }
+    EXPECT_LT(peak[job::RECOMPUTE_SELECTIVE], peak[job::RECOMPUTE_NONE] * 0.8) << layout.name;
+    EXPECT_LT(peak[job::RECOMPUTE_FULL], peak[job::RECOMPUTE_NONE] * 0.8) << layout.name;
+  }
+}
+
+// Random per-op settings (any subset of a block's ops recomputed) train bit for bit as none.
+TEST(RecomputationTest, RandomPerOpSettingsTrainBitForBit) {
+  for (const GptLayout& layout :
+       {kOneDevice, GptLayout{.name = "pp2_m2", .pipeline_stages = 2, .micro_batches = 2}}) {
+    absl::StatusOr<job::Job> job = GptJob(layout, job::RECOMPUTE_NONE);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<Outcome> kept = Train(layout, *job);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      std::mt19937 random(seed);
+      job::Job mixed = *job;
+      mixed.set_recompute(seed % 2 == 0 ? job::RECOMPUTE_FULL : job::RECOMPUTE_NONE);
+      for (job::Op& op : *mixed.mutable_ops()) {
+        if (op.block().empty()) continue;
+        const uint32_t draw = random() % 3;
+        op.set_recompute(draw == 0   ? job::OP_RECOMPUTE_ALWAYS
+                         : draw == 1 ? job::OP_RECOMPUTE_NEVER
+                                     : job::OP_RECOMPUTE_DEFAULT);
+      }
+      const std::string what = absl::StrCat(layout.name, " seed ", seed);
+      absl::StatusOr<Outcome> recomputed = Train(layout, mixed);
+      ASSERT_TRUE(recomputed.ok()) << what << ": " << recomputed.status();
+      ExpectBitIdentical(*kept, *recomputed, what);
+      EXPECT_EQ(recomputed->allocated_bytes, recomputed->estimated_bytes) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::compiler::testing
