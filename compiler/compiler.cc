@@ -1,5 +1,7 @@
 #include "compiler/compiler.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,7 +77,10 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
   return result;
 }
 
-absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
+namespace {
+
+// Compile's passes but the memory check.
+absl::StatusOr<CompileResult> PlanJob(const job::Job& job, const OpRegistry& registry,
                                       const DeviceSet& devices, const CompileOptions& options) {
   absl::StatusOr<CompileResult> lowered = LowerJob(job, registry, devices, options);
   if (!lowered.ok()) return lowered.status();
@@ -89,8 +94,54 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
     ShareRegisterMemory(result.node_plans, threads);
     CopyRegisterPlacement(result.node_plans, result.plan);
   }
-  if (absl::Status status = CheckMemory(result.node_plans, threads); !status.ok()) return status;
   return lowered;
+}
+
+// For a training job refused for memory whose blocks could recompute more: the most a device
+// would need with each stronger Job.recompute, compiled, and the first that fits. "" when the job
+// has no blocks, trains nothing or recomputes fully already.
+std::string RecomputationAdvice(const job::Job& job, const OpRegistry& registry,
+                                const DeviceSet& devices, const CompileOptions& options) {
+  const bool has_blocks = std::any_of(job.ops().begin(), job.ops().end(),
+                                      [](const job::Op& op) { return !op.block().empty(); });
+  if (job.loss().empty() || !has_blocks) return "";
+  const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
+  std::vector<std::string> tried;
+  for (job::Recompute recompute : {job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
+    if (recompute <= job.recompute()) continue;
+    job::Job alternative = job;
+    alternative.set_recompute(recompute);
+    absl::StatusOr<CompileResult> planned = PlanJob(alternative, registry, devices, options);
+    if (!planned.ok()) continue;
+    int64_t most = 0;
+    for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned->node_plans, threads)) {
+      most = std::max(most, estimate.total_bytes());
+    }
+    const std::string name = job::Recompute_Name(recompute);
+    if (CheckMemory(planned->node_plans, threads).ok()) {
+      return absl::StrCat(" It fits with recompute: ", name, " (at most ", FormatBytes(most),
+                          " per device", tried.empty() ? "" : "; ", absl::StrJoin(tried, "; "),
+                          ").");
+    }
+    tried.push_back(absl::StrCat(name, " would need up to ", FormatBytes(most), " per device"));
+  }
+  if (tried.empty()) return "";
+  return absl::StrCat(" Recomputation does not make it fit: ", absl::StrJoin(tried, "; "), ".");
+}
+
+}  // namespace
+
+absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,
+                                      const DeviceSet& devices, const CompileOptions& options) {
+  absl::StatusOr<CompileResult> planned = PlanJob(job, registry, devices, options);
+  if (!planned.ok()) return planned.status();
+  const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
+  if (absl::Status status = CheckMemory(planned->node_plans, threads); !status.ok()) {
+    if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(status.message(), RecomputationAdvice(job, registry, devices, options)));
+  }
+  return planned;
 }
 
 std::string Explain(const CompileResult& result) {
@@ -156,7 +207,7 @@ std::string Explain(const CompileResult& result) {
         estimate.budget_bytes > 0
             ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
             : "",
-        "\n");
+        "\n    by what it holds: ", DescribeMemoryParts(estimate.parts), "\n");
   }
   return text;
 }

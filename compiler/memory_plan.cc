@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/parallel_for.h"
 #include "core/checked_arithmetic.h"
 #include "core/collective_backend_kind.h"
@@ -80,19 +81,46 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     return found == registers.end() ? 0 : SlotBytes(*found->second);
   };
   absl::flat_hash_map<absl::string_view, int> device_of_register;
+  // What each register holds, from the kinds of the tasks that write and read it.
+  // In the order in which they win: a variable's value is a parameter whoever reads it, a buffer
+  // that peers read or write is communication, then gradients.
+  enum class Holds { kActivation, kGradient, kCommunication, kParameter };
+  absl::flat_hash_map<absl::string_view, Holds> holds;
+  auto classify = [&](const std::string& name, Holds kind) {
+    Holds& current = holds[name];
+    current = std::max(current, kind);
+  };
   for (const plan::Task& task : plan.tasks()) {
+    const bool communicates = task.kind() == plan::COLLECTIVE || task.kind() == plan::SEND ||
+                              task.kind() == plan::RECEIVE;
+    for (const std::string& input : task.inputs()) {
+      if (communicates) {
+        classify(input, Holds::kCommunication);
+      } else if (task.kind() == plan::VARIABLE || task.kind() == plan::ACCUMULATE) {
+        classify(input, Holds::kGradient);
+      }
+    }
+    for (const std::string& output : task.outputs()) {
+      if (communicates) {
+        classify(output, Holds::kCommunication);
+      } else if (task.kind() == plan::VARIABLE) {
+        classify(output, Holds::kParameter);
+      }
+    }
     auto found = position.find(DeviceKey::Of(task.stream().device()));
     if (found == position.end()) continue;
     for (const std::string& output : task.outputs()) device_of_register[output] = found->second;
     DeviceMemoryEstimate& estimate = holdings[found->second].estimate;
     if (task.kind() == plan::VARIABLE && task.outputs_size() > 0) {
-      estimate.state_bytes = SaturatedAdd(
-          estimate.state_bytes,
+      const int64_t bytes =
           SaturatedMultiply(BufferBytes(slot_bytes_of(task.outputs(0)), estimate.device),
-                            std::max(task.num_optimizer_states(), 0)));
+                            std::max(task.num_optimizer_states(), 0));
+      estimate.state_bytes = SaturatedAdd(estimate.state_bytes, bytes);
+      estimate.parts.optimizer_states = SaturatedAdd(estimate.parts.optimizer_states, bytes);
     } else if (task.kind() == plan::ACCUMULATE && task.inputs_size() > 0) {
-      estimate.state_bytes = SaturatedAdd(
-          estimate.state_bytes, BufferBytes(slot_bytes_of(task.inputs(0)), estimate.device));
+      const int64_t bytes = BufferBytes(slot_bytes_of(task.inputs(0)), estimate.device);
+      estimate.state_bytes = SaturatedAdd(estimate.state_bytes, bytes);
+      estimate.parts.accumulators = SaturatedAdd(estimate.parts.accumulators, bytes);
     }
   }
   for (const plan::RegisterDesc& reg : plan.registers()) {
@@ -103,7 +131,20 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
                                             std::max(reg.num_slots(), 0));
     device.estimate.unshared_register_bytes =
         SaturatedAdd(device.estimate.unshared_register_bytes, bytes);
-    if (!reg.pool().empty()) continue;  // its bytes are its pool's
+    MemoryParts& parts = device.estimate.parts;
+    auto kind = holds.find(reg.name());
+    const Holds held = kind == holds.end() ? Holds::kActivation : kind->second;
+    if (!reg.pool().empty()) {
+      // Its bytes are its pool's.
+      int64_t& apart = held == Holds::kGradient ? parts.pooled_gradients : parts.pooled_activations;
+      apart = SaturatedAdd(apart, bytes);
+      continue;
+    }
+    int64_t& part = held == Holds::kParameter       ? parts.parameters
+                    : held == Holds::kGradient      ? parts.gradients
+                    : held == Holds::kCommunication ? parts.communication
+                                                    : parts.activations;
+    part = SaturatedAdd(part, bytes);
     device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
     if (found->second == named_device) {
       device.registers.emplace_back(bytes, absl::StrCat("'", reg.name(), "'"));
@@ -116,6 +157,7 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     DeviceHoldings& device = holdings[found->second];
     const int64_t bytes = BufferBytes(std::max<int64_t>(pool.bytes(), 0), device.estimate.device);
     device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
+    device.estimate.parts.pools = SaturatedAdd(device.estimate.parts.pools, bytes);
     if (found->second == named_device) {
       device.registers.emplace_back(
           bytes, absl::StrCat("memory pool '", pool.name(), "' (shared by ", pool.num_registers(),
@@ -204,6 +246,7 @@ void AddStaging(const NetworkCollectiveRanks& collectives,
     if (bytes == 0) continue;
     DeviceHoldings& holder = holdings[found->second];
     holder.estimate.staging_bytes = SaturatedAdd(holder.estimate.staging_bytes, bytes);
+    holder.estimate.parts.communication = SaturatedAdd(holder.estimate.parts.communication, bytes);
     int64_t& of_communicator = holder.staging[key.first];
     of_communicator = SaturatedAdd(of_communicator, bytes);
   }
@@ -265,6 +308,31 @@ std::string Largest(std::vector<std::pair<int64_t, std::string>> holders, size_t
 
 }  // namespace
 
+std::string DescribeMemoryParts(const MemoryParts& parts) {
+  std::vector<std::string> described;
+  auto add = [&](const char* what, int64_t bytes) {
+    if (bytes > 0) described.push_back(absl::StrCat(what, " ", FormatBytes(bytes)));
+  };
+  add("parameters", parts.parameters);
+  add("gradients", parts.gradients);
+  add("optimizer states", parts.optimizer_states);
+  add("gradient accumulators", parts.accumulators);
+  add("activations", parts.activations);
+  add("communication buffers", parts.communication);
+  if (parts.pools > 0) {
+    std::vector<std::string> apart;
+    if (parts.pooled_activations > 0) {
+      apart.push_back(absl::StrCat("activations ", FormatBytes(parts.pooled_activations)));
+    }
+    if (parts.pooled_gradients > 0) {
+      apart.push_back(absl::StrCat("gradients ", FormatBytes(parts.pooled_gradients)));
+    }
+    described.push_back(absl::StrCat("memory pools ", FormatBytes(parts.pools), " (holding ",
+                                     absl::StrJoin(apart, " and "), " apart)"));
+  }
+  return described.empty() ? "nothing" : absl::StrJoin(described, ", ");
+}
+
 std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> node_plans,
                                                  int threads) {
   std::vector<DeviceMemoryEstimate> estimates;
@@ -305,6 +373,7 @@ absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
       }
       absl::StrAppend(&needs, ")");
     }
+    absl::StrAppend(&holders, "; by what it holds: ", DescribeMemoryParts(estimate.parts));
     if (beyond_any_device) {
       return absl::ResourceExhaustedError(
           absl::StrCat("device ", DeviceName(estimate.device), " needs ", needs,

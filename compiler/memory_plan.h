@@ -25,8 +25,29 @@ namespace loom::compiler {
 // runs; the bound also keeps every sum of an estimate far from int64's limit.
 inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 56;
 
+// A device's estimate by what its buffers hold (the breakdown of the Ultra-Scale Playbook), each
+// part as the runtime lays it out. Registers in memory pools are counted by their pools; what
+// the pools' registers would take apart is given by kind too.
+struct MemoryParts {
+  int64_t parameters = 0;        // the variables' values (registers VARIABLE tasks write)
+  int64_t gradients = 0;         // registers a VARIABLE or ACCUMULATE reads, outside pools
+  int64_t optimizer_states = 0;  // the variables' optimizer states
+  int64_t accumulators = 0;      // the sums of gradients over a step's micro-batches
+  int64_t activations = 0;       // the other registers of computations, outside pools
+  // Registers collectives, sends or receives write or read (their peers' bytes), and the
+  // staging buffers of network collectives.
+  int64_t communication = 0;
+  int64_t pools = 0;  // the memory pools
+  int64_t pooled_gradients = 0;    // what the pools' gradients would take apart
+  int64_t pooled_activations = 0;  // what the pools' other registers would take apart
+};
+
+// "parameters 129.2 MiB, gradients ..., ...": the non-zero parts of `parts`.
+std::string DescribeMemoryParts(const MemoryParts& parts);
+
 struct DeviceMemoryEstimate {
   plan::Device device;
+  MemoryParts parts;
   // Every slot of every register the device's tasks produce (the node split's copies included),
   // registers that share memory (RegisterDesc.pool) counted by their pools.
   int64_t register_bytes = 0;

@@ -96,6 +96,30 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MemorySharingTest, ::testing::ValuesIn(OneNode
                            return info.param.name;
                          });
 
+// The estimate broken down by what the buffers hold adds up to it on every device of every
+// layout; the parameters and AdamW's two states are what the variables' shapes give.
+TEST_P(MemorySharingTest, EstimatesBreakDownByWhatTheBuffersHold) {
+  const GptLayout& layout = GetParam();
+  absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
+    const MemoryParts& parts = estimate.parts;
+    const std::string what = absl::StrCat(layout.name, " ", DeviceName(estimate.device), ": ",
+                                          DescribeMemoryParts(parts));
+    EXPECT_EQ(parts.parameters + parts.gradients + parts.optimizer_states + parts.accumulators +
+                  parts.activations + parts.communication + parts.pools,
+              estimate.total_bytes())
+        << what;
+    EXPECT_GT(parts.parameters, 0) << what;
+    EXPECT_EQ(parts.optimizer_states, 2 * parts.parameters) << what;  // AdamW
+    EXPECT_EQ(parts.accumulators > 0, layout.micro_batches > 1) << what;
+    if (layout.data_parallel > 1 || layout.tensor_parallel > 1) {
+      EXPECT_GT(parts.communication, 0) << what;
+    }
+    EXPECT_EQ(parts.pools > 0, parts.pooled_activations + parts.pooled_gradients > 0) << what;
+  }
+}
+
 // One device without micro-batches: the forward's activations wait for the backward, but every
 // other transient of a step shares; registers take at most half of what they take apart.
 TEST(MemorySharingTest, OneDeviceTrainingHalvesItsRegisters) {

@@ -332,6 +332,65 @@ TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
   }
 }
 
+// A job over its budget is refused with what recomputation would give, compiled.
+TEST(RecomputationTest, OverBudgetJobsAreToldWhatRecomputationGives) {
+  gpt::GptConfig config;
+  config.context = 256;
+  config.width = 64;
+  config.layers = 4;
+  config.heads = 2;
+  config.mlp_width = 256;
+  config.batch = 8;
+  config.steps = 1;
+  std::map<job::Recompute, int64_t> peak;
+  for (job::Recompute recompute :
+       {job::RECOMPUTE_NONE, job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
+    config.recompute = recompute;
+    absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<CompileResult> compiled = CompileOn(*job, 1);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    peak[recompute] = EstimateMemory(compiled->node_plans)[0].total_bytes();
+  }
+  ASSERT_LT(peak[job::RECOMPUTE_FULL], peak[job::RECOMPUTE_SELECTIVE]);
+  ASSERT_LT(peak[job::RECOMPUTE_SELECTIVE], peak[job::RECOMPUTE_NONE]);
+  config.recompute = job::RECOMPUTE_NONE;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // Between FULL and SELECTIVE: FULL fits, SELECTIVE is named with what it would need.
+  job->set_device_memory_budget_bytes((peak[job::RECOMPUTE_FULL] + peak[job::RECOMPUTE_SELECTIVE]) /
+                                      2);
+  absl::StatusOr<CompileResult> compiled = CompileOn(*job, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
+                                "It fits with recompute: RECOMPUTE_FULL"))
+      << compiled.status();
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "RECOMPUTE_SELECTIVE would need"))
+      << compiled.status();
+
+  // Between SELECTIVE and NONE: SELECTIVE fits.
+  job->set_device_memory_budget_bytes(
+      (peak[job::RECOMPUTE_SELECTIVE] + peak[job::RECOMPUTE_NONE]) / 2);
+  compiled = CompileOn(*job, 1);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
+                                "It fits with recompute: RECOMPUTE_SELECTIVE"))
+      << compiled.status();
+
+  // Below FULL: nothing fits, and it says so.
+  job->set_device_memory_budget_bytes(peak[job::RECOMPUTE_FULL] - 1);
+  compiled = CompileOn(*job, 1);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
+                                "Recomputation does not make it fit"))
+      << compiled.status();
+
+  // A job without blocks gets no advice.
+  for (job::Op& op : *job->mutable_ops()) op.clear_block();
+  compiled = CompileOn(*job, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(absl::StrContains(compiled.status().message(), "ecompute")) << compiled.status();
+}
+
 // Random per-op settings (any subset of a block's ops recomputed) train bit for bit as none.
 TEST(RecomputationTest, RandomPerOpSettingsTrainBitForBit) {
   for (const GptLayout& layout :
