@@ -55,6 +55,8 @@ struct Layout {
   int nodes, devices_per_node;
   // An MoE MLP in block 1 with this many experts over groups of expert_parallel devices.
   int64_t experts = 0, expert_parallel = 1;
+  // Activation recomputation (its gates and barriers between the node plans too).
+  job::Recompute recompute = job::RECOMPUTE_NONE;
 };
 
 class NodeJobTest : public ::testing::TestWithParam<Layout> {};
@@ -69,6 +71,7 @@ TEST_P(NodeJobTest, LossesEqualTheOneNodeRun) {
   config.experts = layout.experts;
   config.moe_layers = {1};
   config.expert_parallel = layout.expert_parallel;
+  config.recompute = layout.recompute;
   absl::StatusOr<job::Job> single = gpt::BuildGptJob(config);
   ASSERT_TRUE(single.ok()) << single.status();
   const int devices = layout.nodes * layout.devices_per_node;
@@ -115,7 +118,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
                       Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1},
                       Layout{"dp2_ep2_on_2_nodes", 2, 1, 1, 1, 2, 1, 4, 2},
-                      Layout{"dp4_ep2_on_2_nodes", 4, 1, 1, 1, 2, 2, 4, 2}),
+                      Layout{"dp4_ep2_on_2_nodes", 4, 1, 1, 1, 2, 2, 4, 2},
+                      Layout{"pp2_recompute_full_on_2_nodes", 1, 1, 2, 2, 2, 1, 0, 1,
+                             job::RECOMPUTE_FULL},
+                      Layout{"dp2_tp2_recompute_selective_on_2_nodes", 2, 2, 1, 1, 2, 2, 0, 1,
+                             job::RECOMPUTE_SELECTIVE}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Three NodeJobs of a three-stage pipeline, created (networks open) but not connected.
