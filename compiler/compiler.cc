@@ -19,6 +19,7 @@
 #include "compiler/pieces_per_step.h"
 #include "compiler/sbp_inference.h"
 #include "compiler/step_proof.h"
+#include "compiler/zero_sharding.h"
 #include "core/device_name.h"
 #include "core/file_contents.h"
 #include "core/format_bytes.h"
@@ -65,6 +66,7 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
   if (!graph.ok()) return graph.status();
   result.graph = std::move(*graph);
   if (absl::Status status = InferSbp(&result.graph); !status.ok()) return status;
+  if (absl::Status status = ShardOverDataParallel(job, &result.graph); !status.ok()) return status;
   absl::StatusOr<plan::Plan> plan = LowerToPlan(result.graph, devices, options.max_tasks);
   if (!plan.ok()) return plan.status();
   result.plan = std::move(*plan);

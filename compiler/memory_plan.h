@@ -37,7 +37,7 @@ struct MemoryParts {
   // Registers collectives, sends or receives write or read (their peers' bytes), and the
   // staging buffers of network collectives.
   int64_t communication = 0;
-  int64_t pools = 0;  // the memory pools
+  int64_t pools = 0;               // the memory pools
   int64_t pooled_gradients = 0;    // what the pools' gradients would take apart
   int64_t pooled_activations = 0;  // what the pools' other registers would take apart
 };

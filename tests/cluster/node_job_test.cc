@@ -2,7 +2,6 @@
 // fetched losses equal the one-node run's bit for bit, and every device allocates what the
 // compiler estimated. The connect phase's probes: every peer is
 // heard from when all connect; a silent peer and a dead one fail the wait naming them.
-#include "core/file_roots.h"
 #include "daemon/node_job.h"
 
 #include <map>
@@ -15,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "compiler/memory_plan.h"
 #include "core/device_name.h"
+#include "core/file_roots.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"

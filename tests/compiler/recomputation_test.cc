@@ -363,25 +363,24 @@ TEST(RecomputationTest, OverBudgetJobsAreToldWhatRecomputationGives) {
                                       2);
   absl::StatusOr<CompileResult> compiled = CompileOn(*job, 1);
   EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
-                                "It fits with recompute: RECOMPUTE_FULL"))
+  EXPECT_TRUE(
+      absl::StrContains(compiled.status().message(), "It fits with recompute: RECOMPUTE_FULL"))
       << compiled.status();
   EXPECT_TRUE(absl::StrContains(compiled.status().message(), "RECOMPUTE_SELECTIVE would need"))
       << compiled.status();
 
   // Between SELECTIVE and NONE: SELECTIVE fits.
-  job->set_device_memory_budget_bytes(
-      (peak[job::RECOMPUTE_SELECTIVE] + peak[job::RECOMPUTE_NONE]) / 2);
+  job->set_device_memory_budget_bytes((peak[job::RECOMPUTE_SELECTIVE] + peak[job::RECOMPUTE_NONE]) /
+                                      2);
   compiled = CompileOn(*job, 1);
-  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
-                                "It fits with recompute: RECOMPUTE_SELECTIVE"))
+  EXPECT_TRUE(
+      absl::StrContains(compiled.status().message(), "It fits with recompute: RECOMPUTE_SELECTIVE"))
       << compiled.status();
 
   // Below FULL: nothing fits, and it says so.
   job->set_device_memory_budget_bytes(peak[job::RECOMPUTE_FULL] - 1);
   compiled = CompileOn(*job, 1);
-  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
-                                "Recomputation does not make it fit"))
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "Recomputation does not make it fit"))
       << compiled.status();
 
   // A job without blocks gets no advice.

@@ -72,6 +72,9 @@ def parse_args(argv=None):
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    ap.add_argument("--zero-stage", type=int, choices=(0, 1, 2), default=0,
+                    help="gpt / moe-gpt: loom-gpt's ZeRO stage (variables and optimizer states "
+                         "split over the data-parallel ranks; the reference is replicated)")
     ap.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                     help="gpt / moe-gpt: loom-gpt's activation recomputation (the reference "
                          "keeps every activation: the losses must not change)")
@@ -454,6 +457,8 @@ def describe(args):
         parts.append(f"max-grad-norm={args.max_grad_norm:g}")
     if args.recompute != "none":
         parts.append(f"recompute {args.recompute}")
+    if args.zero_stage:
+        parts.append(f"ZeRO stage {args.zero_stage}")
     if args.matmul_data_type != "float32":
         parts.append(f"matmuls in {args.matmul_data_type}")
     if args.device_type != "cpu":
@@ -490,7 +495,7 @@ def check(args, work):
     if args.model != "mlp":
         layout = ["--dp", str(args.dp), "--tp", str(args.tp), "--pp", str(args.pp),
                   "--micro-batches", str(args.micro_batches), "--schedule", args.schedule,
-                  "--recompute", args.recompute, "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
+                  "--recompute", args.recompute, "--zero-stage", str(args.zero_stage), "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]
         layout += training_flags(args)

@@ -65,6 +65,10 @@ cli::ArgumentSpec MakeSpec() {
                "cpu | cuda: the devices the job is placed on (cuda:<i>, token batches read on "
                "cpu:<i>)")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
+      .AddFlag("zero-stage", "N", "0",
+               "0 | 1 | 2: ZeRO as SBP, the trained variables and their optimizer states split "
+               "over the data-parallel ranks (gradients reduce-scattered, values all-gathered "
+               "once a step)")
       .AddFlag("recompute", "WHAT", "none",
                "none | selective | full: activation recomputation in the backward; selective: "
                "each block's cheap ops (LayerNorm, GELU, adds, reshapes), keeping matmul and "
@@ -155,6 +159,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
       {"lr-decay-steps", &config.lr_decay_steps},
       {"data-seed", &config.data_seed},
       {"eval-every", &config.eval_every},
+      {"zero-stage", &config.zero_stage},
   };
   for (const auto& [flag, value] : integers) {
     if (absl::Status status = ParseInt(parsed, flag, value); !status.ok()) return status;

@@ -504,6 +504,9 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(absl::StrCat("matmul data type must be float32 or bfloat16, got ",
                                     DataTypeName(config.matmul_data_type)));
   }
+  if (config.zero_stage < 0 || config.zero_stage > 2) {
+    return ConfigError(absl::StrCat("zero_stage must be 0, 1 or 2, got ", config.zero_stage));
+  }
   if (config.schedule != job::ONE_F_ONE_B && config.schedule != job::GPIPE) {
     return ConfigError(absl::StrCat("unknown pipeline schedule ", config.schedule));
   }
@@ -709,6 +712,7 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   if (stages > 1) job.set_pipeline_schedule(config.schedule);
   if (config.max_grad_norm > 0) job.set_max_grad_norm(config.max_grad_norm);
   if (config.recompute != job::RECOMPUTE_NONE) job.set_recompute(config.recompute);
+  if (config.zero_stage != 0) job.set_zero_stage(static_cast<int32_t>(config.zero_stage));
   if (config.matmul_data_type != plan::FLOAT32) job.set_matmul_data_type(config.matmul_data_type);
   return job;
 }

@@ -305,6 +305,8 @@ def gpt_job(config):
         message.pipeline_schedule = PIPELINE_SCHEDULES[config.schedule]
     if config.max_grad_norm > 0:
         message.max_grad_norm = config.max_grad_norm
+    if config.zero_stage:
+        message.zero_stage = config.zero_stage
     if config.recompute != "none":
         message.recompute = job_pb2.Recompute.Value(RECOMPUTE[config.recompute])
     if config.matmul_data_type != "float32":
@@ -328,7 +330,7 @@ def _config_value(key, value):
 def gpt(config=None, **settings):
     """The reference GPT as a loom.Job. SETTINGS are loom-gpt's flags with underscores (dp, tp,
     pp, micro_batches, schedule, devices_per_node, device_type, max_grad_norm, recompute,
-    matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
+    zero_stage, matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,
     min_lr, seed, data, data_weights, data_format, eot_token, data_in_order, data_seed,

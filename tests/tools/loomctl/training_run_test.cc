@@ -18,8 +18,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "tests/tools/loomctl/command_test_util.h"
 #include "tests/core/json_test_util.h"
+#include "tests/tools/loomctl/command_test_util.h"
 #include "tools/loomctl/checkpoint_directory.h"
 #include "tools/loomctl/run_command.h"
 #include "tools/loomctl/step_reporter.h"
@@ -413,6 +413,39 @@ TEST(TrainingRunTest, StartingFromAMidCheckpointContinuesExactly) {
   CommandResult text = RunTraining({"--steps", "1", "--init", CheckpointPath(first, 3)});
   ASSERT_EQ(text.exit_code, 0) << text.error;
   EXPECT_THAT(text.out, ContainsRegex("^step 4/4  loss "));
+}
+
+// ZeRO as SBP: a checkpoint holds logical tensors, so a run saved with its variables replicated
+// resumes with them split over the data-parallel ranks (zero_stage 2), and the other way round,
+// continuing the straight run's losses exactly (two ranks: the reduce-scatter sums as the
+// all-reduce does).
+TEST(TrainingRunTest, ACheckpointResumesUnderAnotherZeroStage) {
+  CommandResult plain = RunTraining({"--output", "json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.error;
+  std::vector<JsonStep> expected = JsonSteps(plain.out);
+  ASSERT_EQ(expected.size(), 6u);
+  const std::string sharded_job =
+      WriteFile("zero_stage_2_job.pbtxt", absl::StrCat(TrainingJobText(), "zero_stage: 2\n"));
+  const std::vector<std::string> jobs = {TrainingJobPath(), sharded_job};
+  for (int saved = 0; saved < 2; ++saved) {
+    const std::string& first_job = jobs[saved];
+    const std::string& second_job = jobs[1 - saved];
+    const std::string directory = FreshDirectory(absl::StrCat("zero_resume_", saved));
+    CommandResult head =
+        RunSubcommandCapturing(RunSubcommand(), {first_job, "--devices", "cpu:2", "--output",
+                                                 "json", "--steps", "3", "--save-dir", directory});
+    ASSERT_EQ(head.exit_code, 0) << head.error;
+    CommandResult tail = RunSubcommandCapturing(
+        RunSubcommand(), {second_job, "--devices", "cpu:2", "--output", "json", "--steps", "3",
+                          "--init", CheckpointPath(directory, 3)});
+    ASSERT_EQ(tail.exit_code, 0) << tail.error;
+    std::vector<JsonStep> resumed = JsonSteps(tail.out);
+    ASSERT_EQ(resumed.size(), 3u) << tail.out;
+    EXPECT_EQ(LossTexts(resumed),
+              (std::vector<std::string>{expected[3].loss_text, expected[4].loss_text,
+                                        expected[5].loss_text}))
+        << (saved == 0 ? "replicated -> zero_stage 2" : "zero_stage 2 -> replicated");
+  }
 }
 
 TEST(TrainingRunTest, ParametersWithoutOptimizerStateStartAFreshOptimizer) {

@@ -1,0 +1,73 @@
+#include "compiler/zero_sharding.h"
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::compiler {
+namespace {
+
+// The hierarchy axes on which every input of the job (the evaluation's held-out inputs aside)
+// splits its batch (tensor axis 0); none when there is no such input.
+std::vector<bool> DataParallelAxes(const LogicalGraph& graph) {
+  std::optional<std::vector<bool>> axes;
+  for (const LogicalNode& node : graph.nodes) {
+    if (node.kind != LogicalNode::Kind::kInput || node.evaluation) continue;
+    const NdSbp& sbp = graph.tensor(node.outputs[0]).sbp;
+    std::vector<bool> splits(sbp.size());
+    for (size_t h = 0; h < sbp.size(); ++h) {
+      splits[h] = sbp[h].is_split() && sbp[h].axis == 0 && node.placement.hierarchy()[h] > 1;
+    }
+    if (!axes.has_value()) {
+      axes = std::move(splits);
+      continue;
+    }
+    axes->resize(std::min(axes->size(), splits.size()));
+    for (size_t h = 0; h < axes->size(); ++h) (*axes)[h] = (*axes)[h] && splits[h];
+  }
+  return axes.value_or(std::vector<bool>{});
+}
+
+}  // namespace
+
+absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph) {
+  const int stage = job.zero_stage();
+  if (stage == 0) return absl::OkStatus();
+  if (stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("zero_stage must be 0, 1, 2 or 3, not ", stage));
+  }
+  if (job.loss().empty() || graph->optimizer == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_stage is ", stage, ", but the job trains nothing (no loss and optimizer)"));
+  }
+  if (stage == 3) {
+    return absl::UnimplementedError(
+        "zero_stage 3 (each layer's parameters gathered just before use and freed after) is not "
+        "built yet: zero_stage 2 splits the parameters, their gradients and optimizer states over "
+        "the data-parallel axes and gathers the values once a step");
+  }
+  const std::vector<bool> data_parallel = DataParallelAxes(*graph);
+  for (LogicalNode& node : graph->nodes) {
+    if (node.kind != LogicalNode::Kind::kVariable || node.gradient < 0) continue;
+    LogicalTensor& tensor = graph->tensors[node.outputs[0]];
+    NdSbp& sbp = tensor.sbp;
+    const int axes = node.placement.num_axes();
+    for (int h = 0; h < axes && h < static_cast<int>(data_parallel.size()); ++h) {
+      if (!data_parallel[h] || !sbp[h].is_broadcast()) continue;
+      const int64_t extent = node.placement.hierarchy()[h];
+      for (int axis = 0; axis < tensor.type.shape.rank(); ++axis) {
+        bool split_elsewhere = false;
+        for (const Sbp& other : sbp) {
+          split_elsewhere = split_elsewhere || (other.is_split() && other.axis == axis);
+        }
+        if (split_elsewhere || tensor.type.shape.dimension(axis) % extent != 0) continue;
+        sbp[h] = Sbp::Split(axis);
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,153 @@
+// ZeRO as SBP (compiler/zero_sharding.h): the trained variables split over the data-parallel
+// axes train as the replicated ones do, on every data-parallel layout, with the optimizer states
+// divided among the ranks and every device allocating what the compiler estimated; the refusals.
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
+#include "core/device_name.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "node/local_run.h"
+#include "tests/compiler/gpt_layouts.h"
+
+namespace loom::compiler::testing {
+namespace {
+
+struct Trained {
+  std::vector<float> losses;                       // by piece
+  std::map<std::string, int64_t> allocated_bytes;  // by device
+  std::map<std::string, int64_t> estimated_bytes;  // by device
+  int64_t optimizer_states = 0;                    // the largest device's
+};
+
+absl::StatusOr<Trained> Train(const GptLayout& layout, int zero_stage) {
+  absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+  if (!job.ok()) return job.status();
+  job->set_zero_stage(zero_stage);
+  absl::StatusOr<CompileResult> compiled = CompileOn(*job, layout.devices(), layout.nodes);
+  if (!compiled.ok()) return compiled.status();
+  Trained trained;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
+    trained.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
+    trained.optimizer_states = std::max(trained.optimizer_states, estimate.parts.optimizer_states);
+  }
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+  JobOptions options;
+  options.stall_timeout = absl::Seconds(60);
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, options);
+  if (!run.ok()) return run.status();
+  for (const auto& memory : run->runtime->device_memories()) {
+    trained.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
+  }
+  for (const HostTensor& piece : run->fetched.at(job->loss())) {
+    float loss = 0;
+    std::memcpy(&loss, piece.bytes.data(), sizeof(loss));
+    trained.losses.push_back(loss);
+  }
+  return trained;
+}
+
+// The data-parallel layouts of the issue: DP 2 and 4, DP x TP, DP x PP with micro-batches and
+// clipping, DP x EP with the MoE GPT.
+std::vector<GptLayout> ZeroLayouts() {
+  return {
+      GptLayout{.name = "dp2", .data_parallel = 2},
+      GptLayout{.name = "dp4", .data_parallel = 4},
+      GptLayout{.name = "dp2_tp2_clipped",
+                .data_parallel = 2,
+                .tensor_parallel = 2,
+                .max_grad_norm = 0.5},
+      GptLayout{.name = "dp2_pp2_m4_clipped",
+                .data_parallel = 2,
+                .pipeline_stages = 2,
+                .micro_batches = 4,
+                .max_grad_norm = 0.5},
+      GptLayout{.name = "dp4_ep2_moe", .data_parallel = 4, .experts = 4, .expert_parallel = 2},
+      GptLayout{.name = "dp2_bf16", .data_parallel = 2, .matmul_data_type = plan::BFLOAT16},
+  };
+}
+
+class ZeroShardingTest : public ::testing::TestWithParam<GptLayout> {};
+
+TEST_P(ZeroShardingTest, TrainsAsReplicatedWithTheStatesDivided) {
+  const GptLayout& layout = GetParam();
+  absl::StatusOr<Trained> replicated = Train(layout, 0);
+  ASSERT_TRUE(replicated.ok()) << replicated.status();
+  for (int stage : {1, 2}) {
+    const std::string what = absl::StrCat(layout.name, " zero_stage ", stage);
+    absl::StatusOr<Trained> sharded = Train(layout, stage);
+    ASSERT_TRUE(sharded.ok()) << what << ": " << sharded.status();
+    // A reduce-scatter sums in another order than an all-reduce on more than two ranks.
+    ASSERT_EQ(sharded->losses.size(), replicated->losses.size()) << what;
+    for (size_t piece = 0; piece < replicated->losses.size(); ++piece) {
+      EXPECT_NEAR(sharded->losses[piece], replicated->losses[piece],
+                  1e-6 * std::abs(replicated->losses[piece]))
+          << what << ", piece " << piece;
+    }
+    EXPECT_EQ(sharded->allocated_bytes, sharded->estimated_bytes) << what;
+    // Every variable of the tiny GPT divides by the data-parallel degree of its axis, but under
+    // TP the column-parallel biases (split by TP, nothing left for DP): within 5%.
+    const int64_t ranks = layout.data_parallel / std::max<int64_t>(layout.expert_parallel, 1);
+    EXPECT_LE(sharded->optimizer_states * ranks, replicated->optimizer_states * 105 / 100) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroShardingTest, ::testing::ValuesIn(ZeroLayouts()),
+                         [](const ::testing::TestParamInfo<GptLayout>& info) {
+                           return info.param.name;
+                         });
+
+TEST(ZeroShardingTest, SplitsTheVariablesOverTheDataParallelAxisOnly) {
+  const GptLayout layout{.name = "dp2_tp2", .data_parallel = 2, .tensor_parallel = 2};
+  absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_zero_stage(2);
+  absl::StatusOr<CompileResult> compiled = CompileOn(*job, 4);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  // [dp, tp]: the first axis splits what the second does not.
+  EXPECT_EQ(SbpOf(*compiled, "wte"), "(S(0), B)");
+  EXPECT_EQ(SbpOf(*compiled, "h.0.attn.q.weight"), "(S(0), S(1))");
+  EXPECT_EQ(SbpOf(*compiled, "h.0.attn.q.bias"), "(B, S(0))");  // nothing left to split
+  EXPECT_EQ(SbpOf(*compiled, "h.0.ln_1.weight"), "(S(0), B)");
+
+  // Without data parallelism there is nothing to split.
+  const GptLayout tensor_parallel{.name = "tp2", .tensor_parallel = 2};
+  job = GptJobOn(tensor_parallel, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_zero_stage(2);
+  compiled = CompileOn(*job, 2);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(SbpOf(*compiled, "wte"), "B");
+}
+
+TEST(ZeroShardingTest, RefusesWhatItCannotDo) {
+  const GptLayout layout{.name = "dp2", .data_parallel = 2};
+  absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_zero_stage(3);
+  absl::StatusOr<CompileResult> compiled = CompileOn(*job, 2);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnimplemented) << compiled.status();
+  job->set_zero_stage(4);
+  compiled = CompileOn(*job, 2);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument) << compiled.status();
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "zero_stage")) << compiled.status();
+  job->set_zero_stage(2);
+  job->clear_loss();
+  job->clear_optimizer();
+  compiled = CompileOn(*job, 2);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument) << compiled.status();
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "trains nothing"))
+      << compiled.status();
+}
+
+}  // namespace
+}  // namespace loom::compiler::testing
