@@ -43,7 +43,8 @@ struct CompileOptions {
 };
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the
-// job names a loss; mixed-precision casts before it), SBP inference, boxing and lowering, the
+// job names a loss; mixed-precision casts before it, recomputation within it), SBP inference,
+// ZeRO's split of the variables (compiler/zero_sharding.h), boxing and lowering, the
 // proof that the plan finishes (compiler/step_proof.h), the split per node, register memory
 // sharing and the memory check (on the node plans).
 absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& registry,

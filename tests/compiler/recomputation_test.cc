@@ -226,6 +226,31 @@ TEST(RecomputationTest, RefusesSettingsItCannotHonour) {
   EXPECT_TRUE(absl::StrContains(compiled.status().message(), "no loss")) << compiled.status();
 }
 
+// Op.recomputes, which the compiler sets, is checked when a job sets it by hand.
+TEST(RecomputationTest, ACopyMustNameAnEarlierOpLikeIt) {
+  const std::string base = R"pb(
+    name: "copies"
+    placement { devices: "cpu:0" }
+    inputs { name: "x" shape: [ 4, 4 ] random_normal { std: 1 } }
+    ops { name: "a" type: "relu" inputs: "x" outputs: "a" }
+  )pb";
+  job::Job job = ParseJob(absl::StrCat(
+      base, R"pb(ops { name: "b" type: "relu" inputs: "a" outputs: "b" recomputes: "a" })pb"));
+  EXPECT_TRUE(CompileOn(job, 1).ok()) << CompileOn(job, 1).status();
+  job = ParseJob(absl::StrCat(
+      base, R"pb(ops { name: "b" type: "relu" inputs: "a" outputs: "b" recomputes: "zz" })pb"));
+  absl::StatusOr<CompileResult> compiled = CompileOn(job, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "no op before it"))
+      << compiled.status();
+  job = ParseJob(absl::StrCat(
+      base, R"pb(ops { name: "b" type: "gelu" inputs: "a" outputs: "b" recomputes: "a" })pb"));
+  compiled = CompileOn(job, 1);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "differs from it"))
+      << compiled.status();
+}
+
 struct Outcome {
   std::map<std::string, std::vector<HostTensor>> fetched;
   std::map<std::string, int64_t> allocated_bytes;  // by device
