@@ -1,6 +1,7 @@
 #include "compiler/compiler.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -99,36 +100,65 @@ absl::StatusOr<CompileResult> PlanJob(const job::Job& job, const OpRegistry& reg
   return lowered;
 }
 
-// For a training job refused for memory whose blocks could recompute more: the most a device
-// would need with each stronger Job.recompute, compiled, and the first that fits. "" when the job
-// has no blocks, trains nothing or recomputes fully already.
-std::string RecomputationAdvice(const job::Job& job, const OpRegistry& registry,
-                                const DeviceSet& devices, const CompileOptions& options) {
+// The most any device of `plans` needs.
+int64_t LargestDeviceEstimate(absl::Span<const plan::Plan> plans, int threads) {
+  int64_t most = 0;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(plans, threads)) {
+    most = std::max(most, estimate.total_bytes());
+  }
+  return most;
+}
+
+// For a training job refused for memory (its devices needing up to `needed` bytes): the options
+// of ZeRO and recomputation it does not use yet, cheapest first (ZeRO stage 2 adds no compute;
+// SELECTIVE recomputes elementwise ops, FULL whole blocks), each compiled, up to the first that
+// fits; those that would not shrink the job are left out. "" when nothing applies.
+std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& registry,
+                         const DeviceSet& devices, const CompileOptions& options) {
+  if (job.loss().empty()) return "";
   const bool has_blocks = std::any_of(job.ops().begin(), job.ops().end(),
                                       [](const job::Op& op) { return !op.block().empty(); });
-  if (job.loss().empty() || !has_blocks) return "";
+  const int zero = std::max(job.zero_stage(), 2);
+  const std::pair<int, job::Recompute> candidates[] = {
+      {zero, job.recompute()},          {job.zero_stage(), job::RECOMPUTE_SELECTIVE},
+      {zero, job::RECOMPUTE_SELECTIVE}, {job.zero_stage(), job::RECOMPUTE_FULL},
+      {zero, job::RECOMPUTE_FULL},
+  };
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   std::vector<std::string> tried;
-  for (job::Recompute recompute : {job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
-    if (recompute <= job.recompute()) continue;
+  // What each recompute setting needs without more ZeRO: ZeRO is offered only where it gains.
+  std::map<job::Recompute, int64_t> without_zero = {{job.recompute(), needed}};
+  for (const auto& [zero_stage, recompute] : candidates) {
+    if (zero_stage == job.zero_stage() && recompute == job.recompute()) continue;
+    if (recompute < job.recompute() || (recompute != job.recompute() && !has_blocks)) continue;
     job::Job alternative = job;
+    alternative.set_zero_stage(zero_stage);
     alternative.set_recompute(recompute);
     absl::StatusOr<CompileResult> planned = PlanJob(alternative, registry, devices, options);
     if (!planned.ok()) continue;
-    int64_t most = 0;
-    for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned->node_plans, threads)) {
-      most = std::max(most, estimate.total_bytes());
+    const int64_t most = LargestDeviceEstimate(planned->node_plans, threads);
+    if (zero_stage == job.zero_stage()) without_zero[recompute] = most;
+    auto baseline = without_zero.find(recompute);
+    if (most >= needed || (zero_stage != job.zero_stage() && baseline != without_zero.end() &&
+                           most >= baseline->second)) {
+      continue;
     }
-    const std::string name = job::Recompute_Name(recompute);
+    std::vector<std::string> settings;
+    if (zero_stage != job.zero_stage())
+      settings.push_back(absl::StrCat("zero_stage: ", zero_stage));
+    if (recompute != job.recompute()) {
+      settings.push_back(absl::StrCat("recompute: ", job::Recompute_Name(recompute)));
+    }
+    const std::string name = absl::StrJoin(settings, " and ");
     if (CheckMemory(planned->node_plans, threads).ok()) {
-      return absl::StrCat(" It fits with recompute: ", name, " (at most ", FormatBytes(most),
-                          " per device", tried.empty() ? "" : "; ", absl::StrJoin(tried, "; "),
-                          ").");
+      return absl::StrCat(" It fits with ", name, " (at most ", FormatBytes(most), " per device",
+                          tried.empty() ? "" : "; ", absl::StrJoin(tried, "; "), ").");
     }
     tried.push_back(absl::StrCat(name, " would need up to ", FormatBytes(most), " per device"));
   }
   if (tried.empty()) return "";
-  return absl::StrCat(" Recomputation does not make it fit: ", absl::StrJoin(tried, "; "), ".");
+  return absl::StrCat(" ZeRO and recomputation do not make it fit: ", absl::StrJoin(tried, "; "),
+                      ".");
 }
 
 }  // namespace
@@ -140,8 +170,9 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   if (absl::Status status = CheckMemory(planned->node_plans, threads); !status.ok()) {
     if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+    const int64_t needed = LargestDeviceEstimate(planned->node_plans, threads);
     return absl::ResourceExhaustedError(
-        absl::StrCat(status.message(), RecomputationAdvice(job, registry, devices, options)));
+        absl::StrCat(status.message(), MemoryAdvice(job, needed, registry, devices, options)));
   }
   return planned;
 }

@@ -231,7 +231,11 @@ TEST(RecomputationTest, ACopyMustNameAnEarlierOpLikeIt) {
   const std::string base = R"pb(
     name: "copies"
     placement { devices: "cpu:0" }
-    inputs { name: "x" shape: [ 4, 4 ] random_normal { std: 1 } }
+    inputs {
+      name: "x"
+      shape: [ 4, 4 ]
+      random_normal { std: 1 }
+    }
     ops { name: "a" type: "relu" inputs: "x" outputs: "a" }
   )pb";
   job::Job job = ParseJob(absl::StrCat(
@@ -405,14 +409,47 @@ TEST(RecomputationTest, OverBudgetJobsAreToldWhatRecomputationGives) {
   // Below FULL: nothing fits, and it says so.
   job->set_device_memory_budget_bytes(peak[job::RECOMPUTE_FULL] - 1);
   compiled = CompileOn(*job, 1);
-  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "Recomputation does not make it fit"))
+  EXPECT_TRUE(
+      absl::StrContains(compiled.status().message(), "ZeRO and recomputation do not make it fit"))
       << compiled.status();
+  // One device: ZeRO gains nothing and is not offered.
+  EXPECT_FALSE(absl::StrContains(compiled.status().message(), "zero_stage")) << compiled.status();
 
-  // A job without blocks gets no advice.
+  // A job without blocks (or data parallelism) gets no advice.
   for (job::Op& op : *job->mutable_ops()) op.clear_block();
   compiled = CompileOn(*job, 1);
   EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(absl::StrContains(compiled.status().message(), "ecompute")) << compiled.status();
+}
+
+// With data parallelism ZeRO comes first: it adds no compute.
+TEST(RecomputationTest, OverBudgetDataParallelJobsAreToldWhatZeroGives) {
+  gpt::GptConfig config;
+  config.width = 64;
+  config.mlp_width = 256;
+  config.vocab = 1024;
+  config.steps = 1;
+  config.data_parallel = 4;
+  std::map<int, int64_t> peak;
+  for (int zero_stage : {0, 2}) {
+    config.zero_stage = zero_stage;
+    absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<CompileResult> compiled = CompileOn(*job, 4);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
+      peak[zero_stage] = std::max(peak[zero_stage], estimate.total_bytes());
+    }
+  }
+  ASSERT_LT(peak[2], peak[0]);
+  config.zero_stage = 0;
+  absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_device_memory_budget_bytes((peak[0] + peak[2]) / 2);
+  absl::StatusOr<CompileResult> compiled = CompileOn(*job, 4);
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "It fits with zero_stage: 2 (at most"))
+      << compiled.status();
 }
 
 // Random per-op settings (any subset of a block's ops recomputed) train bit for bit as none.
