@@ -80,37 +80,36 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     auto found = registers.find(name);
     return found == registers.end() ? 0 : SlotBytes(*found->second);
   };
-  absl::flat_hash_map<absl::string_view, int> device_of_register;
-  // What each register holds, from the kinds of the tasks that write and read it.
-  // In the order in which they win: a variable's value is a parameter whoever reads it, a buffer
-  // that peers read or write is communication, then gradients.
+  // What each register holds, from the kinds of the tasks that write and read it, in the order
+  // in which they win: a variable's value is a parameter whoever reads it, a buffer that peers
+  // read or write is communication, then gradients.
   enum class Holds { kActivation, kGradient, kCommunication, kParameter };
-  absl::flat_hash_map<absl::string_view, Holds> holds;
-  auto classify = [&](const std::string& name, Holds kind) {
-    Holds& current = holds[name];
-    current = std::max(current, kind);
+  struct RegisterFacts {
+    int device = -1;  // the position of its producer's device; -1: none of the holdings'
+    Holds holds = Holds::kActivation;
   };
+  absl::flat_hash_map<absl::string_view, RegisterFacts> facts;
+  facts.reserve(plan.registers_size());
   for (const plan::Task& task : plan.tasks()) {
     const bool communicates = task.kind() == plan::COLLECTIVE || task.kind() == plan::SEND ||
                               task.kind() == plan::RECEIVE;
-    for (const std::string& input : task.inputs()) {
-      if (communicates) {
-        classify(input, Holds::kCommunication);
-      } else if (task.kind() == plan::VARIABLE || task.kind() == plan::ACCUMULATE) {
-        classify(input, Holds::kGradient);
-      }
-    }
-    for (const std::string& output : task.outputs()) {
-      if (communicates) {
-        classify(output, Holds::kCommunication);
-      } else if (task.kind() == plan::VARIABLE) {
-        classify(output, Holds::kParameter);
+    const bool updates = task.kind() == plan::VARIABLE || task.kind() == plan::ACCUMULATE;
+    if (communicates || updates) {
+      for (const std::string& input : task.inputs()) {
+        Holds& held = facts[input].holds;
+        held = std::max(held, communicates ? Holds::kCommunication : Holds::kGradient);
       }
     }
     auto found = position.find(DeviceKey::Of(task.stream().device()));
-    if (found == position.end()) continue;
-    for (const std::string& output : task.outputs()) device_of_register[output] = found->second;
-    DeviceMemoryEstimate& estimate = holdings[found->second].estimate;
+    const int device = found == position.end() ? -1 : found->second;
+    for (const std::string& output : task.outputs()) {
+      RegisterFacts& fact = facts[output];
+      fact.device = device;
+      if (communicates) fact.holds = std::max(fact.holds, Holds::kCommunication);
+      if (task.kind() == plan::VARIABLE) fact.holds = Holds::kParameter;
+    }
+    if (device < 0) continue;
+    DeviceMemoryEstimate& estimate = holdings[device].estimate;
     if (task.kind() == plan::VARIABLE && task.outputs_size() > 0) {
       const int64_t bytes =
           SaturatedMultiply(BufferBytes(slot_bytes_of(task.outputs(0)), estimate.device),
@@ -124,16 +123,15 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     }
   }
   for (const plan::RegisterDesc& reg : plan.registers()) {
-    auto found = device_of_register.find(reg.name());
-    if (found == device_of_register.end()) continue;
-    DeviceHoldings& device = holdings[found->second];
+    auto found = facts.find(reg.name());
+    if (found == facts.end() || found->second.device < 0) continue;
+    DeviceHoldings& device = holdings[found->second.device];
     const int64_t bytes = SaturatedMultiply(BufferBytes(SlotBytes(reg), device.estimate.device),
                                             std::max(reg.num_slots(), 0));
     device.estimate.unshared_register_bytes =
         SaturatedAdd(device.estimate.unshared_register_bytes, bytes);
     MemoryParts& parts = device.estimate.parts;
-    auto kind = holds.find(reg.name());
-    const Holds held = kind == holds.end() ? Holds::kActivation : kind->second;
+    const Holds held = found->second.holds;
     if (!reg.pool().empty()) {
       // Its bytes are its pool's.
       int64_t& apart = held == Holds::kGradient ? parts.pooled_gradients : parts.pooled_activations;
@@ -146,7 +144,7 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
                                                     : parts.activations;
     part = SaturatedAdd(part, bytes);
     device.estimate.register_bytes = SaturatedAdd(device.estimate.register_bytes, bytes);
-    if (found->second == named_device) {
+    if (found->second.device == named_device) {
       device.registers.emplace_back(bytes, absl::StrCat("'", reg.name(), "'"));
     }
   }

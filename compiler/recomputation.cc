@@ -185,7 +185,8 @@ void Recomputation::RewriteBackward(
       input = Copy(found->second, after, &emitted, unique_name);
     }
   }
-  // The gradients that leave the block (to its inputs from elsewhere and its variables).
+  // The gradients that leave the block (to its inputs from elsewhere and its variables). Their
+  // sizes only order the barrier's inputs; BuildLogicalGraph checked every shape's size.
   for (size_t i = 0; i < forward.inputs.size() && i < input_gradients.size(); ++i) {
     if (input_gradients[i].empty()) continue;
     const LogicalNode& source = graph_->nodes[graph_->tensor(forward.inputs[i]).producer];

@@ -67,6 +67,15 @@ inline std::vector<GptLayout> SharingLayouts() {
   };
 }
 
+// The layouts of SharingLayouts on one node (the whole plan runs in one process).
+inline std::vector<GptLayout> OneNodeSharingLayouts() {
+  std::vector<GptLayout> layouts;
+  for (const GptLayout& layout : SharingLayouts()) {
+    if (layout.nodes == 1) layouts.push_back(layout);
+  }
+  return layouts;
+}
+
 // Sets `layout`'s parallelism, micro-batches, schedule, experts, clipping and precision on a model
 // configuration.
 inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {

@@ -11,18 +11,15 @@
 #include "compiler/memory_plan.h"
 #include "core/device_name.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "node/local_run.h"
 #include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/run_util.h"
 
 namespace loom::compiler::testing {
 namespace {
 
 struct Outcome {
-  std::map<std::string, std::vector<HostTensor>> fetched;
-  std::map<std::string, int64_t> allocated_bytes;  // by device, what its allocations took
-  std::map<std::string, int64_t> estimated_bytes;  // by device, EstimateMemory's total
-  int64_t register_bytes = 0;                      // over the devices, estimated
+  MeasuredRun run;
+  int64_t register_bytes = 0;  // over the devices, estimated
   int pools = 0;
 };
 
@@ -31,36 +28,13 @@ absl::StatusOr<Outcome> CompileAndRunWith(const GptLayout& layout, job::Register
   if (!compiled.ok()) return compiled.status();
   Outcome result;
   for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
-    result.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
     result.register_bytes += estimate.register_bytes;
   }
   result.pools = compiled->plan.memory_pools_size();
-  KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
-  JobOptions options;
-  options.stall_timeout = absl::Seconds(60);
-  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, options);
+  absl::StatusOr<MeasuredRun> run = RunMeasured(*compiled);
   if (!run.ok()) return run.status();
-  for (const auto& memory : run->runtime->device_memories()) {
-    result.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
-  }
-  result.fetched = std::move(run->fetched);
+  result.run = std::move(*run);
   return result;
-}
-
-void ExpectBitIdentical(const std::map<std::string, std::vector<HostTensor>>& expected,
-                        const std::map<std::string, std::vector<HostTensor>>& actual,
-                        const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size()) << what;
-  for (const auto& [name, steps] : expected) {
-    auto found = actual.find(name);
-    ASSERT_NE(found, actual.end()) << what << ": no fetch of '" << name << "'";
-    ASSERT_EQ(steps.size(), found->second.size()) << what << ": '" << name << "'";
-    for (size_t step = 0; step < steps.size(); ++step) {
-      EXPECT_EQ(steps[step].bytes, found->second[step].bytes)
-          << what << ": '" << name << "' differs at step " << step;
-    }
-  }
 }
 
 class MemorySharingTest : public ::testing::TestWithParam<GptLayout> {};
@@ -76,22 +50,13 @@ TEST_P(MemorySharingTest, TrainsBitForBitAsApartWithinTheEstimate) {
     EXPECT_GT(shared->pools, 0) << "no register shares memory";
     EXPECT_LT(shared->register_bytes, apart->register_bytes);
   }
-  ExpectBitIdentical(apart->fetched, shared->fetched, layout.name);
+  ExpectBitIdentical(apart->run.fetched, shared->run.fetched, layout.name);
   // The runtime allocated what the compiler estimated, device by device, to the byte.
-  EXPECT_EQ(shared->allocated_bytes, shared->estimated_bytes);
-  EXPECT_EQ(apart->allocated_bytes, apart->estimated_bytes);
+  EXPECT_EQ(shared->run.allocated_bytes, shared->run.estimated_bytes);
+  EXPECT_EQ(apart->run.allocated_bytes, apart->run.estimated_bytes);
 }
 
-// The layouts of one node (the whole plan runs in this process).
-std::vector<GptLayout> OneNodeLayouts() {
-  std::vector<GptLayout> layouts;
-  for (const GptLayout& layout : SharingLayouts()) {
-    if (layout.nodes == 1) layouts.push_back(layout);
-  }
-  return layouts;
-}
-
-INSTANTIATE_TEST_SUITE_P(Layouts, MemorySharingTest, ::testing::ValuesIn(OneNodeLayouts()),
+INSTANTIATE_TEST_SUITE_P(Layouts, MemorySharingTest, ::testing::ValuesIn(OneNodeSharingLayouts()),
                          [](const ::testing::TestParamInfo<GptLayout>& info) {
                            return info.param.name;
                          });

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "compiler/memory_plan.h"
+#include "core/device_name.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -10,17 +12,46 @@
 
 namespace loom::compiler::testing {
 
+absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled) {
+  MeasuredRun measured;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled.node_plans)) {
+    measured.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
+  }
+  KernelRegistry kernels;
+  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
+  JobOptions options;
+  options.stall_timeout = absl::Seconds(60);
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled.plan, kernels, options);
+  if (!run.ok()) return run.status();
+  for (const auto& memory : run->runtime->device_memories()) {
+    measured.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
+  }
+  measured.fetched = std::move(run->fetched);
+  return measured;
+}
+
 absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> CompileAndRun(const job::Job& job,
                                                                              int cpus) {
   absl::StatusOr<CompileResult> compiled = CompileOn(job, cpus);
   if (!compiled.ok()) return compiled.status();
-  KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
-  JobOptions options;
-  options.stall_timeout = absl::Seconds(30);
-  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, options);
+  absl::StatusOr<MeasuredRun> run = RunMeasured(*compiled);
   if (!run.ok()) return run.status();
   return std::move(run->fetched);
+}
+
+void ExpectBitIdentical(const std::map<std::string, std::vector<HostTensor>>& expected,
+                        const std::map<std::string, std::vector<HostTensor>>& actual,
+                        const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (const auto& [name, pieces] : expected) {
+    auto found = actual.find(name);
+    ASSERT_NE(found, actual.end()) << what << ": no fetch of '" << name << "'";
+    ASSERT_EQ(pieces.size(), found->second.size()) << what << ": '" << name << "'";
+    for (size_t piece = 0; piece < pieces.size(); ++piece) {
+      EXPECT_EQ(pieces[piece].bytes, found->second[piece].bytes)
+          << what << ": '" << name << "' differs at piece " << piece;
+    }
+  }
 }
 
 void ExpectSameFetches(const std::map<std::string, std::vector<HostTensor>>& expected,

@@ -6,10 +6,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/compiler.h"
 #include "core/tensor.h"
 #include "proto/job.pb.h"
 
 namespace loom::compiler::testing {
+
+// A compiled job run in this process: every fetched logical tensor per piece, and by device name
+// what each device allocated beside what the compiler estimated it would (EstimateMemory).
+struct MeasuredRun {
+  std::map<std::string, std::vector<HostTensor>> fetched;
+  std::map<std::string, int64_t> allocated_bytes;
+  std::map<std::string, int64_t> estimated_bytes;
+};
+
+// Runs `compiled` (its whole plan) in this process on the CPU kernels.
+absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled);
 
 // Compiles `job` onto `cpus` CPU devices, runs it in this process, and returns every fetched
 // logical tensor per step.
@@ -21,6 +33,11 @@ absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> CompileAndRun(con
 void ExpectSameFetches(const std::map<std::string, std::vector<HostTensor>>& expected,
                        const std::map<std::string, std::vector<HostTensor>>& actual,
                        double tolerance, const std::string& what);
+
+// Fails the test unless every fetched tensor of every piece has the same bytes.
+void ExpectBitIdentical(const std::map<std::string, std::vector<HostTensor>>& expected,
+                        const std::map<std::string, std::vector<HostTensor>>& actual,
+                        const std::string& what);
 
 }  // namespace loom::compiler::testing
 

@@ -3,7 +3,6 @@
 // divided among the ranks and every device allocating what the compiler estimated; the refusals.
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,20 +11,17 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
-#include "core/device_name.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "node/local_run.h"
 #include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/run_util.h"
 
 namespace loom::compiler::testing {
 namespace {
 
 struct Trained {
-  std::vector<float> losses;                       // by piece
-  std::map<std::string, int64_t> allocated_bytes;  // by device
-  std::map<std::string, int64_t> estimated_bytes;  // by device
-  int64_t optimizer_states = 0;                    // the largest device's
+  std::vector<float> losses;  // by piece
+  MeasuredRun run;
+  int64_t optimizer_states = 0;  // the largest device's
 };
 
 absl::StatusOr<Trained> Train(const GptLayout& layout, int zero_stage) {
@@ -36,22 +32,13 @@ absl::StatusOr<Trained> Train(const GptLayout& layout, int zero_stage) {
   if (!compiled.ok()) return compiled.status();
   Trained trained;
   for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled->node_plans)) {
-    trained.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
     trained.optimizer_states = std::max(trained.optimizer_states, estimate.parts.optimizer_states);
   }
-  KernelRegistry kernels;
-  if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
-  JobOptions options;
-  options.stall_timeout = absl::Seconds(60);
-  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, options);
+  absl::StatusOr<MeasuredRun> run = RunMeasured(*compiled);
   if (!run.ok()) return run.status();
-  for (const auto& memory : run->runtime->device_memories()) {
-    trained.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
-  }
-  for (const HostTensor& piece : run->fetched.at(job->loss())) {
-    float loss = 0;
-    std::memcpy(&loss, piece.bytes.data(), sizeof(loss));
-    trained.losses.push_back(loss);
+  trained.run = std::move(*run);
+  for (const HostTensor& piece : trained.run.fetched.at(job->loss())) {
+    trained.losses.push_back(piece.Values<float>()[0]);
   }
   return trained;
 }
@@ -93,7 +80,7 @@ TEST_P(ZeroShardingTest, TrainsAsReplicatedWithTheStatesDivided) {
                   1e-6 * std::abs(replicated->losses[piece]))
           << what << ", piece " << piece;
     }
-    EXPECT_EQ(sharded->allocated_bytes, sharded->estimated_bytes) << what;
+    EXPECT_EQ(sharded->run.allocated_bytes, sharded->run.estimated_bytes) << what;
     // Every variable of the tiny GPT divides by the data-parallel degree of its axis, but under
     // TP the column-parallel biases (split by TP, nothing left for DP): within 5%.
     const int64_t ranks = layout.data_parallel / std::max<int64_t>(layout.expert_parallel, 1);
