@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -75,6 +76,41 @@ class JobGradientBuilder final : public GradientBuilder {
   std::optional<int> stage_;
 };
 
+// Marks Op.weight_gradient on the backward ops (from `first_backward_op` on) that no gradient of
+// an activation depends on: those reached, backwards through the backward ops' inputs, from
+// `activation_gradients` are input gradients ("B"); the rest feed only variables' gradients
+// ("W"). Zero-bubble schedules defer the W ops.
+void MarkWeightGradients(const absl::flat_hash_set<std::string>& activation_gradients,
+                         int first_backward_op, job::Job* job) {
+  absl::flat_hash_map<std::string, int> producer;
+  for (int i = first_backward_op; i < job->ops_size(); ++i) {
+    for (const std::string& output : job->ops(i).outputs()) producer[output] = i;
+  }
+  std::vector<bool> input_gradient(job->ops_size(), false);
+  std::vector<int> pending;
+  for (const std::string& gradient : activation_gradients) {
+    auto found = producer.find(gradient);
+    if (found != producer.end() && !input_gradient[found->second]) {
+      input_gradient[found->second] = true;
+      pending.push_back(found->second);
+    }
+  }
+  while (!pending.empty()) {
+    const int op = pending.back();
+    pending.pop_back();
+    for (const std::string& input : job->ops(op).inputs()) {
+      auto found = producer.find(input);
+      if (found != producer.end() && !input_gradient[found->second]) {
+        input_gradient[found->second] = true;
+        pending.push_back(found->second);
+      }
+    }
+  }
+  for (int i = first_backward_op; i < job->ops_size(); ++i) {
+    if (!input_gradient[i]) job->mutable_ops(i)->set_weight_gradient(true);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& registry,
@@ -98,17 +134,25 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
   }
 
   // Tensors that depend on a variable through floating-point (float32, bfloat16) tensors: only
-  // they get gradients.
+  // they get gradients. And tensors that depend on an input (the data): the gradients of those
+  // (activations) are input gradients, the others' (variables and what is computed from them
+  // alone, such as a weight's bfloat16 copy) weight gradients.
   std::vector<bool> differentiable(graph.tensors.size(), false);
+  std::vector<bool> from_data(graph.tensors.size(), false);
   for (const LogicalNode& node : graph.nodes) {
     bool depends = node.kind == LogicalNode::Kind::kVariable;
+    bool reads_data = node.kind == LogicalNode::Kind::kInput;
     if (node.kind == LogicalNode::Kind::kOp) {
-      for (int input : node.inputs) depends = depends || differentiable[input];
+      for (int input : node.inputs) {
+        depends = depends || differentiable[input];
+        reads_data = reads_data || from_data[input];
+      }
     }
     for (int output : node.outputs) {
       const plan::DataType data_type = graph.tensor(output).type.data_type;
       differentiable[output] =
           depends && (data_type == plan::FLOAT32 || data_type == plan::BFLOAT16);
+      from_data[output] = reads_data;
     }
   }
 
@@ -121,6 +165,10 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
     taken.insert(absl::StrCat("grad/", variable.name()));
   }
   JobGradientBuilder builder(&result, std::move(taken));
+  const int first_backward_op = result.ops_size();
+  // The gradients of activations (tensors computed from the data): what earlier ops' backward
+  // waits for.
+  absl::flat_hash_set<std::string> activation_gradients;
 
   // Gradients of each tensor, summed when the producer is reached.
   std::vector<std::vector<std::string>> gradients(graph.tensors.size());
@@ -174,7 +222,7 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
       any_input_needed = any_input_needed || differentiable[input];
     }
     if (!any_input_needed) continue;
-    const int first_backward_op = result.ops_size();
+    const int first_op_of_node = result.ops_size();
     absl::StatusOr<std::vector<std::string>> input_gradients =
         node.definition->Gradient(request, &builder);
     if (!input_gradients.ok()) {
@@ -193,15 +241,17 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
                         [](const std::string& gradient) { return !gradient.empty(); });
       recomputation->RewriteBackward(
           static_cast<int>(std::prev(it.base()) - graph.nodes.begin()), trigger, *input_gradients,
-          first_backward_op, &result,
+          first_op_of_node, &result,
           [&](const std::string& base) { return builder.UniqueName(base); });
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (!(*input_gradients)[i].empty() && differentiable[node.inputs[i]]) {
         gradients[node.inputs[i]].push_back((*input_gradients)[i]);
+        if (from_data[node.inputs[i]]) activation_gradients.insert((*input_gradients)[i]);
       }
     }
   }
+  MarkWeightGradients(activation_gradients, first_backward_op, &result);
   return result;
 }
 

@@ -122,7 +122,8 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
       PlanBoxing(tensor.type, from_placement, from_sbp, to_placement, canonical_to_sbp);
   if (!boxing.ok()) return boxing.status();
   // Collectives of per-step and per-micro-batch tensors run different numbers of times per
-  // step, so they use different communicators (each runs its collectives in one fixed order).
+  // step, so they use different communicators (each runs its collectives in one fixed order);
+  // so do those of deferred weight gradients (ApplyStep), which run micro-batches behind.
   const bool per_step = accumulated || PerStep(tensor_id);
   for (const BoxingStep& step : boxing->source_steps) {
     registers = ApplyStep(tensor, from_placement, step, registers, per_step);
@@ -155,14 +156,15 @@ std::string GraphLowering::NextLabel(const std::string& tensor_name) {
   return absl::StrCat(++boxing_count_[tensor_name]);
 }
 
-// The communicator of a group of ranks for per-step or per-micro-batch tensors (created on
-// first use).
+// The communicator of a group of ranks for collectives of one rate (created on first use).
 plan::Communicator& GraphLowering::CommunicatorOf(const Placement& placement,
-                                                  const std::vector<int>& group, bool per_step) {
+                                                  const std::vector<int>& group,
+                                                  CollectiveRate rate) {
   std::vector<std::string> keys;
   for (int rank : group) keys.push_back(DeviceSortKey(placement.device(rank)));
   std::string key = absl::StrJoin(keys, ",");
-  if (per_step && graph_.num_micro_batches > 1) key += "|step";
+  if (rate == CollectiveRate::kPerStep && graph_.num_micro_batches > 1) key += "|step";
+  if (rate == CollectiveRate::kDeferred) key += "|deferred";
   auto found = communicators_.find(key);
   if (found != communicators_.end()) return found->second;
   plan::Communicator& communicator = communicators_[key];
@@ -188,6 +190,9 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
   const std::string label = NextLabel(tensor.name);
   std::vector<std::string> result(placement.size());
   const int h = step.hierarchy_axis;
+  // (A gradient bucket, a flat buffer of per-step gradients, has no producer node.)
+  const bool deferred = !per_step && tensor.producer >= 0 &&
+                        DefersWeightGradient(graph_, graph_.nodes[tensor.producer]);
   for (int rank = 0; rank < placement.size(); ++rank) {
     LocalWindow before = LocalWindowOf(tensor.type.shape, placement, step.from, rank);
     LocalWindow after = LocalWindowOf(tensor.type.shape, placement, step.to, rank);
@@ -203,7 +208,11 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
     plan::Task* task;
     if (step.is_collective()) {
       std::vector<int> group = placement.GroupAlong(rank, h);
-      plan::Communicator& communicator = CommunicatorOf(placement, group, per_step);
+      plan::Communicator& communicator =
+          CommunicatorOf(placement, group,
+                         per_step   ? CollectiveRate::kPerStep
+                         : deferred ? CollectiveRate::kDeferred
+                                    : CollectiveRate::kPerMicroBatch);
       int position = static_cast<int>(placement.Coordinates(rank)[h]);
       if (position == 0) {
         sequence_of_group_step_[absl::StrCat(label, "|", group[0])] =

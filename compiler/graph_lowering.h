@@ -66,8 +66,12 @@ class GraphLowering {
   absl::StatusOr<std::vector<std::string>> Box(int tensor_id, bool accumulated,
                                                const Placement& to_placement, const NdSbp& to_sbp);
   std::string NextLabel(const std::string& tensor_name);
+  // How often a collective runs: its communicator's order holds only collectives of one rate.
+  // Deferred: a zero-bubble weight gradient's, per micro-batch but micro-batches behind the
+  // forward and input-gradient collectives of its devices.
+  enum class CollectiveRate { kPerMicroBatch, kPerStep, kDeferred };
   plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group,
-                                     bool per_step);
+                                     CollectiveRate rate);
   int StreamIndexOf(const plan::Device& device, const std::string& communicator);
   std::vector<std::string> ApplyStep(const LogicalTensor& tensor, const Placement& placement,
                                      const BoxingStep& step,

@@ -330,6 +330,12 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
       fallback = stage_placements[op.stage()];
     }
     node.backward = op.backward();
+    if (op.weight_gradient() && !op.backward()) {
+      return Invalid(absl::StrCat(who,
+                                  ": weight_gradient is set on a forward op (only autodiff's "
+                                  "backward ops may be weight gradients)"));
+    }
+    node.weight_gradient = op.weight_gradient();
     node.once_per_step = op.once_per_step();
     node.evaluation = op.evaluation();
     absl::StatusOr<Placement> placement =

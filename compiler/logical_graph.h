@@ -54,6 +54,8 @@ struct LogicalNode {
   // Ops: added by autodiff (acts before ready forward ops); runs once per step rather than once
   // per micro-batch.
   bool backward = false;
+  // Backward ops: only variables' gradients depend on it (Op.weight_gradient).
+  bool weight_gradient = false;
   bool once_per_step = false;
   // Ops and inputs of the evaluation branch (Op.evaluation, Input.evaluation): their tasks work
   // only in the evaluation steps.
@@ -135,6 +137,13 @@ class IndexedDeviceSet {
   const DeviceSet& devices_;
   absl::flat_hash_set<DeviceKey> keys_;
 };
+
+// Whether a zero-bubble pipeline (job.ZERO_BUBBLE) defers `node`: a weight gradient of a pipeline
+// stage, acting once per micro-batch (docs/ARCHITECTURE.md, "Zero bubble").
+inline bool DefersWeightGradient(const LogicalGraph& graph, const LogicalNode& node) {
+  return graph.pipeline_schedule == job::ZERO_BUBBLE && node.backward && node.weight_gradient &&
+         !node.once_per_step && node.stage.has_value();
+}
 
 // Passes 1 and 2: parses and validates the job (unknown ops, dangling or doubly produced tensors,
 // cycles, bad shapes, bad placements, SBP hints that cannot hold) and infers every tensor's

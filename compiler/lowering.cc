@@ -269,8 +269,14 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
     }
     plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
                                node.placement.device(rank), plan::STREAM_COMPUTE);
-    // Backward first: with credits bounding the stashed activations, 1F1B emerges.
-    if (node.backward) task->set_priority(1);
+    // Backward first: with credits bounding the stashed activations, 1F1B emerges. A zero-bubble
+    // stage runs forward first, then input gradients, then weight gradients (docs/ARCHITECTURE.md,
+    // "Zero bubble").
+    if (node.backward) {
+      const bool zero_bubble = graph_.pipeline_schedule == job::ZERO_BUBBLE &&
+                               node.stage.has_value() && !node.once_per_step;
+      task->set_priority(!zero_bubble ? 1 : DefersWeightGradient(graph_, node) ? -2 : -1);
+    }
     MarkEvaluation(node, task);
     op_of_task_[task->name()] = &node;
     for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);

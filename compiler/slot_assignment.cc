@@ -1,6 +1,7 @@
 #include "compiler/slot_assignment.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
@@ -50,6 +51,11 @@ void SetSameStreamSlots(const Producers& producers, plan::Plan* plan) {
 // is one stage: its stashed activations get one slot, as a second one could only let a forward
 // run ahead of the backward that frees the first (on the device's one compute stream, it would
 // buy no overlap and cost the memory of every activation again).
+//
+// Zero bubble: a deferred weight gradient (W) of stage s acts s micro-batches after its input
+// gradients (SetWeightGradientLookahead), and stage s runs p - s forwards ahead of those, so what
+// W reads, forward data and output gradients alike, is held for up to p + 1 micro-batches: p + 1
+// slots on every stage (1F1B's first stage holds p).
 void SetStashSlots(const LogicalGraph& graph,
                    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
                    const Producers& producer, plan::Plan* plan) {
@@ -58,21 +64,27 @@ void SetStashSlots(const LogicalGraph& graph,
     return;  // nothing is stashed for a backward
   }
   const bool pipelined = graph.num_stages >= 1;
-  auto is_backward = [&](const plan::Task& task) {
+  auto node_of = [&](const plan::Task& task) -> const LogicalNode* {
     auto found = op_of_task.find(task.name());
-    return found != op_of_task.end() && found->second->backward;
+    return found == op_of_task.end() ? nullptr : found->second;
+  };
+  auto is_backward = [&](const plan::Task& task) {
+    const LogicalNode* node = node_of(task);
+    return node != nullptr && node->backward;
   };
   absl::flat_hash_map<absl::string_view, int> slots;
   for (const plan::Task& task : plan->tasks()) {
     if (!is_backward(task)) continue;
-    const LogicalNode& node = *op_of_task.at(task.name());
+    const LogicalNode& node = *node_of(task);
     if (pipelined && !node.stage.has_value()) continue;
+    const bool deferred = DefersWeightGradient(graph, node);
     const int stash = !pipelined                              ? 1
+                      : deferred                              ? graph.num_stages + 1
                       : graph.pipeline_schedule == job::GPIPE ? graph.num_micro_batches
                                                               : graph.num_stages - *node.stage;
     for (const std::string& input : task.inputs()) {
       auto found = producer.find(input);
-      if (found == producer.end() || is_backward(*found->second)) continue;
+      if (found == producer.end() || (is_backward(*found->second) && !deferred)) continue;
       int& count = slots[input];
       count = std::max(count, stash);
     }
@@ -86,6 +98,47 @@ void SetStashSlots(const LogicalGraph& graph,
   }
 }
 
+// The op whose output `reg` carries, through the copies and boxing tasks between (their first
+// input); null when it comes from a variable, a source or another task without inputs.
+const LogicalNode* OriginOf(
+    absl::string_view reg, const Producers& producers,
+    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task) {
+  for (auto found = producers.find(reg); found != producers.end(); found = producers.find(reg)) {
+    const plan::Task& task = *found->second;
+    auto op = op_of_task.find(task.name());
+    if (op != op_of_task.end()) return op->second;
+    if (task.inputs().empty() || task.kind() == plan::VARIABLE) return nullptr;
+    reg = task.inputs(0);
+  }
+  return nullptr;
+}
+
+// Zero bubble: stage s's weight gradients of micro-batch j wait for its input gradients of
+// micro-batch j + s (Task.input_lookahead on each input an input gradient wrote), as ZB-H1 runs
+// W s micro-batches behind B on stage s; stage 0 runs them right after.
+void SetWeightGradientLookahead(
+    const LogicalGraph& graph,
+    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
+    const Producers& producers, plan::Plan* plan) {
+  if (graph.pipeline_schedule != job::ZERO_BUBBLE || graph.num_stages < 1) return;
+  for (plan::Task& task : *plan->mutable_tasks()) {
+    auto found = op_of_task.find(task.name());
+    if (found == op_of_task.end() || !DefersWeightGradient(graph, *found->second)) continue;
+    const int stage = *found->second->stage;
+    if (stage == 0) continue;
+    std::vector<int32_t> lookahead(task.inputs_size(), 0);
+    bool any = false;
+    for (int i = 0; i < task.inputs_size(); ++i) {
+      const LogicalNode* origin = OriginOf(task.inputs(i), producers, op_of_task);
+      if (origin != nullptr && origin->backward && !DefersWeightGradient(graph, *origin)) {
+        lookahead[i] = stage;
+        any = true;
+      }
+    }
+    if (any) *task.mutable_input_lookahead() = {lookahead.begin(), lookahead.end()};
+  }
+}
+
 }  // namespace
 
 void AssignRegisterSlots(const LogicalGraph& graph,
@@ -94,6 +147,7 @@ void AssignRegisterSlots(const LogicalGraph& graph,
   const Producers producers = ProducersOf(*plan);
   if (!graph.register_slots_given) SetSameStreamSlots(producers, plan);
   SetStashSlots(graph, op_of_task, producers, plan);
+  SetWeightGradientLookahead(graph, op_of_task, producers, plan);
 }
 
 }  // namespace loom::compiler

@@ -4,8 +4,8 @@
 // The number of slots of a lowered plan's registers, set once all its tasks are there: one for
 // a register read only on its producer's stream (unless the job set register_slots), and for
 // the activations that backward ops read, enough to bound the micro-batches in flight on each
-// pipeline stage (one-forward-one-backward or GPipe). Every other register keeps the slots it
-// was made with.
+// pipeline stage (one-forward-one-backward, GPipe or zero bubble). Under zero bubble also the
+// weight gradients' Task.input_lookahead. Every other register keeps the slots it was made with.
 
 #include <string>
 
@@ -15,8 +15,8 @@
 
 namespace loom::compiler {
 
-// Sets the slots of `plan`'s registers; `op_of_task` is the logical op of each op task (by task
-// name). Adds no task or register.
+// Sets the slots of `plan`'s registers (and the lookahead of zero-bubble weight gradients);
+// `op_of_task` is the logical op of each op task (by task name). Adds no task or register.
 void AssignRegisterSlots(const LogicalGraph& graph,
                          const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
                          plan::Plan* plan);

@@ -38,7 +38,7 @@ bool TokenGame::Enabled(int task) const {
     default:
       for (int reader = player.first_input; reader < player.first_input + player.num_inputs;
            ++reader) {
-        if (!Ready(reader)) return false;
+        if (!Holds(reader)) return false;
       }
       for (int reg : Outputs(task)) {
         if (!Free(reg)) return false;
@@ -233,6 +233,9 @@ absl::Status TokenGame::Build(absl::Span<const plan::Plan> plans, int threads) {
         for (int i = 0; i < task.inputs_size(); ++i) {
           auto found = register_by_name.find(task.inputs(i));
           if (found != register_by_name.end()) readers_[player.first_input + i].reg = found->second;
+          if (i < task.input_lookahead_size()) {
+            readers_[player.first_input + i].lookahead = task.input_lookahead(i);
+          }
         }
         for (int i = 0; i < task.outputs_size(); ++i) {
           auto found = register_by_name.find(task.outputs(i));

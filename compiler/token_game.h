@@ -5,6 +5,7 @@
 // registers' produced and returned pieces and its communicators' turns, plays the act rule for
 // one step, and says what a task that cannot finish waits for. Only step_proof.cc uses it.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -24,6 +25,7 @@ struct Reader {
   int task = 0;
   int reg = 0;
   int64_t returned = 0;
+  int32_t lookahead = 0;  // Task.input_lookahead
 };
 
 struct Register {
@@ -107,6 +109,13 @@ class TokenGame {
 
   bool Ready(int reader) const {
     return registers_[readers_[reader].reg].produced > readers_[reader].returned;
+  }
+  // Ready, and with a lookahead k the pieces after the next, up to k more or to the step's end.
+  bool Holds(int reader) const {
+    const Reader& r = readers_[reader];
+    const Player& player = players_[r.task];
+    const int64_t ahead = std::clamp<int64_t>(r.lookahead, 0, player.target - player.acts - 1);
+    return registers_[r.reg].produced > r.returned + ahead;
   }
   // The pieces of `reg` every reader returned.
   int64_t Released(int reg) const;

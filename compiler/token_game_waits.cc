@@ -26,8 +26,11 @@ std::string TokenGame::Describe(int task) const {
 
 TokenGame::Wait TokenGame::InputWait(int task, int reader) const {
   const Register& reg = registers_[readers_[reader].reg];
+  const int32_t lookahead = readers_[reader].lookahead;
   return Wait{task, reg.producer,
               absl::StrCat(Describe(task), " waits for register ", Quoted(reg.desc->name()),
+                           lookahead > 0 ? absl::StrCat(" (looking ", lookahead, " pieces ahead)")
+                                         : std::string(),
                            " from ", Quoted(players_[reg.producer].task->name())),
               /*data=*/true};
 }
@@ -89,7 +92,7 @@ TokenGame::Wait TokenGame::WaitOf(int task) const {
     default:
       for (int reader = player.first_input; reader < player.first_input + player.num_inputs;
            ++reader) {
-        if (!Ready(reader)) return InputWait(task, reader);
+        if (!Holds(reader)) return InputWait(task, reader);
       }
       for (int reg : Outputs(task)) {
         if (!Free(reg)) return OutputWait(task, reg);

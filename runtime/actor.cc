@@ -8,7 +8,14 @@
 namespace loom {
 
 Actor::Actor(const ActorInit& init) : init_(init), task_(init.task), id_(init.id) {
-  for (const Register* reg : init.inputs) inputs_.push_back(Input{reg, {}, false});
+  for (size_t i = 0; i < init.inputs.size(); ++i) {
+    inputs_.push_back(Input{.reg = init.inputs[i],
+                            .ready = {},
+                            .ended = false,
+                            .lookahead = static_cast<int>(i) < task_->input_lookahead_size()
+                                             ? task_->input_lookahead(static_cast<int>(i))
+                                             : 0});
+  }
   for (const Register* reg : init.outputs) {
     Output output{reg, {}, std::vector<int32_t>(reg->num_slots(), 0)};
     for (int32_t slot = 0; slot < reg->num_slots(); ++slot) output.free_slots.push_back(slot);
@@ -187,9 +194,20 @@ absl::Status Actor::Advance() {
   return status;
 }
 
+bool Actor::Holds(const Input& input) const {
+  if (input.ready.empty()) return false;
+  if (input.lookahead <= 0 || input.ended) return true;
+  const int64_t piece = input.ready.front().piece;
+  if (piece < 0) return true;  // no step to look into (pieces count from 0)
+  const int64_t pieces_per_step = std::max<int64_t>(1, task_->pieces_per_step());
+  const int64_t left_in_step = pieces_per_step - 1 - piece % pieces_per_step;
+  const int64_t wanted = std::min<int64_t>(input.lookahead, left_in_step) + 1;
+  return static_cast<int64_t>(input.ready.size()) >= wanted;
+}
+
 bool Actor::CanAct() const {
   for (const Input& input : inputs_) {
-    if (input.ready.empty()) return false;
+    if (!Holds(input)) return false;
   }
   for (const Output& output : outputs_) {
     if (output.free_slots.empty()) return false;
@@ -282,7 +300,7 @@ Actor::State Actor::CurrentState() const {
   if (finished_) return State::kFinished;
   if (!exhausted_ && CanAct()) return State::kWaitingForThread;
   for (const Input& input : inputs_) {
-    if (input.ready.empty() && !input.ended) return State::kWaitingForInput;
+    if (!Holds(input) && !input.ended) return State::kWaitingForInput;
   }
   // Draining (waiting for END_OF_DATA or its slots to come back) is not blocked work.
   if (exhausted_) return State::kFinished;
@@ -330,9 +348,15 @@ void Actor::Report(ActorTime time, int64_t nanoseconds) {
 std::string Actor::DescribeWait() const {
   std::string lines;
   for (const Input& input : inputs_) {
-    if (!input.ready.empty() || input.ended) continue;
-    absl::StrAppend(&lines, "  '", name(), "' waits for input register '", input.reg->name(),
-                    "' from '", TaskName(input.reg->producer()), "' (no READY slot)\n");
+    if (Holds(input) || input.ended) continue;
+    absl::StrAppend(
+        &lines, "  '", name(), "' waits for input register '", input.reg->name(), "' from '",
+        TaskName(input.reg->producer()), "' (",
+        input.ready.empty()
+            ? std::string("no READY slot")
+            : absl::StrCat("holds ", input.ready.size(), " READY slots from piece ",
+                           input.ready.front().piece, ", looks ", input.lookahead, " ahead"),
+        ")\n");
   }
   for (const Output& output : outputs_) {
     if (!output.free_slots.empty()) continue;

@@ -81,7 +81,8 @@ struct ActorInit {
 };
 
 // The base of every actor kind. It implements the act rule of DESIGN.md §3: an actor acts when
-// every input has a READY slot and every output a free slot (kinds may refine CanAct). After an
+// every input has a READY slot (and, with Task.input_lookahead, the pieces after it) and every
+// output a free slot (kinds may refine CanAct). After an
 // act it sends READY to every consumer of what it produced and FREE to the producers of what it
 // consumed; a produced slot is free again once every reader returned it.
 //
@@ -203,6 +204,7 @@ class Actor {
     const Register* reg;
     std::deque<ReadySlot> ready;
     bool ended = false;
+    int32_t lookahead = 0;  // Task.input_lookahead
   };
   struct Output {
     const Register* reg;
@@ -211,6 +213,9 @@ class Actor {
   };
 
   State CurrentState() const;
+  // Whether `input` holds what the next act needs: a READY slot, and with a lookahead k the
+  // pieces after it, up to k more or to the end of its step.
+  bool Holds(const Input& input) const;
   // Hands accounted time to the job's metrics, if any.
   void Report(ActorTime time, int64_t nanoseconds);
   void Send(MessageType type, ActorId destination, const Register& reg, int32_t slot,

@@ -11,6 +11,7 @@ namespace {
 struct PieceSpan {
   int64_t forward_start = std::numeric_limits<int64_t>::max();
   int64_t backward_start = std::numeric_limits<int64_t>::max();
+  int64_t weight_gradient_start = std::numeric_limits<int64_t>::max();
   int64_t end = std::numeric_limits<int64_t>::min();
 };
 
@@ -26,7 +27,9 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
     const PipelineRole& role = roles[event.task_index];
     if (role.stage < 0 || role.stage >= num_stages) continue;
     PieceSpan& span = pieces[role.stage][event.piece];
-    int64_t& start = role.backward ? span.backward_start : span.forward_start;
+    int64_t& start = role.weight_gradient ? span.weight_gradient_start
+                     : role.backward      ? span.backward_start
+                                          : span.forward_start;
     start = std::min(start, event.start_nanoseconds);
     span.end = std::max(span.end, event.end_nanoseconds);
     intervals[role.stage].emplace_back(event.start_nanoseconds, event.end_nanoseconds);
@@ -44,6 +47,9 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
       }
       if (span.backward_start != std::numeric_limits<int64_t>::max()) {
         passes.emplace_back(span.backward_start, 'B');
+      }
+      if (span.weight_gradient_start != std::numeric_limits<int64_t>::max()) {
+        passes.emplace_back(span.weight_gradient_start, 'W');
       }
     }
     std::sort(changes.begin(), changes.end());
@@ -69,6 +75,38 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
     schedule.last_end_nanoseconds = covered_end;
   }
   return schedules;
+}
+
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan) {
+  std::vector<PipelineRole> roles(plan.tasks_size());
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.kind() != plan::COMPUTE || task.index() >= roles.size()) continue;
+    roles[task.index()] = PipelineRole{.stage = task.stream().device().index(),
+                                       .backward = task.priority() != 0,
+                                       .weight_gradient = task.priority() < -1};
+  }
+  return roles;
+}
+
+int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages) {
+  if (stages.empty()) return 0;
+  int64_t begin = stages[0].first_start_nanoseconds;
+  int64_t end = stages[0].last_end_nanoseconds;
+  for (const StageSchedule& stage : stages) {
+    begin = std::min(begin, stage.first_start_nanoseconds);
+    end = std::max(end, stage.last_end_nanoseconds);
+  }
+  return end - begin;
+}
+
+double IdleFraction(const std::vector<StageSchedule>& stages) {
+  const int64_t span = SpanNanoseconds(stages);
+  if (span <= 0) return 0;
+  double idle = 0;
+  for (const StageSchedule& stage : stages) {
+    idle += 1.0 - static_cast<double>(stage.busy_nanoseconds) / static_cast<double>(span);
+  }
+  return idle / static_cast<double>(stages.size());
 }
 
 std::string OneForwardOneBackwardOrder(int64_t in_flight, int64_t m) {

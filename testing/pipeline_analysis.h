@@ -10,15 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "proto/plan.pb.h"
 #include "runtime/event_record.h"
 
 namespace loom {
 
 // What a task is to a pipeline: the stage it computes for (-1: none, e.g. variables and
-// per-step tasks) and whether it is part of the backward pass.
+// per-step tasks), whether it is part of the backward pass, and whether of its deferred weight
+// gradients (zero-bubble schedules' "W").
 struct PipelineRole {
   int stage = -1;
   bool backward = false;
+  bool weight_gradient = false;
 };
 
 // One stage's schedule, read from the runtime's event record (pieces are micro-batches).
@@ -27,7 +30,8 @@ struct StageSchedule {
   // there to the end of its last backward act there; the most micro-batches held at once.
   int64_t peak_in_flight = 0;
   // The stage's passes in the order they began: "F" for a micro-batch's first forward act,
-  // "B" for its first backward act, e.g. "FFFBFBFBBB".
+  // "B" for its first backward act, e.g. "FFFBFBFBBB", and with deferred weight gradients "W"
+  // for its first act of those.
   std::string order;
   // The union of the stage's act intervals; its first act's start and its last act's end
   // (nanoseconds since the job started).
@@ -39,6 +43,18 @@ struct StageSchedule {
 // Per stage 0..num_stages-1. `roles` is indexed by task index (events' task_index).
 std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
                                            const std::vector<PipelineRole>& roles, int num_stages);
+
+// The roles of a plan's tasks (indexed by task index) when pipeline stage s runs on the devices
+// of index s: every COMPUTE task is a pass of its device's stage, backward when the compiler gave
+// it a priority other than forward's 0 (1; under a zero-bubble schedule -1 for input gradients
+// and -2 for weight gradients), a deferred weight gradient when below -1.
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan);
+
+// A step's span: from the first act of any stage to the end of the last act of any stage.
+int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages);
+
+// The idle fraction of a step: over its span, the mean over stages of 1 - busy / span.
+double IdleFraction(const std::vector<StageSchedule>& stages);
 
 // One-forward-one-backward's order of a stage that may hold `in_flight` micro-batches, for `m`
 // micro-batches: min(in_flight, m) forwards, then alternating backward and forward while forwards

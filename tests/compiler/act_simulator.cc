@@ -184,8 +184,21 @@ absl::Status Simulator::Build(absl::Span<const plan::Plan> node_plans) {
 }
 
 bool Simulator::AllInputsReady(const SimTask& task) const {
-  return std::all_of(task.ready.begin(), task.ready.end(),
-                     [](const std::deque<int64_t>& ready) { return !ready.empty(); });
+  for (size_t i = 0; i < task.ready.size(); ++i) {
+    const std::deque<int64_t>& ready = task.ready[i];
+    if (ready.empty()) return false;
+    // Task.input_lookahead: also the pieces after the front one, up to k or to its step's end.
+    const int32_t lookahead = static_cast<int>(i) < task.task->input_lookahead_size()
+                                  ? task.task->input_lookahead(static_cast<int>(i))
+                                  : 0;
+    if (lookahead <= 0) continue;
+    const int64_t per_step = std::max(1, task.task->pieces_per_step());
+    const int64_t left_in_step = per_step - 1 - ready.front() % per_step;
+    if (static_cast<int64_t>(ready.size()) < std::min<int64_t>(lookahead, left_in_step) + 1) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool Simulator::AllOutputsFree(const SimTask& task) const {

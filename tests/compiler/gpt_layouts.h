@@ -2,8 +2,8 @@
 #define LOOM_TESTS_COMPILER_GPT_LAYOUTS_H_
 
 // A tiny GPT (tools/loom-gpt) on the layouts the memory-sharing tests cover (one device, DP, TP,
-// PP with 1F1B and GPipe, DP x PP with clipping, micro-batches, MoE with EP, DP x TP in bfloat16,
-// stages on two nodes), compiled with or without register memory sharing.
+// PP with 1F1B and GPipe, TP x PP zero bubble, DP x PP with clipping, micro-batches, MoE with EP,
+// DP x TP in bfloat16, stages on two nodes), compiled with or without register memory sharing.
 
 #include <cstdint>
 #include <ostream>
@@ -53,6 +53,13 @@ inline std::vector<GptLayout> SharingLayouts() {
                 .data_parallel = 2,
                 .pipeline_stages = 2,
                 .micro_batches = 2,
+                .max_grad_norm = 0.5},
+      // The layout that stalled before the plan proof, with its weight gradients deferred.
+      GptLayout{.name = "tp2_pp2_m4_zero_bubble_clipped",
+                .tensor_parallel = 2,
+                .pipeline_stages = 2,
+                .micro_batches = 4,
+                .schedule = job::ZERO_BUBBLE,
                 .max_grad_norm = 0.5},
       GptLayout{.name = "m4_one_device", .micro_batches = 4, .shares = false},
       GptLayout{.name = "dp2_ep2_moe", .data_parallel = 2, .experts = 4, .expert_parallel = 2},

@@ -198,12 +198,7 @@ std::vector<StageSchedule> RunSchedule(int stages, int micro_batches,
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return {};
   // Stage s runs on cpu:s; its compute tasks that act once per micro-batch are its passes.
-  std::vector<PipelineRole> roles(compiled->plan.tasks_size());
-  for (const plan::Task& task : compiled->plan.tasks()) {
-    if (task.kind() != plan::COMPUTE) continue;
-    roles[task.index()] = PipelineRole{task.stream().device().index(), task.priority() > 0};
-  }
-  return AnalyzePipeline(run->runtime->events(), roles, stages);
+  return AnalyzePipeline(run->runtime->events(), PipelineRolesByDevice(compiled->plan), stages);
 }
 
 TEST(PipelineScheduleTest, OneForwardOneBackwardEmergesFromCredits) {

@@ -31,6 +31,12 @@ using ::testing::HasSubstr;
 
 // ---- Every layout of the matrix compiles and is proven ----
 
+constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE, job::ZERO_BUBBLE};
+
+std::string ScheduleSuffix(job::PipelineSchedule schedule) {
+  return schedule == job::GPIPE ? "_gpipe" : schedule == job::ZERO_BUBBLE ? "_zero_bubble" : "";
+}
+
 std::vector<GptLayout> MatrixLayouts() {
   std::vector<GptLayout> layouts;
   for (int64_t data_parallel : {1, 2}) {
@@ -38,19 +44,18 @@ std::vector<GptLayout> MatrixLayouts() {
       for (int64_t pipeline_stages : {1, 2}) {
         for (double max_grad_norm : {0.0, 1.0}) {
           for (int64_t micro_batches : {1, 2, 4}) {
-            for (job::PipelineSchedule schedule : {job::ONE_F_ONE_B, job::GPIPE}) {
-              if (schedule == job::GPIPE && pipeline_stages == 1) continue;
-              layouts.push_back(
-                  GptLayout{.name = absl::StrCat("dp", data_parallel, "_tp", tensor_parallel, "_pp",
-                                                 pipeline_stages, "_m", micro_batches,
-                                                 schedule == job::GPIPE ? "_gpipe" : "",
-                                                 max_grad_norm > 0 ? "_clipped" : ""),
-                            .data_parallel = data_parallel,
-                            .tensor_parallel = tensor_parallel,
-                            .pipeline_stages = pipeline_stages,
-                            .micro_batches = micro_batches,
-                            .schedule = schedule,
-                            .max_grad_norm = max_grad_norm});
+            for (job::PipelineSchedule schedule : kSchedules) {
+              if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
+              layouts.push_back(GptLayout{
+                  .name = absl::StrCat(
+                      "dp", data_parallel, "_tp", tensor_parallel, "_pp", pipeline_stages, "_m",
+                      micro_batches, ScheduleSuffix(schedule), max_grad_norm > 0 ? "_clipped" : ""),
+                  .data_parallel = data_parallel,
+                  .tensor_parallel = tensor_parallel,
+                  .pipeline_stages = pipeline_stages,
+                  .micro_batches = micro_batches,
+                  .schedule = schedule,
+                  .max_grad_norm = max_grad_norm});
             }
           }
         }
@@ -62,15 +67,20 @@ std::vector<GptLayout> MatrixLayouts() {
     for (int64_t pipeline_stages : {1, 2}) {
       for (double max_grad_norm : {0.0, 1.0}) {
         for (int64_t micro_batches : {1, 2, 4}) {
-          layouts.push_back(GptLayout{
-              .name = absl::StrCat("moe_dp2_ep", expert_parallel, "_pp", pipeline_stages, "_m",
-                                   micro_batches, max_grad_norm > 0 ? "_clipped" : ""),
-              .data_parallel = 2,
-              .pipeline_stages = pipeline_stages,
-              .micro_batches = micro_batches,
-              .experts = 4,
-              .expert_parallel = expert_parallel,
-              .max_grad_norm = max_grad_norm});
+          for (job::PipelineSchedule schedule : {job::ONE_F_ONE_B, job::ZERO_BUBBLE}) {
+            if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
+            layouts.push_back(GptLayout{
+                .name = absl::StrCat("moe_dp2_ep", expert_parallel, "_pp", pipeline_stages, "_m",
+                                     micro_batches, ScheduleSuffix(schedule),
+                                     max_grad_norm > 0 ? "_clipped" : ""),
+                .data_parallel = 2,
+                .pipeline_stages = pipeline_stages,
+                .micro_batches = micro_batches,
+                .schedule = schedule,
+                .experts = 4,
+                .expert_parallel = expert_parallel,
+                .max_grad_norm = max_grad_norm});
+          }
         }
       }
     }
@@ -212,6 +222,43 @@ TEST(HandPlanTest, ACreditCycleIsRefusedNamingIt) {
   EXPECT_EQ(unsaid.code(), absl::StatusCode::kFailedPrecondition) << unsaid;
   EXPECT_THAT(std::string(unsaid.message()), HasSubstr("'x' (1 of 2 acts) waits for a free slot"));
   EXPECT_TRUE(ProveStepCompletes({ParsePlan(CreditCyclePlan(2, false))}).ok());
+}
+
+// x writes a (2 slots) and b (`b_slots`); w reads a looking one piece ahead, and b. With one slot
+// of b, w holds piece 0 of b while it waits for piece 1 of a, which x cannot write before b's
+// slot comes back: the lookahead closes a cycle of credits.
+std::string LookaheadPlan(int b_slots) {
+  const std::string per_step = "pieces_per_step: 4";
+  return absl::StrCat(
+      kDevice, Register("s"), Register("a", 2), Register("b", b_slots), Register("y"),
+      Task("source", "SOURCE", {}, {"s"}, "num_pieces: 4 " + per_step),
+      Task("x", "COMPUTE", {"s"}, {"a", "b"}, per_step),
+      Task("w", "COMPUTE", {"a", "b"}, {"y"}, "input_lookahead: [1, 0] " + per_step),
+      Task("sink", "SINK", {"y"}, {}, per_step));
+}
+
+TEST(HandPlanTest, ALookaheadBeyondASiblingsSlotsIsRefused) {
+  const absl::Status proof = ProveStepCompletes({ParsePlan(LookaheadPlan(1))});
+  EXPECT_EQ(proof.code(), absl::StatusCode::kFailedPrecondition) << proof;
+  EXPECT_THAT(std::string(proof.message()),
+              HasSubstr("'w' (0 of 4 acts) waits for register 'a' (looking 1 pieces ahead)"));
+  EXPECT_THAT(std::string(proof.message()),
+              HasSubstr("'x' (1 of 4 acts) waits for a free slot of register 'b' (1 slot), "
+                        "held by 'w'"));
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    absl::StatusOr<SimulationResult> run =
+        SimulateActs({ParsePlan(LookaheadPlan(1))}, {.seed = seed, .policy = PolicyOfSeed(seed)});
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_TRUE(run->deadlocked) << "seed " << seed;
+  }
+  // A second slot of b lets x run one piece ahead: proven, and every order finishes.
+  EXPECT_TRUE(ProveStepCompletes({ParsePlan(LookaheadPlan(2))}).ok());
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    absl::StatusOr<SimulationResult> run =
+        SimulateActs({ParsePlan(LookaheadPlan(2))}, {.seed = seed, .policy = PolicyOfSeed(seed)});
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_TRUE(run->finished) << "seed " << seed << ": " << run->deadlock;
+  }
 }
 
 TEST(HandPlanTest, ADataCycleIsRefused) {

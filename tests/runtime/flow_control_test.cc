@@ -80,6 +80,39 @@ TEST_P(BackPressureTest, ProducerNeverMoreThanSlotsAhead) {
 
 INSTANTIATE_TEST_SUITE_P(Slots, BackPressureTest, ::testing::Values(1, 2, 3));
 
+// Task.input_lookahead: the act on piece j waits until the input holds pieces up to j + k, or
+// to the last piece of j's step; it still reads piece j.
+TEST(FlowControlTest, LookaheadWaitsForLaterPiecesOfTheStep) {
+  constexpr int kPieces = 12;
+  constexpr int kPiecesPerStep = 4;
+  constexpr int kLookahead = 2;
+  PlanBuilder builder("lookahead");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("s", {4}).AddRegister("x", {4}, plan::FLOAT32, kLookahead + 2);
+  builder.AddRegister("y", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"s"}, "test_piece").set_num_pieces(kPieces);
+  plan::Task& slow = builder.AddTask("slow", plan::COMPUTE, 0, {"s"}, {"x"}, "test_spin");
+  PlanBuilder::SetAttribute(slow, "microseconds", 300);
+  plan::Task& late = builder.AddTask("late", plan::COMPUTE, 1, {"x"}, {"y"}, "test_sum_plus_one");
+  late.set_pieces_per_step(kPiecesPerStep);
+  late.add_input_lookahead(kLookahead);
+  builder.AddTask("sink", plan::SINK, 1, {"y"}, {});
+  auto job = MakeJob(builder.plan());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  // Piece j's own values, each plus one.
+  EXPECT_THAT(SinkValues(**job, "sink"), ElementsAreArray(Range(kPieces, 1.0f)));
+  const std::vector<ActEvent> written = EventsOf(**job, "slow");
+  const std::vector<ActEvent> read = EventsOf(**job, "late");
+  ASSERT_EQ(written.size(), kPieces);
+  ASSERT_EQ(read.size(), kPieces);
+  for (int j = 0; j < kPieces; ++j) {
+    const int last_of_step = (j / kPiecesPerStep + 1) * kPiecesPerStep - 1;
+    const int awaited = std::min(j + kLookahead, last_of_step);
+    EXPECT_GE(read[j].start_nanoseconds, written[awaited].end_nanoseconds) << "piece " << j;
+  }
+}
+
 TEST(FlowControlTest, FanOutCountsReadersBeforeReusingASlot) {
   // One register read by three consumers on three threads, one slot: every consumer sees every
   // piece exactly once, and the slot is reused only after all three returned it.

@@ -1,4 +1,5 @@
 // Bad plans are rejected before any actor starts, with a message naming the culprit.
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/plan_text.h"
@@ -70,6 +71,33 @@ TEST(PlanValidationTest, ZeroSlotRegister) {
   builder.mutable_plan().mutable_registers(1)->set_num_slots(0);
   ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
                  "register 'y' has 0 slots");
+}
+
+TEST(PlanValidationTest, LookaheadOnlyOnComputeTasksWithinTheSlots) {
+  {
+    PlanBuilder builder = SmallChain();
+    builder.mutable_plan().mutable_tasks(2)->add_input_lookahead(1);
+    ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
+                   "task 'sink': only COMPUTE tasks may look ahead on their inputs (a SINK task "
+                   "does)");
+  }
+  {
+    PlanBuilder builder = SmallChain();
+    builder.mutable_plan().mutable_tasks(1)->add_input_lookahead(1);
+    builder.mutable_plan().mutable_tasks(1)->add_input_lookahead(1);
+    ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
+                   "task 'plus': 2 input_lookahead counts for 1 inputs");
+  }
+  for (int lookahead : {-1, 2}) {
+    PlanBuilder builder = SmallChain();
+    builder.mutable_plan().mutable_tasks(1)->add_input_lookahead(lookahead);
+    ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("task 'plus': input_lookahead ", lookahead,
+                                " on input 'x' must be >= 0 and below its 2 slots"));
+  }
+  PlanBuilder builder = SmallChain();
+  builder.mutable_plan().mutable_tasks(1)->add_input_lookahead(1);
+  EXPECT_TRUE(ValidatePlan(builder.plan()).ok());
 }
 
 TEST(PlanValidationTest, CycleThatCanNeverAct) {

@@ -57,7 +57,7 @@ cli::ArgumentSpec MakeSpec() {
       .AddFlag("tp", "N", "1", "tensor-parallel degree (Megatron layout; divides heads)")
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
       .AddFlag("micro-batches", "M", "1", "micro-batches per step (divides batch / dp)")
-      .AddFlag("schedule", "NAME", "1f1b", "pipeline schedule: 1f1b | gpipe")
+      .AddFlag("schedule", "NAME", "1f1b", "pipeline schedule: 1f1b | gpipe | zero-bubble")
       .AddFlag("devices-per-node", "K", "0",
                "spread the devices over nodes, K per node (node<i/K>/cpu:<i%K>), for a cluster "
                "of loomd processes; 0: all on one node")
@@ -244,9 +244,12 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
     config.schedule = job::ONE_F_ONE_B;
   } else if (schedule == "gpipe") {
     config.schedule = job::GPIPE;
+  } else if (schedule == "zero-bubble") {
+    config.schedule = job::ZERO_BUBBLE;
   } else {
-    return cli::UsageError(kCommand,
-                           absl::StrCat("--schedule must be 1f1b or gpipe, got '", schedule, "'"));
+    return cli::UsageError(
+        kCommand,
+        absl::StrCat("--schedule must be 1f1b, gpipe or zero-bubble, got '", schedule, "'"));
   }
   if (!parsed.Has("emit") && !parsed.Has("write-init")) {
     return cli::UsageError(kCommand, "nothing to do: give --emit PATH and/or --write-init PATH");

@@ -507,7 +507,7 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
   if (config.zero_stage < 0 || config.zero_stage > 2) {
     return ConfigError(absl::StrCat("zero_stage must be 0, 1 or 2, got ", config.zero_stage));
   }
-  if (config.schedule != job::ONE_F_ONE_B && config.schedule != job::GPIPE) {
+  if (!job::PipelineSchedule_IsValid(config.schedule)) {
     return ConfigError(absl::StrCat("unknown pipeline schedule ", config.schedule));
   }
   return absl::OkStatus();

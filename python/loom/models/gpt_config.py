@@ -239,8 +239,8 @@ class GptConfig:
             raise error(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
-        if self.schedule not in ("1f1b", "gpipe"):
-            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b or gpipe)")
+        if self.schedule not in ("1f1b", "gpipe", "zero-bubble"):
+            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe or zero-bubble)")
         return self
 
     def _validate_data(self, error):

@@ -1,0 +1,46 @@
+#ifndef LOOM_BENCH_COMMON_SLEEP_PIPELINE_H_
+#define LOOM_BENCH_COMMON_SLEEP_PIPELINE_H_
+
+// The sleeping pipeline of the schedule benchmarks (bench/bubble, bench/schedules): a training
+// job whose stages cost known times, compiled by Loom's compiler, and what its run shows.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_registry.h"
+#include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+
+namespace loom::bench {
+
+// Stage s of `stages` on cpu:s: a tiny matmul of its input by its own weight, then op "sleep"
+// taking `forward_microseconds` forward and `input_microseconds` in the backward of its input.
+// With `weight_microseconds` > 0 the stage reads its weight through another sleep (nothing
+// forward, that long in its backward: a weight gradient apart from the input gradient). Sleeping
+// stages use no core, so four fit on two. One step of `micro_batches`, SGD, a mean as the loss.
+struct SleepPipeline {
+  int stages = 4;
+  int64_t forward_microseconds = 1000;
+  int64_t input_microseconds = 2000;
+  int64_t weight_microseconds = 0;
+};
+
+job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
+                          job::PipelineSchedule schedule);
+
+// One run of a compiled sleeping pipeline, from the runtime's event record
+// (testing/pipeline_analysis.h).
+struct PipelineRun {
+  double idle_fraction = 0;         // over the step's span, the mean over stages
+  double span_milliseconds = 0;     // first act of any stage to the last act of any stage
+  std::vector<int64_t> peaks;       // per stage: micro-batches held at once
+  std::vector<std::string> orders;  // per stage: "FFBFB...", as StageSchedule::order
+};
+
+// Runs `plan` in this process; exits the process on an error.
+PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages);
+
+}  // namespace loom::bench
+
+#endif  // LOOM_BENCH_COMMON_SLEEP_PIPELINE_H_
