@@ -5,6 +5,7 @@
 #include "client/job_builder.h"
 #include "node/local_run.h"
 #include "testing/pipeline_analysis.h"
+#include "testing/pipeline_svg.h"
 
 namespace loom::bench {
 
@@ -51,17 +52,22 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   return job;
 }
 
-PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages) {
+PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
+                        const std::string& svg_title) {
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the pipeline job");
+  const std::vector<PipelineRole> roles = PipelineRolesByDevice(plan);
   const std::vector<StageSchedule> schedules =
-      AnalyzePipeline(run->runtime->events(), PipelineRolesByDevice(plan), stages);
+      AnalyzePipeline(run->runtime->events(), roles, stages);
   PipelineRun result;
   result.idle_fraction = IdleFraction(schedules);
   result.span_milliseconds = static_cast<double>(SpanNanoseconds(schedules)) / 1e6;
   for (const StageSchedule& stage : schedules) {
     result.peaks.push_back(stage.peak_in_flight);
     result.orders.push_back(stage.order);
+  }
+  if (!svg_title.empty()) {
+    result.svg = PipelineSvg(run->runtime->events(), roles, stages, svg_title);
   }
   return result;
 }

@@ -36,10 +36,13 @@ struct PipelineRun {
   double span_milliseconds = 0;     // first act of any stage to the last act of any stage
   std::vector<int64_t> peaks;       // per stage: micro-batches held at once
   std::vector<std::string> orders;  // per stage: "FFBFB...", as StageSchedule::order
+  std::string svg;                  // the acts as a picture (testing/pipeline_svg.h), if asked
 };
 
-// Runs `plan` in this process; exits the process on an error.
-PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages);
+// Runs `plan` in this process; exits the process on an error. A non-empty `svg_title` asks for
+// the picture.
+PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
+                        const std::string& svg_title = "");
 
 }  // namespace loom::bench
 

@@ -17,10 +17,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/sleep_pipeline.h"
@@ -58,7 +60,15 @@ double FormulaIdleFraction(job::PipelineSchedule schedule, int m) {
   return bubble / (m * (f + b + w) + bubble);
 }
 
-int Main() {
+void WriteFileOrExit(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) ExitIfError(absl::UnavailableError(absl::StrCat("cannot write ", path)), "--svg");
+}
+
+// --svg=DIR: also writes DIR/schedule-<name>.svg, the first run of M = 8 of each schedule.
+int Main(const std::string& svg_directory) {
   KernelRegistry kernels;
   ExitIfError(RegisterCpuKernels(&kernels), "registering the CPU kernels");
   compiler::OpRegistry ops;
@@ -86,11 +96,21 @@ int Main() {
       std::vector<double> spans;
       std::vector<int64_t> peaks(kStages, 0);
       for (int repetition = 0; repetition < kRepetitions; ++repetition) {
-        const PipelineRun measurement = RunPipeline(compiled->plan, kernels, kStages);
-        if (m == 8 && repetition == 0) {
+        const bool first_of_8 = m == 8 && repetition == 0;
+        const PipelineRun measurement =
+            RunPipeline(compiled->plan, kernels, kStages,
+                        first_of_8 && !svg_directory.empty()
+                            ? absl::StrCat(schedule.name, ": ", kStages,
+                                           " stages, M = 8, F = B = W = 2 ms (bench_schedules)")
+                            : "");
+        if (first_of_8) {
           for (int s = 0; s < kStages; ++s) {
             std::printf("  %s M = 8, stage %d: %s\n", schedule.name, s,
                         measurement.orders[s].c_str());
+          }
+          if (!svg_directory.empty()) {
+            WriteFileOrExit(absl::StrCat(svg_directory, "/schedule-", schedule.name, ".svg"),
+                            measurement.svg);
           }
         }
         idle.push_back(measurement.idle_fraction);
@@ -134,5 +154,14 @@ int Main() {
 
 int main(int argc, char** argv) {
   loom::bench::InitLogging(argv[0]);
-  return loom::bench::Main();
+  std::string svg_directory;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument.rfind("--svg=", 0) != 0) {
+      std::fprintf(stderr, "usage: %s [--svg=DIR]\n", argv[0]);
+      return 2;
+    }
+    svg_directory = argument.substr(6);
+  }
+  return loom::bench::Main(svg_directory);
 }
