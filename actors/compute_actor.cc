@@ -11,7 +11,10 @@ absl::Status ComputeActor::Initialize() {
   kernel_init.stream = init().stream;
   kernel_init.files = init().files;
   kernel_init.ending = init().ending;
-  for (const Register* reg : init().inputs) {
+  // The last ordering_inputs inputs only order the act (plan validation bounds the count).
+  const int kernel_inputs = num_inputs() - task().ordering_inputs();
+  for (int i = 0; i < kernel_inputs; ++i) {
+    const Register* reg = init().inputs[i];
     plan::TensorDesc desc;
     for (int64_t dimension : reg->shape().dimensions()) desc.add_shape(dimension);
     desc.set_data_type(reg->data_type());
@@ -27,7 +30,7 @@ absl::Status ComputeActor::Initialize() {
       init().kernels->Create(init().device_type, kernel_init);
   if (!kernel.ok()) return kernel.status();
   kernel_ = std::move(*kernel);
-  input_views_.resize(num_inputs());
+  input_views_.resize(kernel_inputs);
   output_views_.resize(num_outputs());
   return absl::OkStatus();
 }
@@ -40,7 +43,7 @@ absl::Status ComputeActor::DoAct() {
     for (int i = 0; i < num_outputs(); ++i) ProduceOutput(i, piece);
     return absl::OkStatus();
   }
-  for (int i = 0; i < num_inputs(); ++i) input_views_[i] = InputView(i);
+  for (size_t i = 0; i < input_views_.size(); ++i) input_views_[i] = InputView(static_cast<int>(i));
   for (int i = 0; i < num_outputs(); ++i) output_views_[i] = OutputView(i);
   KernelContext context{input_views_, output_views_, piece};
   if (absl::Status status = kernel_->Compute(context); !status.ok()) return status;

@@ -14,7 +14,9 @@
 namespace loom {
 
 // Runs its kernel once per piece: one READY slot of every input -> one slot of every output.
-// The piece it produces is the piece of its first input (its act count when it has none).
+// The piece it produces is the piece of its first input (its act count when it has none). The
+// task's ordering inputs (Task.ordering_inputs) are waited for and returned, not given to the
+// kernel.
 class ComputeActor : public Actor {
  public:
   using Actor::Actor;

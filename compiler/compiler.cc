@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "compiler/act_order.h"
 #include "compiler/autodiff.h"
 #include "compiler/boxing.h"
 #include "compiler/evaluation_branch.h"
@@ -76,6 +77,9 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
   if (result.graph.evaluation_every_steps > 0) {
     result.plan.set_evaluation_every_steps(result.graph.evaluation_every_steps);
     MarkEvaluationTasks(result.plan, result.graph.evaluation_every_steps, result.graph.first_step);
+  }
+  if (!job.loss().empty() && job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {
+    OrderActsForMemory(*compiled, result.plan);
   }
   return result;
 }

@@ -18,6 +18,7 @@
 #include "core/shared_kernels.h"
 #include "core/tensor.h"
 #include "runtime/actor_id.h"
+#include "runtime/input_order_validation.h"
 #include "runtime/memory_pool_validation.h"
 
 namespace loom {
@@ -568,32 +569,6 @@ absl::Status CheckCollectives(const plan::Plan& plan,
 }
 
 // Kahn's algorithm; on a cycle, walks it to name its tasks.
-// Task.input_lookahead: a COMPUTE task's, one count >= 0 per input, each below its register's
-// slots (the producer must be able to write the pieces the task waits for while it holds one).
-absl::Status CheckLookahead(const plan::Task& task, const plan::Plan& plan,
-                            const absl::flat_hash_map<std::string, int>& register_position) {
-  if (task.input_lookahead().empty()) return absl::OkStatus();
-  const std::string who = absl::StrCat("task '", task.name(), "'");
-  if (task.kind() != plan::COMPUTE) {
-    return Invalid(absl::StrCat(who, ": only COMPUTE tasks may look ahead on their inputs (a ",
-                                plan::TaskKind_Name(task.kind()), " task does)"));
-  }
-  if (task.input_lookahead_size() != task.inputs_size()) {
-    return Invalid(absl::StrCat(who, ": ", task.input_lookahead_size(),
-                                " input_lookahead counts for ", task.inputs_size(), " inputs"));
-  }
-  for (int i = 0; i < task.inputs_size(); ++i) {
-    const int32_t lookahead = task.input_lookahead(i);
-    const plan::RegisterDesc& reg = plan.registers(register_position.at(task.inputs(i)));
-    if (lookahead < 0 || lookahead >= reg.num_slots()) {
-      return Invalid(absl::StrCat(who, ": input_lookahead ", lookahead, " on input '",
-                                  task.inputs(i), "' must be >= 0 and below its ", reg.num_slots(),
-                                  " slots"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckAcyclic(const plan::Plan& plan, const std::vector<std::vector<int>>& successors) {
   int count = plan.tasks_size();
   std::vector<int> in_degree(count, 0);
@@ -775,6 +750,7 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     if (absl::Status status = CheckLookahead(task, plan, register_position); !status.ok()) {
       return status;
     }
+    if (absl::Status status = CheckOrderingInputs(task); !status.ok()) return status;
     if (absl::Status status = CheckKind(task, plan, register_position); !status.ok()) {
       return status;
     }

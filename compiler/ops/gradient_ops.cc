@@ -30,6 +30,10 @@ class OnesLikeOp final : public OpDefinition {
       }
     }
     signatures.push_back(SbpSignature{{Sbp::Broadcast()}, {Sbp::Broadcast()}});
+    // Only the shape matters, and every rank's partial value has the whole shape: the backward's
+    // seed need not wait for the loss's all-reduce.
+    signatures.push_back(SbpSignature{{Sbp::PartialSum()}, {Sbp::Broadcast()}});
+    signatures.push_back(SbpSignature{{Sbp::PartialMax()}, {Sbp::Broadcast()}});
     return signatures;
   }
 };
@@ -212,8 +216,10 @@ class BroadcastToOp final : public OpDefinition {
             SbpSignature{{Sbp::Split(axis)}, {Sbp::Split(broadcast->mapped[axis])}});
       }
     }
-    signatures.push_back(SbpSignature{{Sbp::PartialSum()}, {Sbp::PartialSum()}});
+    // Broadcast first: from a broadcast input both cost nothing, and a broadcast output reaches
+    // split consumers by a slice where a partial one needs a reduce-scatter.
     signatures.push_back(SbpSignature{{Sbp::Broadcast()}, {Sbp::Broadcast()}});
+    signatures.push_back(SbpSignature{{Sbp::PartialSum()}, {Sbp::PartialSum()}});
     return signatures;
   }
 

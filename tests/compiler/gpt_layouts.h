@@ -44,6 +44,7 @@ inline void PrintTo(const GptLayout& layout, std::ostream* out) { *out << layout
 inline std::vector<GptLayout> SharingLayouts() {
   return {
       GptLayout{.name = "one_device"},
+      GptLayout{.name = "one_device_bf16", .matmul_data_type = plan::BFLOAT16},
       GptLayout{.name = "dp2", .data_parallel = 2},
       GptLayout{.name = "tp2", .tensor_parallel = 2},
       GptLayout{.name = "pp2_m4_1f1b", .pipeline_stages = 2, .micro_batches = 4},

@@ -36,10 +36,19 @@ TEST(GradientOpsTest, BroadcastTo) {
   op.IntList("shape", {4, 6}).IntList("axes", {1}).Float("scale", 0.5);
   EXPECT_EQ(op.Output(), Float32({4, 6}));
   EXPECT_THAT(op.Signatures(2),
-              ::testing::ElementsAre("(S(0)) -> (S(0))", "(P) -> (P)", "(B) -> (B)"));
+              ::testing::ElementsAre("(S(0)) -> (S(0))", "(B) -> (B)", "(P) -> (P)"));
   TestOp bad("broadcast_to", {Float32({5})});
   bad.IntList("shape", {4, 6}).IntList("axes", {1});
   EXPECT_THAT(bad.Error(), ::testing::HasSubstr("does not broadcast to [4, 6]"));
+}
+
+// Only the shape matters: a partial input (the loss before its all-reduce) gives ones everywhere.
+TEST(GradientOpsTest, OnesLike) {
+  TestOp op("ones_like", {Float32({4, 6})});
+  EXPECT_EQ(op.Output(), Float32({4, 6}));
+  EXPECT_THAT(op.Signatures(2),
+              ::testing::ElementsAre("(S(0)) -> (S(0))", "(S(1)) -> (S(1))", "(B) -> (B)",
+                                     "(P) -> (B)", "(P(max)) -> (B)"));
 }
 
 TEST(GradientOpsTest, LayerNormGrad) {

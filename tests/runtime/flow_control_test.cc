@@ -113,6 +113,34 @@ TEST(FlowControlTest, LookaheadWaitsForLaterPiecesOfTheStep) {
   }
 }
 
+// An ordering input (Task.ordering_inputs) holds the act back until its piece is READY, but the
+// kernel never sees it: 'plus' computes s + 1 from its first input alone.
+TEST(FlowControlTest, OrderingInputsOrderActsWithoutFeedingTheKernel) {
+  constexpr int kPieces = 8;
+  PlanBuilder builder("ordering");
+  builder.AddCpuDevices(2);
+  builder.AddRegister("s", {4}).AddRegister("g", {4}).AddRegister("gate", {4});
+  builder.AddRegister("y", {4});
+  builder.AddTask("source", plan::SOURCE, 0, {}, {"s"}, "test_piece").set_num_pieces(kPieces);
+  builder.AddTask("gate_source", plan::SOURCE, 1, {}, {"g"}, "test_piece").set_num_pieces(kPieces);
+  plan::Task& slow = builder.AddTask("slow", plan::COMPUTE, 1, {"g"}, {"gate"}, "test_spin");
+  PlanBuilder::SetAttribute(slow, "microseconds", 300);
+  builder.AddTask("plus", plan::COMPUTE, 0, {"s", "gate"}, {"y"}, "test_sum_plus_one")
+      .set_ordering_inputs(1);
+  builder.AddTask("sink", plan::SINK, 0, {"y"}, {});
+  auto job = MakeJob(builder.plan());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  EXPECT_THAT(SinkValues(**job, "sink"), ElementsAreArray(Range(kPieces, 1.0f)));
+  const std::vector<ActEvent> gates = EventsOf(**job, "slow");
+  const std::vector<ActEvent> acts = EventsOf(**job, "plus");
+  ASSERT_EQ(gates.size(), kPieces);
+  ASSERT_EQ(acts.size(), kPieces);
+  for (int j = 0; j < kPieces; ++j) {
+    EXPECT_GE(acts[j].start_nanoseconds, gates[j].end_nanoseconds) << "piece " << j;
+  }
+}
+
 TEST(FlowControlTest, FanOutCountsReadersBeforeReusingASlot) {
   // One register read by three consumers on three threads, one slot: every consumer sees every
   // piece exactly once, and the slot is reused only after all three returned it.

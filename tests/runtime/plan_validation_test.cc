@@ -100,6 +100,22 @@ TEST(PlanValidationTest, LookaheadOnlyOnComputeTasksWithinTheSlots) {
   EXPECT_TRUE(ValidatePlan(builder.plan()).ok());
 }
 
+TEST(PlanValidationTest, OrderingInputsOnlyOnComputeTasksWithinTheirInputs) {
+  {
+    PlanBuilder builder = SmallChain();
+    builder.mutable_plan().mutable_tasks(2)->set_ordering_inputs(1);
+    ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
+                   "task 'sink': only COMPUTE tasks may have ordering inputs (a SINK task does)");
+  }
+  for (int count : {-1, 2}) {
+    PlanBuilder builder = SmallChain();
+    builder.mutable_plan().mutable_tasks(1)->set_ordering_inputs(count);
+    ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("task 'plus': ordering_inputs ", count,
+                                " must be >= 0 and at most its 1 inputs"));
+  }
+}
+
 TEST(PlanValidationTest, CycleThatCanNeverAct) {
   PlanBuilder builder("cycle");
   builder.AddCpuDevices(1);

@@ -1,0 +1,219 @@
+#include "compiler/act_order.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "compiler/kernel_attributes.h"
+#include "core/device_key.h"
+#include "core/device_name.h"
+#include "core/plan_steps.h"
+
+namespace loom::compiler {
+namespace {
+
+// The tasks of one device, as positions in the plan.
+struct DeviceTasks {
+  plan::Device device;
+  std::vector<int> tasks;
+  bool micro_batched = false;
+};
+
+class ActOrder {
+ public:
+  ActOrder(const job::Job& job, plan::Plan& plan) : plan_(plan) {
+    for (int i = 0; i < job.ops_size(); ++i) op_order_.emplace(job.ops(i).name(), i);
+    for (int t = 0; t < plan_.tasks_size(); ++t) {
+      for (const std::string& output : plan_.tasks(t).outputs()) producer_.emplace(output, t);
+    }
+  }
+
+  void OrderDevice(const DeviceTasks& device_tasks);
+
+ private:
+  // The producer of `input` on the device (plan position), or -1.
+  int LocalProducer(const std::string& input, const plan::Device& device) const;
+  // The device's tasks in an order where producers come first (a VARIABLE's gradient is read a
+  // step late: no order), the earliest op of the job first among the ready ones; tasks that are
+  // no op's (boxing, buckets) go with the op they read. Empty for a cyclic plan (which validation
+  // names).
+  std::vector<int> DataOrder(const DeviceTasks& device_tasks) const;
+  void AddOrderingInput(int task, const std::string& reg);
+
+  plan::Plan& plan_;
+  absl::flat_hash_map<std::string, int> op_order_;
+  absl::flat_hash_map<std::string, int> producer_;
+};
+
+int ActOrder::LocalProducer(const std::string& input, const plan::Device& device) const {
+  auto found = producer_.find(input);
+  if (found == producer_.end()) return -1;
+  return DeviceKey::Of(plan_.tasks(found->second).stream().device()) == DeviceKey::Of(device)
+             ? found->second
+             : -1;
+}
+
+std::vector<int> ActOrder::DataOrder(const DeviceTasks& device_tasks) const {
+  absl::flat_hash_map<int, int> position;  // plan position -> position in device_tasks.tasks
+  const int count = static_cast<int>(device_tasks.tasks.size());
+  for (int i = 0; i < count; ++i) position.emplace(device_tasks.tasks[i], i);
+  std::vector<int> waiting(count, 0);
+  std::vector<std::vector<int>> readers(count);
+  std::vector<int64_t> key(count, -1);
+  for (int i = 0; i < count; ++i) {
+    const plan::Task& task = plan_.tasks(device_tasks.tasks[i]);
+    const std::string op = task.name().substr(0, task.name().rfind('@'));
+    if (auto found = op_order_.find(op); found != op_order_.end()) key[i] = found->second;
+    if (task.kind() == plan::VARIABLE) continue;
+    for (const std::string& input : task.inputs()) {
+      const int from = LocalProducer(input, device_tasks.device);
+      if (from < 0) continue;
+      readers[position.at(from)].push_back(i);
+      ++waiting[i];
+    }
+  }
+  using Entry = std::pair<int64_t, int>;  // (key, position)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;
+  for (int i = 0; i < count; ++i) {
+    if (waiting[i] == 0) ready.push({key[i], i});
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int next = ready.top().second;
+    ready.pop();
+    order.push_back(device_tasks.tasks[next]);
+    for (int reader : readers[next]) {
+      key[reader] = std::max(key[reader], key[next]);
+      if (--waiting[reader] == 0) ready.push({key[reader], reader});
+    }
+  }
+  if (static_cast<int>(order.size()) != count) order.clear();
+  return order;
+}
+
+void ActOrder::AddOrderingInput(int task, const std::string& reg) {
+  plan::Task& ordered = *plan_.mutable_tasks(task);
+  ordered.add_inputs(reg);
+  ordered.set_ordering_inputs(ordered.ordering_inputs() + 1);
+  if (!ordered.input_lookahead().empty()) ordered.add_input_lookahead(0);
+}
+
+void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
+  const plan::Device& device = device_tasks.device;
+  std::vector<std::string> values;  // of the trained variables
+  for (int t : device_tasks.tasks) {
+    const plan::Task& task = plan_.tasks(t);
+    if (task.kind() == plan::VARIABLE && task.inputs_size() == 1) values.push_back(task.outputs(0));
+  }
+  if (values.empty()) return;
+  const std::vector<int> order = DataOrder(device_tasks);
+  if (order.empty()) return;
+
+  // The chains: a COMPUTE task joins its stream's when every input comes from the step's start
+  // (a source, a variable, or what the device computes from them alone: a ZeRO shard's
+  // all-gather, a weight's cast) or from a task of the chain.
+  std::vector<char> chained(plan_.tasks_size(), 0);
+  std::vector<char> step_start(plan_.tasks_size(), 0);
+  absl::flat_hash_map<std::string, int> last_of_stream;  // stream -> last chained task
+  for (int t : order) {
+    const plan::Task& task = plan_.tasks(t);
+    const std::string stream = StreamName(task.stream());
+    bool from_start = true;
+    bool local = true;
+    for (const std::string& input : task.inputs()) {
+      const int from = LocalProducer(input, device);
+      from_start = from_start && from >= 0 && step_start[from];
+      local =
+          local && from >= 0 &&
+          (step_start[from] || (chained[from] && StreamName(plan_.tasks(from).stream()) == stream));
+    }
+    step_start[t] = task.kind() == plan::SOURCE || task.kind() == plan::VARIABLE ||
+                    (from_start && task.inputs_size() > 0);
+    if (task.kind() != plan::COMPUTE || task.outputs().empty() || !local) continue;
+    chained[t] = 1;
+    auto [last, first] = last_of_stream.emplace(stream, t);
+    if (!first) {
+      AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
+      last->second = t;
+    }
+  }
+
+  // The barrier gates each COMPUTE task that follows no gated one within the step (through the
+  // device's data, the chains' inputs included): the first of each chain and what acts outside.
+  std::vector<char> follows(plan_.tasks_size(), 0);
+  std::vector<int> gated;
+  for (int t : order) {
+    const plan::Task& task = plan_.tasks(t);
+    bool after = false;
+    if (task.kind() != plan::VARIABLE) {
+      for (const std::string& input : task.inputs()) {
+        const int from = LocalProducer(input, device);
+        after = after || (from >= 0 && follows[from]);
+      }
+    }
+    if (!after && task.kind() == plan::COMPUTE) {
+      gated.push_back(t);
+      after = true;
+    }
+    follows[t] = after;
+  }
+  if (gated.empty()) return;
+  const std::string name = absl::StrCat("step-barrier@", DeviceName(device));
+  bool one_stream = true;
+  for (int t : gated) {
+    const plan::Stream& stream = plan_.tasks(t).stream();
+    one_stream = one_stream && stream.kind() == plan::STREAM_COMPUTE && stream.index() == 0;
+  }
+  plan::RegisterDesc* token = plan_.add_registers();
+  token->set_name(name);
+  token->mutable_tensor()->add_shape(1);
+  token->mutable_tensor()->set_data_type(plan::FLOAT32);
+  token->set_num_slots(one_stream ? 1 : 2);  // 2 where a reader runs on another stream
+  plan::KernelConf fill = KernelOfType("fill");
+  SetFloat(&fill, "value", 0);
+  plan::Task* barrier = plan_.add_tasks();
+  barrier->set_name(name);
+  barrier->set_kind(plan::COMPUTE);
+  *barrier->mutable_stream()->mutable_device() = device;
+  barrier->mutable_stream()->set_kind(plan::STREAM_COMPUTE);
+  for (const std::string& value : values) barrier->add_inputs(value);
+  barrier->set_ordering_inputs(static_cast<int32_t>(values.size()));
+  barrier->add_outputs(name);
+  barrier->set_kernel_index(plan_.kernels_size());
+  *plan_.add_kernels() = std::move(fill);
+  barrier->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
+  barrier->set_pieces_per_step(1);
+  for (int t : gated) AddOrderingInput(t, name);
+}
+
+}  // namespace
+
+void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
+  absl::flat_hash_map<DeviceKey, int> device_position;
+  std::vector<DeviceTasks> devices;
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Device& device = plan.tasks(t).stream().device();
+    auto [entry, added] =
+        device_position.emplace(DeviceKey::Of(device), static_cast<int>(devices.size()));
+    if (added) devices.push_back(DeviceTasks{device, {}, false});
+    DeviceTasks& tasks = devices[entry->second];
+    tasks.tasks.push_back(t);
+    if (PiecesPerStep(plan.tasks(t)) > 1) tasks.micro_batched = true;
+  }
+  ActOrder order(job, plan);
+  for (const DeviceTasks& device_tasks : devices) {
+    // Micro-batches would need an order from one micro-batch to the next as well (an input read
+    // a piece late), which ordering inputs do not give; GPU streams do not share memory yet.
+    if (device_tasks.micro_batched || device_tasks.device.type() != plan::CPU) continue;
+    order.OrderDevice(device_tasks);
+  }
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,226 @@
+// Orders for memory (compiler/act_order.h): on every CPU device that trains variables without
+// micro-batches, the compute acts that wait for nothing outside their stream form one chain in the
+// job's op order, each forward act of a step follows the step barrier, the barrier follows every
+// update of the step before, and the memory-sharing proof turns those orders into smaller pools.
+
+#include "compiler/act_order.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "compiler/compiler.h"
+#include "compiler/memory_sharing.h"
+#include "compiler/node_split.h"
+#include "core/device_name.h"
+#include "gtest/gtest.h"
+#include "tests/compiler/gpt_layouts.h"
+
+namespace loom::compiler::testing {
+namespace {
+
+bool IsBarrier(const plan::Task& task) { return absl::StartsWith(task.name(), "step-barrier@"); }
+
+// `plan` without the orders: the barriers removed, every task's ordering inputs dropped.
+plan::Plan WithoutOrders(const plan::Plan& plan) {
+  plan::Plan result = plan;
+  result.clear_tasks();
+  for (const plan::Task& task : plan.tasks()) {
+    if (IsBarrier(task)) continue;
+    plan::Task& kept = *result.add_tasks();
+    kept = task;
+    const int inputs = task.inputs_size() - task.ordering_inputs();
+    kept.mutable_inputs()->DeleteSubrange(inputs, task.ordering_inputs());
+    if (!kept.input_lookahead().empty()) kept.mutable_input_lookahead()->Truncate(inputs);
+    kept.set_ordering_inputs(0);
+    kept.set_index(static_cast<uint32_t>(result.tasks_size() - 1));
+  }
+  result.clear_registers();
+  for (const plan::RegisterDesc& reg : plan.registers()) {
+    if (!absl::StartsWith(reg.name(), "step-barrier@")) *result.add_registers() = reg;
+  }
+  return result;
+}
+
+// The chain of `device`'s compute stream, first to last, read back from the ordering inputs.
+std::vector<std::string> ChainOf(const plan::Plan& plan, const std::string& device) {
+  absl::flat_hash_map<std::string, std::string> producer;
+  for (const plan::Task& task : plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = task.name();
+  }
+  absl::flat_hash_map<std::string, std::string> next;
+  std::set<std::string> has_previous;
+  std::set<std::string> members;
+  for (const plan::Task& task : plan.tasks()) {
+    if (DeviceName(task.stream().device()) != device) continue;
+    for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
+      const plan::Task* from = nullptr;
+      for (const plan::Task& candidate : plan.tasks()) {
+        if (candidate.name() == producer.at(task.inputs(i))) from = &candidate;
+      }
+      if (from == nullptr || from->kind() != plan::COMPUTE || IsBarrier(*from)) continue;
+      EXPECT_TRUE(next.emplace(from->name(), task.name()).second)
+          << "two tasks follow '" << from->name() << "'";
+      has_previous.insert(task.name());
+      members.insert(task.name());
+      members.insert(from->name());
+    }
+  }
+  std::vector<std::string> chain;
+  for (const std::string& member : members) {
+    if (has_previous.contains(member)) continue;
+    EXPECT_TRUE(chain.empty()) << "a second chain starts at '" << member << "'";
+    for (std::string at = member;; at = next.at(at)) {
+      chain.push_back(at);
+      if (!next.contains(at)) break;
+    }
+  }
+  EXPECT_EQ(chain.size(), members.size());
+  return chain;
+}
+
+int64_t PoolBytes(const plan::Plan& lowered) {
+  std::vector<plan::Plan> node_plans = SplitByNode(lowered);
+  ShareRegisterMemory(node_plans);
+  int64_t bytes = 0;
+  for (const plan::Plan& node_plan : node_plans) {
+    for (const plan::MemoryPool& pool : node_plan.memory_pools()) bytes += pool.bytes();
+  }
+  return bytes;
+}
+
+absl::StatusOr<CompileResult> Lower(const GptLayout& layout, job::RegisterMemory memory) {
+  absl::StatusOr<job::Job> job = GptJobOn(layout, memory);
+  if (!job.ok()) return job.status();
+  return LowerJob(*job, StandardOps(), DeviceSet::Cpus(layout.devices(), 1));
+}
+
+class ActOrderTest : public ::testing::TestWithParam<GptLayout> {};
+
+// Per device: one barrier, reading exactly the device's trained variables as ordering inputs, and
+// every other COMPUTE task of the device reads it or reads what a task that follows it wrote.
+TEST_P(ActOrderTest, EveryForwardActFollowsTheUpdatesOfTheStepBefore) {
+  const GptLayout& layout = GetParam();
+  absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const plan::Plan& plan = compiled->plan;
+  absl::flat_hash_map<std::string, int> producer;
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    for (const std::string& output : plan.tasks(t).outputs()) producer[output] = t;
+  }
+  std::map<std::string, std::vector<std::string>> trained;  // device -> variable values
+  std::map<std::string, int> barriers;                      // device -> task
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Task& task = plan.tasks(t);
+    const std::string device = DeviceName(task.stream().device());
+    if (task.kind() == plan::VARIABLE && task.inputs_size() == 1) {
+      trained[device].push_back(task.outputs(0));
+    }
+    if (IsBarrier(task)) {
+      EXPECT_TRUE(barriers.emplace(device, t).second) << "two barriers on " << device;
+    }
+  }
+  ASSERT_FALSE(trained.empty());
+  for (const auto& [device, values] : trained) {
+    ASSERT_TRUE(barriers.contains(device)) << layout.name << ": no barrier on " << device;
+    const plan::Task& barrier = plan.tasks(barriers.at(device));
+    EXPECT_EQ(barrier.ordering_inputs(), barrier.inputs_size());
+    EXPECT_EQ(std::vector<std::string>(barrier.inputs().begin(), barrier.inputs().end()), values);
+  }
+  // follows[t]: every act of task t follows the barrier's act of the same step (data edges on
+  // the device, to a fixed point).
+  std::vector<char> follows(plan.tasks_size(), 0);
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (int t = 0; t < plan.tasks_size(); ++t) {
+      const plan::Task& task = plan.tasks(t);
+      if (follows[t] || task.kind() == plan::VARIABLE) continue;
+      for (const std::string& input : task.inputs()) {
+        const plan::Task& from = plan.tasks(producer.at(input));
+        const bool same_device =
+            DeviceName(from.stream().device()) == DeviceName(task.stream().device());
+        if (same_device && (IsBarrier(from) || follows[producer.at(input)])) {
+          follows[t] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Task& task = plan.tasks(t);
+    if (task.kind() != plan::COMPUTE || IsBarrier(task)) continue;
+    EXPECT_TRUE(follows[t]) << layout.name << ": '" << task.name() << "' can act before "
+                            << "its device's updates of the step before";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ActOrderTest,
+    ::testing::Values(
+        GptLayout{.name = "one_device"}, GptLayout{.name = "dp2", .data_parallel = 2},
+        GptLayout{.name = "tp2", .tensor_parallel = 2},
+        GptLayout{.name = "pp2_m1", .pipeline_stages = 2},
+        GptLayout{.name = "dp2_ep2_moe", .data_parallel = 2, .experts = 4, .expert_parallel = 2},
+        GptLayout{.name = "dp2_tp2_bf16_clipped",
+                  .data_parallel = 2,
+                  .tensor_parallel = 2,
+                  .max_grad_norm = 0.5,
+                  .matmul_data_type = plan::BFLOAT16}),
+    [](const ::testing::TestParamInfo<GptLayout>& info) { return info.param.name; });
+
+// One device: every compute act is in the chain, in the job's order: the copies that weight
+// gradients make of forward tensors come in the backward, right before their matmuls, not in
+// the forward where they are first ready (and would be kept through it).
+TEST(ActOrderTest, OneDeviceChainsEveryComputeActInTheJobsOrder) {
+  const GptLayout layout{.name = "one_device"};
+  absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const std::vector<std::string> chain = ChainOf(compiled->plan, "node0/cpu:0");
+  int compute = 0;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    compute += task.kind() == plan::COMPUTE && !IsBarrier(task);
+  }
+  EXPECT_EQ(static_cast<int>(chain.size()), compute);
+  auto at = [&](const std::string& name) {
+    return std::find(chain.begin(), chain.end(), name) - chain.begin();
+  };
+  ASSERT_LT(at("grad/h.0.attn.v.matmul/reshape@0"), static_cast<int64_t>(chain.size()));
+  EXPECT_GT(at("grad/h.0.attn.v.matmul/reshape@0"), at("loss@0"));
+  EXPECT_GT(at("grad/h.0.attn.v.matmul/reshape@0"), at("grad/h.3.attn.v.matmul/reshape@0"));
+}
+
+// The orders let the forward's transients of one step share with the backward's of the step
+// before, and a step's backward transients share with each other: the pool of one device halves.
+TEST(ActOrderTest, OneDevicePoolHalves) {
+  absl::StatusOr<CompileResult> lowered =
+      Lower(GptLayout{.name = "one_device"}, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  const int64_t ordered = PoolBytes(lowered->plan);
+  const int64_t free = PoolBytes(WithoutOrders(lowered->plan));
+  EXPECT_LE(ordered * 2, free) << ordered << " ordered, " << free << " without the orders";
+}
+
+// No barrier where it gives the proof nothing: micro-batches (their forward and backward
+// interleave within a step), registers apart.
+TEST(ActOrderTest, NoneWhereItCannotHelp) {
+  for (const auto& [layout, memory] :
+       {std::pair{GptLayout{.name = "m4", .micro_batches = 4}, job::REGISTER_MEMORY_SHARED},
+        std::pair{GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
+                  job::REGISTER_MEMORY_SHARED},
+        std::pair{GptLayout{.name = "apart"}, job::REGISTER_MEMORY_SEPARATE}}) {
+    absl::StatusOr<CompileResult> lowered = Lower(layout, memory);
+    ASSERT_TRUE(lowered.ok()) << lowered.status();
+    for (const plan::Task& task : lowered->plan.tasks()) {
+      EXPECT_FALSE(IsBarrier(task)) << layout.name << ": " << task.name();
+      EXPECT_EQ(task.ordering_inputs(), 0) << layout.name << ": " << task.name();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::compiler::testing
