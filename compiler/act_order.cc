@@ -32,6 +32,7 @@ class ActOrder {
     for (int i = 0; i < job.ops_size(); ++i) op_order_.emplace(job.ops(i).name(), i);
     for (int t = 0; t < plan_.tasks_size(); ++t) {
       for (const std::string& output : plan_.tasks(t).outputs()) producer_.emplace(output, t);
+      for (const std::string& input : plan_.tasks(t).inputs()) readers_[input].push_back(t);
     }
   }
 
@@ -46,10 +47,16 @@ class ActOrder {
   // names).
   std::vector<int> DataOrder(const DeviceTasks& device_tasks) const;
   void AddOrderingInput(int task, const std::string& reg);
+  // With the barrier in place: one slot for each register of the device that holds two only to
+  // let step n + 1's piece be written while step n's is read, where the order already forbids
+  // that (its writer follows the barrier, and each reader feeds an update of the step).
+  void DropCrossStepSlots(const DeviceTasks& device_tasks, const std::vector<int>& order,
+                          const std::vector<char>& follows);
 
   plan::Plan& plan_;
   absl::flat_hash_map<std::string, int> op_order_;
   absl::flat_hash_map<std::string, int> producer_;
+  absl::flat_hash_map<std::string, std::vector<int>> readers_;  // register -> tasks
 };
 
 int ActOrder::LocalProducer(const std::string& input, const plan::Device& device) const {
@@ -101,6 +108,7 @@ std::vector<int> ActOrder::DataOrder(const DeviceTasks& device_tasks) const {
 void ActOrder::AddOrderingInput(int task, const std::string& reg) {
   plan::Task& ordered = *plan_.mutable_tasks(task);
   ordered.add_inputs(reg);
+  readers_[reg].push_back(task);
   ordered.set_ordering_inputs(ordered.ordering_inputs() + 1);
   if (!ordered.input_lookahead().empty()) ordered.add_input_lookahead(0);
 }
@@ -191,6 +199,43 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
   barrier->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
   barrier->set_pieces_per_step(1);
   for (int t : gated) AddOrderingInput(t, name);
+  DropCrossStepSlots(device_tasks, order, follows);
+}
+
+void ActOrder::DropCrossStepSlots(const DeviceTasks& device_tasks, const std::vector<int>& order,
+                                  const std::vector<char>& follows) {
+  const DeviceKey device = DeviceKey::Of(device_tasks.device);
+  auto on_device = [&](int task) {
+    return DeviceKey::Of(plan_.tasks(task).stream().device()) == device;
+  };
+  // feeds_update[t]: task t's act of a step precedes an update of that step (through the
+  // device's data to a trained variable's gradient).
+  std::vector<char> feeds_update(plan_.tasks_size(), 0);
+  for (auto t = order.rbegin(); t != order.rend(); ++t) {
+    for (const std::string& output : plan_.tasks(*t).outputs()) {
+      for (int reader : readers_[output]) {
+        const plan::Task& reading = plan_.tasks(reader);
+        const bool update = reading.kind() == plan::VARIABLE && reading.inputs_size() == 1 &&
+                            reading.inputs(0) == output;
+        if (on_device(reader) && (update || feeds_update[reader])) feeds_update[*t] = 1;
+      }
+    }
+  }
+  absl::flat_hash_map<absl::string_view, int> position;
+  for (int r = 0; r < plan_.registers_size(); ++r) position.emplace(plan_.registers(r).name(), r);
+  for (int t : order) {
+    const plan::Task& task = plan_.tasks(t);
+    if (!follows[t] || task.kind() == plan::VARIABLE || PiecesPerStep(task) != 1) continue;
+    for (const std::string& output : task.outputs()) {
+      const std::vector<int>& reading = readers_[output];
+      const bool within_step =
+          !reading.empty() && std::all_of(reading.begin(), reading.end(), [&](int reader) {
+            return on_device(reader) && feeds_update[reader];
+          });
+      plan::RegisterDesc& reg = *plan_.mutable_registers(position.at(output));
+      if (within_step && reg.num_slots() == 2) reg.set_num_slots(1);
+    }
+  }
 }
 
 }  // namespace

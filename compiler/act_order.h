@@ -6,7 +6,8 @@
 // trains variables without micro-batches: per stream, a chain of the COMPUTE tasks that wait for
 // nothing but their stream's work and what the step starts from, in the job's op order; and a
 // step barrier ("step-barrier@<device>") after the device's updates that the first forward acts
-// of the next step wait for. Why, and what they cost: docs/ARCHITECTURE.md, "orders for memory".
+// of the next step wait for; then one slot for registers whose second the barrier makes useless.
+// Why, and what they cost: docs/ARCHITECTURE.md, "orders for memory".
 
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"

@@ -205,6 +205,22 @@ TEST(ActOrderTest, OneDevicePoolHalves) {
   EXPECT_LE(ordered * 2, free) << ordered << " ordered, " << free << " without the orders";
 }
 
+// With the barrier, step n + 1's gradient bucket is packed only after step n's updates, which
+// follow its all-reduce and unpack: a second slot for the bucket could never be used, so it has
+// one (the same bytes as the gradients it holds instead of twice them).
+TEST(ActOrderTest, DataParallelBucketsKeepOneSlot) {
+  absl::StatusOr<CompileResult> compiled =
+      CompileGpt(GptLayout{.name = "dp2", .data_parallel = 2}, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  int buckets = 0;
+  for (const plan::RegisterDesc& reg : compiled->plan.registers()) {
+    if (!absl::StartsWith(reg.name(), "gradient_bucket.")) continue;
+    ++buckets;
+    EXPECT_EQ(reg.num_slots(), 1) << reg.name();
+  }
+  EXPECT_EQ(buckets, 4);  // packed and all-reduced, on each of the two ranks
+}
+
 // No barrier where it gives the proof nothing: micro-batches (their forward and backward
 // interleave within a step), registers apart.
 TEST(ActOrderTest, NoneWhereItCannotHelp) {
