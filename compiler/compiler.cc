@@ -278,11 +278,15 @@ std::string PlanToDot(const plan::Plan& plan) {
     absl::StrAppend(&dot, "  }\n");
   }
   for (const plan::Task& task : plan.tasks()) {
-    for (const std::string& input : task.inputs()) {
-      auto found = producer.find(input);
+    const int first_ordering = task.inputs_size() - task.ordering_inputs();
+    for (int i = 0; i < task.inputs_size(); ++i) {
+      auto found = producer.find(task.inputs(i));
       if (found == producer.end()) continue;
+      // Ordering inputs (compiler/act_order.h) dashed: an order, not data.
       absl::StrAppend(&dot, "  ", quote(found->second), " -> ", quote(task.name()),
-                      " [label=", quote(input), "];\n");
+                      i >= first_ordering ? " [style=dashed]"
+                                          : absl::StrCat(" [label=", quote(task.inputs(i)), "]"),
+                      ";\n");
     }
   }
   absl::StrAppend(&dot, "}\n");
