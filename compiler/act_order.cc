@@ -34,6 +34,10 @@ class ActOrder {
       for (const std::string& output : plan_.tasks(t).outputs()) producer_.emplace(output, t);
       for (const std::string& input : plan_.tasks(t).inputs()) readers_[input].push_back(t);
     }
+    for (int r = 0; r < plan_.registers_size(); ++r) {
+      register_position_.emplace(plan_.registers(r).name(), r);
+    }
+    flags_.resize(plan_.tasks_size());
   }
 
   void OrderDevice(const DeviceTasks& device_tasks);
@@ -47,16 +51,28 @@ class ActOrder {
   // names).
   std::vector<int> DataOrder(const DeviceTasks& device_tasks) const;
   void AddOrderingInput(int task, const std::string& reg);
+  // The step barrier of `device`: reads `values` (the trained variables'), gates `gated`.
+  void AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
+                  const std::vector<int>& gated);
   // With the barrier in place: one slot for each register of the device that holds two only to
   // let step n + 1's piece be written while step n's is read, where the order already forbids
   // that (its writer follows the barrier, and each reader feeds an update of the step).
-  void DropCrossStepSlots(const DeviceTasks& device_tasks, const std::vector<int>& order,
-                          const std::vector<char>& follows);
+  void DropCrossStepSlots(const std::vector<int>& order, const DeviceKey& device);
 
   plan::Plan& plan_;
   absl::flat_hash_map<std::string, int> op_order_;
   absl::flat_hash_map<std::string, int> producer_;
   absl::flat_hash_map<std::string, std::vector<int>> readers_;  // register -> tasks
+  absl::flat_hash_map<std::string, int> register_position_;
+  // What OrderDevice found of each task of the device it orders (reset after each device, so
+  // that a job of many devices does not clear a plan-wide table per device).
+  struct TaskFlags {
+    bool chained = false;       // in its stream's chain
+    bool step_start = false;    // computed from the step's start alone
+    bool follows = false;       // acts after a gated task within the step
+    bool feeds_update = false;  // precedes an update of the step
+  };
+  std::vector<TaskFlags> flags_;
 };
 
 int ActOrder::LocalProducer(const std::string& input, const plan::Device& device) const {
@@ -127,8 +143,6 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
   // The chains: a COMPUTE task joins its stream's when every input comes from the step's start
   // (a source, a variable, or what the device computes from them alone: a ZeRO shard's
   // all-gather, a weight's cast) or from a task of the chain.
-  std::vector<char> chained(plan_.tasks_size(), 0);
-  std::vector<char> step_start(plan_.tasks_size(), 0);
   absl::flat_hash_map<std::string, int> last_of_stream;  // stream -> last chained task
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
@@ -137,15 +151,15 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     bool local = true;
     for (const std::string& input : task.inputs()) {
       const int from = LocalProducer(input, device);
-      from_start = from_start && from >= 0 && step_start[from];
-      local =
-          local && from >= 0 &&
-          (step_start[from] || (chained[from] && StreamName(plan_.tasks(from).stream()) == stream));
+      from_start = from_start && from >= 0 && flags_[from].step_start;
+      local = local && from >= 0 &&
+              (flags_[from].step_start ||
+               (flags_[from].chained && StreamName(plan_.tasks(from).stream()) == stream));
     }
-    step_start[t] = task.kind() == plan::SOURCE || task.kind() == plan::VARIABLE ||
-                    (from_start && task.inputs_size() > 0);
+    flags_[t].step_start = task.kind() == plan::SOURCE || task.kind() == plan::VARIABLE ||
+                           (from_start && task.inputs_size() > 0);
     if (task.kind() != plan::COMPUTE || task.outputs().empty() || !local) continue;
-    chained[t] = 1;
+    flags_[t].chained = true;
     auto [last, first] = last_of_stream.emplace(stream, t);
     if (!first) {
       AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
@@ -155,7 +169,6 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
 
   // The barrier gates each COMPUTE task that follows no gated one within the step (through the
   // device's data, the chains' inputs included): the first of each chain and what acts outside.
-  std::vector<char> follows(plan_.tasks_size(), 0);
   std::vector<int> gated;
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
@@ -163,16 +176,24 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     if (task.kind() != plan::VARIABLE) {
       for (const std::string& input : task.inputs()) {
         const int from = LocalProducer(input, device);
-        after = after || (from >= 0 && follows[from]);
+        after = after || (from >= 0 && flags_[from].follows);
       }
     }
     if (!after && task.kind() == plan::COMPUTE) {
       gated.push_back(t);
       after = true;
     }
-    follows[t] = after;
+    flags_[t].follows = after;
   }
-  if (gated.empty()) return;
+  if (!gated.empty()) {
+    AddBarrier(device, values, gated);
+    DropCrossStepSlots(order, DeviceKey::Of(device));
+  }
+  for (int t : device_tasks.tasks) flags_[t] = TaskFlags();
+}
+
+void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
+                          const std::vector<int>& gated) {
   const std::string name = absl::StrCat("step-barrier@", DeviceName(device));
   bool one_stream = true;
   for (int t : gated) {
@@ -199,40 +220,35 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
   barrier->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
   barrier->set_pieces_per_step(1);
   for (int t : gated) AddOrderingInput(t, name);
-  DropCrossStepSlots(device_tasks, order, follows);
 }
 
-void ActOrder::DropCrossStepSlots(const DeviceTasks& device_tasks, const std::vector<int>& order,
-                                  const std::vector<char>& follows) {
-  const DeviceKey device = DeviceKey::Of(device_tasks.device);
+void ActOrder::DropCrossStepSlots(const std::vector<int>& order, const DeviceKey& device) {
   auto on_device = [&](int task) {
     return DeviceKey::Of(plan_.tasks(task).stream().device()) == device;
   };
-  // feeds_update[t]: task t's act of a step precedes an update of that step (through the
+  // flags_[t].feeds_update: task t's act of a step precedes an update of that step (through the
   // device's data to a trained variable's gradient).
-  std::vector<char> feeds_update(plan_.tasks_size(), 0);
   for (auto t = order.rbegin(); t != order.rend(); ++t) {
     for (const std::string& output : plan_.tasks(*t).outputs()) {
       for (int reader : readers_[output]) {
         const plan::Task& reading = plan_.tasks(reader);
         const bool update = reading.kind() == plan::VARIABLE && reading.inputs_size() == 1 &&
                             reading.inputs(0) == output;
-        if (on_device(reader) && (update || feeds_update[reader])) feeds_update[*t] = 1;
+        if (on_device(reader) && (update || flags_[reader].feeds_update))
+          flags_[*t].feeds_update = true;
       }
     }
   }
-  absl::flat_hash_map<absl::string_view, int> position;
-  for (int r = 0; r < plan_.registers_size(); ++r) position.emplace(plan_.registers(r).name(), r);
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
-    if (!follows[t] || task.kind() == plan::VARIABLE || PiecesPerStep(task) != 1) continue;
+    if (!flags_[t].follows || task.kind() == plan::VARIABLE || PiecesPerStep(task) != 1) continue;
     for (const std::string& output : task.outputs()) {
       const std::vector<int>& reading = readers_[output];
       const bool within_step =
           !reading.empty() && std::all_of(reading.begin(), reading.end(), [&](int reader) {
-            return on_device(reader) && feeds_update[reader];
+            return on_device(reader) && flags_[reader].feeds_update;
           });
-      plan::RegisterDesc& reg = *plan_.mutable_registers(position.at(output));
+      plan::RegisterDesc& reg = *plan_.mutable_registers(register_position_.at(output));
       if (within_step && reg.num_slots() == 2) reg.set_num_slots(1);
     }
   }

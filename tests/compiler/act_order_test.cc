@@ -47,9 +47,9 @@ plan::Plan WithoutOrders(const plan::Plan& plan) {
 
 // The chain of `device`'s compute stream, first to last, read back from the ordering inputs.
 std::vector<std::string> ChainOf(const plan::Plan& plan, const std::string& device) {
-  absl::flat_hash_map<std::string, std::string> producer;
+  absl::flat_hash_map<std::string, const plan::Task*> producer;
   for (const plan::Task& task : plan.tasks()) {
-    for (const std::string& output : task.outputs()) producer[output] = task.name();
+    for (const std::string& output : task.outputs()) producer[output] = &task;
   }
   absl::flat_hash_map<std::string, std::string> next;
   std::set<std::string> has_previous;
@@ -57,11 +57,8 @@ std::vector<std::string> ChainOf(const plan::Plan& plan, const std::string& devi
   for (const plan::Task& task : plan.tasks()) {
     if (DeviceName(task.stream().device()) != device) continue;
     for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
-      const plan::Task* from = nullptr;
-      for (const plan::Task& candidate : plan.tasks()) {
-        if (candidate.name() == producer.at(task.inputs(i))) from = &candidate;
-      }
-      if (from == nullptr || from->kind() != plan::COMPUTE || IsBarrier(*from)) continue;
+      const plan::Task* from = producer.at(task.inputs(i));
+      if (from->kind() != plan::COMPUTE || IsBarrier(*from)) continue;
       EXPECT_TRUE(next.emplace(from->name(), task.name()).second)
           << "two tasks follow '" << from->name() << "'";
       has_previous.insert(task.name());
