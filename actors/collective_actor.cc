@@ -13,7 +13,8 @@ absl::Status CollectiveActor::Initialize() {
                                                       "': no collective backend for communicator '",
                                                       task().collective().communicator(), "'"));
   }
-  if (num_inputs() != 1 || num_outputs() != 1) {
+  // Its data input, then its ordering inputs: waited for and returned, never read.
+  if (num_inputs() - task().ordering_inputs() != 1 || num_outputs() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("task '", name(), "': a collective reads one register and writes one"));
   }
@@ -42,7 +43,7 @@ absl::Status CollectiveActor::DoAct() {
     init().metrics->ObserveCollective(call.conf->kind(), init().collectives->transport(),
                                       nanoseconds, call.input.ByteSize());
   }
-  ConsumeInput(0);
+  for (int i = 0; i < num_inputs(); ++i) ConsumeInput(i);
   ProduceOutput(0, piece);
   CollectiveTurn& turn = *init().collective_turn;
   if (turn.Advance()) {

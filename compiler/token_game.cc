@@ -265,7 +265,10 @@ absl::Status TokenGame::Build(absl::Span<const plan::Plan> plans, int threads) {
         }
         registers_[reg].producer = position;
       }
-      const bool one_in_one_out = player.num_inputs == 1 && player.num_outputs == 1;
+      // A collective's ordering inputs (Task.ordering_inputs) are inputs of the game.
+      const int data_inputs =
+          player.num_inputs - (task.kind() == plan::COLLECTIVE ? task.ordering_inputs() : 0);
+      const bool one_in_one_out = data_inputs == 1 && player.num_outputs == 1;
       if ((task.kind() == plan::UNPACK || task.kind() == plan::REPEAT ||
            task.kind() == plan::ACCUMULATE || task.kind() == plan::COLLECTIVE) &&
           !one_in_one_out) {

@@ -36,8 +36,9 @@ absl::Status CheckLookahead(const plan::Task& task, const plan::Plan& plan,
 absl::Status CheckOrderingInputs(const plan::Task& task) {
   if (task.ordering_inputs() == 0) return absl::OkStatus();
   const std::string who = absl::StrCat("task '", task.name(), "'");
-  if (task.kind() != plan::COMPUTE) {
-    return Invalid(absl::StrCat(who, ": only COMPUTE tasks may have ordering inputs (a ",
+  if (task.kind() != plan::COMPUTE && task.kind() != plan::COLLECTIVE) {
+    return Invalid(absl::StrCat(who,
+                                ": only COMPUTE and COLLECTIVE tasks may have ordering inputs (a ",
                                 plan::TaskKind_Name(task.kind()), " task does)"));
   }
   if (task.ordering_inputs() < 0 || task.ordering_inputs() > task.inputs_size()) {

@@ -19,7 +19,7 @@ namespace loom {
 absl::Status CheckLookahead(const plan::Task& task, const plan::Plan& plan,
                             const absl::flat_hash_map<std::string, int>& register_position);
 
-// Task.ordering_inputs: a COMPUTE task's, at most its inputs.
+// Task.ordering_inputs: a COMPUTE or COLLECTIVE task's, at most its inputs.
 absl::Status CheckOrderingInputs(const plan::Task& task);
 
 }  // namespace loom

@@ -300,8 +300,11 @@ absl::Status CheckKind(const plan::Task& task, const plan::Plan& plan,
       }
       return absl::OkStatus();
     }
-    case plan::COLLECTIVE:
-      return CheckArity(task, 1, 1, 1, 1, "collective");
+    case plan::COLLECTIVE: {
+      // Its data input, then its ordering inputs (CheckOrderingInputs bounds their count).
+      const int inputs = 1 + std::max(task.ordering_inputs(), 0);
+      return CheckArity(task, inputs, inputs, 1, 1, "collective");
+    }
     default:
       return Invalid(absl::StrCat("task '", task.name(), "' has no kind"));
   }

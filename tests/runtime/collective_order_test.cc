@@ -60,6 +60,58 @@ TEST(CollectiveOrderTest, CollectivesActInSequenceOrderEvenWhenALaterInputIsRead
   }
 }
 
+// Task.ordering_inputs on a collective: each rank's all-reduce of piece p waits for its rank's
+// slow gate of piece p, and reduces its data input alone.
+TEST(CollectiveOrderTest, OrderingInputsOrderACollectiveWithoutBeingReduced) {
+  constexpr int kPieces = 5;
+  PlanBuilder builder("ordered_collective");
+  builder.AddCpuDevices(2);
+  AddCommunicator(builder, "dp", {0, 1}, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string r = absl::StrCat(rank);
+    builder.AddRegister("in" + r, {4}).AddRegister("out" + r, {4});
+    builder.AddRegister("raw" + r, {4}).AddRegister("gate" + r, {4});
+    plan::Task& source =
+        builder.AddTask("source" + r, plan::SOURCE, rank, {}, {"in" + r}, "test_pattern");
+    source.set_num_pieces(kPieces);
+    PlanBuilder::SetAttribute(source, "seed", 10 + rank);
+    plan::Task& raw =
+        builder.AddTask("raw_source" + r, plan::SOURCE, rank, {}, {"raw" + r}, "test_pattern");
+    raw.set_num_pieces(kPieces);
+    PlanBuilder::SetAttribute(raw, "seed", 20 + rank);
+    plan::Task& gate =
+        builder.AddTask("gate" + r, plan::COMPUTE, rank, {"raw" + r}, {"gate" + r}, "sleep");
+    PlanBuilder::SetAttribute(gate, "microseconds", 1000 * (rank + 1));
+    plan::Task& reduce = AddCollective(builder, "reduce" + r, rank, "in" + r, "out" + r,
+                                       Conf("dp", plan::ALL_REDUCE, 0, "reduce"), rank);
+    reduce.add_inputs("gate" + r);
+    reduce.set_ordering_inputs(1);
+    builder.AddTask("sink" + r, plan::SINK, rank, {"out" + r}, {});
+  }
+  auto job = MakeCollectiveJob(builder.plan());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string r = absl::StrCat(rank);
+    const std::vector<ActEvent> gates = EventsOf(**job, "gate" + r);
+    const std::vector<ActEvent> acts = EventsOf(**job, "reduce" + r);
+    ASSERT_EQ(gates.size(), static_cast<size_t>(kPieces));
+    ASSERT_EQ(acts.size(), static_cast<size_t>(kPieces));
+    for (int piece = 0; piece < kPieces; ++piece) {
+      EXPECT_GE(acts[piece].start_nanoseconds, gates[piece].end_nanoseconds) << piece;
+    }
+    auto kept = FetchedPieces(**job, "sink" + r);
+    ASSERT_TRUE(kept.ok());
+    for (int piece = 0; piece < kPieces; ++piece) {
+      const std::vector<double> values = ToDoubles((**kept)[0][piece]);
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(values[i],
+                  (10 * 131 + piece * 17 + i * 7) % 251 + (11 * 131 + piece * 17 + i * 7) % 251);
+      }
+    }
+  }
+}
+
 TEST(CollectiveOrderTest, CollectivesWithFewerPiecesEndTheOrderCleanly) {
   // Sequence 1 gets 2 pieces, sequence 0 gets 3: every rank runs 0, 1, 0, 1, 0 and then stops.
   plan::Plan plan = TwoCollectivesPlan(3);

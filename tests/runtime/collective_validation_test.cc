@@ -97,6 +97,15 @@ TEST(CollectiveValidationTest, NotOnACommunicationStream) {
                 "node0/cpu:0/compute");
 }
 
+// A collective reads its data input and then only its ordering inputs.
+TEST(CollectiveValidationTest, ASecondInputIsAnOrderingInputOrRefused) {
+  PlanBuilder builder = ValidPair();
+  TaskNamed(builder, "b0").add_inputs("x0");
+  ExpectInvalid(builder, "task 'b0': a collective task reads 1 registers, not 2");
+  TaskNamed(builder, "b0").set_ordering_inputs(1);
+  EXPECT_TRUE(ValidatePlan(builder.plan()).ok()) << ValidatePlan(builder.plan());
+}
+
 TEST(CollectiveValidationTest, OneRanksCollectivesOnTwoStreams) {
   PlanBuilder builder = ValidPair();
   TaskNamed(builder, "b0").mutable_stream()->set_index(1);

@@ -100,12 +100,13 @@ TEST(PlanValidationTest, LookaheadOnlyOnComputeTasksWithinTheSlots) {
   EXPECT_TRUE(ValidatePlan(builder.plan()).ok());
 }
 
-TEST(PlanValidationTest, OrderingInputsOnlyOnComputeTasksWithinTheirInputs) {
+TEST(PlanValidationTest, OrderingInputsOnlyOnComputeAndCollectiveTasksWithinTheirInputs) {
   {
     PlanBuilder builder = SmallChain();
     builder.mutable_plan().mutable_tasks(2)->set_ordering_inputs(1);
     ExpectRejected(builder.plan(), absl::StatusCode::kInvalidArgument,
-                   "task 'sink': only COMPUTE tasks may have ordering inputs (a SINK task does)");
+                   "task 'sink': only COMPUTE and COLLECTIVE tasks may have ordering inputs (a "
+                   "SINK task does)");
   }
   for (int count : {-1, 2}) {
     PlanBuilder builder = SmallChain();
