@@ -95,8 +95,9 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
                               task.kind() == plan::RECEIVE;
     const bool updates = task.kind() == plan::VARIABLE || task.kind() == plan::ACCUMULATE;
     if (communicates || updates) {
-      for (const std::string& input : task.inputs()) {
-        Holds& held = facts[input].holds;
+      // Ordering inputs (Task.ordering_inputs) are only waited for: not what it moves.
+      for (int i = 0; i < task.inputs_size() - task.ordering_inputs(); ++i) {
+        Holds& held = facts[task.inputs(i)].holds;
         held = std::max(held, communicates ? Holds::kCommunication : Holds::kGradient);
       }
     }
@@ -134,7 +135,9 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     const Holds held = found->second.holds;
     if (!reg.pool().empty()) {
       // Its bytes are its pool's.
-      int64_t& apart = held == Holds::kGradient ? parts.pooled_gradients : parts.pooled_activations;
+      int64_t& apart = held == Holds::kGradient        ? parts.pooled_gradients
+                       : held == Holds::kCommunication ? parts.pooled_communication
+                                                       : parts.pooled_activations;
       apart = SaturatedAdd(apart, bytes);
       continue;
     }
@@ -190,7 +193,7 @@ void AddCollectiveInputs(const plan::Plan& plan, const RegisterIndex& registers,
     if (task.kind() != plan::COLLECTIVE) continue;
     auto communicator = communicators.find(task.collective().communicator());
     if (communicator == communicators.end()) continue;
-    if (task.inputs_size() != 1 || task.outputs_size() != 1) continue;
+    if (task.inputs_size() - task.ordering_inputs() != 1 || task.outputs_size() != 1) continue;
     auto input = registers.find(task.inputs(0));
     auto output = registers.find(task.outputs(0));
     const int size = communicator->second->devices_size();
@@ -325,8 +328,12 @@ std::string DescribeMemoryParts(const MemoryParts& parts) {
     if (parts.pooled_gradients > 0) {
       apart.push_back(absl::StrCat("gradients ", FormatBytes(parts.pooled_gradients)));
     }
+    if (parts.pooled_communication > 0) {
+      apart.push_back(
+          absl::StrCat("communication buffers ", FormatBytes(parts.pooled_communication)));
+    }
     described.push_back(absl::StrCat("memory pools ", FormatBytes(parts.pools), " (holding ",
-                                     absl::StrJoin(apart, " and "), " apart)"));
+                                     absl::StrJoin(apart, ", "), " apart)"));
   }
   return described.empty() ? "nothing" : absl::StrJoin(described, ", ");
 }

@@ -37,9 +37,10 @@ struct MemoryParts {
   // Registers collectives, sends or receives write or read (their peers' bytes), and the
   // staging buffers of network collectives.
   int64_t communication = 0;
-  int64_t pools = 0;               // the memory pools
-  int64_t pooled_gradients = 0;    // what the pools' gradients would take apart
-  int64_t pooled_activations = 0;  // what the pools' other registers would take apart
+  int64_t pools = 0;                 // the memory pools
+  int64_t pooled_gradients = 0;      // what the pools' gradients would take apart
+  int64_t pooled_communication = 0;  // what the pools' communication registers would take apart
+  int64_t pooled_activations = 0;    // what the pools' other registers would take apart
 };
 
 // "parameters 129.2 MiB, gradients ..., ...": the non-zero parts of `parts`.

@@ -317,6 +317,9 @@ bool SharedKind(plan::TaskKind kind, bool producer) {
     case plan::UNPACK:
     case plan::REPEAT:
     case plan::ACCUMULATE:
+    // On CPU devices a collective's Run returns once no peer reads its input or writes its
+    // output any more (runtime/collective_backend.h): both are its act's alone.
+    case plan::COLLECTIVE:
       return true;
     case plan::SINK:
     case plan::VARIABLE:  // reads its gradient within the act that applies it
@@ -350,21 +353,31 @@ RegisterLifetimes RegisterLifetimes::Analyze(absl::Span<const plan::Plan> node_p
       if (producer.stream().device().type() != plan::CPU || !SharedKind(producer.kind(), true)) {
         continue;
       }
+      // The stream whose pool holds it: that of every task touching it but collectives, which
+      // may run beside it on the device's communication streams.
+      const plan::Stream* stream =
+          producer.kind() == plan::COLLECTIVE ? nullptr : &producer.stream();
       const bool readers_fit =
           std::all_of(info.readers.begin(), info.readers.end(), [&](const Reader& reader) {
             const plan::Task& task = graph.task(reader.task);
-            return SharedKind(task.kind(), false) && SameStream(task.stream(), producer.stream());
+            if (!SharedKind(task.kind(), false) ||
+                graph.device(reader.task) != graph.device(info.producer)) {
+              return false;
+            }
+            if (task.kind() == plan::COLLECTIVE) return true;
+            if (stream == nullptr) stream = &task.stream();
+            return SameStream(task.stream(), *stream);
           });
-      if (!readers_fit) continue;
+      if (!readers_fit || stream == nullptr) continue;
       const absl::StatusOr<int64_t> bytes =
           CheckedTensorBytes(info.desc->tensor().shape(), info.desc->tensor().data_type());
       if (!bytes.ok() || *bytes <= 0) continue;
-      auto [entry, added] = group_of_stream.emplace(StreamKey(producer.stream()),
-                                                    static_cast<int>(result.groups_.size()));
+      auto [entry, added] =
+          group_of_stream.emplace(StreamKey(*stream), static_cast<int>(result.groups_.size()));
       if (added) {
         SharingGroup& group = result.groups_.emplace_back();
         group.plan = static_cast<int>(p);
-        group.stream = producer.stream();
+        group.stream = *stream;
         group_readers.emplace_back();
       }
       SharingGroup& group = result.groups_[entry->second];

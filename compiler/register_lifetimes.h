@@ -23,9 +23,10 @@ struct RegisterRef {
 };
 
 // The registers of one stream that may share memory: each has one slot, lives on a CPU device,
-// is written by a task that fills it in its act (COMPUTE, UNPACK, REPEAT, ACCUMULATE) and read
-// only on its producer's stream by tasks that return it by the end of their act (COMPUTE,
-// UNPACK, REPEAT, ACCUMULATE, SINK, and a VARIABLE its gradient).
+// is written by a task that fills it in its act (COMPUTE, UNPACK, REPEAT, ACCUMULATE,
+// COLLECTIVE) and read only by tasks that return it by the end of their act (those, SINK, and a
+// VARIABLE its gradient), every one of them but collectives on that stream (collectives run on
+// the device's communication streams).
 struct SharingGroup {
   int plan = 0;
   plan::Stream stream;
