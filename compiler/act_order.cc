@@ -51,6 +51,13 @@ class ActOrder {
   // names).
   std::vector<int> DataOrder(const DeviceTasks& device_tasks) const;
   void AddOrderingInput(int task, const std::string& reg);
+  // Collectives between a stream's chain and the step's start or end, ordered into the chain so
+  // that the registers they write or read live briefly: a gather of what the step starts from
+  // (ZeRO's all-gathers of the variables' shards) acts once the chain reaches the use before
+  // its first (one use ahead), or at the step's start (starts_step) when that is the chain's
+  // first; a reduce-scatter of a chained task's output (ZeRO's gradients) must have acted
+  // before the chained task that writes the next one. Whether it added an order.
+  bool OrderCollectives(const std::vector<int>& order);
   // The step barrier of `device`: reads `values` (the trained variables'), gates `gated`.
   void AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
                   const std::vector<int>& gated);
@@ -71,6 +78,8 @@ class ActOrder {
     bool step_start = false;    // computed from the step's start alone
     bool follows = false;       // acts after a gated task within the step
     bool feeds_update = false;  // precedes an update of the step
+    int chain_position = -1;    // in its stream's chain
+    bool starts_step = false;   // a collective the step barrier gates
   };
   std::vector<TaskFlags> flags_;
 };
@@ -137,7 +146,7 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     if (task.kind() == plan::VARIABLE && task.inputs_size() == 1) values.push_back(task.outputs(0));
   }
   if (values.empty()) return;
-  const std::vector<int> order = DataOrder(device_tasks);
+  std::vector<int> order = DataOrder(device_tasks);
   if (order.empty()) return;
 
   // The chains: a COMPUTE task joins its stream's when every input comes from the step's start
@@ -161,14 +170,18 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     if (task.kind() != plan::COMPUTE || task.outputs().empty() || !local) continue;
     flags_[t].chained = true;
     auto [last, first] = last_of_stream.emplace(stream, t);
+    flags_[t].chain_position = first ? 0 : flags_[last->second].chain_position + 1;
     if (!first) {
       AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
       last->second = t;
     }
   }
 
+  if (OrderCollectives(order)) order = DataOrder(device_tasks);  // with the new orders
+
   // The barrier gates each COMPUTE task that follows no gated one within the step (through the
-  // device's data, the chains' inputs included): the first of each chain and what acts outside.
+  // device's data, the chains' inputs included): the first of each chain and what acts outside;
+  // and the gathers that OrderCollectives left to start the step.
   std::vector<int> gated;
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
@@ -179,7 +192,7 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
         after = after || (from >= 0 && flags_[from].follows);
       }
     }
-    if (!after && task.kind() == plan::COMPUTE) {
+    if (!after && (task.kind() == plan::COMPUTE || flags_[t].starts_step)) {
       gated.push_back(t);
       after = true;
     }
@@ -190,6 +203,78 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     DropCrossStepSlots(order, DeviceKey::Of(device));
   }
   for (int t : device_tasks.tasks) flags_[t] = TaskFlags();
+}
+
+bool ActOrder::OrderCollectives(const std::vector<int>& order) {
+  // Each stream's chain, by position.
+  absl::flat_hash_map<std::string, std::vector<int>> chains;
+  for (int t : order) {
+    if (!flags_[t].chained) continue;
+    std::vector<int>& chain = chains[StreamName(plan_.tasks(t).stream())];
+    chain.resize(flags_[t].chain_position + 1, -1);
+    chain[flags_[t].chain_position] = t;
+  }
+  // The gathers by stream, with the chain position of their first reader; the reduce-scatters
+  // by stream, with their input's writer's.
+  absl::flat_hash_map<std::string, std::vector<std::pair<int, int>>> gathers;
+  absl::flat_hash_map<std::string, std::vector<std::pair<int, int>>> scatters;
+  for (int t : order) {
+    const plan::Task& task = plan_.tasks(t);
+    if (task.kind() != plan::COLLECTIVE || task.outputs_size() != 1) continue;
+    if (flags_[t].step_start && task.collective().kind() == plan::ALL_GATHER) {
+      const std::vector<int>& reading = readers_[task.outputs(0)];
+      if (reading.empty()) continue;
+      std::string stream;
+      int first = -1;
+      bool chained = true;
+      for (int reader : reading) {
+        const std::string reader_stream = StreamName(plan_.tasks(reader).stream());
+        chained = chained && flags_[reader].chained && (stream.empty() || stream == reader_stream);
+        stream = reader_stream;
+        if (chained) {
+          first = first < 0 ? flags_[reader].chain_position
+                            : std::min(first, flags_[reader].chain_position);
+        }
+      }
+      if (chained) gathers[stream].emplace_back(first, t);
+    } else if (task.collective().kind() == plan::REDUCE_SCATTER) {
+      const int from = LocalProducer(task.inputs(0), task.stream().device());
+      if (from >= 0 && flags_[from].chained) {
+        scatters[StreamName(plan_.tasks(from).stream())].emplace_back(flags_[from].chain_position,
+                                                                      t);
+      }
+    }
+  }
+  bool added = false;
+  for (auto& [stream, list] : gathers) {
+    const std::vector<int>& chain = chains.at(stream);
+    std::sort(list.begin(), list.end());
+    int previous = -1;  // the first reader's position of the use before
+    int current = -1;
+    for (const auto& [first, gather] : list) {
+      if (first != current) {
+        previous = current;
+        current = first;
+      }
+      if (previous >= 1) {
+        AddOrderingInput(gather, plan_.tasks(chain[previous - 1]).outputs(0));
+        added = true;
+      } else {
+        flags_[gather].starts_step = true;
+      }
+    }
+  }
+  for (auto& [stream, list] : scatters) {
+    const std::vector<int>& chain = chains.at(stream);
+    std::sort(list.begin(), list.end());
+    for (size_t i = 0; i + 1 < list.size(); ++i) {
+      const int next_writer = chain[list[i + 1].first];
+      if (list[i + 1].first == list[i].first) continue;
+      AddOrderingInput(next_writer, plan_.tasks(list[i].second).outputs(0));
+      added = true;
+    }
+  }
+  return added;
 }
 
 void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::string>& values,

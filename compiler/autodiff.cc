@@ -188,8 +188,47 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
   }
   gradients[loss_id].push_back(seed);
 
+  // Each variable's gradient is named (grad/<name>, an identity of the sum of its contributions)
+  // right after its first reader's backward, the last to contribute, not after the whole
+  // backward: the job's op order is the order the compiler's chains follow on a device
+  // (compiler/act_order.h), so a weight's full gradient is then taken over (and reduced) at once
+  // rather than kept to the step's end.
+  std::vector<std::pair<int, int>> variables_by_first_reader;  // (first reader, variable node)
+  {
+    std::vector<int> first_reader(graph.nodes.size(), -1);
+    for (int k = static_cast<int>(graph.nodes.size()) - 1; k >= 0; --k) {
+      for (int input : graph.nodes[k].inputs) {
+        const int producer = graph.tensor(input).producer;
+        if (graph.nodes[producer].kind == LogicalNode::Kind::kVariable) first_reader[producer] = k;
+      }
+    }
+    for (int k = 0; k < static_cast<int>(graph.nodes.size()); ++k) {
+      if (graph.nodes[k].kind == LogicalNode::Kind::kVariable) {
+        variables_by_first_reader.emplace_back(first_reader[k], k);
+      }
+    }
+    std::sort(variables_by_first_reader.begin(), variables_by_first_reader.end());
+  }
+  auto name_variable_gradient = [&](const LogicalNode& variable) {
+    builder.SetPlacement(
+        variable.name,
+        variable.variable->has_placement() ? &variable.variable->placement() : nullptr,
+        variable.stage);
+    const int output = variable.outputs[0];
+    if (gradients[output].empty() || !differentiable[output]) return;
+    builder.EmitNamed(absl::StrCat("grad/", variable.name), "identity",
+                      {builder.Sum(gradients[output])}, {}, 1);
+  };
+
   for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
     const LogicalNode& node = *it;
+    const int node_index = static_cast<int>(std::prev(it.base()) - graph.nodes.begin());
+    while (!variables_by_first_reader.empty() &&
+           variables_by_first_reader.back().first > node_index) {
+      name_variable_gradient(graph.nodes[variables_by_first_reader.back().second]);
+      variables_by_first_reader.pop_back();
+    }
+    if (node.kind == LogicalNode::Kind::kVariable) continue;  // named above or below
     const job::Placement* placement = nullptr;
     if (node.op != nullptr && node.op->has_placement()) placement = &node.op->placement();
     if (node.variable != nullptr && node.variable->has_placement()) {
@@ -208,13 +247,7 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
         any_output_gradient = true;
       }
     }
-    if (!any_output_gradient) continue;
-    if (node.kind == LogicalNode::Kind::kVariable) {
-      builder.EmitNamed(absl::StrCat("grad/", node.name), "identity", {request.output_gradients[0]},
-                        {}, 1);
-      continue;
-    }
-    if (node.kind != LogicalNode::Kind::kOp) continue;
+    if (!any_output_gradient || node.kind != LogicalNode::Kind::kOp) continue;
     bool any_input_needed = false;
     for (int input : node.inputs) {
       request.inputs.push_back(graph.tensor(input).name);
@@ -240,8 +273,7 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
           *std::find_if(request.output_gradients.begin(), request.output_gradients.end(),
                         [](const std::string& gradient) { return !gradient.empty(); });
       recomputation->RewriteBackward(
-          static_cast<int>(std::prev(it.base()) - graph.nodes.begin()), trigger, *input_gradients,
-          first_op_of_node, &result,
+          node_index, trigger, *input_gradients, first_op_of_node, &result,
           [&](const std::string& base) { return builder.UniqueName(base); });
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -250,6 +282,12 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
         if (from_data[node.inputs[i]]) activation_gradients.insert((*input_gradients)[i]);
       }
     }
+  }
+  // Variables no op reads (their first reader -1, first in the list) have no gradient, but are
+  // named the same way.
+  while (!variables_by_first_reader.empty()) {
+    name_variable_gradient(graph.nodes[variables_by_first_reader.back().second]);
+    variables_by_first_reader.pop_back();
   }
   MarkWeightGradients(activation_gradients, first_backward_op, &result);
   return result;

@@ -15,6 +15,9 @@ std::string DeviceSortKey(const plan::Device& device) {
   return absl::StrCat(device.node(), "/", static_cast<int>(device.type()), ":", device.index());
 }
 
+// A conversion built for one consumer (Materialize's `use`) is cached for it alone.
+std::string UseKey(int use) { return use < 0 ? "" : absl::StrCat("|use ", use); }
+
 }  // namespace
 
 NdSbp GraphLowering::Canonical(const Placement& placement, NdSbp sbp) {
@@ -31,24 +34,24 @@ bool GraphLowering::PerStep(int tensor_id) const {
 
 // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`, once per step or
 // once per micro-batch; built once per distinct conversion and shared by every consumer that
-// needs it. With micro-batches, a per-micro-batch tensor read once per step is summed over the
+// needs it (by `use` alone where it is not -1). With micro-batches, a per-micro-batch tensor read once per step is summed over the
 // step's micro-batches (ACCUMULATE) before boxing, and a per-step tensor read per micro-batch is
 // boxed, then repeated (REPEAT).
 absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_id,
                                                                     const Placement& to_placement,
                                                                     const NdSbp& to_sbp,
-                                                                    bool per_step) {
+                                                                    bool per_step, int use) {
   const bool from_per_step = PerStep(tensor_id);
   if (graph_.num_micro_batches == 1 || from_per_step == per_step) {
-    return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+    return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp, use);
   }
-  if (!from_per_step) return Box(tensor_id, /*accumulated=*/true, to_placement, to_sbp);
+  if (!from_per_step) return Box(tensor_id, /*accumulated=*/true, to_placement, to_sbp, use);
   absl::StatusOr<std::vector<std::string>> boxed =
-      Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp);
+      Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp, use);
   if (!boxed.ok()) return boxed.status();
   const LogicalTensor& tensor = graph_.tensors[tensor_id];
-  std::string key =
-      absl::StrCat(tensor_id, "|", to_placement.ToString(), "|", NdSbpToString(to_sbp), "|repeat");
+  std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
+                                 NdSbpToString(to_sbp), "|repeat", UseKey(use));
   auto cached = materialized_.find(key);
   if (cached != materialized_.end()) return cached->second;
   const std::string label = NextLabel(tensor.name);
@@ -100,7 +103,7 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Accumulated(int tensor_i
 // `to_placement` and `to_sbp`.
 absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool accumulated,
                                                             const Placement& to_placement,
-                                                            const NdSbp& to_sbp) {
+                                                            const NdSbp& to_sbp, int use) {
   const LogicalTensor& tensor = graph_.tensors[tensor_id];
   const Placement& from_placement = PlacementOf(tensor_id);
   std::vector<std::string> registers = local_registers_[tensor_id];
@@ -114,7 +117,8 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
   const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
   if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
   std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
-                                 NdSbpToString(canonical_to_sbp), accumulated ? "|sum" : "");
+                                 NdSbpToString(canonical_to_sbp), accumulated ? "|sum" : "",
+                                 UseKey(use));
   auto cached = materialized_.find(key);
   if (cached != materialized_.end()) return cached->second;
 

@@ -122,12 +122,17 @@ std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& 
   if (job.loss().empty()) return "";
   const bool has_blocks = std::any_of(job.ops().begin(), job.ops().end(),
                                       [](const job::Op& op) { return !op.block().empty(); });
-  const int zero = std::max(job.zero_stage(), 2);
-  const std::pair<int, job::Recompute> candidates[] = {
-      {zero, job.recompute()},          {job.zero_stage(), job::RECOMPUTE_SELECTIVE},
-      {zero, job::RECOMPUTE_SELECTIVE}, {job.zero_stage(), job::RECOMPUTE_FULL},
-      {zero, job::RECOMPUTE_FULL},
-  };
+  // By recomputation's cost, then ZeRO's: stage 2 adds no communication, 3 a gather per use.
+  std::vector<std::pair<int, job::Recompute>> candidates;
+  for (job::Recompute recompute :
+       {job.recompute(), job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
+    for (int zero_stage : {job.zero_stage(), std::max(job.zero_stage(), 2), 3}) {
+      const std::pair<int, job::Recompute> candidate{zero_stage, recompute};
+      if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end()) {
+        candidates.push_back(candidate);
+      }
+    }
+  }
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   std::vector<std::string> tried;
   // What each recompute setting needs without more ZeRO: ZeRO is offered only where it gains.

@@ -60,11 +60,15 @@ class GraphLowering {
 
   static NdSbp Canonical(const Placement& placement, NdSbp sbp);
   bool PerStep(int tensor_id) const;
+  // `use`: the consuming op's node, for a variable gathered per use (LogicalNode.gathered_per_use:
+  // its conversion is built for that op alone); -1 where every consumer shares it.
   absl::StatusOr<std::vector<std::string>> Materialize(int tensor_id, const Placement& to_placement,
-                                                       const NdSbp& to_sbp, bool per_step);
+                                                       const NdSbp& to_sbp, bool per_step,
+                                                       int use = -1);
   absl::StatusOr<std::vector<std::string>> Accumulated(int tensor_id);
   absl::StatusOr<std::vector<std::string>> Box(int tensor_id, bool accumulated,
-                                               const Placement& to_placement, const NdSbp& to_sbp);
+                                               const Placement& to_placement, const NdSbp& to_sbp,
+                                               int use = -1);
   std::string NextLabel(const std::string& tensor_name);
   // How often a collective runs: its communicator's order holds only collectives of one rate.
   // Deferred: a zero-bubble weight gradient's, per micro-batch but micro-batches behind the

@@ -74,6 +74,9 @@ struct LogicalNode {
   // Variables of a training job: the position of its group in Job.optimizer.parameter_groups,
   // or -1 for none.
   int parameter_group = -1;
+  // Variables that ZeRO stage 3 split (compiler/zero_sharding.h): each op reading one gets its own
+  // gather of the value, so that no gathered copy outlives its use.
+  bool gathered_per_use = false;
 };
 
 // The job as a graph of logical ops over logical tensors, in topological order.

@@ -243,9 +243,12 @@ absl::Status GraphLowering::ConnectGradient(const LogicalNode& node) {
 
 absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
   std::vector<std::vector<std::string>> inputs;
+  const int node_index = static_cast<int>(&node - graph_.nodes.data());
   for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const bool per_use = graph_.nodes[graph_.tensors[node.inputs[i]].producer].gathered_per_use;
     absl::StatusOr<std::vector<std::string>> registers =
-        Materialize(node.inputs[i], node.placement, node.input_sbp[i], node.once_per_step);
+        Materialize(node.inputs[i], node.placement, node.input_sbp[i], node.once_per_step,
+                    per_use ? node_index : -1);
     if (!registers.ok()) {
       return absl::Status(
           registers.status().code(),

@@ -41,12 +41,6 @@ absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph) {
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_stage is ", stage, ", but the job trains nothing (no loss and optimizer)"));
   }
-  if (stage == 3) {
-    return absl::UnimplementedError(
-        "zero_stage 3 (each layer's parameters gathered just before use and freed after) is not "
-        "built yet: zero_stage 2 splits the parameters, their gradients and optimizer states over "
-        "the data-parallel axes and gathers the values once a step");
-  }
   const std::vector<bool> data_parallel = DataParallelAxes(*graph);
   for (LogicalNode& node : graph->nodes) {
     if (node.kind != LogicalNode::Kind::kVariable || node.gradient < 0) continue;
@@ -63,6 +57,7 @@ absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph) {
         }
         if (split_elsewhere || tensor.type.shape.dimension(axis) % extent != 0) continue;
         sbp[h] = Sbp::Split(axis);
+        node.gathered_per_use = stage == 3;
         break;
       }
     }

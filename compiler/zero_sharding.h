@@ -13,13 +13,13 @@
 
 namespace loom::compiler {
 
-// With `job.zero_stage()` 1 or 2, on a graph whose SBPs are inferred: every variable of `graph`
-// that the optimizer updates and that
-// is broadcast on a data-parallel axis of its placement (an axis on which every input of the
-// job splits its batch, axis 0) is split there instead, along its first tensor axis that the
-// axis's extent divides and no other axis splits; a variable with no such tensor axis stays
-// broadcast. A job without data parallelism has nothing to split. INVALID_ARGUMENT for a stage
-// outside 0-3 or a job that trains nothing; UNIMPLEMENTED for stage 3.
+// With `job.zero_stage()` 1 to 3, on a graph whose SBPs are inferred: every variable of `graph`
+// that the optimizer updates and that is broadcast on a data-parallel axis of its placement (an
+// axis on which every input of the job splits its batch, axis 0) is split there instead, along
+// its first tensor axis that the axis's extent divides and no other axis splits; a variable with
+// no such tensor axis stays broadcast. Stage 3 also marks the split variables gathered per use
+// (LogicalNode.gathered_per_use). A job without data parallelism has nothing to split.
+// INVALID_ARGUMENT for a stage outside 0-3 or a job that trains nothing.
 absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph);
 
 }  // namespace loom::compiler

@@ -72,6 +72,7 @@ FLAG_SETS = [
      dict(recompute="selective", experts=4, dp=2, ep=2)),
     (["--zero-stage", "2", "--dp", "2", "--pp", "2", "--micro-batches", "2"],
      dict(zero_stage=2, dp=2, pp=2, micro_batches=2)),
+    (["--zero-stage", "3", "--dp", "2", "--tp", "2"], dict(zero_stage=3, dp=2, tp=2)),
     # Evaluation on held-out data (Job.evaluation): read as the training data is; the MoE GPT
     # evaluates its cross-entropy.
     (["--eval-every", "3", "--eval-data", "/d/valid"], dict(eval_every=3, eval_data="/d/valid")),

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "compiler/compiler.h"
+#include "compiler/memory_plan.h"
 #include "compiler/memory_sharing.h"
 #include "compiler/node_split.h"
 #include "core/device_name.h"
@@ -55,7 +56,8 @@ std::vector<std::string> ChainOf(const plan::Plan& plan, const std::string& devi
   std::set<std::string> has_previous;
   std::set<std::string> members;
   for (const plan::Task& task : plan.tasks()) {
-    if (DeviceName(task.stream().device()) != device) continue;
+    // (A collective ordered into the chain is no member: ZeRO's gathers.)
+    if (DeviceName(task.stream().device()) != device || task.kind() != plan::COMPUTE) continue;
     for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
       const plan::Task* from = producer.at(task.inputs(i));
       if (from->kind() != plan::COMPUTE || IsBarrier(*from)) continue;
@@ -167,7 +169,10 @@ INSTANTIATE_TEST_SUITE_P(
                   .data_parallel = 2,
                   .tensor_parallel = 2,
                   .max_grad_norm = 0.5,
-                  .matmul_data_type = plan::BFLOAT16}),
+                  .matmul_data_type = plan::BFLOAT16},
+        GptLayout{.name = "dp2_zero3", .data_parallel = 2, .zero_stage = 3},
+        GptLayout{
+            .name = "dp2_tp2_zero3", .data_parallel = 2, .tensor_parallel = 2, .zero_stage = 3}),
     [](const ::testing::TestParamInfo<GptLayout>& info) { return info.param.name; });
 
 // One device: every compute act is in the chain, in the job's order: the copies that weight
@@ -216,6 +221,70 @@ TEST(ActOrderTest, DataParallelBucketsKeepOneSlot) {
     EXPECT_EQ(reg.num_slots(), 1) << reg.name();
   }
   EXPECT_EQ(buckets, 4);  // packed and all-reduced, on each of the two ranks
+}
+
+int64_t LargestDeviceBytes(const CompileResult& compiled) {
+  int64_t most = 0;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled.node_plans)) {
+    most = std::max(most, estimate.total_bytes());
+  }
+  return most;
+}
+
+// ZeRO stage 3: each use of a split variable has its own all-gather, which acts once the chain
+// reaches the use before (or at the step's start, after the barrier); its one slot shares a
+// pool; each gradient's reduce-scatter acts before the chain writes the next gradient. So the
+// gathered copies and the full gradients live briefly, and a device needs less than under
+// stage 2, where each value is gathered once a step for all its uses.
+TEST(ActOrderTest, ZeroStage3GathersEachUseOneUseAhead) {
+  const GptLayout layout{.name = "dp2_zero3", .data_parallel = 2, .zero_stage = 3};
+  absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const plan::Plan& plan = compiled->plan;
+  absl::flat_hash_map<std::string, const plan::Task*> producer;
+  absl::flat_hash_map<std::string, std::vector<const plan::Task*>> readers;
+  absl::flat_hash_map<std::string, const plan::RegisterDesc*> registers;
+  for (const plan::Task& task : plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = &task;
+    for (const std::string& input : task.inputs()) readers[input].push_back(&task);
+  }
+  for (const plan::RegisterDesc& reg : plan.registers()) registers[reg.name()] = &reg;
+  int gathers = 0;
+  int scatters = 0;
+  int ordered_scatters = 0;
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.kind() != plan::COLLECTIVE) continue;
+    const plan::Task& from = *producer.at(task.inputs(0));
+    if (task.collective().kind() == plan::ALL_GATHER && from.kind() == plan::VARIABLE) {
+      ++gathers;
+      EXPECT_EQ(readers[task.outputs(0)].size(), 1u) << task.name();
+      ASSERT_EQ(task.ordering_inputs(), 1) << task.name();
+      EXPECT_EQ(producer.at(task.inputs(1))->kind(), plan::COMPUTE) << task.name();
+      const plan::RegisterDesc& gathered = *registers.at(task.outputs(0));
+      EXPECT_EQ(gathered.num_slots(), 1) << gathered.name();
+      EXPECT_FALSE(gathered.pool().empty()) << gathered.name() << " shares no memory";
+    }
+    if (task.collective().kind() == plan::REDUCE_SCATTER && from.kind() == plan::COMPUTE) {
+      ++scatters;
+      for (const plan::Task* reader : readers[task.outputs(0)]) {
+        const int first_ordering = reader->inputs_size() - reader->ordering_inputs();
+        for (int i = first_ordering; i < reader->inputs_size(); ++i) {
+          ordered_scatters +=
+              reader->kind() == plan::COMPUTE && reader->inputs(i) == task.outputs(0);
+        }
+      }
+    }
+  }
+  EXPECT_GT(gathers, 0);
+  EXPECT_GT(scatters, 0);
+  // On each of the two ranks every reduce-scatter but the last orders the next gradient.
+  EXPECT_EQ(ordered_scatters, scatters - 2);
+
+  GptLayout stage_2 = layout;
+  stage_2.zero_stage = 2;
+  absl::StatusOr<CompileResult> gathered_once = CompileGpt(stage_2, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(gathered_once.ok()) << gathered_once.status();
+  EXPECT_LT(LargestDeviceBytes(*compiled), LargestDeviceBytes(*gathered_once));
 }
 
 // No barrier where it gives the proof nothing: micro-batches (their forward and backward

@@ -29,6 +29,7 @@ struct GptLayout {
   int64_t expert_parallel = 1;
   double max_grad_norm = 0;
   plan::DataType matmul_data_type = plan::FLOAT32;
+  int64_t zero_stage = 0;
   int nodes = 1;
   // Micro-batches of one device without stages: nothing orders micro-batch n's backward before
   // n + 1's forward, so no two transients are provably apart.
@@ -69,6 +70,10 @@ inline std::vector<GptLayout> SharingLayouts() {
                 .tensor_parallel = 2,
                 .max_grad_norm = 0.5,
                 .matmul_data_type = plan::BFLOAT16},
+      // ZeRO: gathers per use ordered one use ahead, reduce-scatters before the next gradient.
+      GptLayout{
+          .name = "dp2_zero3_clipped", .data_parallel = 2, .max_grad_norm = 0.5, .zero_stage = 3},
+      GptLayout{.name = "dp2_tp2_zero3", .data_parallel = 2, .tensor_parallel = 2, .zero_stage = 3},
       // Stages on two nodes: SEND / RECEIVE pairs between the node plans.
       GptLayout{
           .name = "pp2_m4_1f1b_two_nodes", .pipeline_stages = 2, .micro_batches = 4, .nodes = 2},
@@ -96,6 +101,7 @@ inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {
   config.expert_parallel = layout.expert_parallel;
   config.max_grad_norm = layout.max_grad_norm;
   config.matmul_data_type = layout.matmul_data_type;
+  config.zero_stage = layout.zero_stage;
   if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
 }
 

@@ -73,7 +73,7 @@ def parse_args(argv=None):
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--schedule", choices=("1f1b", "gpipe", "zero-bubble"), default="1f1b")
-    ap.add_argument("--zero-stage", type=int, choices=(0, 1, 2), default=0,
+    ap.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=0,
                     help="gpt / moe-gpt: loom-gpt's ZeRO stage (variables and optimizer states "
                          "split over the data-parallel ranks; the reference is replicated)")
     ap.add_argument("--recompute", choices=("none", "selective", "full"), default="none",

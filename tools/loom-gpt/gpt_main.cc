@@ -66,9 +66,9 @@ cli::ArgumentSpec MakeSpec() {
                "cpu:<i>)")
       .AddFlag("max-grad-norm", "X", "0", "clip the gradients' global L2 norm to X (0: off)")
       .AddFlag("zero-stage", "N", "0",
-               "0 | 1 | 2: ZeRO as SBP, the trained variables and their optimizer states split "
-               "over the data-parallel ranks (gradients reduce-scattered, values all-gathered "
-               "once a step)")
+               "0 | 1 | 2 | 3: ZeRO as SBP, the trained variables and their optimizer states "
+               "split over the data-parallel ranks (gradients reduce-scattered; values "
+               "all-gathered once a step, or under 3 for each use, one use ahead)")
       .AddFlag("recompute", "WHAT", "none",
                "none | selective | full: activation recomputation in the backward; selective: "
                "each block's cheap ops (LayerNorm, GELU, adds, reshapes), keeping matmul and "

@@ -504,8 +504,8 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
     return ConfigError(absl::StrCat("matmul data type must be float32 or bfloat16, got ",
                                     DataTypeName(config.matmul_data_type)));
   }
-  if (config.zero_stage < 0 || config.zero_stage > 2) {
-    return ConfigError(absl::StrCat("zero_stage must be 0, 1 or 2, got ", config.zero_stage));
+  if (config.zero_stage < 0 || config.zero_stage > 3) {
+    return ConfigError(absl::StrCat("zero_stage must be 0, 1, 2 or 3, got ", config.zero_stage));
   }
   if (!job::PipelineSchedule_IsValid(config.schedule)) {
     return ConfigError(absl::StrCat("unknown pipeline schedule ", config.schedule));

@@ -99,7 +99,8 @@ struct GptConfig {
   // "h.<layer>."); SELECTIVE recomputes its cheap ops, FULL all of it from the block's input.
   job::Recompute recompute = job::RECOMPUTE_NONE;
   // ZeRO as SBP (Job.zero_stage): 1 or 2 split the trained variables over the data-parallel
-  // axis with their optimizer states; 0 keeps them replicated.
+  // axis with their optimizer states, 3 also gathers their values for each use; 0 keeps them
+  // replicated.
   int64_t zero_stage = 0;
   // > 0: the devices are spread over nodes, this many per node (device i is
   // "node<i / devices_per_node>/cpu:<i % devices_per_node>"), for a cluster of loomd processes.

@@ -54,7 +54,7 @@ class GptConfig:
     # Activation recomputation (Job.recompute): "none", "selective" (each block's cheap ops) or
     # "full" (each block from its input).
     recompute: str = "none"
-    # ZeRO as SBP (Job.zero_stage): 0, 1 or 2.
+    # ZeRO as SBP (Job.zero_stage): 0, 1, 2 or 3.
     zero_stage: int = 0
     # The learning-rate schedule (Job.optimizer.learning_rate_schedule): linear warmup over
     # lr_warmup steps, then "constant", "linear" or "cosine" decay to min_lr at step
@@ -235,8 +235,8 @@ class GptConfig:
         if self.matmul_data_type not in ("float32", "bfloat16"):
             raise error("matmul data type must be float32 or bfloat16, got "
                         f"{self.matmul_data_type}")
-        if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2):
-            raise error(f"zero_stage must be 0, 1 or 2, got {self.zero_stage}")
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
+            raise error(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
         if self.schedule not in ("1f1b", "gpipe", "zero-bubble"):

@@ -416,35 +416,37 @@ TEST(TrainingRunTest, StartingFromAMidCheckpointContinuesExactly) {
 }
 
 // ZeRO as SBP: a checkpoint holds logical tensors, so a run saved with its variables replicated
-// resumes with them split over the data-parallel ranks (zero_stage 2), and the other way round,
-// continuing the straight run's losses exactly (two ranks: the reduce-scatter sums as the
-// all-reduce does).
+// resumes with them split over the data-parallel ranks (zero_stage 3), one saved under stage 3
+// resumes under stage 2 and one saved under stage 2 replicated, each continuing the straight
+// run's losses exactly (two ranks: the reduce-scatter sums as the all-reduce does).
 TEST(TrainingRunTest, ACheckpointResumesUnderAnotherZeroStage) {
   CommandResult plain = RunTraining({"--output", "json"});
   ASSERT_EQ(plain.exit_code, 0) << plain.error;
   std::vector<JsonStep> expected = JsonSteps(plain.out);
   ASSERT_EQ(expected.size(), 6u);
-  const std::string sharded_job =
-      WriteFile("zero_stage_2_job.pbtxt", absl::StrCat(TrainingJobText(), "zero_stage: 2\n"));
-  const std::vector<std::string> jobs = {TrainingJobPath(), sharded_job};
-  for (int saved = 0; saved < 2; ++saved) {
-    const std::string& first_job = jobs[saved];
-    const std::string& second_job = jobs[1 - saved];
+  const std::vector<std::string> jobs = {
+      TrainingJobPath(),
+      WriteFile("zero_stage_2_job.pbtxt", absl::StrCat(TrainingJobText(), "zero_stage: 2\n")),
+      WriteFile("zero_stage_3_job.pbtxt", absl::StrCat(TrainingJobText(), "zero_stage: 3\n"))};
+  const int stages[] = {0, 2, 3};
+  for (const auto& [saved, resumed_under] : {std::pair{0, 2}, std::pair{2, 1}, std::pair{1, 0}}) {
+    const std::string what =
+        absl::StrCat("zero_stage ", stages[saved], " -> zero_stage ", stages[resumed_under]);
     const std::string directory = FreshDirectory(absl::StrCat("zero_resume_", saved));
-    CommandResult head =
-        RunSubcommandCapturing(RunSubcommand(), {first_job, "--devices", "cpu:2", "--output",
-                                                 "json", "--steps", "3", "--save-dir", directory});
-    ASSERT_EQ(head.exit_code, 0) << head.error;
+    CommandResult head = RunSubcommandCapturing(
+        RunSubcommand(), {jobs[saved], "--devices", "cpu:2", "--output", "json", "--steps", "3",
+                          "--save-dir", directory});
+    ASSERT_EQ(head.exit_code, 0) << what << ": " << head.error;
     CommandResult tail = RunSubcommandCapturing(
-        RunSubcommand(), {second_job, "--devices", "cpu:2", "--output", "json", "--steps", "3",
-                          "--init", CheckpointPath(directory, 3)});
-    ASSERT_EQ(tail.exit_code, 0) << tail.error;
+        RunSubcommand(), {jobs[resumed_under], "--devices", "cpu:2", "--output", "json", "--steps",
+                          "3", "--init", CheckpointPath(directory, 3)});
+    ASSERT_EQ(tail.exit_code, 0) << what << ": " << tail.error;
     std::vector<JsonStep> resumed = JsonSteps(tail.out);
     ASSERT_EQ(resumed.size(), 3u) << tail.out;
     EXPECT_EQ(LossTexts(resumed),
               (std::vector<std::string>{expected[3].loss_text, expected[4].loss_text,
                                         expected[5].loss_text}))
-        << (saved == 0 ? "replicated -> zero_stage 2" : "zero_stage 2 -> replicated");
+        << what;
   }
 }
 
