@@ -238,8 +238,13 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order) {
       }
       if (chained) gathers[stream].emplace_back(first, t);
     } else if (task.collective().kind() == plan::REDUCE_SCATTER) {
+      // A gradient's: a variable updates from its output.
+      const std::vector<int>& reading = readers_[task.outputs(0)];
+      const bool gradient = std::any_of(reading.begin(), reading.end(), [&](int reader) {
+        return plan_.tasks(reader).kind() == plan::VARIABLE;
+      });
       const int from = LocalProducer(task.inputs(0), task.stream().device());
-      if (from >= 0 && flags_[from].chained) {
+      if (gradient && from >= 0 && flags_[from].chained) {
         scatters[StreamName(plan_.tasks(from).stream())].emplace_back(flags_[from].chain_position,
                                                                       t);
       }

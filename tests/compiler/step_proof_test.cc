@@ -46,16 +46,23 @@ std::vector<GptLayout> MatrixLayouts() {
           for (int64_t micro_batches : {1, 2, 4}) {
             for (job::PipelineSchedule schedule : kSchedules) {
               if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
-              layouts.push_back(GptLayout{
-                  .name = absl::StrCat(
-                      "dp", data_parallel, "_tp", tensor_parallel, "_pp", pipeline_stages, "_m",
-                      micro_batches, ScheduleSuffix(schedule), max_grad_norm > 0 ? "_clipped" : ""),
-                  .data_parallel = data_parallel,
-                  .tensor_parallel = tensor_parallel,
-                  .pipeline_stages = pipeline_stages,
-                  .micro_batches = micro_batches,
-                  .schedule = schedule,
-                  .max_grad_norm = max_grad_norm});
+              // ZeRO stage 3 (its gathers and reduce-scatters ordered into the chains) where
+              // there is data parallelism.
+              for (int64_t zero_stage : {0, 3}) {
+                if (zero_stage > 0 && data_parallel == 1) continue;
+                layouts.push_back(GptLayout{
+                    .name = absl::StrCat(
+                        "dp", data_parallel, "_tp", tensor_parallel, "_pp", pipeline_stages, "_m",
+                        micro_batches, ScheduleSuffix(schedule),
+                        max_grad_norm > 0 ? "_clipped" : "", zero_stage > 0 ? "_zero3" : ""),
+                    .data_parallel = data_parallel,
+                    .tensor_parallel = tensor_parallel,
+                    .pipeline_stages = pipeline_stages,
+                    .micro_batches = micro_batches,
+                    .schedule = schedule,
+                    .max_grad_norm = max_grad_norm,
+                    .zero_stage = zero_stage});
+              }
             }
           }
         }
@@ -69,17 +76,21 @@ std::vector<GptLayout> MatrixLayouts() {
         for (int64_t micro_batches : {1, 2, 4}) {
           for (job::PipelineSchedule schedule : {job::ONE_F_ONE_B, job::ZERO_BUBBLE}) {
             if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
-            layouts.push_back(GptLayout{
-                .name = absl::StrCat("moe_dp2_ep", expert_parallel, "_pp", pipeline_stages, "_m",
-                                     micro_batches, ScheduleSuffix(schedule),
-                                     max_grad_norm > 0 ? "_clipped" : ""),
-                .data_parallel = 2,
-                .pipeline_stages = pipeline_stages,
-                .micro_batches = micro_batches,
-                .schedule = schedule,
-                .experts = 4,
-                .expert_parallel = expert_parallel,
-                .max_grad_norm = max_grad_norm});
+            for (int64_t zero_stage : {0, 3}) {
+              layouts.push_back(GptLayout{
+                  .name = absl::StrCat("moe_dp2_ep", expert_parallel, "_pp", pipeline_stages, "_m",
+                                       micro_batches, ScheduleSuffix(schedule),
+                                       max_grad_norm > 0 ? "_clipped" : "",
+                                       zero_stage > 0 ? "_zero3" : ""),
+                  .data_parallel = 2,
+                  .pipeline_stages = pipeline_stages,
+                  .micro_batches = micro_batches,
+                  .schedule = schedule,
+                  .experts = 4,
+                  .expert_parallel = expert_parallel,
+                  .max_grad_norm = max_grad_norm,
+                  .zero_stage = zero_stage});
+            }
           }
         }
       }
