@@ -2,7 +2,8 @@
 # (scripts/install-deps is idempotent and fast when everything is present).
 #
 #   make demo                 the main job
-#   make test                 the whole suite (ctest)
+#   make test                 the whole suite (ctest) but the tests labelled long
+#   make test-long            the tests labelled long (minutes each; not run by CI)
 #   make test-tsan            the runtime's and transport's tests under ThreadSanitizer
 #   make test-asan            the same under AddressSanitizer + UBSan
 #   make bench BENCH=<name>   one benchmark (make bench: all of them)
@@ -27,7 +28,7 @@ SANITIZER_LABELS = 'core|runtime|kernels|transport|fuzz'
 # self, which register nothing). Also for the build: the test discovery runs the binaries.
 UCX_SANITIZER_ENV = UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no
 
-.PHONY: deps configure build test test-tsan test-asan demo bench format clean
+.PHONY: deps configure build test test-long test-tsan test-asan demo bench format clean
 
 deps:
 	@scripts/install-deps
@@ -41,7 +42,11 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -LE long
+
+# The tests labelled long (minutes each on two cores; CI runs their scaled-down versions).
+test-long: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 3600 -L long
 
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_RUNTIME_ONLY=ON

@@ -25,6 +25,7 @@ absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled) {
   if (!run.ok()) return run.status();
   for (const auto& memory : run->runtime->device_memories()) {
     measured.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
+    measured.peak_bytes[memory->device_name()] = memory->peak_bytes();
   }
   measured.fetched = std::move(run->fetched);
   return measured;

@@ -16,7 +16,8 @@ namespace loom::compiler::testing {
 // what each device allocated beside what the compiler estimated it would (EstimateMemory).
 struct MeasuredRun {
   std::map<std::string, std::vector<HostTensor>> fetched;
-  std::map<std::string, int64_t> allocated_bytes;
+  std::map<std::string, int64_t> allocated_bytes;  // by device, after the run
+  std::map<std::string, int64_t> peak_bytes;       // by device, at its most
   std::map<std::string, int64_t> estimated_bytes;
 };
 
