@@ -283,8 +283,7 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
       }
     }
   }
-  // Variables no op reads (their first reader -1, first in the list) have no gradient, but are
-  // named the same way.
+  // What is left: variables no op reads (first reader -1), which get no gradient.
   while (!variables_by_first_reader.empty()) {
     name_variable_gradient(graph.nodes[variables_by_first_reader.back().second]);
     variables_by_first_reader.pop_back();

@@ -34,9 +34,9 @@ bool GraphLowering::PerStep(int tensor_id) const {
 
 // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`, once per step or
 // once per micro-batch; built once per distinct conversion and shared by every consumer that
-// needs it (by `use` alone where it is not -1). With micro-batches, a per-micro-batch tensor read once per step is summed over the
-// step's micro-batches (ACCUMULATE) before boxing, and a per-step tensor read per micro-batch is
-// boxed, then repeated (REPEAT).
+// needs it (by `use` alone where it is not -1). With micro-batches, a per-micro-batch tensor
+// read once per step is summed over the step's micro-batches (ACCUMULATE) before boxing, and a
+// per-step tensor read per micro-batch is boxed, then repeated (REPEAT).
 absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_id,
                                                                     const Placement& to_placement,
                                                                     const NdSbp& to_sbp,
