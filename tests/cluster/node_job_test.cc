@@ -57,6 +57,8 @@ struct Layout {
   int64_t experts = 0, expert_parallel = 1;
   // Activation recomputation (its gates and barriers between the node plans too).
   job::Recompute recompute = job::RECOMPUTE_NONE;
+  // ZeRO (stage 3: gathers ordered into the chains and registers of network collectives shared).
+  int zero_stage = 0;
 };
 
 class NodeJobTest : public ::testing::TestWithParam<Layout> {};
@@ -72,6 +74,7 @@ TEST_P(NodeJobTest, LossesEqualTheOneNodeRun) {
   config.moe_layers = {1};
   config.expert_parallel = layout.expert_parallel;
   config.recompute = layout.recompute;
+  config.zero_stage = layout.zero_stage;
   absl::StatusOr<job::Job> single = gpt::BuildGptJob(config);
   ASSERT_TRUE(single.ok()) << single.status();
   const int devices = layout.nodes * layout.devices_per_node;
@@ -110,19 +113,21 @@ TEST_P(NodeJobTest, LossesEqualTheOneNodeRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, NodeJobTest,
-    ::testing::Values(Layout{"pp2_on_2_nodes", 1, 1, 2, 2, 2, 1},
-                      Layout{"pp2_one_micro_batch_on_2_nodes", 1, 1, 2, 1, 2, 1},
-                      Layout{"dp2_pp2_stages_on_2_nodes", 2, 1, 2, 2, 2, 2},
-                      Layout{"dp3_on_3_nodes", 3, 1, 1, 1, 3, 1},
-                      Layout{"tp2_on_2_nodes", 1, 2, 1, 1, 2, 1},
-                      Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
-                      Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1},
-                      Layout{"dp2_ep2_on_2_nodes", 2, 1, 1, 1, 2, 1, 4, 2},
-                      Layout{"dp4_ep2_on_2_nodes", 4, 1, 1, 1, 2, 2, 4, 2},
-                      Layout{"pp2_recompute_full_on_2_nodes", 1, 1, 2, 2, 2, 1, 0, 1,
-                             job::RECOMPUTE_FULL},
-                      Layout{"dp2_tp2_recompute_selective_on_2_nodes", 2, 2, 1, 1, 2, 2, 0, 1,
-                             job::RECOMPUTE_SELECTIVE}),
+    ::testing::Values(
+        Layout{"pp2_on_2_nodes", 1, 1, 2, 2, 2, 1},
+        Layout{"pp2_one_micro_batch_on_2_nodes", 1, 1, 2, 1, 2, 1},
+        Layout{"dp2_pp2_stages_on_2_nodes", 2, 1, 2, 2, 2, 2},
+        Layout{"dp3_on_3_nodes", 3, 1, 1, 1, 3, 1}, Layout{"tp2_on_2_nodes", 1, 2, 1, 1, 2, 1},
+        Layout{"dp2_tp2_on_2_nodes", 2, 2, 1, 1, 2, 2},
+        Layout{"dp2_pp2_across_nodes", 2, 1, 2, 2, 4, 1},
+        Layout{"dp2_ep2_on_2_nodes", 2, 1, 1, 1, 2, 1, 4, 2},
+        Layout{"dp4_ep2_on_2_nodes", 4, 1, 1, 1, 2, 2, 4, 2},
+        Layout{"pp2_recompute_full_on_2_nodes", 1, 1, 2, 2, 2, 1, 0, 1, job::RECOMPUTE_FULL},
+        Layout{"dp2_tp2_recompute_selective_on_2_nodes", 2, 2, 1, 1, 2, 2, 0, 1,
+               job::RECOMPUTE_SELECTIVE},
+        Layout{"dp2_zero3_on_2_nodes", 2, 1, 1, 1, 2, 1, 0, 1, job::RECOMPUTE_NONE, 3},
+        Layout{"dp4_zero3_recompute_full_on_2_nodes", 4, 1, 1, 1, 2, 2, 0, 1, job::RECOMPUTE_FULL,
+               3}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Three NodeJobs of a three-stage pipeline, created (networks open) but not connected.

@@ -1,7 +1,9 @@
 // ZeRO as SBP (compiler/zero_sharding.h): the trained variables split over the data-parallel
 // axes train as the replicated ones do, on every data-parallel layout, with the optimizer states
-// divided among the ranks and every device allocating what the compiler estimated; the refusals.
+// divided among the ranks and every device allocating what the compiler estimated; pipelines
+// keep 1F1B; the refusals.
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -92,6 +94,53 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ZeroShardingTest, ::testing::ValuesIn(ZeroLayo
                          [](const ::testing::TestParamInfo<GptLayout>& info) {
                            return info.param.name;
                          });
+
+// ZeRO keeps one-forward-one-backward on pipeline stages (OneFlow's ZeRO turned its pipeline
+// serial): on DP = 2 x PP = 2 with 4 micro-batches, under ZeRO stages 0, 2 and 3 alike, what a
+// stage's forward stashes for its backward (a register a forward task writes per micro-batch and
+// a backward task reads) has at most p - s slots, the credits from which 1F1B emerges, and the
+// first stage's stashes have p.
+TEST(ZeroShardingTest, PipelinesKeepOneForwardOneBackward) {
+  constexpr int kStages = 2;
+  for (int stage : {0, 2, 3}) {
+    const GptLayout layout{.name = absl::StrCat("dp2_pp2_m4_zero", stage),
+                           .data_parallel = 2,
+                           .pipeline_stages = kStages,
+                           .micro_batches = 4,
+                           .zero_stage = stage};
+    absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+    ASSERT_TRUE(compiled.ok()) << layout.name << ": " << compiled.status();
+    const plan::Plan& plan = compiled->plan;
+    std::map<std::string, const plan::Task*> producer;
+    std::map<std::string, std::vector<const plan::Task*>> readers;
+    for (const plan::Task& task : plan.tasks()) {
+      for (const std::string& output : task.outputs()) producer[output] = &task;
+      for (const std::string& input : task.inputs()) readers[input].push_back(&task);
+    }
+    std::map<int, int> most_slots;  // pipeline stage -> the most slots of its stashes
+    for (const plan::RegisterDesc& reg : plan.registers()) {
+      auto found = producer.find(reg.name());
+      if (found == producer.end()) continue;
+      const plan::Task& writer = *found->second;
+      if (writer.kind() != plan::COMPUTE || writer.priority() != 0 ||
+          writer.pieces_per_step() != layout.micro_batches) {
+        continue;
+      }
+      const std::vector<const plan::Task*>& reading = readers[reg.name()];
+      const bool stashed = std::any_of(reading.begin(), reading.end(), [](const plan::Task* task) {
+        return task->kind() == plan::COMPUTE && task->priority() != 0;
+      });
+      if (!stashed) continue;
+      // Stage s runs on devices 2s and 2s + 1 (loom-gpt's StageDevices).
+      const int pipeline_stage = writer.stream().device().index() / 2;
+      most_slots[pipeline_stage] = std::max(most_slots[pipeline_stage], reg.num_slots());
+    }
+    ASSERT_EQ(most_slots.size(), static_cast<size_t>(kStages)) << layout.name;
+    for (int s = 0; s < kStages; ++s) {
+      EXPECT_EQ(most_slots[s], kStages - s) << layout.name << ", stage " << s;
+    }
+  }
+}
 
 TEST(ZeroShardingTest, SplitsTheVariablesOverTheDataParallelAxisOnly) {
   const GptLayout layout{.name = "dp2_tp2", .data_parallel = 2, .tensor_parallel = 2};
