@@ -1,5 +1,7 @@
 #include "bench/common/sleep_pipeline.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
 #include "client/job_builder.h"
@@ -12,14 +14,25 @@ namespace loom::bench {
 job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
                           job::PipelineSchedule schedule) {
   JobBuilder builder("sleep_pipeline");
+  const int d = pipeline.data_parallel;
+  auto stage_devices = [d](int s) {
+    std::vector<std::string> devices;
+    for (int i = s * d; i < (s + 1) * d; ++i) devices.push_back(absl::StrCat("cpu:", i));
+    return devices;
+  };
   std::vector<std::string> all;
-  for (int s = 0; s < pipeline.stages; ++s) all.push_back(absl::StrCat("cpu:", s));
+  for (int i = 0; i < pipeline.stages * d; ++i) all.push_back(absl::StrCat("cpu:", i));
   builder.SetPlacement(all);
-  for (int s = 0; s < pipeline.stages; ++s) builder.AddStagePlacement({absl::StrCat("cpu:", s)});
+  for (int s = 0; s < pipeline.stages; ++s) builder.AddStagePlacement(stage_devices(s));
   job::Input source;
   source.mutable_random_normal()->set_std(1.0);
   source.mutable_random_normal()->set_seed(1);
-  std::string activation = builder.Input("x", {2 * micro_batches, 8}, source, {}, {"cpu:0"});
+  const std::vector<std::string> split =
+      d > 1 ? std::vector<std::string>{"S(0)"} : std::vector<std::string>{};
+  const std::vector<std::string> replicated =
+      d > 1 ? std::vector<std::string>{"B"} : std::vector<std::string>{};
+  std::string activation =
+      builder.Input("x", {2 * micro_batches * d, 8}, source, split, stage_devices(0));
   for (int s = 0; s < pipeline.stages; ++s) {
     job::Initializer initializer;
     initializer.mutable_normal()->set_std(0.3);
@@ -27,7 +40,7 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
     JobBuilder::OpOptions on_stage;
     on_stage.stage = s;
     std::string weight =
-        builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, {}, {absl::StrCat("cpu:", s)});
+        builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, replicated, stage_devices(s));
     if (pipeline.weight_microseconds > 0) {
       weight = builder.Op("sleep", absl::StrCat("weight", s), {weight},
                           {{"microseconds", IntAttribute(0)},
@@ -49,25 +62,32 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   job.set_num_micro_batches(micro_batches);
   job.set_pipeline_schedule(schedule);
   job.set_num_steps(1);
+  if (pipeline.zero_stage != 0) job.set_zero_stage(pipeline.zero_stage);
   return job;
 }
 
 PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
-                        const std::string& svg_title) {
+                        const std::string& svg_title, int data_parallel) {
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the pipeline job");
+  // Each device is analyzed as a stage of its own (its ranks hold their halves of a micro-batch
+  // at different times); a stage's peak is its devices' largest.
   const std::vector<PipelineRole> roles = PipelineRolesByDevice(plan);
-  const std::vector<StageSchedule> schedules =
-      AnalyzePipeline(run->runtime->events(), roles, stages);
+  const std::vector<StageSchedule> devices =
+      AnalyzePipeline(run->runtime->events(), roles, stages * data_parallel);
   PipelineRun result;
-  result.idle_fraction = IdleFraction(schedules);
-  result.span_milliseconds = static_cast<double>(SpanNanoseconds(schedules)) / 1e6;
-  for (const StageSchedule& stage : schedules) {
-    result.peaks.push_back(stage.peak_in_flight);
-    result.orders.push_back(stage.order);
+  result.idle_fraction = IdleFraction(devices);
+  result.span_milliseconds = static_cast<double>(SpanNanoseconds(devices)) / 1e6;
+  for (int s = 0; s < stages; ++s) {
+    int64_t peak = 0;
+    for (int d = 0; d < data_parallel; ++d) {
+      peak = std::max(peak, devices[s * data_parallel + d].peak_in_flight);
+    }
+    result.peaks.push_back(peak);
+    result.orders.push_back(devices[s * data_parallel].order);
   }
   if (!svg_title.empty()) {
-    result.svg = PipelineSvg(run->runtime->events(), roles, stages, svg_title);
+    result.svg = PipelineSvg(run->runtime->events(), roles, stages * data_parallel, svg_title);
   }
   return result;
 }

@@ -14,16 +14,20 @@
 
 namespace loom::bench {
 
-// Stage s of `stages` on cpu:s: a tiny matmul of its input by its own weight, then op "sleep"
-// taking `forward_microseconds` forward and `input_microseconds` in the backward of its input.
-// With `weight_microseconds` > 0 the stage reads its weight through another sleep (nothing
-// forward, that long in its backward: a weight gradient apart from the input gradient). Sleeping
-// stages use no core, so four fit on two. One step of `micro_batches`, SGD, a mean as the loss.
+// Stage s of `stages` on cpu:s (with `data_parallel` d > 1: on cpu:s*d .. cpu:s*d+d-1, the
+// batch split over them, Job.zero_stage `zero_stage`): a tiny matmul of its input by its own
+// weight, then op "sleep" taking `forward_microseconds` forward and `input_microseconds` in the
+// backward of its input. With `weight_microseconds` > 0 the stage reads its weight through
+// another sleep (nothing forward, that long in its backward: a weight gradient apart from the
+// input gradient). Sleeping stages use no core, so four fit on two. One step of
+// `micro_batches`, SGD, a mean as the loss.
 struct SleepPipeline {
   int stages = 4;
   int64_t forward_microseconds = 1000;
   int64_t input_microseconds = 2000;
   int64_t weight_microseconds = 0;
+  int data_parallel = 1;
+  int zero_stage = 0;
 };
 
 job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
@@ -40,9 +44,10 @@ struct PipelineRun {
 };
 
 // Runs `plan` in this process; exits the process on an error. A non-empty `svg_title` asks for
-// the picture.
+// the picture. Stage s runs on the `data_parallel` devices from cpu:s*data_parallel: the idle
+// fraction is the mean over devices, a stage's peak its devices' largest, its order its first's.
 PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
-                        const std::string& svg_title = "");
+                        const std::string& svg_title = "", int data_parallel = 1);
 
 }  // namespace loom::bench
 
