@@ -32,6 +32,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/command.h"
 #include "bench/common/gpt_step_timing.h"
+#include "bench/common/memory_gpt.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "glog/logging.h"
@@ -51,29 +52,6 @@ constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 2;
 constexpr double kGoalRatio = 1.1;
 constexpr double kMiB = 1024.0 * 1024.0;
-
-gpt::GptConfig MemoryGpt() {
-  gpt::GptConfig config;
-  config.vocab = 8192;
-  config.context = 512;
-  config.width = 512;
-  config.layers = 8;
-  config.heads = 8;
-  config.mlp_width = 2048;
-  config.batch = 2;
-  config.steps = kSteps;
-  return config;
-}
-
-int64_t ParameterCount(const gpt::GptConfig& config) {
-  int64_t count = 0;
-  for (const gpt::GptParameter& parameter : gpt::GptParameters(config)) {
-    int64_t elements = 1;
-    for (int64_t extent : parameter.shape) elements *= extent;
-    count += elements;
-  }
-  return count;
-}
 
 struct LoomMemory {
   compiler::DeviceMemoryEstimate estimate;
@@ -173,7 +151,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --separate and --recompute are two different runs\n", argv[0]);
     return 2;
   }
-  gpt::GptConfig config = MemoryGpt();
+  gpt::GptConfig config = MemoryGpt(/*batch=*/2, kSteps);
   if (recompute) config.recompute = job::RECOMPUTE_FULL;
   const int64_t parameters = ParameterCount(config);
   const double model_state_mib = 16.0 * static_cast<double>(parameters) / kMiB;

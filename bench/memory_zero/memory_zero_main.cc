@@ -1,9 +1,8 @@
 // bench_memory_zero: ZeRO's memory and step time at DP = 8 on 8 CPU devices of this process.
 //
-// The model: bench_memory's GPT (V=8192 T=512 D=512 L=8 H=8 F=2048, 33.9M parameters, untied
-// head), one sequence per rank (batch 8), AdamW in float32, OpenBLAS at one thread. Each of
-// zero_stage 0 (replicated), 1, 2 and 3 trains kWarmupSteps + kMeasuredSteps steps, the stages
-// alternating kRounds times.
+// The model: bench_memory's GPT (bench/common/memory_gpt.h), one sequence per rank (batch 8), AdamW
+// in float32, OpenBLAS at one thread. Each of zero_stage 0 (replicated), 1, 2 and 3 trains
+// kWarmupSteps + kMeasuredSteps steps, the stages alternating kRounds times.
 //
 // Model-state bytes per device, measured on the device that holds most: what the runtime
 // allocated for the variables' values (their shards under ZeRO) and optimizer states, plus the
@@ -35,6 +34,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/memory_gpt.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "core/device_name.h"
@@ -56,17 +56,9 @@ constexpr int kRounds = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 gpt::GptConfig ZeroGpt(int zero_stage) {
-  gpt::GptConfig config;
-  config.vocab = 8192;
-  config.context = 512;
-  config.width = 512;
-  config.layers = 8;
-  config.heads = 8;
-  config.mlp_width = 2048;
-  config.batch = kRanks;
+  gpt::GptConfig config = MemoryGpt(/*batch=*/kRanks, kWarmupSteps + kMeasuredSteps);
   config.data_parallel = kRanks;
   config.zero_stage = zero_stage;
-  config.steps = kWarmupSteps + kMeasuredSteps;
   return config;
 }
 
@@ -194,11 +186,10 @@ int Main() {
   KernelRegistry kernels;
   ExitIfError(RegisterCpuKernels(&kernels), "registering the CPU kernels");
   const gpt::GptConfig model = ZeroGpt(0);
-  int64_t parameters = 0;
+  const int64_t parameters = ParameterCount(model);
   int64_t largest_layer = 0;  // parameters of a block, the embedding or the head
   std::map<std::string, int64_t> layer_parameters;
   for (const gpt::GptParameter& parameter : gpt::GptParameters(model)) {
-    parameters += Elements(parameter);
     const std::string& name = parameter.name;
     const std::string layer =
         absl::StartsWith(name, "h.") ? name.substr(0, name.find('.', 2)) : name;
