@@ -313,6 +313,27 @@ TEST_P(TransportTest, ADeferredTransferCompletesAfterItsReceiversDriveEndedEarly
   }
 }
 
+// A thread that asks to drive while another driver sleeps on the worker's events (two ranks of
+// one collective on a node, the first waiting for a peer) takes over at once, not at the
+// sleeper's park timeout: its ask wakes the sleeper, which sees it waiting and lets go.
+TEST_P(TransportTest, ASecondDriverTakesOverFromASleepingOneAtOnce) {
+  park_timeout_ = absl::Seconds(30);
+  Connect(2);
+  std::atomic<bool> stop_first{false};
+  std::atomic<bool> first_returned{false};
+  std::thread first([&] {
+    transports_[1]->DriveUntil([&] { return stop_first.load(); }, absl::Now() + absl::Seconds(60));
+    first_returned.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // the first driver has nothing to do: it sleeps
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(transports_[1]->DriveUntil([] { return true; }, absl::Now() + absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "it waited for the park timeout (30 s)";
+  first.join();  // it gave the token up when this thread asked for it
+  EXPECT_TRUE(first_returned.load());
+  stop_first.store(true);
+}
+
 TEST_P(TransportTest, WakeDriverMakesASleepingDriverLookAgain) {
   // A driver with nothing to do sleeps on the worker's events up to the park timeout; a condition
   // another thread makes true (an abort) is seen at once after WakeDriver, not at that timeout.
