@@ -165,11 +165,11 @@ class Transport {
 
   // Drives the worker on the calling thread until `done()` holds, `deadline` passes, Stop() is
   // called or another thread asks to drive: takes the token from the progress thread (which hands
-  // it over within one round of its work), runs the queued operations (kDeferred ones included),
-  // progresses UCX and sleeps on its events between rounds. Callbacks run on the calling thread
-  // meanwhile, so it must hold no lock they take. `done` is called after every round and must be
-  // cheap; a wait it ends from another thread is seen within options.park_timeout, or at once
-  // after WakeDriver. Returns whether `done()` held; otherwise the caller waits for its callbacks
+  // it over within one round of its work) or from another driver (woken to let go at once), runs
+  // the queued operations (kDeferred ones included), progresses UCX and sleeps on its events
+  // between rounds. Callbacks run on the calling thread meanwhile, so it must hold no lock they
+  // take. `done` is called after every round and must be cheap; a wait it ends from another
+  // thread is seen within options.park_timeout, or at once after WakeDriver. Returns whether `done()` held; otherwise the caller waits for its callbacks
   // as usual (the progress thread or the next driver runs them).
   bool DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline);
   // Makes the thread in DriveUntil run a round (and call its `done`) at once instead of at its
