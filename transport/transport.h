@@ -169,8 +169,9 @@ class Transport {
   // the queued operations (kDeferred ones included), progresses UCX and sleeps on its events
   // between rounds. Callbacks run on the calling thread meanwhile, so it must hold no lock they
   // take. `done` is called after every round and must be cheap; a wait it ends from another
-  // thread is seen within options.park_timeout, or at once after WakeDriver. Returns whether `done()` held; otherwise the caller waits for its callbacks
-  // as usual (the progress thread or the next driver runs them).
+  // thread is seen within options.park_timeout, or at once after WakeDriver. Returns whether
+  // `done()` held; otherwise the caller waits for its callbacks as usual (the progress thread or
+  // the next driver runs them).
   bool DriveUntil(absl::FunctionRef<bool()> done, absl::Time deadline);
   // Makes the thread in DriveUntil run a round (and call its `done`) at once instead of at its
   // next event or park timeout: for a `done` that another thread made true (an abort). Where
