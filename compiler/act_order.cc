@@ -206,13 +206,10 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
 }
 
 bool ActOrder::OrderCollectives(const std::vector<int>& order) {
-  // Each stream's chain, by position.
+  // Each stream's chain, by position (`order` is the order the chains were built in).
   absl::flat_hash_map<std::string, std::vector<int>> chains;
   for (int t : order) {
-    if (!flags_[t].chained) continue;
-    std::vector<int>& chain = chains[StreamName(plan_.tasks(t).stream())];
-    chain.resize(flags_[t].chain_position + 1, -1);
-    chain[flags_[t].chain_position] = t;
+    if (flags_[t].chained) chains[StreamName(plan_.tasks(t).stream())].push_back(t);
   }
   // The gathers by stream, with the chain position of their first reader; the reduce-scatters
   // by stream, with their input's writer's.
@@ -222,21 +219,17 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order) {
     const plan::Task& task = plan_.tasks(t);
     if (task.kind() != plan::COLLECTIVE || task.outputs_size() != 1) continue;
     if (flags_[t].step_start && task.collective().kind() == plan::ALL_GATHER) {
+      // Every reader chained, on one stream: the first of them in its chain.
       const std::vector<int>& reading = readers_[task.outputs(0)];
       if (reading.empty()) continue;
-      std::string stream;
-      int first = -1;
-      bool chained = true;
-      for (int reader : reading) {
-        const std::string reader_stream = StreamName(plan_.tasks(reader).stream());
-        chained = chained && flags_[reader].chained && (stream.empty() || stream == reader_stream);
-        stream = reader_stream;
-        if (chained) {
-          first = first < 0 ? flags_[reader].chain_position
-                            : std::min(first, flags_[reader].chain_position);
-        }
-      }
-      if (chained) gathers[stream].emplace_back(first, t);
+      const plan::Stream& stream = plan_.tasks(reading[0]).stream();
+      const bool chained = std::all_of(reading.begin(), reading.end(), [&](int reader) {
+        return flags_[reader].chained && SameStream(plan_.tasks(reader).stream(), stream);
+      });
+      if (!chained) continue;
+      int first = flags_[reading[0]].chain_position;
+      for (int reader : reading) first = std::min(first, flags_[reader].chain_position);
+      gathers[StreamName(stream)].emplace_back(first, t);
     } else if (task.collective().kind() == plan::REDUCE_SCATTER) {
       // A gradient's: a variable updates from its output.
       const std::vector<int>& reading = readers_[task.outputs(0)];

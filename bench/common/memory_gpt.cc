@@ -1,5 +1,12 @@
 #include "bench/common/memory_gpt.h"
 
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bench/common/bench_util.h"
+#include "core/tensor.h"
+
 namespace loom::bench {
 
 gpt::GptConfig MemoryGpt(int64_t batch, int64_t steps) {
@@ -15,12 +22,22 @@ gpt::GptConfig MemoryGpt(int64_t batch, int64_t steps) {
   return config;
 }
 
+int64_t ParameterElements(const gpt::GptParameter& parameter) {
+  const Shape shape(parameter.shape);
+  const std::optional<int64_t> elements = shape.CheckedNumElements();
+  if (!elements.has_value()) {
+    ExitIfError(
+        absl::InvalidArgumentError(absl::StrCat("parameter '", parameter.name, "' of shape ",
+                                                shape.ToString(), " has no element count")),
+        "counting the parameters");
+  }
+  return *elements;
+}
+
 int64_t ParameterCount(const gpt::GptConfig& config) {
   int64_t count = 0;
   for (const gpt::GptParameter& parameter : gpt::GptParameters(config)) {
-    int64_t elements = 1;
-    for (int64_t extent : parameter.shape) elements *= extent;
-    count += elements;
+    count += ParameterElements(parameter);
   }
   return count;
 }

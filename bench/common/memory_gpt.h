@@ -13,7 +13,9 @@ namespace loom::bench {
 // The model, with `batch` sequences a step and `steps` steps (the rest: loom-gpt's defaults).
 gpt::GptConfig MemoryGpt(int64_t batch, int64_t steps);
 
-// How many parameters `config`'s model has.
+// How many elements `parameter` has, overflow-checked (exits naming it where the product does
+// not fit); how many parameters `config`'s model has.
+int64_t ParameterElements(const gpt::GptParameter& parameter);
 int64_t ParameterCount(const gpt::GptConfig& config);
 
 }  // namespace loom::bench

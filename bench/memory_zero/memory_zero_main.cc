@@ -62,12 +62,6 @@ gpt::GptConfig ZeroGpt(int zero_stage) {
   return config;
 }
 
-int64_t Elements(const gpt::GptParameter& parameter) {
-  int64_t elements = 1;
-  for (int64_t extent : parameter.shape) elements *= extent;
-  return elements;
-}
-
 // What one stage's run measured.
 struct StageRun {
   std::vector<double> step_milliseconds;
@@ -193,7 +187,8 @@ int Main() {
     const std::string& name = parameter.name;
     const std::string layer =
         absl::StartsWith(name, "h.") ? name.substr(0, name.find('.', 2)) : name;
-    largest_layer = std::max(largest_layer, layer_parameters[layer] += Elements(parameter));
+    largest_layer =
+        std::max(largest_layer, layer_parameters[layer] += ParameterElements(parameter));
   }
   std::printf(
       "memory-zero: GPT V=8192 T=512 D=512 L=8 H=8 F=2048 (%.2fM parameters, largest layer "
