@@ -104,6 +104,9 @@ struct LogicalGraph {
   int32_t num_micro_batches = 1;
   int32_t num_stages = 0;
   job::PipelineSchedule pipeline_schedule = job::ONE_F_ONE_B;
+  // Stages on each group of devices: v of an INTERLEAVED pipeline (its num_stages / v groups), 1
+  // otherwise.
+  int32_t virtual_stages = 1;
   // Where variables start from; nullptr: their initializers.
   const job::InitialState* initial_state = nullptr;
   // Job.evaluation.every_steps (0: no evaluation), and the step of piece 0 (a resumed job's).

@@ -274,8 +274,14 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
                                node.placement.device(rank), plan::STREAM_COMPUTE);
     // Backward first: with credits bounding the stashed activations, 1F1B emerges. A zero-bubble
     // stage runs forward first, then input gradients, then weight gradients (docs/ARCHITECTURE.md,
-    // "Zero bubble").
-    if (node.backward) {
+    // "Zero bubble"). Interleaved: forwards before backwards, a later stage's first (its round c
+    // of v: forward v + c, backward c - v; stageless backward ops keep 1, between them).
+    if (graph_.pipeline_schedule == job::INTERLEAVED && node.stage.has_value() &&
+        !node.once_per_step) {
+      const int round = *node.stage / (graph_.num_stages / graph_.virtual_stages);
+      task->set_priority(node.backward ? round - graph_.virtual_stages
+                                       : graph_.virtual_stages + round);
+    } else if (node.backward) {
       const bool zero_bubble = graph_.pipeline_schedule == job::ZERO_BUBBLE &&
                                node.stage.has_value() && !node.once_per_step;
       task->set_priority(!zero_bubble ? 1 : DefersWeightGradient(graph_, node) ? -2 : -1);

@@ -45,9 +45,22 @@ void SetSameStreamSlots(const Producers& producers, plan::Plan* plan) {
   }
 }
 
+// The micro-batches that stage `stage` of a one-forward-one-backward pipeline stashes: p - s of
+// p stages. Interleaved (p groups of devices, v stages each): stage c p + d gets 2p - d - 1 in
+// its first round (c = 0), p - d in its last (c = v - 1) and p in between, so that device group d
+// holds 2(p - d - 1) + (v - 1)p + 1 stages' micro-batches, Megatron-LM's count (simulated against
+// other rules in docs/ARCHITECTURE.md, "Interleaved 1F1B"); v = 1 is plain 1F1B.
+int StashSlots(const LogicalGraph& graph, int stage) {
+  const int groups = graph.num_stages / graph.virtual_stages;
+  const int round = stage / groups;
+  const int group = stage % groups;
+  if (round == graph.virtual_stages - 1) return groups - group;
+  return round == 0 ? 2 * groups - group - 1 : groups;
+}
+
 // A register holding forward data that a backward op of stage s reads is a stashed activation;
-// it gets p - s slots (one-forward-one-backward) or num_micro_batches (GPipe), so that the
-// credits alone bound the micro-batches in flight on each stage. A job without pipeline stages
+// it gets StashSlots (one-forward-one-backward, interleaved) or num_micro_batches (GPipe), so that
+// the credits alone bound the micro-batches in flight on each stage. A job without pipeline stages
 // is one stage: its stashed activations get one slot, as a second one could only let a forward
 // run ahead of the backward that frees the first (on the device's one compute stream, it would
 // buy no overlap and cost the memory of every activation again).
@@ -81,7 +94,7 @@ void SetStashSlots(const LogicalGraph& graph,
     const int stash = !pipelined                              ? 1
                       : deferred                              ? graph.num_stages + 1
                       : graph.pipeline_schedule == job::GPIPE ? graph.num_micro_batches
-                                                              : graph.num_stages - *node.stage;
+                                                              : StashSlots(graph, *node.stage);
     for (const std::string& input : task.inputs()) {
       auto found = producer.find(input);
       if (found == producer.end() || (is_backward(*found->second) && !deferred)) continue;

@@ -20,13 +20,14 @@ struct PieceSpan {
 std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
                                            const std::vector<PipelineRole>& roles, int num_stages) {
   std::vector<StageSchedule> schedules(num_stages);
-  std::vector<std::map<int64_t, PieceSpan>> pieces(num_stages);
+  // By (round, micro-batch).
+  std::vector<std::map<std::pair<int, int64_t>, PieceSpan>> pieces(num_stages);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> intervals(num_stages);
   for (const ActEvent& event : events) {
     if (event.task_index >= roles.size()) continue;
     const PipelineRole& role = roles[event.task_index];
     if (role.stage < 0 || role.stage >= num_stages) continue;
-    PieceSpan& span = pieces[role.stage][event.piece];
+    PieceSpan& span = pieces[role.stage][{role.round, event.piece}];
     int64_t& start = role.weight_gradient ? span.weight_gradient_start
                      : role.backward      ? span.backward_start
                                           : span.forward_start;
@@ -77,13 +78,21 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
   return schedules;
 }
 
-std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan) {
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan, int virtual_stages) {
   std::vector<PipelineRole> roles(plan.tasks_size());
   for (const plan::Task& task : plan.tasks()) {
     if (task.kind() != plan::COMPUTE || task.index() >= roles.size()) continue;
-    roles[task.index()] = PipelineRole{.stage = task.stream().device().index(),
-                                       .backward = task.priority() != 0,
-                                       .weight_gradient = task.priority() < -1};
+    const int priority = task.priority();
+    const int device = task.stream().device().index();
+    if (virtual_stages <= 1) {
+      roles[task.index()] = PipelineRole{
+          .stage = device, .backward = priority != 0, .weight_gradient = priority < -1};
+    } else if (priority < 0 || priority >= virtual_stages) {
+      roles[task.index()] = PipelineRole{
+          .stage = device,
+          .backward = priority < 0,
+          .round = priority < 0 ? priority + virtual_stages : priority - virtual_stages};
+    }
   }
   return roles;
 }

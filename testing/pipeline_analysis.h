@@ -17,17 +17,20 @@ namespace loom {
 
 // What a task is to a pipeline: the stage it computes for (-1: none, e.g. variables and
 // per-step tasks), whether it is part of the backward pass, and whether of its deferred weight
-// gradients (zero-bubble schedules' "W").
+// gradients (zero-bubble schedules' "W"). An interleaved pipeline's device runs several stages:
+// `round` tells them apart (0 .. v - 1), and a micro-batch of each is held apart.
 struct PipelineRole {
   int stage = -1;
   bool backward = false;
   bool weight_gradient = false;
+  int round = 0;
 };
 
 // One stage's schedule, read from the runtime's event record (pieces are micro-batches).
 struct StageSchedule {
   // Micro-batch j's activations are held on the stage from the start of its first forward act
-  // there to the end of its last backward act there; the most micro-batches held at once.
+  // there to the end of its last backward act there; the most micro-batches held at once (of an
+  // interleaved device, of all its rounds together).
   int64_t peak_in_flight = 0;
   // The stage's passes in the order they began: "F" for a micro-batch's first forward act,
   // "B" for its first backward act, e.g. "FFFBFBFBBB", and with deferred weight gradients "W"
@@ -47,8 +50,10 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
 // The roles of a plan's tasks (indexed by task index) when pipeline stage s runs on the devices
 // of index s: every COMPUTE task is a pass of its device's stage, backward when the compiler gave
 // it a priority other than forward's 0 (1; under a zero-bubble schedule -1 for input gradients
-// and -2 for weight gradients), a deferred weight gradient when below -1.
-std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan);
+// and -2 for weight gradients), a deferred weight gradient when below -1. With
+// `virtual_stages` v > 1 (job.INTERLEAVED, device d running stages d, d + p, ...): priority
+// v + c is round c's forward, c - v round c's backward; other tasks have no stage.
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan, int virtual_stages = 1);
 
 // A step's span: from the first act of any stage to the end of the last act of any stage.
 int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages);

@@ -16,10 +16,12 @@ constexpr double kRowHeight = 28;
 constexpr double kRowGap = 6;
 constexpr double kPixelsPerMillisecond = 12;
 
+// Odd rounds of an interleaved pipeline in darker shades.
 const char* ColourOf(const PipelineRole& role) {
-  if (role.weight_gradient) return "#f0a830";  // W
-  if (role.backward) return "#4caf50";         // B (or the whole backward)
-  return "#4a7bd0";                            // F
+  const bool odd = role.round % 2 == 1;
+  if (role.weight_gradient) return "#f0a830";             // W
+  if (role.backward) return odd ? "#2e7d32" : "#4caf50";  // B (or the whole backward)
+  return odd ? "#1f4e9c" : "#4a7bd0";                     // F
 }
 
 std::string Escaped(const std::string& text) {
@@ -73,7 +75,7 @@ std::string PipelineSvg(const std::vector<ActEvent>& events, const std::vector<P
       width, height, kLeft, Escaped(title));
   for (int stage = 0; stage < num_stages; ++stage) {
     const double y = kTop + stage * (kRowHeight + kRowGap);
-    absl::StrAppendFormat(&svg, "<text x=\"8\" y=\"%.0f\">stage %d</text>\n", y + 18, stage);
+    absl::StrAppendFormat(&svg, "<text x=\"8\" y=\"%.0f\">device %d</text>\n", y + 18, stage);
   }
   for (const ActEvent* event : shown) {
     const PipelineRole& role = roles[event->task_index];

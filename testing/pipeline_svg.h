@@ -1,10 +1,11 @@
 #ifndef LOOM_TESTING_PIPELINE_SVG_H_
 #define LOOM_TESTING_PIPELINE_SVG_H_
 
-// A pipeline's acts drawn as an SVG picture: one row per stage, one box per act of a stage's
-// compute tasks, coloured by pass (forward, input gradient, weight gradient) and labelled with
-// its micro-batch, on a time axis in milliseconds. For the schedule pictures of the docs
-// (bench_schedules --svg=DIR).
+// A pipeline's acts drawn as an SVG picture: one row per device (a stage's, or an interleaved
+// pipeline's stages'), one box per act of its compute tasks, coloured by pass (forward, input
+// gradient, weight gradient; an interleaved pipeline's odd rounds darker) and labelled with its
+// micro-batch, on a time axis in milliseconds. For the docs' schedule pictures (bench_schedules
+// --svg=DIR).
 
 #include <string>
 #include <vector>

@@ -23,7 +23,9 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   std::vector<std::string> all;
   for (int i = 0; i < pipeline.stages * d; ++i) all.push_back(absl::StrCat("cpu:", i));
   builder.SetPlacement(all);
-  for (int s = 0; s < pipeline.stages; ++s) builder.AddStagePlacement(stage_devices(s));
+  const int v = pipeline.virtual_stages;
+  const int stages = pipeline.stages * v;
+  for (int s = 0; s < stages; ++s) builder.AddStagePlacement(stage_devices(s % pipeline.stages));
   job::Input source;
   source.mutable_random_normal()->set_std(1.0);
   source.mutable_random_normal()->set_seed(1);
@@ -33,28 +35,30 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
       d > 1 ? std::vector<std::string>{"B"} : std::vector<std::string>{};
   std::string activation =
       builder.Input("x", {2 * micro_batches * d, 8}, source, split, stage_devices(0));
-  for (int s = 0; s < pipeline.stages; ++s) {
+  for (int s = 0; s < stages; ++s) {
     job::Initializer initializer;
     initializer.mutable_normal()->set_std(0.3);
     initializer.mutable_normal()->set_seed(10 + s);
     JobBuilder::OpOptions on_stage;
     on_stage.stage = s;
-    std::string weight =
-        builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, replicated, stage_devices(s));
+    std::string weight = builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, replicated,
+                                          stage_devices(s % pipeline.stages));
     if (pipeline.weight_microseconds > 0) {
-      weight = builder.Op("sleep", absl::StrCat("weight", s), {weight},
-                          {{"microseconds", IntAttribute(0)},
-                           {"backward_microseconds", IntAttribute(pipeline.weight_microseconds)}},
-                          on_stage);
+      weight =
+          builder.Op("sleep", absl::StrCat("weight", s), {weight},
+                     {{"microseconds", IntAttribute(0)},
+                      {"backward_microseconds", IntAttribute(pipeline.weight_microseconds / v)}},
+                     on_stage);
     }
     activation = builder.Matmul(absl::StrCat("mm", s), activation, weight, false, false, on_stage);
-    activation = builder.Op("sleep", absl::StrCat("slow", s), {activation},
-                            {{"microseconds", IntAttribute(pipeline.forward_microseconds)},
-                             {"backward_microseconds", IntAttribute(pipeline.input_microseconds)}},
-                            on_stage);
+    activation =
+        builder.Op("sleep", absl::StrCat("slow", s), {activation},
+                   {{"microseconds", IntAttribute(pipeline.forward_microseconds / v)},
+                    {"backward_microseconds", IntAttribute(pipeline.input_microseconds / v)}},
+                   on_stage);
   }
   JobBuilder::OpOptions last;
-  last.stage = pipeline.stages - 1;
+  last.stage = stages - 1;
   builder.Op("reduce_mean", "loss", {activation}, {}, last);
   job::Job job = builder.Build();
   job.set_loss("loss");
@@ -67,12 +71,12 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
 }
 
 PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
-                        const std::string& svg_title, int data_parallel) {
+                        const std::string& svg_title, int data_parallel, int virtual_stages) {
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the pipeline job");
   // Each device is analyzed as a stage of its own (its ranks hold their halves of a micro-batch
   // at different times); a stage's peak is its devices' largest.
-  const std::vector<PipelineRole> roles = PipelineRolesByDevice(plan);
+  const std::vector<PipelineRole> roles = PipelineRolesByDevice(plan, virtual_stages);
   const std::vector<StageSchedule> devices =
       AnalyzePipeline(run->runtime->events(), roles, stages * data_parallel);
   PipelineRun result;

@@ -9,7 +9,9 @@
 //  - ONE_F_ONE_B, GPIPE: (P - 1)(F + B + W) of idle time per stage, an idle fraction of
 //    (P - 1) / (M + P - 1);
 //  - ZERO_BUBBLE (ZB-H1, Qi et al. 2024): (P - 1)(F + B - W), an idle fraction of
-//    (P - 1)(F + B - W) / (M (F + B + W) + (P - 1)(F + B - W)).
+//    (P - 1)(F + B - W) / (M (F + B + W) + (P - 1)(F + B - W));
+//  - INTERLEAVED with V = 2 stages per device (8 stages, each sleeping half the times): 1F1B's
+//    idle time divided by V (Narayanan et al. 2021).
 // Measured from the runtime's event record (testing/pipeline_analysis.h): over the step's span,
 // the mean over stages of 1 - busy / span. Each (schedule, M) runs kRepetitions times; medians.
 // One RESULT line per schedule (its M furthest above its formula), and zero-bubble-vs-1f1b: the
@@ -45,18 +47,22 @@ constexpr double kGoalZeroBubbleSpeedup = 0.9;
 struct Schedule {
   const char* name;  // in the RESULT line
   job::PipelineSchedule schedule;
+  int virtual_stages = 1;
 };
 
-constexpr Schedule kSchedules[] = {
-    {"1f1b", job::ONE_F_ONE_B}, {"gpipe", job::GPIPE}, {"zb-h1", job::ZERO_BUBBLE}};
+constexpr Schedule kSchedules[] = {{"1f1b", job::ONE_F_ONE_B},
+                                   {"gpipe", job::GPIPE},
+                                   {"zb-h1", job::ZERO_BUBBLE},
+                                   {"interleaved", job::INTERLEAVED, 2}};
 
 // The published idle fraction of `schedule` with equal F, B and W.
-double FormulaIdleFraction(job::PipelineSchedule schedule, int m) {
+double FormulaIdleFraction(const Schedule& schedule, int m) {
   const double f = kPipeline.forward_microseconds;
   const double b = kPipeline.input_microseconds;
   const double w = kPipeline.weight_microseconds;
-  const double bubble =
-      schedule == job::ZERO_BUBBLE ? (kStages - 1) * (f + b - w) : (kStages - 1) * (f + b + w);
+  const double bubble = schedule.schedule == job::ZERO_BUBBLE
+                            ? (kStages - 1) * (f + b - w)
+                            : (kStages - 1) * (f + b + w) / schedule.virtual_stages;
   return bubble / (m * (f + b + w) + bubble);
 }
 
@@ -79,7 +85,7 @@ int Main(const std::string& svg_directory) {
       kStages, kStages - 1, static_cast<long long>(kPipeline.forward_microseconds),
       static_cast<long long>(kPipeline.input_microseconds),
       static_cast<long long>(kPipeline.weight_microseconds), kRepetitions);
-  std::printf("%-6s %4s  %8s  %8s  %6s  %9s  %-10s  %s\n", "", "M", "idle", "formula", "ratio",
+  std::printf("%-11s %4s  %8s  %8s  %6s  %9s  %-10s  %s\n", "", "M", "idle", "formula", "ratio",
               "span ms", "peak", "runs (idle)");
   std::map<std::string, double> span_at_8;
   for (const Schedule& schedule : kSchedules) {
@@ -88,8 +94,10 @@ int Main(const std::string& svg_directory) {
     double worst_formula = 0;
     int worst_m = 0;
     for (int m : {8, 16, 32}) {
+      SleepPipeline pipeline = kPipeline;
+      pipeline.virtual_stages = schedule.virtual_stages;
       absl::StatusOr<compiler::CompileResult> compiled =
-          compiler::Compile(SleepPipelineJob(kPipeline, m, schedule.schedule), ops,
+          compiler::Compile(SleepPipelineJob(pipeline, m, schedule.schedule), ops,
                             compiler::DeviceSet::Cpus(kStages, 1));
       ExitIfError(compiled.status(), "compiling the schedules job");
       std::vector<double> idle;
@@ -97,15 +105,20 @@ int Main(const std::string& svg_directory) {
       std::vector<int64_t> peaks(kStages, 0);
       for (int repetition = 0; repetition < kRepetitions; ++repetition) {
         const bool first_of_8 = m == 8 && repetition == 0;
-        const PipelineRun measurement =
-            RunPipeline(compiled->plan, kernels, kStages,
-                        first_of_8 && !svg_directory.empty()
-                            ? absl::StrCat(schedule.name, ": ", kStages,
-                                           " stages, M = 8, F = B = W = 2 ms (bench_schedules)")
-                            : "");
+        const PipelineRun measurement = RunPipeline(
+            compiled->plan, kernels, kStages,
+            first_of_8 && !svg_directory.empty()
+                ? absl::StrCat(schedule.name, ": ", kStages,
+                               " devices, M = 8, F = B = W = 2 ms a device",
+                               schedule.virtual_stages > 1
+                                   ? absl::StrCat(" (", schedule.virtual_stages, " stages each)")
+                                   : "",
+                               " (bench_schedules)")
+                : "",
+            /*data_parallel=*/1, schedule.virtual_stages);
         if (first_of_8) {
           for (int s = 0; s < kStages; ++s) {
-            std::printf("  %s M = 8, stage %d: %s\n", schedule.name, s,
+            std::printf("  %s M = 8, device %d: %s\n", schedule.name, s,
                         measurement.orders[s].c_str());
           }
           if (!svg_directory.empty()) {
@@ -118,10 +131,10 @@ int Main(const std::string& svg_directory) {
         for (int s = 0; s < kStages; ++s) peaks[s] = std::max(peaks[s], measurement.peaks[s]);
       }
       const double median = Median(idle);
-      const double formula = FormulaIdleFraction(schedule.schedule, m);
+      const double formula = FormulaIdleFraction(schedule, m);
       std::string peak_text;
       for (int s = 0; s < kStages; ++s) peak_text += absl::StrCat(s == 0 ? "" : " ", peaks[s]);
-      std::printf("%-6s %4d  %8.4f  %8.4f  %6.3f  %9.2f  %-10s  %s\n", schedule.name, m, median,
+      std::printf("%-11s %4d  %8.4f  %8.4f  %6.3f  %9.2f  %-10s  %s\n", schedule.name, m, median,
                   formula, median / formula, Median(spans), peak_text.c_str(),
                   JoinValues(idle, 4).c_str());
       if (m == 8) span_at_8[schedule.name] = Median(spans);

@@ -2,8 +2,9 @@
 #define LOOM_TESTS_COMPILER_GPT_LAYOUTS_H_
 
 // A tiny GPT (tools/loom-gpt) on the layouts the memory-sharing tests cover (one device, DP, TP,
-// PP with 1F1B and GPipe, TP x PP zero bubble, DP x PP with clipping, micro-batches, MoE with EP,
-// DP x TP in bfloat16, stages on two nodes), compiled with or without register memory sharing.
+// PP with 1F1B, GPipe and interleaved, TP x PP zero bubble, DP x PP with clipping, micro-batches,
+// MoE with EP, DP x TP in bfloat16, stages on two nodes), compiled with or without register memory
+// sharing; and a check that two layouts train bit for bit alike.
 
 #include <cstdint>
 #include <ostream>
@@ -12,8 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/compiler.h"
+#include "gtest/gtest.h"
 #include "proto/job.pb.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/run_util.h"
 #include "tools/loom-gpt/gpt_model.h"
 
 namespace loom::compiler::testing {
@@ -25,6 +28,7 @@ struct GptLayout {
   int64_t pipeline_stages = 1;
   int64_t micro_batches = 1;
   job::PipelineSchedule schedule = job::ONE_F_ONE_B;
+  int64_t virtual_stages = 1;  // stages per device group (INTERLEAVED)
   int64_t experts = 0;
   int64_t expert_parallel = 1;
   double max_grad_norm = 0;
@@ -63,6 +67,13 @@ inline std::vector<GptLayout> SharingLayouts() {
                 .micro_batches = 4,
                 .schedule = job::ZERO_BUBBLE,
                 .max_grad_norm = 0.5},
+      // Two stages on each device (stashes of rounds sharing a device).
+      GptLayout{.name = "pp2_v2_m4_interleaved_clipped",
+                .pipeline_stages = 2,
+                .micro_batches = 4,
+                .schedule = job::INTERLEAVED,
+                .virtual_stages = 2,
+                .max_grad_norm = 0.5},
       GptLayout{.name = "m4_one_device", .micro_batches = 4, .shares = false},
       GptLayout{.name = "dp2_ep2_moe", .data_parallel = 2, .experts = 4, .expert_parallel = 2},
       GptLayout{.name = "dp2_tp2_bf16_clipped",
@@ -97,6 +108,7 @@ inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {
   config.pipeline_stages = layout.pipeline_stages;
   config.micro_batches = layout.micro_batches;
   config.schedule = layout.schedule;
+  config.virtual_stages = layout.virtual_stages;
   config.experts = layout.experts;
   config.expert_parallel = layout.expert_parallel;
   config.max_grad_norm = layout.max_grad_norm;
@@ -128,6 +140,22 @@ inline absl::StatusOr<CompileResult> CompileGpt(const GptLayout& layout,
   absl::StatusOr<job::Job> job = GptJobOn(layout, memory);
   if (!job.ok()) return job.status();
   return CompileOn(*job, layout.devices(), layout.nodes);
+}
+
+// Trains the tiny GPT on `reference` and on `other` (another schedule or placement of the same
+// arithmetic) and fails the test unless every fetched value of every step has the same bits.
+inline void ExpectTrainsBitForBitAs(const GptLayout& reference, const GptLayout& other) {
+  absl::StatusOr<job::Job> reference_job = GptJobOn(reference, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(reference_job.ok()) << reference_job.status();
+  absl::StatusOr<job::Job> other_job = GptJobOn(other, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(other_job.ok()) << other_job.status();
+  absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> expected =
+      CompileAndRun(*reference_job, reference.devices());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<std::map<std::string, std::vector<HostTensor>>> actual =
+      CompileAndRun(*other_job, other.devices());
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectBitIdentical(*expected, *actual, other.name);
 }
 
 }  // namespace loom::compiler::testing

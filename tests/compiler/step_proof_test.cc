@@ -31,10 +31,25 @@ using ::testing::HasSubstr;
 
 // ---- Every layout of the matrix compiles and is proven ----
 
-constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE, job::ZERO_BUBBLE};
+constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE, job::ZERO_BUBBLE,
+                                                job::INTERLEAVED};
 
 std::string ScheduleSuffix(job::PipelineSchedule schedule) {
-  return schedule == job::GPIPE ? "_gpipe" : schedule == job::ZERO_BUBBLE ? "_zero_bubble" : "";
+  switch (schedule) {
+    case job::GPIPE:
+      return "_gpipe";
+    case job::ZERO_BUBBLE:
+      return "_zero_bubble";
+    case job::INTERLEAVED:
+      return "_interleaved_v2";
+    default:
+      return "";
+  }
+}
+
+// Interleaved pipelines put two stages on each device group.
+int64_t VirtualStages(job::PipelineSchedule schedule) {
+  return schedule == job::INTERLEAVED ? 2 : 1;
 }
 
 std::vector<GptLayout> MatrixLayouts() {
@@ -60,6 +75,7 @@ std::vector<GptLayout> MatrixLayouts() {
                     .pipeline_stages = pipeline_stages,
                     .micro_batches = micro_batches,
                     .schedule = schedule,
+                    .virtual_stages = VirtualStages(schedule),
                     .max_grad_norm = max_grad_norm,
                     .zero_stage = zero_stage});
               }
@@ -74,7 +90,8 @@ std::vector<GptLayout> MatrixLayouts() {
     for (int64_t pipeline_stages : {1, 2}) {
       for (double max_grad_norm : {0.0, 1.0}) {
         for (int64_t micro_batches : {1, 2, 4}) {
-          for (job::PipelineSchedule schedule : {job::ONE_F_ONE_B, job::ZERO_BUBBLE}) {
+          for (job::PipelineSchedule schedule :
+               {job::ONE_F_ONE_B, job::ZERO_BUBBLE, job::INTERLEAVED}) {
             if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
             for (int64_t zero_stage : {0, 3}) {
               layouts.push_back(GptLayout{
@@ -86,6 +103,7 @@ std::vector<GptLayout> MatrixLayouts() {
                   .pipeline_stages = pipeline_stages,
                   .micro_batches = micro_batches,
                   .schedule = schedule,
+                  .virtual_stages = VirtualStages(schedule),
                   .experts = 4,
                   .expert_parallel = expert_parallel,
                   .max_grad_norm = max_grad_norm,

@@ -72,7 +72,11 @@ def parse_args(argv=None):
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=1)
-    ap.add_argument("--schedule", choices=("1f1b", "gpipe", "zero-bubble"), default="1f1b")
+    ap.add_argument("--schedule", choices=("1f1b", "gpipe", "zero-bubble", "interleaved"),
+                    default="1f1b")
+    ap.add_argument("--virtual-stages", type=int, default=1,
+                    help="gpt / moe-gpt: loom-gpt's stages per device group (--schedule "
+                         "interleaved)")
     ap.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=0,
                     help="gpt / moe-gpt: loom-gpt's ZeRO stage (variables and optimizer states "
                          "split over the data-parallel ranks; the reference is replicated)")
@@ -454,6 +458,8 @@ def describe(args):
         parts.append(f"ep={args.ep}")
     if args.micro_batches > 1:
         parts.append(f"micro-batches={args.micro_batches} ({args.schedule})")
+    if args.virtual_stages > 1:
+        parts.append(f"virtual-stages={args.virtual_stages}")
     if args.max_grad_norm is not None:
         parts.append(f"max-grad-norm={args.max_grad_norm:g}")
     if args.recompute != "none":
@@ -496,6 +502,7 @@ def check(args, work):
     if args.model != "mlp":
         layout = ["--dp", str(args.dp), "--tp", str(args.tp), "--pp", str(args.pp),
                   "--micro-batches", str(args.micro_batches), "--schedule", args.schedule,
+                  "--virtual-stages", str(args.virtual_stages),
                   "--recompute", args.recompute, "--zero-stage", str(args.zero_stage), "--data", args.data, "--steps", str(args.steps), "--seed", str(args.seed)]
         if args.max_grad_norm is not None:
             layout += ["--max-grad-norm", repr(args.max_grad_norm)]

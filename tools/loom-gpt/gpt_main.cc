@@ -57,7 +57,12 @@ cli::ArgumentSpec MakeSpec() {
       .AddFlag("tp", "N", "1", "tensor-parallel degree (Megatron layout; divides heads)")
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
       .AddFlag("micro-batches", "M", "1", "micro-batches per step (divides batch / dp)")
-      .AddFlag("schedule", "NAME", "1f1b", "pipeline schedule: 1f1b | gpipe | zero-bubble")
+      .AddFlag("schedule", "NAME", "1f1b",
+               "pipeline schedule: 1f1b | gpipe | zero-bubble | interleaved (with "
+               "--virtual-stages)")
+      .AddFlag("virtual-stages", "V", "1",
+               "interleaved 1F1B: V stages on each of the --pp device groups (pp * V stages in "
+               "all, stage k on group k % pp; blocks split evenly over them)")
       .AddFlag("devices-per-node", "K", "0",
                "spread the devices over nodes, K per node (node<i/K>/cpu:<i%K>), for a cluster "
                "of loomd processes; 0: all on one node")
@@ -141,6 +146,7 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
       {"dp", &config.data_parallel},
       {"tp", &config.tensor_parallel},
       {"pp", &config.pipeline_stages},
+      {"virtual-stages", &config.virtual_stages},
       {"micro-batches", &config.micro_batches},
       {"batch", &config.batch},
       {"steps", &config.steps},
@@ -246,10 +252,12 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
     config.schedule = job::GPIPE;
   } else if (schedule == "zero-bubble") {
     config.schedule = job::ZERO_BUBBLE;
+  } else if (schedule == "interleaved") {
+    config.schedule = job::INTERLEAVED;
   } else {
-    return cli::UsageError(
-        kCommand,
-        absl::StrCat("--schedule must be 1f1b, gpipe or zero-bubble, got '", schedule, "'"));
+    return cli::UsageError(kCommand, absl::StrCat("--schedule must be 1f1b, gpipe, zero-bubble or "
+                                                  "interleaved, got '",
+                                                  schedule, "'"));
   }
   if (!parsed.Has("emit") && !parsed.Has("write-init")) {
     return cli::UsageError(kCommand, "nothing to do: give --emit PATH and/or --write-init PATH");

@@ -82,8 +82,9 @@ class Layout {
 
 std::vector<std::string> StageDevices(const GptConfig& config, int64_t stage) {
   const int64_t per_stage = config.data_parallel * config.tensor_parallel;
+  const int64_t group = stage % config.pipeline_stages;  // interleaved: stages round-robin
   std::vector<std::string> devices;
-  for (int64_t i = stage * per_stage; i < (stage + 1) * per_stage; ++i) {
+  for (int64_t i = group * per_stage; i < (group + 1) * per_stage; ++i) {
     devices.push_back(GptDeviceName(config, i));
   }
   return devices;
@@ -98,7 +99,7 @@ void SetPlacement(job::Placement* placement, const std::vector<std::string>& dev
 
 int64_t StageOfLayer(const GptConfig& config, int64_t layer) {
   int64_t stage = 0;
-  while (stage + 1 < config.pipeline_stages && GptFirstLayer(config, stage + 1) <= layer) ++stage;
+  while (stage + 1 < GptStageCount(config) && GptFirstLayer(config, stage + 1) <= layer) ++stage;
   return stage;
 }
 
@@ -110,7 +111,7 @@ class GptGraph {
 
   // Returns the loss tensor.
   std::string Build() {
-    const int last = static_cast<int>(config_.pipeline_stages - 1);
+    const int last = static_cast<int>(GptStageCount(config_) - 1);
     const std::string tokens = builder_.Op("embedding", "wte.lookup", {"wte", "x"}, {}, Options(0));
     std::string h = builder_.Add("h.in", tokens, "wpe", Options(0, layout_.Activation()));
     for (int64_t layer = 0; layer < config_.layers; ++layer) {
@@ -133,7 +134,7 @@ class GptGraph {
   // ([E]), summed over the MoE layers (on the last stage).
   std::vector<std::string> MoeCounts() {
     if (dropped_counts_.empty()) return {};
-    const int last = static_cast<int>(config_.pipeline_stages - 1);
+    const int last = static_cast<int>(GptStageCount(config_) - 1);
     return {Sum("moe.dropped", dropped_counts_, last),
             Sum("moe.tokens_per_expert", expert_counts_, last)};
   }
@@ -141,7 +142,7 @@ class GptGraph {
  private:
   JobBuilder::OpOptions Options(int stage, std::vector<std::string> hint = {}) const {
     JobBuilder::OpOptions options;
-    if (config_.pipeline_stages > 1) options.stage = stage;
+    if (GptStageCount(config_) > 1) options.stage = stage;
     if (!hint.empty()) options.output_sbp.push_back(std::move(hint));
     options.block = block_;
     return options;
@@ -350,6 +351,7 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
       {"data_parallel", config.data_parallel},
       {"tensor_parallel", config.tensor_parallel},
       {"pipeline_stages", config.pipeline_stages},
+      {"virtual_stages", config.virtual_stages},
       {"micro_batches", config.micro_batches},
   };
   for (const auto& [name, value] : positive) {
@@ -396,10 +398,16 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
                                       config.aux_loss_coefficient));
     }
   }
-  if (config.layers < config.pipeline_stages) {
+  if (config.layers < GptStageCount(config)) {
     return ConfigError(absl::StrCat("layers ", config.layers, " < pipeline stages ",
-                                    config.pipeline_stages,
+                                    GptStageCount(config),
                                     ": every stage needs at least one block"));
+  }
+  if ((config.virtual_stages > 1) != (config.schedule == job::INTERLEAVED)) {
+    return ConfigError(absl::StrCat("virtual_stages ", config.virtual_stages,
+                                    config.virtual_stages > 1
+                                        ? " needs the interleaved schedule"
+                                        : ": the interleaved schedule needs virtual_stages >= 2"));
   }
   if (config.batch % (config.data_parallel * config.micro_batches) != 0) {
     return ConfigError(absl::StrCat("batch ", config.batch,
@@ -518,13 +526,17 @@ bool IsMoeLayer(const GptConfig& config, int64_t layer) {
                                          layer) != config.moe_layers.end();
 }
 
+int64_t GptStageCount(const GptConfig& config) {
+  return config.pipeline_stages * config.virtual_stages;
+}
+
 int64_t GptDeviceCount(const GptConfig& config) {
   return config.pipeline_stages * config.data_parallel * config.tensor_parallel;
 }
 
 int64_t GptFirstLayer(const GptConfig& config, int64_t stage) {
-  const int64_t base = config.layers / config.pipeline_stages;
-  const int64_t extra = config.layers % config.pipeline_stages;
+  const int64_t base = config.layers / GptStageCount(config);
+  const int64_t extra = config.layers % GptStageCount(config);
   return stage * base + std::min(stage, extra);
 }
 
@@ -532,7 +544,7 @@ std::vector<GptParameter> GptParameters(const GptConfig& config) {
   const int64_t V = config.vocab, T = config.context, D = config.width, F = config.mlp_width;
   const double std = 0.02;
   const double projection_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
-  const int last = static_cast<int>(config.pipeline_stages - 1);
+  const int last = static_cast<int>(GptStageCount(config) - 1);
   std::vector<GptParameter> parameters;
   auto add = [&](std::string name, std::vector<int64_t> shape, ParameterInit init, double init_std,
                  std::string tensor_parallel_sbp, int stage) {
@@ -593,7 +605,7 @@ float InitialNormalValue(double std, int64_t seed, int64_t index) {
 absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   if (absl::Status status = ValidateGptConfig(config); !status.ok()) return status;
   const Layout layout(config);
-  const int64_t stages = config.pipeline_stages;
+  const int64_t stages = GptStageCount(config);
   const int last = static_cast<int>(stages - 1);
 
   JobBuilder builder("gpt");

@@ -87,6 +87,9 @@ struct GptConfig {
   int64_t data_parallel = 1;
   int64_t tensor_parallel = 1;
   int64_t pipeline_stages = 1;
+  // Interleaved 1F1B (schedule INTERLEAVED): each group of devices holds this many stages,
+  // pipeline_stages * virtual_stages in all, stage k on group k % pipeline_stages.
+  int64_t virtual_stages = 1;
   int64_t micro_batches = 1;
   // The experts are split over groups of this many devices of a stage (it divides
   // data_parallel: expert parallelism is carved out of data parallelism, as in Megatron-Core).
@@ -142,13 +145,16 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 // Whether block `layer` has an MoE MLP.
 bool IsMoeLayer(const GptConfig& config, int64_t layer);
 
+// The job's pipeline stages: pipeline_stages * virtual_stages.
+int64_t GptStageCount(const GptConfig& config);
+
 // The number of devices the job runs on: pipeline_stages * data_parallel * tensor_parallel.
 int64_t GptDeviceCount(const GptConfig& config);
 // The name of device `index` (see GptConfig::devices_per_node).
 std::string GptDeviceName(const GptConfig& config, int64_t index);
 
 // The first layer of stage `stage` (the layers are split evenly, earlier stages taking one more
-// when they do not divide); GptFirstLayer(config, pipeline_stages) is `layers`.
+// when they do not divide); GptFirstLayer(config, GptStageCount(config)) is `layers`.
 int64_t GptFirstLayer(const GptConfig& config, int64_t stage);
 
 // Every parameter, in canonical order (requires a valid config).

@@ -37,7 +37,7 @@ class _GptGraph:
 
     def options(self, stage, hint=None):
         options = {}
-        if self.config.pp > 1:
+        if self.config.stage_count > 1:
             options["stage"] = stage
         if hint:
             options["output_sbp"] = [list(hint)]
@@ -48,7 +48,7 @@ class _GptGraph:
     def build(self):
         """Returns the loss tensor."""
         config, job, layout = self.config, self.job, self.layout
-        last = config.pp - 1
+        last = config.stage_count - 1
         tokens = job.op("embedding", "wte.lookup", ["wte", "x"], **self.options(0))
         h = job.add("h.in", tokens, "wpe", **self.options(0, layout.activation()))
         for layer in range(config.layers):
@@ -67,7 +67,7 @@ class _GptGraph:
     def moe_counts(self):
         if not self.dropped_counts:
             return []
-        last = self.config.pp - 1
+        last = self.config.stage_count - 1
         dropped = self.sum("moe.dropped", self.dropped_counts, last)
         per_expert = self.sum("moe.tokens_per_expert", self.expert_counts, last)
         return [dropped, per_expert]
@@ -205,8 +205,9 @@ class _GptGraph:
 
 def _stage_devices(config, stage):
     per_stage = config.dp * config.tp
+    group = stage % config.pp  # interleaved: stages round-robin over the device groups
     return [config.device_name(index)
-            for index in range(stage * per_stage, (stage + 1) * per_stage)]
+            for index in range(group * per_stage, (group + 1) * per_stage)]
 
 
 def _token_dataset(config, targets, paths, weights=None):
@@ -228,7 +229,7 @@ def gpt_job(config):
     """The training job of a GptConfig (validated first: ValueError naming the setting)."""
     config.validate()
     layout = GptLayout(config)
-    stages = config.pp
+    stages = config.stage_count
     last = stages - 1
     job = Job("gpt")
     all_devices = [config.device_name(index) for index in range(config.device_count)]
@@ -329,7 +330,7 @@ def _config_value(key, value):
 
 def gpt(config=None, **settings):
     """The reference GPT as a loom.Job. SETTINGS are loom-gpt's flags with underscores (dp, tp,
-    pp, micro_batches, schedule, devices_per_node, device_type, max_grad_norm, recompute,
+    pp, virtual_stages, micro_batches, schedule, devices_per_node, device_type, max_grad_norm, recompute,
     zero_stage, matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,

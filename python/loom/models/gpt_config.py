@@ -88,6 +88,9 @@ class GptConfig:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    # Interleaved 1F1B (schedule "interleaved"): stages per device group, pp * virtual_stages
+    # stages in all, stage k on group k % pp.
+    virtual_stages: int = 1
     micro_batches: int = 1
     ep: int = 1
     schedule: str = "1f1b"
@@ -120,14 +123,20 @@ class GptConfig:
             return []
         return [self.eval_data] if isinstance(self.eval_data, str) else list(self.eval_data)
 
+    @property
+    def stage_count(self):
+        """The pipeline stages: pp * virtual_stages."""
+        return self.pp * self.virtual_stages
+
     def first_layer(self, stage):
-        """The first block of STAGE (earlier stages take one more when pp does not divide)."""
-        base, extra = divmod(self.layers, self.pp)
+        """The first block of STAGE (earlier stages take one more when the stages do not
+        divide the layers)."""
+        base, extra = divmod(self.layers, self.stage_count)
         return stage * base + min(stage, extra)
 
     def stage_of_layer(self, layer):
         stage = 0
-        while stage + 1 < self.pp and self.first_layer(stage + 1) <= layer:
+        while stage + 1 < self.stage_count and self.first_layer(stage + 1) <= layer:
             stage += 1
         return stage
 
@@ -144,7 +153,8 @@ class GptConfig:
                             ("heads", self.heads), ("mlp_width", self.mlp_width),
                             ("batch", self.batch), ("steps", self.steps),
                             ("data_parallel", self.dp), ("tensor_parallel", self.tp),
-                            ("pipeline_stages", self.pp), ("micro_batches", self.micro_batches)]:
+                            ("pipeline_stages", self.pp), ("virtual_stages", self.virtual_stages),
+                            ("micro_batches", self.micro_batches)]:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise error(f"{name} must be an integer, got {value!r}")
             if value < 1:
@@ -177,9 +187,14 @@ class GptConfig:
             if not math.isfinite(self.aux_loss_coefficient) or self.aux_loss_coefficient < 0:
                 raise error("aux loss coefficient must be finite and >= 0, got "
                             f"{self.aux_loss_coefficient}")
-        if self.layers < self.pp:
-            raise error(f"layers {self.layers} < pipeline stages {self.pp}: every stage needs "
-                        "at least one block")
+        if self.layers < self.stage_count:
+            raise error(f"layers {self.layers} < pipeline stages {self.stage_count}: every stage "
+                        "needs at least one block")
+        if (self.virtual_stages > 1) != (self.schedule == "interleaved"):
+            raise error(f"virtual_stages {self.virtual_stages} needs the interleaved schedule"
+                        if self.virtual_stages > 1 else
+                        f"virtual_stages {self.virtual_stages}: the interleaved schedule needs "
+                        "virtual_stages >= 2")
         if self.batch % (self.dp * self.micro_batches):
             raise error(f"batch {self.batch} is not divisible by data_parallel x micro_batches "
                         f"= {self.dp} x {self.micro_batches}")
@@ -239,8 +254,9 @@ class GptConfig:
             raise error(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
-        if self.schedule not in ("1f1b", "gpipe", "zero-bubble"):
-            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe or zero-bubble)")
+        if self.schedule not in ("1f1b", "gpipe", "zero-bubble", "interleaved"):
+            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe, zero-bubble "
+                        "or interleaved)")
         return self
 
     def _validate_data(self, error):

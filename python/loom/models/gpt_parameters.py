@@ -27,7 +27,7 @@ def gpt_parameters(config):
     V, T, D, F = config.vocab, config.context, config.width, config.mlp_width
     std = 0.02
     projection_std = 0.02 / math.sqrt(2.0 * float(config.layers))
-    last = config.pp - 1
+    last = config.stage_count - 1
     parameters = []
 
     def add(name, shape, init, init_std, sbp, stage, expert=False):

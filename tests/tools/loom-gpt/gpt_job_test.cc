@@ -172,6 +172,34 @@ TEST(GptJobTest, PipelineStagesHoldTheirBlocks) {
   EXPECT_TRUE(compiled.ok()) << compiled.status();
 }
 
+TEST(GptJobTest, InterleavedStagesGoRoundRobinOverTheDeviceGroups) {
+  GptConfig config = ConfigFor({"pp_v", 1, 1, 2, 4});
+  config.virtual_stages = 2;
+  config.schedule = job::INTERLEAVED;  // 4 blocks: block k on stage k, on group k % 2
+  absl::StatusOr<job::Job> job = BuildGptJob(config);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->pipeline_schedule(), job::INTERLEAVED);
+  ASSERT_EQ(job->stage_placements_size(), 4);
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_THAT(job->stage_placements(stage).devices(),
+                ::testing::ElementsAre(absl::StrCat("cpu:", stage % 2)));
+  }
+  for (const job::Op& op : job->ops()) {
+    for (int layer = 0; layer < 4; ++layer) {
+      if (op.name().starts_with(absl::StrCat("h.", layer, "."))) {
+        EXPECT_EQ(op.stage(), layer) << op.name();
+      }
+    }
+    if (op.name() == "loss") {
+      EXPECT_EQ(op.stage(), 3);
+    }
+  }
+  EXPECT_EQ(job->inputs(1).placement().devices(0), "cpu:1");  // the labels, on the last stage
+  EXPECT_EQ(GptDeviceCount(config), 2);
+  auto compiled = CompileOn(*job, 2);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+}
+
 TEST(GptJobTest, RejectsBadConfigs) {
   struct Case {
     std::string what;
@@ -183,6 +211,21 @@ TEST(GptJobTest, RejectsBadConfigs) {
        "heads 4 is not divisible by the tensor-parallel degree 3"},
       {"more stages than layers", [](GptConfig& c) { c.pipeline_stages = 5; },
        "layers 4 < pipeline stages 5"},
+      {"more interleaved stages than layers",
+       [](GptConfig& c) {
+         c.pipeline_stages = 2;
+         c.virtual_stages = 3;
+         c.schedule = job::INTERLEAVED;
+       },
+       "layers 4 < pipeline stages 6"},
+      {"virtual stages without interleaving", [](GptConfig& c) { c.virtual_stages = 2; },
+       "virtual_stages 2 needs the interleaved schedule"},
+      {"interleaving without virtual stages",
+       [](GptConfig& c) {
+         c.pipeline_stages = 2;
+         c.schedule = job::INTERLEAVED;
+       },
+       "the interleaved schedule needs virtual_stages >= 2"},
       {"width not divisible by heads", [](GptConfig& c) { c.heads = 3; },
        "width 128 is not divisible by heads 3"},
       {"batch not divisible", [](GptConfig& c) { c.data_parallel = 3; },

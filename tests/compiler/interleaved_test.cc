@@ -1,0 +1,221 @@
+// Interleaved 1F1B (PipelineSchedule INTERLEAVED): stages placed round-robin over groups of
+// devices get stash slots that add up to Megatron-LM's count per device and priorities that run
+// forwards first, later rounds first; a run holds no more than that count on any device; the GPT
+// trains bit for bit as under 1F1B; placements that are not round-robin are refused.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_builder.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "node/local_run.h"
+#include "testing/pipeline_analysis.h"
+#include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/run_util.h"
+
+namespace loom::compiler::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kGroups = 4;  // p
+constexpr int kRounds = 2;  // v
+constexpr int kStages = kGroups * kRounds;
+constexpr int kMicroBatches = 8;
+
+// Stage k on the devices `placements[k]` multiplies its input by its weight and sleeps
+// `forward_us` forward and `backward_us` in the backward of its input.
+job::Job SleepPipeline(const std::vector<std::vector<std::string>>& placements,
+                       job::PipelineSchedule schedule, int forward_us, int backward_us) {
+  JobBuilder builder("interleaved");
+  std::vector<std::string> all;
+  for (const std::vector<std::string>& devices : placements) {
+    for (const std::string& device : devices) {
+      if (std::find(all.begin(), all.end(), device) == all.end()) all.push_back(device);
+    }
+  }
+  builder.SetPlacement(all);
+  job::Input source;
+  source.mutable_random_normal()->set_std(1.0);
+  source.mutable_random_normal()->set_seed(1);
+  std::string activation = builder.Input("x", {2 * kMicroBatches, 8}, source, {}, placements[0]);
+  for (size_t k = 0; k < placements.size(); ++k) {
+    builder.AddStagePlacement(placements[k]);
+    job::Initializer initializer;
+    initializer.mutable_normal()->set_std(0.3);
+    initializer.mutable_normal()->set_seed(10 + k);
+    JobBuilder::OpOptions on_stage;
+    on_stage.stage = static_cast<int>(k);
+    const std::string weight =
+        builder.Variable(absl::StrCat("w", k), {8, 8}, initializer, {}, placements[k]);
+    activation = builder.Matmul(absl::StrCat("mm", k), activation, weight, false, false, on_stage);
+    activation = builder.Op("sleep", absl::StrCat("slow", k), {activation},
+                            {{"microseconds", IntAttribute(forward_us)},
+                             {"backward_microseconds", IntAttribute(backward_us)}},
+                            on_stage);
+  }
+  JobBuilder::OpOptions last;
+  last.stage = static_cast<int>(placements.size()) - 1;
+  builder.Op("reduce_mean", "loss", {activation}, {}, last);
+  job::Job job = builder.Build();
+  job.set_loss("loss");
+  job.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01);
+  job.set_num_micro_batches(kMicroBatches);
+  job.set_pipeline_schedule(schedule);
+  job.set_num_steps(1);
+  return job;
+}
+
+// kStages stages, stage k on cpu:(k % kGroups).
+job::Job RoundRobinPipeline(int forward_us, int backward_us) {
+  std::vector<std::vector<std::string>> placements;
+  for (int k = 0; k < kStages; ++k) placements.push_back({absl::StrCat("cpu:", k % kGroups)});
+  return SleepPipeline(placements, job::INTERLEAVED, forward_us, backward_us);
+}
+
+// Megatron-LM's micro-batches in flight on device group d: 2(p - d - 1) + (v - 1)p + 1 stages'.
+int MegatronInFlight(int group) { return 2 * (kGroups - group - 1) + (kRounds - 1) * kGroups + 1; }
+
+const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name) {
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.name() == name) return &task;
+  }
+  return nullptr;
+}
+
+TEST(InterleavedTest, StashSlotsAddUpToMegatronsCountPerDevice) {
+  absl::StatusOr<CompileResult> compiled = CompileOn(RoundRobinPipeline(0, 0), kGroups);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const plan::Plan& plan = compiled->plan;
+  std::map<std::string, int> slots;
+  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  std::vector<int> per_device(kGroups, 0);
+  for (int k = 0; k < kStages; ++k) {
+    SCOPED_TRACE(absl::StrCat("stage ", k));
+    const int round = k / kGroups;
+    const int group = k % kGroups;
+    const plan::Task* forward = TaskNamed(plan, absl::StrCat("mm", k, "@0"));
+    const plan::Task* backward = TaskNamed(plan, absl::StrCat("grad/slow", k, "/sleep@0"));
+    // The weight's gradient reads the matmul's input: the stage's stash.
+    const plan::Task* weight_gradient =
+        TaskNamed(plan, absl::StrCat("grad/mm", k, k == 0 ? "/matmul@0" : "/matmul_1@0"));
+    ASSERT_NE(forward, nullptr);
+    ASSERT_NE(backward, nullptr);
+    ASSERT_NE(weight_gradient, nullptr);
+    EXPECT_EQ(forward->stream().device().index(), group);
+    // Forwards first, a later round's first; then backwards, a later round's first.
+    EXPECT_EQ(forward->priority(), kRounds + round);
+    EXPECT_EQ(backward->priority(), round - kRounds);
+    EXPECT_EQ(weight_gradient->priority(), round - kRounds);
+    const int stash = slots.at(weight_gradient->inputs(0));
+    EXPECT_EQ(stash, round == 0 ? 2 * kGroups - group - 1 : kGroups - group);
+    per_device[group] += stash;
+  }
+  for (int group = 0; group < kGroups; ++group) {
+    EXPECT_EQ(per_device[group], MegatronInFlight(group)) << "device " << group;
+  }
+}
+
+TEST(InterleavedTest, NoDeviceHoldsMoreThanMegatronsCount) {
+  // F 2 ms and B 4 ms a stage (sleeps use no core: eight stages fit on two cores).
+  absl::StatusOr<CompileResult> compiled = CompileOn(RoundRobinPipeline(2000, 4000), kGroups);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  KernelRegistry kernels;
+  ASSERT_TRUE(RegisterCpuKernels(&kernels).ok());
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<StageSchedule> devices = AnalyzePipeline(
+      run->runtime->events(), PipelineRolesByDevice(compiled->plan, kRounds), kGroups);
+  ASSERT_EQ(devices.size(), static_cast<size_t>(kGroups));
+  for (int group = 0; group < kGroups; ++group) {
+    SCOPED_TRACE(absl::StrCat("device ", group, ": ", devices[group].order));
+    // A forward and a backward of each of the device's stages for every micro-batch.
+    EXPECT_EQ(devices[group].order.size(), 2u * kRounds * kMicroBatches);
+    EXPECT_LE(devices[group].peak_in_flight, MegatronInFlight(group));
+  }
+  // The first device, whose first round's forwards wait for nothing, fills its credits.
+  EXPECT_EQ(devices[0].peak_in_flight, MegatronInFlight(0));
+}
+
+TEST(InterleavedTest, PlacementsThatAreNotRoundRobinAreRefused) {
+  struct Case {
+    std::string what;
+    std::vector<std::vector<std::string>> placements;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"no repeat",
+       {{"cpu:0"}, {"cpu:1"}, {"cpu:2"}, {"cpu:3"}},
+       "no stage but stage 0 has stage 0's placement"},
+      {"uneven rounds",
+       {{"cpu:0"}, {"cpu:1"}, {"cpu:0"}},
+       "repeats at stage 2, which does not divide the 3 stages"},
+      {"another order",
+       {{"cpu:0"}, {"cpu:1"}, {"cpu:0"}, {"cpu:2"}},
+       "stage 3's placement differs from stage 1's"},
+      {"overlapping groups",
+       {{"cpu:0", "cpu:1"}, {"cpu:1", "cpu:2"}, {"cpu:0", "cpu:1"}, {"cpu:1", "cpu:2"}},
+       "stage 1 shares a device with an earlier stage of its round"},
+  };
+  for (const Case& test : cases) {
+    SCOPED_TRACE(test.what);
+    absl::StatusOr<CompileResult> compiled =
+        CompileOn(SleepPipeline(test.placements, job::INTERLEAVED, 0, 0), 4);
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(compiled.status().message(), HasSubstr(test.message));
+    EXPECT_THAT(compiled.status().message(), HasSubstr("INTERLEAVED"));
+  }
+  // The same placements under 1F1B are the job's business (stages may share devices).
+  absl::StatusOr<CompileResult> one_f_one_b =
+      CompileOn(SleepPipeline({{"cpu:0"}, {"cpu:1"}, {"cpu:0"}}, job::ONE_F_ONE_B, 0, 0), 2);
+  EXPECT_TRUE(one_f_one_b.ok()) << one_f_one_b.status();
+}
+
+// ---- The GPT trains bit for bit as under 1F1B ----
+
+class InterleavedGptTest : public ::testing::TestWithParam<GptLayout> {};
+
+TEST_P(InterleavedGptTest, LossesEqualOneForwardOneBackwardBitForBit) {
+  // The reference's layouts are 1F1B's (the blocks split over the stages, one per group).
+  const GptLayout& reference = GetParam();
+  GptLayout interleaved = reference;
+  interleaved.schedule = job::INTERLEAVED;
+  interleaved.virtual_stages = 2;
+  ExpectTrainsBitForBitAs(reference, interleaved);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, InterleavedGptTest,
+    ::testing::Values(GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
+                      GptLayout{.name = "dp2_pp2_m2_clipped",
+                                .data_parallel = 2,
+                                .pipeline_stages = 2,
+                                .micro_batches = 2,
+                                .max_grad_norm = 0.5},
+                      GptLayout{.name = "tp2_pp2_m4_clipped_bf16",
+                                .tensor_parallel = 2,
+                                .pipeline_stages = 2,
+                                .micro_batches = 4,
+                                .max_grad_norm = 0.5,
+                                .matmul_data_type = plan::BFLOAT16},
+                      GptLayout{.name = "moe_dp2_ep2_pp2_m2",
+                                .data_parallel = 2,
+                                .pipeline_stages = 2,
+                                .micro_batches = 2,
+                                .experts = 4,
+                                .expert_parallel = 2},
+                      GptLayout{.name = "dp2_pp2_m4_zero3",
+                                .data_parallel = 2,
+                                .pipeline_stages = 2,
+                                .micro_batches = 4,
+                                .zero_stage = 3}),
+    [](const ::testing::TestParamInfo<GptLayout>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace loom::compiler::testing
