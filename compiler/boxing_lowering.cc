@@ -1,3 +1,5 @@
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,17 @@ std::string DeviceSortKey(const plan::Device& device) {
 
 // A conversion built for one consumer (Materialize's `use`) is cached for it alone.
 std::string UseKey(int use) { return use < 0 ? "" : absl::StrCat("|use ", use); }
+
+// A copy between CPU devices of one node is a memcpy in the process's memory: it runs on the
+// receiver's compute stream, first among what is ready there, instead of on its copy-in stream,
+// so that what the copy unblocks follows it on the same thread (a copy-in stream would add a
+// thread hand-off, a wake-up, to every transfer: docs/PERFORMANCE.md, "bubble"). Copies into or
+// out of accelerators keep their copy streams, which overlap the device's compute.
+constexpr int32_t kHostCopyPriority = std::numeric_limits<int32_t>::max();
+
+bool IsHostCopy(const plan::Device& from, const plan::Device& to) {
+  return from.type() == plan::CPU && to.type() == plan::CPU && from.node() == to.node();
+}
 
 }  // namespace
 
@@ -116,9 +129,9 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
   const NdSbp from_sbp = Canonical(from_placement, tensor.sbp);
   const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
   if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
-  std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
-                                 NdSbpToString(canonical_to_sbp), accumulated ? "|sum" : "",
-                                 UseKey(use));
+  std::string key =
+      absl::StrCat(tensor_id, "|", to_placement.ToString(), "|", NdSbpToString(canonical_to_sbp),
+                   accumulated ? "|sum" : "", UseKey(use));
   auto cached = materialized_.find(key);
   if (cached != materialized_.end()) return cached->second;
 
@@ -141,8 +154,12 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
       Shape local = LocalWindowOf(tensor.type.shape, to_placement, sbp, rank).shape;
       std::string reg = AddRegister(absl::StrCat(tensor.name, "~", label, "@", rank), local,
                                     tensor.type.data_type);
-      plan::Task* task = AddTask(absl::StrCat("copy:", tensor.name, "~", label, "@", rank),
-                                 plan::COPY, to_placement.device(rank), plan::STREAM_COPY_IN);
+      const plan::Device& to = to_placement.device(rank);
+      const bool host_copy = IsHostCopy(from_placement.device(source_rank), to);
+      plan::Task* task =
+          AddTask(absl::StrCat("copy:", tensor.name, "~", label, "@", rank), plan::COPY, to,
+                  host_copy ? plan::STREAM_COMPUTE : plan::STREAM_COPY_IN);
+      if (host_copy) task->set_priority(kHostCopyPriority);
       task->add_inputs(registers[source_rank]);
       task->add_outputs(reg);
       copied.push_back(reg);
