@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/optimizer_settings.h"
+#include "compiler/pipeline_rounds.h"
 #include "compiler/token_inputs.h"
 #include "core/device_name.h"
 
@@ -14,47 +15,6 @@ namespace loom::compiler {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// An interleaved pipeline (job.INTERLEAVED) places its stages round-robin over p groups of
-// devices: stage k on the devices of stage k mod p, the first p on disjoint devices, v = stages / p
-// >= 2 of them on each group. Returns v.
-absl::StatusOr<int> VirtualStages(const std::vector<Placement>& placements, int num_stages) {
-  const std::string rule =
-      "an INTERLEAVED pipeline places stage k on the placement of stage k mod p, for p groups of "
-      "devices that each hold at least two stages";
-  if (num_stages < 2) {
-    return Invalid(absl::StrCat("pipeline_schedule INTERLEAVED needs pipeline stages (", rule,
-                                "); the job's ops use ", num_stages));
-  }
-  int groups = 1;
-  while (groups < num_stages && placements[groups] != placements[0]) ++groups;
-  if (groups == num_stages) {
-    return Invalid(absl::StrCat("pipeline_schedule INTERLEAVED: ", rule,
-                                "; no stage but stage 0 has stage 0's placement"));
-  }
-  if (num_stages % groups != 0) {
-    return Invalid(absl::StrCat("pipeline_schedule INTERLEAVED: ", rule, "; stage 0's placement ",
-                                "repeats at stage ", groups, ", which does not divide the ",
-                                num_stages, " stages"));
-  }
-  absl::flat_hash_set<DeviceKey> seen;
-  for (int stage = 0; stage < num_stages; ++stage) {
-    if (placements[stage] != placements[stage % groups]) {
-      return Invalid(absl::StrCat("pipeline_schedule INTERLEAVED: stage ", stage,
-                                  "'s placement differs from stage ", stage % groups, "'s (", rule,
-                                  ", here p = ", groups, ")"));
-    }
-    if (stage >= groups) continue;
-    for (const plan::Device& device : placements[stage].devices()) {
-      if (!seen.insert(DeviceKey::Of(device)).second) {
-        return Invalid(absl::StrCat("pipeline_schedule INTERLEAVED: stage ", stage,
-                                    " shares a device with an earlier stage of its round (", rule,
-                                    ", here p = ", groups, ")"));
-      }
-    }
-  }
-  return num_stages / groups;
-}
 
 absl::Status Prefixed(const std::string& what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
@@ -430,11 +390,10 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
     ++expected_stage;
   }
   graph.num_stages = expected_stage;
-  if (graph.pipeline_schedule == job::INTERLEAVED) {
-    absl::StatusOr<int> virtual_stages = VirtualStages(stage_placements, graph.num_stages);
-    if (!virtual_stages.ok()) return virtual_stages.status();
-    graph.virtual_stages = *virtual_stages;
-  }
+  absl::StatusOr<int> virtual_stages =
+      StagesPerGroup(graph.pipeline_schedule, stage_placements, graph.num_stages);
+  if (!virtual_stages.ok()) return virtual_stages.status();
+  graph.virtual_stages = *virtual_stages;
   for (const LogicalNode& node : nodes) {
     if (node.kind != LogicalNode::Kind::kOp || node.backward || !node.stage.has_value()) continue;
     for (const std::string& input : node.op->inputs()) {

@@ -104,8 +104,8 @@ struct LogicalGraph {
   int32_t num_micro_batches = 1;
   int32_t num_stages = 0;
   job::PipelineSchedule pipeline_schedule = job::ONE_F_ONE_B;
-  // Stages on each group of devices: v of an INTERLEAVED pipeline (its num_stages / v groups), 1
-  // otherwise.
+  // Stages on each group of devices (compiler/pipeline_rounds.h): v of an INTERLEAVED pipeline,
+  // 2 of a ZERO_BUBBLE_V one (num_stages / v groups), 1 otherwise.
   int32_t virtual_stages = 1;
   // Where variables start from; nullptr: their initializers.
   const job::InitialState* initial_state = nullptr;
@@ -144,11 +144,18 @@ class IndexedDeviceSet {
   absl::flat_hash_set<DeviceKey> keys_;
 };
 
-// Whether a zero-bubble pipeline (job.ZERO_BUBBLE) defers `node`: a weight gradient of a pipeline
-// stage, acting once per micro-batch (docs/ARCHITECTURE.md, "Zero bubble").
+// The round of pipeline stage `stage` (0 .. v - 1, v = graph.virtual_stages): stage k of p v is in
+// round k / p, whether the groups hold their stages round-robin or V-shaped.
+inline int RoundOfStage(const LogicalGraph& graph, int stage) {
+  return stage / (graph.num_stages / graph.virtual_stages);
+}
+
+// Whether a zero-bubble pipeline (job.ZERO_BUBBLE, ZERO_BUBBLE_V) defers `node`: a weight gradient
+// of a pipeline stage, acting once per micro-batch (docs/ARCHITECTURE.md, "Zero bubble").
 inline bool DefersWeightGradient(const LogicalGraph& graph, const LogicalNode& node) {
-  return graph.pipeline_schedule == job::ZERO_BUBBLE && node.backward && node.weight_gradient &&
-         !node.once_per_step && node.stage.has_value();
+  return (graph.pipeline_schedule == job::ZERO_BUBBLE ||
+          graph.pipeline_schedule == job::ZERO_BUBBLE_V) &&
+         node.backward && node.weight_gradient && !node.once_per_step && node.stage.has_value();
 }
 
 // Passes 1 and 2: parses and validates the job (unknown ops, dangling or doubly produced tensors,

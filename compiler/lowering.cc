@@ -22,6 +22,29 @@ int64_t TighterBudget(int64_t first, int64_t second) {
   return std::min(first, second);
 }
 
+// The priority of an op's tasks (Task.priority; docs/ARCHITECTURE.md, "Pipelines"). Backward
+// first: with credits bounding the stashed activations, 1F1B emerges. A zero-bubble stage runs
+// forward first, then input gradients, then weight gradients. Interleaved: forwards before
+// backwards, a later stage's first (its round c of v: forward v + c, backward c - v; stageless
+// backward ops keep 1, between them). ZB-V: forward 2 + c (a later stage's first), input
+// gradients -1 - c, weight gradients -3 - c (an earlier stage's first).
+int32_t TaskPriority(const LogicalGraph& graph, const LogicalNode& node) {
+  const bool staged = node.stage.has_value() && !node.once_per_step;
+  const int round = staged ? RoundOfStage(graph, *node.stage) : 0;
+  switch (staged ? graph.pipeline_schedule : job::ONE_F_ONE_B) {
+    case job::INTERLEAVED:
+      return node.backward ? round - graph.virtual_stages : graph.virtual_stages + round;
+    case job::ZERO_BUBBLE_V:
+      return !node.backward                      ? 2 + round
+             : DefersWeightGradient(graph, node) ? -3 - round
+                                                 : -1 - round;
+    case job::ZERO_BUBBLE:
+      return !node.backward ? 0 : DefersWeightGradient(graph, node) ? -2 : -1;
+    default:
+      return node.backward ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<plan::Plan> GraphLowering::Run() {
@@ -272,20 +295,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
     }
     plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
                                node.placement.device(rank), plan::STREAM_COMPUTE);
-    // Backward first: with credits bounding the stashed activations, 1F1B emerges. A zero-bubble
-    // stage runs forward first, then input gradients, then weight gradients (docs/ARCHITECTURE.md,
-    // "Zero bubble"). Interleaved: forwards before backwards, a later stage's first (its round c
-    // of v: forward v + c, backward c - v; stageless backward ops keep 1, between them).
-    if (graph_.pipeline_schedule == job::INTERLEAVED && node.stage.has_value() &&
-        !node.once_per_step) {
-      const int round = *node.stage / (graph_.num_stages / graph_.virtual_stages);
-      task->set_priority(node.backward ? round - graph_.virtual_stages
-                                       : graph_.virtual_stages + round);
-    } else if (node.backward) {
-      const bool zero_bubble = graph_.pipeline_schedule == job::ZERO_BUBBLE &&
-                               node.stage.has_value() && !node.once_per_step;
-      task->set_priority(!zero_bubble ? 1 : DefersWeightGradient(graph_, node) ? -2 : -1);
-    }
+    task->set_priority(TaskPriority(graph_, node));
     MarkEvaluation(node, task);
     op_of_task_[task->name()] = &node;
     for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);

@@ -52,7 +52,7 @@ void SetSameStreamSlots(const Producers& producers, plan::Plan* plan) {
 // other rules in docs/ARCHITECTURE.md, "Interleaved 1F1B"); v = 1 is plain 1F1B.
 int StashSlots(const LogicalGraph& graph, int stage) {
   const int groups = graph.num_stages / graph.virtual_stages;
-  const int round = stage / groups;
+  const int round = RoundOfStage(graph, stage);
   const int group = stage % groups;
   if (round == graph.virtual_stages - 1) return groups - group;
   return round == 0 ? 2 * groups - group - 1 : groups;
@@ -68,7 +68,8 @@ int StashSlots(const LogicalGraph& graph, int stage) {
 // Zero bubble: a deferred weight gradient (W) of stage s acts s micro-batches after its input
 // gradients (SetWeightGradientLookahead), and stage s runs p - s forwards ahead of those, so what
 // W reads, forward data and output gradients alike, is held for up to p + 1 micro-batches: p + 1
-// slots on every stage (1F1B's first stage holds p).
+// slots on every stage (1F1B's first stage holds p). ZB-V: p slots on every stash of its 2p
+// stages, W's inputs included (simulated against other rules: docs/ARCHITECTURE.md, "ZB-V").
 void SetStashSlots(const LogicalGraph& graph,
                    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
                    const Producers& producer, plan::Plan* plan) {
@@ -91,7 +92,9 @@ void SetStashSlots(const LogicalGraph& graph,
     const LogicalNode& node = *node_of(task);
     if (pipelined && !node.stage.has_value()) continue;
     const bool deferred = DefersWeightGradient(graph, node);
-    const int stash = !pipelined                              ? 1
+    const int stash = !pipelined ? 1
+                      : graph.pipeline_schedule == job::ZERO_BUBBLE_V
+                          ? graph.num_stages / 2  // p, W's inputs too
                       : deferred                              ? graph.num_stages + 1
                       : graph.pipeline_schedule == job::GPIPE ? graph.num_micro_batches
                                                               : StashSlots(graph, *node.stage);

@@ -78,21 +78,45 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
   return schedules;
 }
 
-std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan, int virtual_stages) {
+namespace {
+
+// The role of a COMPUTE task of priority `priority` on device `device`; stage -1 for none.
+PipelineRole RoleOf(int priority, int device, job::PipelineSchedule schedule, int virtual_stages) {
+  switch (schedule) {
+    case job::INTERLEAVED:
+      if (priority >= virtual_stages) {
+        return PipelineRole{.stage = device, .round = priority - virtual_stages};
+      }
+      if (priority < 0) {
+        return PipelineRole{.stage = device, .backward = true, .round = priority + virtual_stages};
+      }
+      return PipelineRole{};
+    case job::ZERO_BUBBLE_V:
+      if (priority >= 2) return PipelineRole{.stage = device, .round = priority - 2};
+      if (priority == -1 || priority == -2) {
+        return PipelineRole{.stage = device, .backward = true, .round = -1 - priority};
+      }
+      if (priority == -3 || priority == -4) {
+        return PipelineRole{
+            .stage = device, .backward = true, .weight_gradient = true, .round = -3 - priority};
+      }
+      return PipelineRole{};
+    default:
+      return PipelineRole{
+          .stage = device, .backward = priority != 0, .weight_gradient = priority < -1};
+  }
+}
+
+}  // namespace
+
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan,
+                                                job::PipelineSchedule schedule,
+                                                int virtual_stages) {
   std::vector<PipelineRole> roles(plan.tasks_size());
   for (const plan::Task& task : plan.tasks()) {
     if (task.kind() != plan::COMPUTE || task.index() >= roles.size()) continue;
-    const int priority = task.priority();
-    const int device = task.stream().device().index();
-    if (virtual_stages <= 1) {
-      roles[task.index()] = PipelineRole{
-          .stage = device, .backward = priority != 0, .weight_gradient = priority < -1};
-    } else if (priority < 0 || priority >= virtual_stages) {
-      roles[task.index()] = PipelineRole{
-          .stage = device,
-          .backward = priority < 0,
-          .round = priority < 0 ? priority + virtual_stages : priority - virtual_stages};
-    }
+    roles[task.index()] =
+        RoleOf(task.priority(), task.stream().device().index(), schedule, virtual_stages);
   }
   return roles;
 }

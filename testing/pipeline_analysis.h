@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/job.pb.h"
 #include "proto/plan.pb.h"
 #include "runtime/event_record.h"
 
@@ -50,10 +51,13 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
 // The roles of a plan's tasks (indexed by task index) when pipeline stage s runs on the devices
 // of index s: every COMPUTE task is a pass of its device's stage, backward when the compiler gave
 // it a priority other than forward's 0 (1; under a zero-bubble schedule -1 for input gradients
-// and -2 for weight gradients), a deferred weight gradient when below -1. With
-// `virtual_stages` v > 1 (job.INTERLEAVED, device d running stages d, d + p, ...): priority
-// v + c is round c's forward, c - v round c's backward; other tasks have no stage.
-std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan, int virtual_stages = 1);
+// and -2 for weight gradients), a deferred weight gradient when below -1. Schedules whose
+// devices run several stages, one per round c (Task.priority says which): INTERLEAVED with
+// `virtual_stages` v, v + c forward and c - v backward; ZERO_BUBBLE_V, 2 + c forward, -1 - c input
+// gradients, -3 - c weight gradients. Their other tasks have no stage.
+std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan,
+                                                job::PipelineSchedule schedule = job::ONE_F_ONE_B,
+                                                int virtual_stages = 1);
 
 // A step's span: from the first act of any stage to the end of the last act of any stage.
 int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages);

@@ -57,7 +57,7 @@ int Main() {
     std::vector<double> idle;
     std::vector<int64_t> peaks(kStages, 0);
     for (int repetition = 0; repetition < kRepetitions; ++repetition) {
-      const PipelineRun run = RunPipeline(compiled->plan, kernels, kStages);
+      const PipelineRun run = RunPipeline(compiled->plan, kernels, kPipeline, job::ONE_F_ONE_B);
       idle.push_back(run.idle_fraction);
       for (int s = 0; s < kStages; ++s) peaks[s] = std::max(peaks[s], run.peaks[s]);
     }

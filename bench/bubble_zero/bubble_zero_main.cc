@@ -36,12 +36,14 @@ struct Runs {
   std::vector<int64_t> peaks = std::vector<int64_t>(kStages, 0);
 };
 
+constexpr SleepPipeline kPipeline{.stages = kStages,
+                                  .forward_microseconds = 1000,
+                                  .input_microseconds = 2000,
+                                  .data_parallel = kDataParallel};
+
 plan::Plan Compile(int micro_batches, int zero_stage, const compiler::OpRegistry& ops) {
-  SleepPipeline pipeline{.stages = kStages,
-                         .forward_microseconds = 1000,
-                         .input_microseconds = 2000,
-                         .data_parallel = kDataParallel,
-                         .zero_stage = zero_stage};
+  SleepPipeline pipeline = kPipeline;
+  pipeline.zero_stage = zero_stage;
   absl::StatusOr<compiler::CompileResult> compiled =
       compiler::Compile(SleepPipelineJob(pipeline, micro_batches, job::ONE_F_ONE_B), ops,
                         compiler::DeviceSet::Cpus(kStages * kDataParallel, 1));
@@ -76,7 +78,7 @@ int Main() {
     Runs zero;
     for (int repetition = 0; repetition < kRepetitions; ++repetition) {
       for (auto [plan, runs] : {std::pair{&replicated_plan, &replicated}, {&zero_plan, &zero}}) {
-        const PipelineRun run = RunPipeline(*plan, kernels, kStages, "", kDataParallel);
+        const PipelineRun run = RunPipeline(*plan, kernels, kPipeline, job::ONE_F_ONE_B);
         runs->idle.push_back(run.idle_fraction);
         for (int s = 0; s < kStages; ++s) runs->peaks[s] = std::max(runs->peaks[s], run.peaks[s]);
       }

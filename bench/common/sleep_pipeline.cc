@@ -25,7 +25,12 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   builder.SetPlacement(all);
   const int v = pipeline.virtual_stages;
   const int stages = pipeline.stages * v;
-  for (int s = 0; s < stages; ++s) builder.AddStagePlacement(stage_devices(s % pipeline.stages));
+  // The device group of stage s.
+  auto group = [&](int s) {
+    if (schedule == job::ZERO_BUBBLE_V) return s < pipeline.stages ? s : stages - 1 - s;
+    return s % pipeline.stages;
+  };
+  for (int s = 0; s < stages; ++s) builder.AddStagePlacement(stage_devices(group(s)));
   job::Input source;
   source.mutable_random_normal()->set_std(1.0);
   source.mutable_random_normal()->set_seed(1);
@@ -42,7 +47,7 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
     JobBuilder::OpOptions on_stage;
     on_stage.stage = s;
     std::string weight = builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, replicated,
-                                          stage_devices(s % pipeline.stages));
+                                          stage_devices(group(s)));
     if (pipeline.weight_microseconds > 0) {
       weight =
           builder.Op("sleep", absl::StrCat("weight", s), {weight},
@@ -70,13 +75,17 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   return job;
 }
 
-PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
-                        const std::string& svg_title, int data_parallel, int virtual_stages) {
+PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels,
+                        const SleepPipeline& pipeline, job::PipelineSchedule schedule,
+                        const std::string& svg_title) {
+  const int stages = pipeline.stages;
+  const int data_parallel = pipeline.data_parallel;
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the pipeline job");
   // Each device is analyzed as a stage of its own (its ranks hold their halves of a micro-batch
   // at different times); a stage's peak is its devices' largest.
-  const std::vector<PipelineRole> roles = PipelineRolesByDevice(plan, virtual_stages);
+  const std::vector<PipelineRole> roles =
+      PipelineRolesByDevice(plan, schedule, pipeline.virtual_stages);
   const std::vector<StageSchedule> devices =
       AnalyzePipeline(run->runtime->events(), roles, stages * data_parallel);
   PipelineRun result;

@@ -20,8 +20,9 @@ namespace loom::bench {
 // backward of its input. With `weight_microseconds` > 0 the stage reads its weight through
 // another sleep (nothing forward, that long in its backward: a weight gradient apart from the
 // input gradient). Sleeping stages use no core, so four fit on two. One step of
-// `micro_batches`, SGD, a mean as the loss. With `virtual_stages` v > 1 (job.INTERLEAVED) there
-// are stages * v stages, stage k on stage k % stages's devices, each sleeping 1 / v of the times.
+// `micro_batches`, SGD, a mean as the loss. With `virtual_stages` v > 1 there are stages * v
+// stages, each sleeping 1 / v of the times, on the device groups as the schedule places them
+// (job.INTERLEAVED: stage k on group k % stages; job.ZERO_BUBBLE_V, v = 2: V-shaped).
 struct SleepPipeline {
   int stages = 4;
   int virtual_stages = 1;
@@ -45,14 +46,14 @@ struct PipelineRun {
   std::string svg;                  // the acts as a picture (testing/pipeline_svg.h), if asked
 };
 
-// Runs `plan` in this process; exits the process on an error. A non-empty `svg_title` asks for
-// the picture. Stage s runs on the `data_parallel` devices from cpu:s*data_parallel: the idle
-// fraction is the mean over devices, a stage's peak its devices' largest, its order its first's.
-// Interleaved (`virtual_stages` > 1): `stages` counts the device groups, and a group's peak
-// counts the micro-batches of all its stages.
-PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels, int stages,
-                        const std::string& svg_title = "", int data_parallel = 1,
-                        int virtual_stages = 1);
+// Runs `plan`, compiled from SleepPipelineJob(pipeline, ..., schedule), in this process; exits the
+// process on an error. A non-empty `svg_title` asks for the picture. Group s runs on the
+// `data_parallel` devices from cpu:s*data_parallel: the idle fraction is the mean over devices,
+// a group's peak its devices' largest (counting the micro-batches of all its stages), its order
+// its first's.
+PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels,
+                        const SleepPipeline& pipeline, job::PipelineSchedule schedule,
+                        const std::string& svg_title = "");
 
 }  // namespace loom::bench
 

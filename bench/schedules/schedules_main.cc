@@ -11,7 +11,10 @@
 //  - ZERO_BUBBLE (ZB-H1, Qi et al. 2024): (P - 1)(F + B - W), an idle fraction of
 //    (P - 1)(F + B - W) / (M (F + B + W) + (P - 1)(F + B - W));
 //  - INTERLEAVED with V = 2 stages per device (8 stages, each sleeping half the times): 1F1B's
-//    idle time divided by V (Narayanan et al. 2021).
+//    idle time divided by V (Narayanan et al. 2021);
+//  - ZERO_BUBBLE_V (ZB-V, 8 stages V-shaped, each sleeping half the times): no bubble but the
+//    warm-up no schedule avoids, the last device waiting for P - 1 forwards of half a stage:
+//    (P - 1) F / 2 (ZB-V's paper counts its bubble as zero when F = B = W).
 // Measured from the runtime's event record (testing/pipeline_analysis.h): over the step's span,
 // the mean over stages of 1 - busy / span. Each (schedule, M) runs kRepetitions times; medians.
 // One RESULT line per schedule (its M furthest above its formula), and zero-bubble-vs-1f1b: the
@@ -53,16 +56,17 @@ struct Schedule {
 constexpr Schedule kSchedules[] = {{"1f1b", job::ONE_F_ONE_B},
                                    {"gpipe", job::GPIPE},
                                    {"zb-h1", job::ZERO_BUBBLE},
-                                   {"interleaved", job::INTERLEAVED, 2}};
+                                   {"interleaved", job::INTERLEAVED, 2},
+                                   {"zb-v", job::ZERO_BUBBLE_V, 2}};
 
 // The published idle fraction of `schedule` with equal F, B and W.
 double FormulaIdleFraction(const Schedule& schedule, int m) {
   const double f = kPipeline.forward_microseconds;
   const double b = kPipeline.input_microseconds;
   const double w = kPipeline.weight_microseconds;
-  const double bubble = schedule.schedule == job::ZERO_BUBBLE
-                            ? (kStages - 1) * (f + b - w)
-                            : (kStages - 1) * (f + b + w) / schedule.virtual_stages;
+  double bubble = (kStages - 1) * (f + b + w) / schedule.virtual_stages;
+  if (schedule.schedule == job::ZERO_BUBBLE) bubble = (kStages - 1) * (f + b - w);
+  if (schedule.schedule == job::ZERO_BUBBLE_V) bubble = (kStages - 1) * f / 2;
   return bubble / (m * (f + b + w) + bubble);
 }
 
@@ -106,7 +110,7 @@ int Main(const std::string& svg_directory) {
       for (int repetition = 0; repetition < kRepetitions; ++repetition) {
         const bool first_of_8 = m == 8 && repetition == 0;
         const PipelineRun measurement = RunPipeline(
-            compiled->plan, kernels, kStages,
+            compiled->plan, kernels, pipeline, schedule.schedule,
             first_of_8 && !svg_directory.empty()
                 ? absl::StrCat(schedule.name, ": ", kStages,
                                " devices, M = 8, F = B = W = 2 ms a device",
@@ -114,8 +118,7 @@ int Main(const std::string& svg_directory) {
                                    ? absl::StrCat(" (", schedule.virtual_stages, " stages each)")
                                    : "",
                                " (bench_schedules)")
-                : "",
-            /*data_parallel=*/1, schedule.virtual_stages);
+                : "");
         if (first_of_8) {
           for (int s = 0; s < kStages; ++s) {
             std::printf("  %s M = 8, device %d: %s\n", schedule.name, s,

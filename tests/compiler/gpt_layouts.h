@@ -91,6 +91,34 @@ inline std::vector<GptLayout> SharingLayouts() {
   };
 }
 
+// The 1F1B layouts on which each other schedule is checked to train bit for bit alike: PP, DP x PP
+// clipped, TP x PP clipped in bfloat16, MoE with EP, ZeRO-3 under PP.
+inline std::vector<GptLayout> PipelineScheduleLayouts() {
+  return {GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
+          GptLayout{.name = "dp2_pp2_m2_clipped",
+                    .data_parallel = 2,
+                    .pipeline_stages = 2,
+                    .micro_batches = 2,
+                    .max_grad_norm = 0.5},
+          GptLayout{.name = "tp2_pp2_m4_clipped_bf16",
+                    .tensor_parallel = 2,
+                    .pipeline_stages = 2,
+                    .micro_batches = 4,
+                    .max_grad_norm = 0.5,
+                    .matmul_data_type = plan::BFLOAT16},
+          GptLayout{.name = "moe_dp2_ep2_pp2_m2",
+                    .data_parallel = 2,
+                    .pipeline_stages = 2,
+                    .micro_batches = 2,
+                    .experts = 4,
+                    .expert_parallel = 2},
+          GptLayout{.name = "dp2_pp2_m4_zero3",
+                    .data_parallel = 2,
+                    .pipeline_stages = 2,
+                    .micro_batches = 4,
+                    .zero_stage = 3}};
+}
+
 // The layouts of SharingLayouts on one node (the whole plan runs in one process).
 inline std::vector<GptLayout> OneNodeSharingLayouts() {
   std::vector<GptLayout> layouts;

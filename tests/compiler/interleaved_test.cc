@@ -2,13 +2,11 @@
 // devices get stash slots that add up to Megatron-LM's count per device and priorities that run
 // forwards first, later rounds first; a run holds no more than that count on any device; the GPT
 // trains bit for bit as under 1F1B; placements that are not round-robin are refused.
-#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/job_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -16,6 +14,7 @@
 #include "testing/pipeline_analysis.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/placed_sleep_pipeline.h"
 #include "tests/compiler/run_util.h"
 
 namespace loom::compiler::testing {
@@ -28,47 +27,14 @@ constexpr int kRounds = 2;  // v
 constexpr int kStages = kGroups * kRounds;
 constexpr int kMicroBatches = 8;
 
-// Stage k on the devices `placements[k]` multiplies its input by its weight and sleeps
-// `forward_us` forward and `backward_us` in the backward of its input.
+// `placements` under `schedule`, kMicroBatches micro-batches.
 job::Job SleepPipeline(const std::vector<std::vector<std::string>>& placements,
                        job::PipelineSchedule schedule, int forward_us, int backward_us) {
-  JobBuilder builder("interleaved");
-  std::vector<std::string> all;
-  for (const std::vector<std::string>& devices : placements) {
-    for (const std::string& device : devices) {
-      if (std::find(all.begin(), all.end(), device) == all.end()) all.push_back(device);
-    }
-  }
-  builder.SetPlacement(all);
-  job::Input source;
-  source.mutable_random_normal()->set_std(1.0);
-  source.mutable_random_normal()->set_seed(1);
-  std::string activation = builder.Input("x", {2 * kMicroBatches, 8}, source, {}, placements[0]);
-  for (size_t k = 0; k < placements.size(); ++k) {
-    builder.AddStagePlacement(placements[k]);
-    job::Initializer initializer;
-    initializer.mutable_normal()->set_std(0.3);
-    initializer.mutable_normal()->set_seed(10 + k);
-    JobBuilder::OpOptions on_stage;
-    on_stage.stage = static_cast<int>(k);
-    const std::string weight =
-        builder.Variable(absl::StrCat("w", k), {8, 8}, initializer, {}, placements[k]);
-    activation = builder.Matmul(absl::StrCat("mm", k), activation, weight, false, false, on_stage);
-    activation = builder.Op("sleep", absl::StrCat("slow", k), {activation},
-                            {{"microseconds", IntAttribute(forward_us)},
-                             {"backward_microseconds", IntAttribute(backward_us)}},
-                            on_stage);
-  }
-  JobBuilder::OpOptions last;
-  last.stage = static_cast<int>(placements.size()) - 1;
-  builder.Op("reduce_mean", "loss", {activation}, {}, last);
-  job::Job job = builder.Build();
-  job.set_loss("loss");
-  job.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.01);
-  job.set_num_micro_batches(kMicroBatches);
-  job.set_pipeline_schedule(schedule);
-  job.set_num_steps(1);
-  return job;
+  return PlacedSleepPipelineJob(PlacedSleepPipeline{.placements = placements,
+                                                    .schedule = schedule,
+                                                    .micro_batches = kMicroBatches,
+                                                    .forward_us = forward_us,
+                                                    .backward_us = backward_us});
 }
 
 // kStages stages, stage k on cpu:(k % kGroups).
@@ -129,8 +95,9 @@ TEST(InterleavedTest, NoDeviceHoldsMoreThanMegatronsCount) {
   ASSERT_TRUE(RegisterCpuKernels(&kernels).ok());
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
   ASSERT_TRUE(run.ok()) << run.status();
-  const std::vector<StageSchedule> devices = AnalyzePipeline(
-      run->runtime->events(), PipelineRolesByDevice(compiled->plan, kRounds), kGroups);
+  const std::vector<StageSchedule> devices =
+      AnalyzePipeline(run->runtime->events(),
+                      PipelineRolesByDevice(compiled->plan, job::INTERLEAVED, kRounds), kGroups);
   ASSERT_EQ(devices.size(), static_cast<size_t>(kGroups));
   for (int group = 0; group < kGroups; ++group) {
     SCOPED_TRACE(absl::StrCat("device ", group, ": ", devices[group].order));
@@ -190,32 +157,11 @@ TEST_P(InterleavedGptTest, LossesEqualOneForwardOneBackwardBitForBit) {
   ExpectTrainsBitForBitAs(reference, interleaved);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, InterleavedGptTest,
-    ::testing::Values(GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
-                      GptLayout{.name = "dp2_pp2_m2_clipped",
-                                .data_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 2,
-                                .max_grad_norm = 0.5},
-                      GptLayout{.name = "tp2_pp2_m4_clipped_bf16",
-                                .tensor_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 4,
-                                .max_grad_norm = 0.5,
-                                .matmul_data_type = plan::BFLOAT16},
-                      GptLayout{.name = "moe_dp2_ep2_pp2_m2",
-                                .data_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 2,
-                                .experts = 4,
-                                .expert_parallel = 2},
-                      GptLayout{.name = "dp2_pp2_m4_zero3",
-                                .data_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 4,
-                                .zero_stage = 3}),
-    [](const ::testing::TestParamInfo<GptLayout>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layouts, InterleavedGptTest,
+                         ::testing::ValuesIn(PipelineScheduleLayouts()),
+                         [](const ::testing::TestParamInfo<GptLayout>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace loom::compiler::testing

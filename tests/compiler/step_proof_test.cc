@@ -32,7 +32,7 @@ using ::testing::HasSubstr;
 // ---- Every layout of the matrix compiles and is proven ----
 
 constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE, job::ZERO_BUBBLE,
-                                                job::INTERLEAVED};
+                                                job::INTERLEAVED, job::ZERO_BUBBLE_V};
 
 std::string ScheduleSuffix(job::PipelineSchedule schedule) {
   switch (schedule) {
@@ -42,12 +42,14 @@ std::string ScheduleSuffix(job::PipelineSchedule schedule) {
       return "_zero_bubble";
     case job::INTERLEAVED:
       return "_interleaved_v2";
+    case job::ZERO_BUBBLE_V:
+      return "_zb_v";
     default:
       return "";
   }
 }
 
-// Interleaved pipelines put two stages on each device group.
+// Interleaved pipelines put two stages on each device group (ZB-V always does).
 int64_t VirtualStages(job::PipelineSchedule schedule) {
   return schedule == job::INTERLEAVED ? 2 : 1;
 }
@@ -91,7 +93,7 @@ std::vector<GptLayout> MatrixLayouts() {
       for (double max_grad_norm : {0.0, 1.0}) {
         for (int64_t micro_batches : {1, 2, 4}) {
           for (job::PipelineSchedule schedule :
-               {job::ONE_F_ONE_B, job::ZERO_BUBBLE, job::INTERLEAVED}) {
+               {job::ONE_F_ONE_B, job::ZERO_BUBBLE, job::INTERLEAVED, job::ZERO_BUBBLE_V}) {
             if (schedule != job::ONE_F_ONE_B && pipeline_stages == 1) continue;
             for (int64_t zero_stage : {0, 3}) {
               layouts.push_back(GptLayout{

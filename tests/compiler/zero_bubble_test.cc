@@ -303,26 +303,10 @@ TEST_P(ZeroBubbleGptTest, LossesEqualOneForwardOneBackwardBitForBit) {
   ExpectTrainsBitForBitAs(reference, zero_bubble);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ZeroBubbleGptTest,
-    ::testing::Values(GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
-                      GptLayout{.name = "dp2_pp2_m2_clipped",
-                                .data_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 2,
-                                .max_grad_norm = 0.5},
-                      GptLayout{.name = "tp2_pp2_m4_bf16",
-                                .tensor_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 4,
-                                .matmul_data_type = plan::BFLOAT16},
-                      GptLayout{.name = "moe_dp2_ep2_pp2_m2",
-                                .data_parallel = 2,
-                                .pipeline_stages = 2,
-                                .micro_batches = 2,
-                                .experts = 4,
-                                .expert_parallel = 2}),
-    [](const ::testing::TestParamInfo<GptLayout>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroBubbleGptTest, ::testing::ValuesIn(PipelineScheduleLayouts()),
+                         [](const ::testing::TestParamInfo<GptLayout>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace loom::compiler::testing

@@ -59,7 +59,8 @@ cli::ArgumentSpec MakeSpec() {
       .AddFlag("micro-batches", "M", "1", "micro-batches per step (divides batch / dp)")
       .AddFlag("schedule", "NAME", "1f1b",
                "pipeline schedule: 1f1b | gpipe | zero-bubble | interleaved (with "
-               "--virtual-stages)")
+               "--virtual-stages) | zb-v (two stages V-shaped on each device group: 2 * pp "
+               "stages)")
       .AddFlag("virtual-stages", "V", "1",
                "interleaved 1F1B: V stages on each of the --pp device groups (pp * V stages in "
                "all, stage k on group k % pp; blocks split evenly over them)")
@@ -254,9 +255,11 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
     config.schedule = job::ZERO_BUBBLE;
   } else if (schedule == "interleaved") {
     config.schedule = job::INTERLEAVED;
+  } else if (schedule == "zb-v") {
+    config.schedule = job::ZERO_BUBBLE_V;
   } else {
-    return cli::UsageError(kCommand, absl::StrCat("--schedule must be 1f1b, gpipe, zero-bubble or "
-                                                  "interleaved, got '",
+    return cli::UsageError(kCommand, absl::StrCat("--schedule must be 1f1b, gpipe, zero-bubble, "
+                                                  "interleaved or zb-v, got '",
                                                   schedule, "'"));
   }
   if (!parsed.Has("emit") && !parsed.Has("write-init")) {

@@ -82,7 +82,7 @@ class Layout {
 
 std::vector<std::string> StageDevices(const GptConfig& config, int64_t stage) {
   const int64_t per_stage = config.data_parallel * config.tensor_parallel;
-  const int64_t group = stage % config.pipeline_stages;  // interleaved: stages round-robin
+  const int64_t group = GptGroupOfStage(config, stage);
   std::vector<std::string> devices;
   for (int64_t i = group * per_stage; i < (group + 1) * per_stage; ++i) {
     devices.push_back(GptDeviceName(config, i));
@@ -527,7 +527,15 @@ bool IsMoeLayer(const GptConfig& config, int64_t layer) {
 }
 
 int64_t GptStageCount(const GptConfig& config) {
-  return config.pipeline_stages * config.virtual_stages;
+  return config.pipeline_stages *
+         (config.schedule == job::ZERO_BUBBLE_V ? 2 : config.virtual_stages);
+}
+
+int64_t GptGroupOfStage(const GptConfig& config, int64_t stage) {
+  if (config.schedule == job::ZERO_BUBBLE_V && stage >= config.pipeline_stages) {
+    return 2 * config.pipeline_stages - 1 - stage;
+  }
+  return stage % config.pipeline_stages;
 }
 
 int64_t GptDeviceCount(const GptConfig& config) {

@@ -88,7 +88,8 @@ struct GptConfig {
   int64_t tensor_parallel = 1;
   int64_t pipeline_stages = 1;
   // Interleaved 1F1B (schedule INTERLEAVED): each group of devices holds this many stages,
-  // pipeline_stages * virtual_stages in all, stage k on group k % pipeline_stages.
+  // pipeline_stages * virtual_stages in all, stage k on group k % pipeline_stages. (ZB-V,
+  // schedule ZERO_BUBBLE_V, always puts two stages V-shaped on each group; this stays 1.)
   int64_t virtual_stages = 1;
   int64_t micro_batches = 1;
   // The experts are split over groups of this many devices of a stage (it divides
@@ -145,8 +146,11 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 // Whether block `layer` has an MoE MLP.
 bool IsMoeLayer(const GptConfig& config, int64_t layer);
 
-// The job's pipeline stages: pipeline_stages * virtual_stages.
+// The job's pipeline stages: pipeline_stages * virtual_stages (ZB-V: * 2).
 int64_t GptStageCount(const GptConfig& config);
+// The group of devices (0 .. pipeline_stages - 1) that holds stage `stage`: round-robin, or
+// V-shaped under ZB-V (stage k >= p on group 2p - 1 - k).
+int64_t GptGroupOfStage(const GptConfig& config, int64_t stage);
 
 // The number of devices the job runs on: pipeline_stages * data_parallel * tensor_parallel.
 int64_t GptDeviceCount(const GptConfig& config);

@@ -205,7 +205,7 @@ class _GptGraph:
 
 def _stage_devices(config, stage):
     per_stage = config.dp * config.tp
-    group = stage % config.pp  # interleaved: stages round-robin over the device groups
+    group = config.group_of_stage(stage)
     return [config.device_name(index)
             for index in range(group * per_stage, (group + 1) * per_stage)]
 

@@ -125,8 +125,14 @@ class GptConfig:
 
     @property
     def stage_count(self):
-        """The pipeline stages: pp * virtual_stages."""
-        return self.pp * self.virtual_stages
+        """The pipeline stages: pp * virtual_stages (ZB-V: pp * 2)."""
+        return self.pp * (2 if self.schedule == "zb-v" else self.virtual_stages)
+
+    def group_of_stage(self, stage):
+        """The device group holding STAGE: round-robin, or V-shaped under zb-v."""
+        if self.schedule == "zb-v" and stage >= self.pp:
+            return 2 * self.pp - 1 - stage
+        return stage % self.pp
 
     def first_layer(self, stage):
         """The first block of STAGE (earlier stages take one more when the stages do not
@@ -254,9 +260,9 @@ class GptConfig:
             raise error(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
-        if self.schedule not in ("1f1b", "gpipe", "zero-bubble", "interleaved"):
-            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe, zero-bubble "
-                        "or interleaved)")
+        if self.schedule not in ("1f1b", "gpipe", "zero-bubble", "interleaved", "zb-v"):
+            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe, zero-bubble, "
+                        "interleaved or zb-v)")
         return self
 
     def _validate_data(self, error):
