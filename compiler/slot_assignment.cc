@@ -45,13 +45,31 @@ void SetSameStreamSlots(const Producers& producers, plan::Plan* plan) {
   }
 }
 
-// The micro-batches that stage `stage` of a one-forward-one-backward pipeline stashes: p - s of
-// p stages. Interleaved (p groups of devices, v stages each): stage c p + d gets 2p - d - 1 in
-// its first round (c = 0), p - d in its last (c = v - 1) and p in between, so that device group d
-// holds 2(p - d - 1) + (v - 1)p + 1 stages' micro-batches, Megatron-LM's count (simulated against
-// other rules in docs/ARCHITECTURE.md, "Interleaved 1F1B"); v = 1 is plain 1F1B.
-int StashSlots(const LogicalGraph& graph, int stage) {
+// The micro-batches that a backward op of pipeline stage `stage` keeps of what it reads (its
+// stash; `deferred`: a weight gradient a zero-bubble schedule defers):
+// - one-forward-one-backward: p - s of p stages; GPipe: every micro-batch;
+// - interleaved (p groups of devices, v stages each): stage c p + d gets 2p - d - 1 in its first
+//   round (c = 0), p - d in its last (c = v - 1) and p in between, so that group d holds
+//   2(p - d - 1) + (v - 1)p + 1 stages' micro-batches, Megatron-LM's count (simulated against
+//   other rules in docs/ARCHITECTURE.md, "Interleaved 1F1B"); v = 1 is plain 1F1B;
+// - ZB-H1: a deferred weight gradient (W) of stage s acts s micro-batches after its input
+//   gradients (SetWeightGradientLookahead), and stage s runs p - s forwards ahead of those, so what
+//   W reads, forward data and output gradients alike, is held for up to p + 1 micro-batches: p + 1
+//   on every stage (1F1B's first stage holds p); the rest of the stash keeps 1F1B's p - s;
+// - ZB-V: p on every stash of its 2p stages, W's inputs included (docs/ARCHITECTURE.md, "ZB-V").
+int StashSlots(const LogicalGraph& graph, int stage, bool deferred) {
   const int groups = graph.num_stages / graph.virtual_stages;
+  switch (graph.pipeline_schedule) {
+    case job::GPIPE:
+      return graph.num_micro_batches;
+    case job::ZERO_BUBBLE_V:
+      return groups;
+    case job::ZERO_BUBBLE:
+      if (deferred) return graph.num_stages + 1;
+      break;
+    default:
+      break;
+  }
   const int round = RoundOfStage(graph, stage);
   const int group = stage % groups;
   if (round == graph.virtual_stages - 1) return groups - group;
@@ -59,17 +77,10 @@ int StashSlots(const LogicalGraph& graph, int stage) {
 }
 
 // A register holding forward data that a backward op of stage s reads is a stashed activation;
-// it gets StashSlots (one-forward-one-backward, interleaved) or num_micro_batches (GPipe), so that
-// the credits alone bound the micro-batches in flight on each stage. A job without pipeline stages
-// is one stage: its stashed activations get one slot, as a second one could only let a forward
-// run ahead of the backward that frees the first (on the device's one compute stream, it would
-// buy no overlap and cost the memory of every activation again).
-//
-// Zero bubble: a deferred weight gradient (W) of stage s acts s micro-batches after its input
-// gradients (SetWeightGradientLookahead), and stage s runs p - s forwards ahead of those, so what
-// W reads, forward data and output gradients alike, is held for up to p + 1 micro-batches: p + 1
-// slots on every stage (1F1B's first stage holds p). ZB-V: p slots on every stash of its 2p
-// stages, W's inputs included (simulated against other rules: docs/ARCHITECTURE.md, "ZB-V").
+// it gets StashSlots, so that the credits alone bound the micro-batches in flight on each stage.
+// A job without pipeline stages is one stage: its stashed activations get one slot, as a second
+// one could only let a forward run ahead of the backward that frees the first (on the device's
+// one compute stream, it would buy no overlap and cost the memory of every activation again).
 void SetStashSlots(const LogicalGraph& graph,
                    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
                    const Producers& producer, plan::Plan* plan) {
@@ -92,12 +103,7 @@ void SetStashSlots(const LogicalGraph& graph,
     const LogicalNode& node = *node_of(task);
     if (pipelined && !node.stage.has_value()) continue;
     const bool deferred = DefersWeightGradient(graph, node);
-    const int stash = !pipelined ? 1
-                      : graph.pipeline_schedule == job::ZERO_BUBBLE_V
-                          ? graph.num_stages / 2  // p, W's inputs too
-                      : deferred                              ? graph.num_stages + 1
-                      : graph.pipeline_schedule == job::GPIPE ? graph.num_micro_batches
-                                                              : StashSlots(graph, *node.stage);
+    const int stash = pipelined ? StashSlots(graph, *node.stage, deferred) : 1;
     for (const std::string& input : task.inputs()) {
       auto found = producer.find(input);
       if (found == producer.end() || (is_backward(*found->second) && !deferred)) continue;
