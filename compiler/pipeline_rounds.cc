@@ -87,8 +87,8 @@ absl::StatusOr<int> StagesPerGroup(job::PipelineSchedule schedule,
                                    const std::vector<Placement>& placements, int num_stages) {
   if (schedule != job::INTERLEAVED && schedule != job::ZERO_BUBBLE_V) return 1;
   if (num_stages < 2) {
-    return Invalid(schedule, absl::StrCat("needs a groups of devices holding several pipeline "
-                                          "stages; the job's ops use ",
+    return Invalid(schedule, absl::StrCat("needs groups of devices that each hold several "
+                                          "pipeline stages; the job's ops use ",
                                           num_stages, " stage(s)"));
   }
   return schedule == job::INTERLEAVED ? RoundRobin(placements, num_stages)
