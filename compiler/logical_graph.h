@@ -150,10 +150,12 @@ inline int RoundOfStage(const LogicalGraph& graph, int stage) {
   return stage / (graph.num_stages / graph.virtual_stages);
 }
 
-// Whether a zero-bubble pipeline (job.ZERO_BUBBLE, ZERO_BUBBLE_V) defers `node`: a weight gradient
-// of a pipeline stage, acting once per micro-batch (docs/ARCHITECTURE.md, "Zero bubble").
+// Whether a zero-bubble pipeline (job.ZERO_BUBBLE, ZERO_BUBBLE_H2, ZERO_BUBBLE_V) defers `node`: a
+// weight gradient of a pipeline stage, acting once per micro-batch (docs/ARCHITECTURE.md, "Zero
+// bubble").
 inline bool DefersWeightGradient(const LogicalGraph& graph, const LogicalNode& node) {
   return (graph.pipeline_schedule == job::ZERO_BUBBLE ||
+          graph.pipeline_schedule == job::ZERO_BUBBLE_H2 ||
           graph.pipeline_schedule == job::ZERO_BUBBLE_V) &&
          node.backward && node.weight_gradient && !node.once_per_step && node.stage.has_value();
 }

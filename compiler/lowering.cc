@@ -24,10 +24,10 @@ int64_t TighterBudget(int64_t first, int64_t second) {
 
 // The priority of an op's tasks (Task.priority; docs/ARCHITECTURE.md, "Pipelines"). Backward
 // first: with credits bounding the stashed activations, 1F1B emerges. A zero-bubble stage runs
-// forward first, then input gradients, then weight gradients. Interleaved: forwards before
-// backwards, a later stage's first (its round c of v: forward v + c, backward c - v; stageless
-// backward ops keep 1, between them). ZB-V: forward 2 + c (a later stage's first), input
-// gradients -1 - c, weight gradients -3 - c (an earlier stage's first).
+// forward first, then input gradients, then weight gradients (ZB-H1 and ZB-H2). Interleaved:
+// forwards before backwards, a later stage's first (its round c of v: forward v + c, backward c -
+// v; stageless backward ops keep 1, between them). ZB-V: forward 2 + c (a later stage's first),
+// input gradients -1 - c, weight gradients -3 - c (an earlier stage's first).
 int32_t TaskPriority(const LogicalGraph& graph, const LogicalNode& node) {
   const bool staged = node.stage.has_value() && !node.once_per_step;
   const int round = staged ? RoundOfStage(graph, *node.stage) : 0;
@@ -39,6 +39,7 @@ int32_t TaskPriority(const LogicalGraph& graph, const LogicalNode& node) {
              : DefersWeightGradient(graph, node) ? -3 - round
                                                  : -1 - round;
     case job::ZERO_BUBBLE:
+    case job::ZERO_BUBBLE_H2:
       return !node.backward ? 0 : DefersWeightGradient(graph, node) ? -2 : -1;
     default:
       return node.backward ? 1 : 0;

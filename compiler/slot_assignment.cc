@@ -56,6 +56,9 @@ void SetSameStreamSlots(const Producers& producers, plan::Plan* plan) {
 //   gradients (SetWeightGradientLookahead), and stage s runs p - s forwards ahead of those, so what
 //   W reads, forward data and output gradients alike, is held for up to p + 1 micro-batches: p + 1
 //   on every stage (1F1B's first stage holds p); the rest of the stash keeps 1F1B's p - s;
+// - ZB-H2: p - 1 more warm-up forwards than ZB-H1 and no lookahead: 2(p - s) - 1 on what input
+//   gradients read, 2p - 1 on what weight gradients read (simulated: docs/ARCHITECTURE.md, "Zero
+//   bubble");
 // - ZB-V: p on every stash of its 2p stages, W's inputs included (docs/ARCHITECTURE.md, "ZB-V").
 int StashSlots(const LogicalGraph& graph, int stage, bool deferred) {
   const int groups = graph.num_stages / graph.virtual_stages;
@@ -67,6 +70,8 @@ int StashSlots(const LogicalGraph& graph, int stage, bool deferred) {
     case job::ZERO_BUBBLE:
       if (deferred) return graph.num_stages + 1;
       break;
+    case job::ZERO_BUBBLE_H2:
+      return deferred ? 2 * graph.num_stages - 1 : 2 * (graph.num_stages - stage) - 1;
     default:
       break;
   }

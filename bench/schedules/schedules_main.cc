@@ -12,6 +12,8 @@
 //    (P - 1)(F + B - W) / (M (F + B + W) + (P - 1)(F + B - W));
 //  - INTERLEAVED with V = 2 stages per device (8 stages, each sleeping half the times): 1F1B's
 //    idle time divided by V (Narayanan et al. 2021);
+//  - ZERO_BUBBLE_H2 (ZB-H2): its paper's (P - 1)(F + B - 2W) is zero when F = B = W; the line
+//    takes the warm-up no schedule avoids, the last stage's wait for P - 1 forwards: (P - 1) F;
 //  - ZERO_BUBBLE_V (ZB-V, 8 stages V-shaped, each sleeping half the times): no bubble but the
 //    warm-up no schedule avoids, the last device waiting for P - 1 forwards of half a stage:
 //    (P - 1) F / 2 (ZB-V's paper counts its bubble as zero when F = B = W).
@@ -53,11 +55,10 @@ struct Schedule {
   int virtual_stages = 1;
 };
 
-constexpr Schedule kSchedules[] = {{"1f1b", job::ONE_F_ONE_B},
-                                   {"gpipe", job::GPIPE},
-                                   {"zb-h1", job::ZERO_BUBBLE},
-                                   {"interleaved", job::INTERLEAVED, 2},
-                                   {"zb-v", job::ZERO_BUBBLE_V, 2}};
+constexpr Schedule kSchedules[] = {
+    {"1f1b", job::ONE_F_ONE_B},           {"gpipe", job::GPIPE},
+    {"zb-h1", job::ZERO_BUBBLE},          {"zb-h2", job::ZERO_BUBBLE_H2},
+    {"interleaved", job::INTERLEAVED, 2}, {"zb-v", job::ZERO_BUBBLE_V, 2}};
 
 // The published idle fraction of `schedule` with equal F, B and W.
 double FormulaIdleFraction(const Schedule& schedule, int m) {
@@ -66,6 +67,7 @@ double FormulaIdleFraction(const Schedule& schedule, int m) {
   const double w = kPipeline.weight_microseconds;
   double bubble = (kStages - 1) * (f + b + w) / schedule.virtual_stages;
   if (schedule.schedule == job::ZERO_BUBBLE) bubble = (kStages - 1) * (f + b - w);
+  if (schedule.schedule == job::ZERO_BUBBLE_H2) bubble = (kStages - 1) * f;
   if (schedule.schedule == job::ZERO_BUBBLE_V) bubble = (kStages - 1) * f / 2;
   return bubble / (m * (f + b + w) + bubble);
 }

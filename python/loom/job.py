@@ -23,8 +23,8 @@ from loom.fields import set_fields
 from loom.protos import job_pb2
 
 PIPELINE_SCHEDULES = {"1f1b": job_pb2.ONE_F_ONE_B, "gpipe": job_pb2.GPIPE,
-                      "zero-bubble": job_pb2.ZERO_BUBBLE, "interleaved": job_pb2.INTERLEAVED,
-                      "zb-v": job_pb2.ZERO_BUBBLE_V}
+                      "zero-bubble": job_pb2.ZERO_BUBBLE, "zb-h2": job_pb2.ZERO_BUBBLE_H2,
+                      "interleaved": job_pb2.INTERLEAVED, "zb-v": job_pb2.ZERO_BUBBLE_V}
 
 
 def _placement_or_none(placement, hierarchy=None):
@@ -191,8 +191,8 @@ class Job:
         return len(self.proto_message.stage_placements) - 1
 
     def set_schedule(self, schedule):
-        """The pipeline schedule: "1f1b", "gpipe", "zero-bubble", "interleaved" or "zb-v" (or the
-        enum's name or number)."""
+        """The pipeline schedule: one of PIPELINE_SCHEDULES' names ("1f1b", "gpipe",
+        "zero-bubble", "zb-h2", "interleaved", "zb-v") or the enum's name or number."""
         value = PIPELINE_SCHEDULES.get(schedule, schedule) if isinstance(schedule, str) else \
             schedule
         return self.set(pipeline_schedule=value)

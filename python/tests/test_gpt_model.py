@@ -22,6 +22,8 @@ FLAG_SETS = [
      dict(pp=2, micro_batches=4, schedule="zero-bubble")),
     (["--pp", "2", "--virtual-stages", "2", "--micro-batches", "4", "--schedule", "interleaved"],
      dict(pp=2, virtual_stages=2, micro_batches=4, schedule="interleaved")),
+    (["--pp", "2", "--micro-batches", "4", "--schedule", "zb-h2"],
+     dict(pp=2, micro_batches=4, schedule="zb-h2")),
     (["--pp", "2", "--micro-batches", "4", "--schedule", "zb-v", "--max-grad-norm", "1.0"],
      dict(pp=2, micro_batches=4, schedule="zb-v", max_grad_norm=1.0)),
     (["--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "4", "--devices-per-node", "4"],

@@ -31,7 +31,8 @@ using ::testing::HasSubstr;
 
 // ---- Every layout of the matrix compiles and is proven ----
 
-constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE, job::ZERO_BUBBLE,
+constexpr job::PipelineSchedule kSchedules[] = {job::ONE_F_ONE_B, job::GPIPE,
+                                                job::ZERO_BUBBLE, job::ZERO_BUBBLE_H2,
                                                 job::INTERLEAVED, job::ZERO_BUBBLE_V};
 
 std::string ScheduleSuffix(job::PipelineSchedule schedule) {
@@ -44,6 +45,8 @@ std::string ScheduleSuffix(job::PipelineSchedule schedule) {
       return "_interleaved_v2";
     case job::ZERO_BUBBLE_V:
       return "_zb_v";
+    case job::ZERO_BUBBLE_H2:
+      return "_zb_h2";
     default:
       return "";
   }

@@ -1,9 +1,11 @@
-// Zero-bubble pipelines (PipelineSchedule ZERO_BUBBLE): autodiff marks the weight gradients, the
-// compiler defers them (priority) and stashes what they read deeper (slots), the schedule that
-// emerges defers W acts past later forwards, and the GPT trains bit for bit as under 1F1B.
+// Zero-bubble pipelines (PipelineSchedule ZERO_BUBBLE, ZERO_BUBBLE_H2): autodiff marks the weight
+// gradients, the compiler defers them (priority) and stashes what they read deeper (slots), the
+// schedule that emerges defers W acts past later forwards, and the GPT trains bit for bit as under
+// 1F1B.
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -291,21 +293,73 @@ TEST(ZeroBubbleTest, WeightGradientsFillTheBubbles) {
   EXPECT_EQ(stages[kStages - 1].order.substr(0, 8), "FBFBFBFB");
 }
 
+// ---- ZB-H2: p - 1 more warm-up forwards, W without lookahead ----
+
+TEST(ZeroBubbleH2Test, SlotsAndPriorities) {
+  absl::StatusOr<CompileResult> compiled =
+      CompileOn(SleepPipeline(job::ZERO_BUBBLE_H2, 0, 0, 0), kStages);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const plan::Plan& plan = compiled->plan;
+  std::map<std::string, int> slots;
+  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  for (int s = 0; s < kStages; ++s) {
+    SCOPED_TRACE(absl::StrCat("stage ", s));
+    const plan::Task* forward = TaskNamed(plan, absl::StrCat("mm", s, "@0"));
+    const plan::Task* weight_gradient =
+        TaskNamed(plan, absl::StrCat("grad/mm", s, s == 0 ? "/matmul@0" : "/matmul_1@0"));
+    ASSERT_NE(forward, nullptr);
+    ASSERT_NE(weight_gradient, nullptr);
+    EXPECT_EQ(forward->priority(), 0);
+    EXPECT_EQ(weight_gradient->priority(), -2);
+    // What W reads: 2p - 1; no lookahead.
+    EXPECT_EQ(slots.at(weight_gradient->inputs(0)), 2 * kStages - 1);
+    EXPECT_EQ(slots.at(weight_gradient->inputs(1)), 2 * kStages - 1);
+    EXPECT_TRUE(weight_gradient->input_lookahead().empty());
+    if (s > 0) {
+      // The weight copy the input gradient reads: 2(p - s) - 1.
+      const plan::Task* input_gradient = TaskNamed(plan, absl::StrCat("grad/mm", s, "/matmul@0"));
+      ASSERT_NE(input_gradient, nullptr);
+      EXPECT_EQ(input_gradient->priority(), -1);
+      EXPECT_EQ(slots.at(input_gradient->inputs(1)), 2 * (kStages - s) - 1);
+    }
+  }
+}
+
+TEST(ZeroBubbleH2Test, StashesStayWithinTheirSlots) {
+  absl::StatusOr<CompileResult> compiled =
+      CompileOn(SleepPipeline(job::ZERO_BUBBLE_H2, 2000, 2000, 2000), kStages);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  KernelRegistry kernels;
+  ASSERT_TRUE(RegisterCpuKernels(&kernels).ok());
+  absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<int> stashed = PeakStashed(compiled->plan, run->runtime->events());
+  for (int s = 0; s < kStages; ++s) EXPECT_LE(stashed[s], 2 * kStages - 1) << "stage " << s;
+  // The first stage, whose forwards wait for nothing, runs more than 1F1B's p ahead.
+  EXPECT_GT(stashed[0], kStages);
+}
+
 // ---- The GPT trains bit for bit as under 1F1B ----
 
-class ZeroBubbleGptTest : public ::testing::TestWithParam<GptLayout> {};
+class ZeroBubbleGptTest
+    : public ::testing::TestWithParam<std::tuple<GptLayout, job::PipelineSchedule>> {};
 
 TEST_P(ZeroBubbleGptTest, LossesEqualOneForwardOneBackwardBitForBit) {
-  GptLayout reference = GetParam();
+  GptLayout reference = std::get<0>(GetParam());
   reference.schedule = job::ONE_F_ONE_B;
-  GptLayout zero_bubble = GetParam();
-  zero_bubble.schedule = job::ZERO_BUBBLE;
+  GptLayout zero_bubble = reference;
+  zero_bubble.schedule = std::get<1>(GetParam());
   ExpectTrainsBitForBitAs(reference, zero_bubble);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, ZeroBubbleGptTest, ::testing::ValuesIn(PipelineScheduleLayouts()),
-                         [](const ::testing::TestParamInfo<GptLayout>& info) {
-                           return info.param.name;
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroBubbleGptTest,
+                         ::testing::Combine(::testing::ValuesIn(PipelineScheduleLayouts()),
+                                            ::testing::Values(job::ZERO_BUBBLE,
+                                                              job::ZERO_BUBBLE_H2)),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param).name,
+                               std::get<1>(info.param) == job::ZERO_BUBBLE ? "_zb_h1" : "_zb_h2");
                          });
 
 }  // namespace

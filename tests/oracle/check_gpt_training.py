@@ -72,7 +72,7 @@ def parse_args(argv=None):
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=1)
-    ap.add_argument("--schedule", choices=("1f1b", "gpipe", "zero-bubble", "interleaved", "zb-v"),
+    ap.add_argument("--schedule", choices=("1f1b", "gpipe", "zero-bubble", "zb-h2", "interleaved", "zb-v"),
                     default="1f1b")
     ap.add_argument("--virtual-stages", type=int, default=1,
                     help="gpt / moe-gpt: loom-gpt's stages per device group (--schedule "

@@ -3,9 +3,11 @@
 //
 //   loom-gpt --emit gpt.pbtxt --write-init init.safetensors --dp 2 --tp 2
 //   loomctl run gpt.pbtxt --devices cpu:4 --init init.safetensors
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,6 +24,19 @@ namespace loom::gpt {
 namespace {
 
 constexpr char kCommand[] = "loom-gpt";
+
+// --schedule's names (docs/ARCHITECTURE.md, "Pipelines").
+constexpr std::pair<const char*, job::PipelineSchedule> kSchedules[] = {
+    {"1f1b", job::ONE_F_ONE_B},        {"gpipe", job::GPIPE},
+    {"zero-bubble", job::ZERO_BUBBLE}, {"zb-h2", job::ZERO_BUBBLE_H2},
+    {"interleaved", job::INTERLEAVED}, {"zb-v", job::ZERO_BUBBLE_V}};
+
+// "1f1b | gpipe | ...".
+std::string ScheduleNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, schedule] : kSchedules) names.push_back(name);
+  return absl::StrJoin(names, " | ");
+}
 
 cli::ArgumentSpec MakeSpec() {
   const GptConfig defaults;
@@ -58,9 +73,9 @@ cli::ArgumentSpec MakeSpec() {
       .AddFlag("pp", "N", "1", "pipeline stages (blocks split evenly; <= layers)")
       .AddFlag("micro-batches", "M", "1", "micro-batches per step (divides batch / dp)")
       .AddFlag("schedule", "NAME", "1f1b",
-               "pipeline schedule: 1f1b | gpipe | zero-bubble | interleaved (with "
-               "--virtual-stages) | zb-v (two stages V-shaped on each device group: 2 * pp "
-               "stages)")
+               "pipeline schedule: " + ScheduleNames() +
+                   " (zero-bubble is ZB-H1; interleaved with --virtual-stages; zb-v puts two "
+                   "stages V-shaped on each device group: 2 * pp stages)")
       .AddFlag("virtual-stages", "V", "1",
                "interleaved 1F1B: V stages on each of the --pp device groups (pp * V stages in "
                "all, stage k on group k % pp; blocks split evenly over them)")
@@ -247,21 +262,13 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
         absl::StrCat("--recompute must be none, selective or full, got '", recompute, "'"));
   }
   const std::string schedule = parsed.Value("schedule");
-  if (schedule == "1f1b") {
-    config.schedule = job::ONE_F_ONE_B;
-  } else if (schedule == "gpipe") {
-    config.schedule = job::GPIPE;
-  } else if (schedule == "zero-bubble") {
-    config.schedule = job::ZERO_BUBBLE;
-  } else if (schedule == "interleaved") {
-    config.schedule = job::INTERLEAVED;
-  } else if (schedule == "zb-v") {
-    config.schedule = job::ZERO_BUBBLE_V;
-  } else {
-    return cli::UsageError(kCommand, absl::StrCat("--schedule must be 1f1b, gpipe, zero-bubble, "
-                                                  "interleaved or zb-v, got '",
-                                                  schedule, "'"));
+  auto named = std::find_if(std::begin(kSchedules), std::end(kSchedules),
+                            [&](const auto& entry) { return schedule == entry.first; });
+  if (named == std::end(kSchedules)) {
+    return cli::UsageError(
+        kCommand, absl::StrCat("--schedule must be ", ScheduleNames(), ", got '", schedule, "'"));
   }
+  config.schedule = named->second;
   if (!parsed.Has("emit") && !parsed.Has("write-init")) {
     return cli::UsageError(kCommand, "nothing to do: give --emit PATH and/or --write-init PATH");
   }

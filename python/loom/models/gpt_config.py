@@ -6,6 +6,8 @@ import dataclasses
 import math
 import numbers
 
+from loom.job import PIPELINE_SCHEDULES
+
 # Job.optimizer.learning_rate_schedule's decays by their loom-gpt names (--lr-decay).
 LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
                         "cosine": "DECAY_COSINE"}
@@ -260,9 +262,9 @@ class GptConfig:
             raise error(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
-        if self.schedule not in ("1f1b", "gpipe", "zero-bubble", "interleaved", "zb-v"):
-            raise error(f"unknown pipeline schedule {self.schedule!r} (1f1b, gpipe, zero-bubble, "
-                        "interleaved or zb-v)")
+        if self.schedule not in PIPELINE_SCHEDULES:
+            raise error(f"unknown pipeline schedule {self.schedule!r} "
+                        f"({', '.join(PIPELINE_SCHEDULES)})")
         return self
 
     def _validate_data(self, error):
