@@ -282,6 +282,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
     inputs.push_back(std::move(*registers));
   }
   for (int output : node.outputs) local_registers_[output].clear();
+  const int32_t priority = TaskPriority(graph_, node);
   for (int rank = 0; rank < node.placement.size(); ++rank) {
     LoweringContext context;
     context.op = &node.context;
@@ -296,7 +297,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
     }
     plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
                                node.placement.device(rank), plan::STREAM_COMPUTE);
-    task->set_priority(TaskPriority(graph_, node));
+    task->set_priority(priority);
     MarkEvaluation(node, task);
     op_of_task_[task->name()] = &node;
     for (size_t i = 0; i < node.inputs.size(); ++i) task->add_inputs(inputs[i][rank]);

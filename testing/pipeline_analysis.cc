@@ -37,7 +37,7 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
   }
   for (int stage = 0; stage < num_stages; ++stage) {
     StageSchedule& schedule = schedules[stage];
-    // +1 when a micro-batch is taken in, -1 when it is let go; at equal times, releases first.
+    // +1 when a micro-batch is taken in, -1 when it is let go.
     std::vector<std::pair<int64_t, int>> changes;
     std::vector<std::pair<int64_t, char>> passes;
     for (const auto& [piece, span] : pieces[stage]) {
@@ -53,12 +53,7 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
         passes.emplace_back(span.weight_gradient_start, 'W');
       }
     }
-    std::sort(changes.begin(), changes.end());
-    int64_t held = 0;
-    for (const auto& [time, change] : changes) {
-      held += change;
-      schedule.peak_in_flight = std::max(schedule.peak_in_flight, held);
-    }
+    schedule.peak_in_flight = PeakHeld(std::move(changes));
     std::stable_sort(passes.begin(), passes.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [time, pass] : passes) schedule.order.push_back(pass);
@@ -119,6 +114,17 @@ std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan,
         RoleOf(task.priority(), task.stream().device().index(), schedule, virtual_stages);
   }
   return roles;
+}
+
+int64_t PeakHeld(std::vector<std::pair<int64_t, int>> changes) {
+  std::sort(changes.begin(), changes.end());
+  int64_t held = 0;
+  int64_t peak = 0;
+  for (const auto& [time, change] : changes) {
+    held += change;
+    peak = std::max(peak, held);
+  }
+  return peak;
 }
 
 int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/job.pb.h"
@@ -58,6 +59,10 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
 std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan,
                                                 job::PipelineSchedule schedule = job::ONE_F_ONE_B,
                                                 int virtual_stages = 1);
+
+// The most held at once, given each change of what is held: +1 when a thing is taken in, -1 when
+// it is let go, at a time (nanoseconds); at equal times, releases count first.
+int64_t PeakHeld(std::vector<std::pair<int64_t, int>> changes);
 
 // A step's span: from the first act of any stage to the end of the last act of any stage.
 int64_t SpanNanoseconds(const std::vector<StageSchedule>& stages);

@@ -33,6 +33,19 @@ std::vector<const plan::Task*> TasksOfKind(const plan::Plan& plan, plan::TaskKin
   return tasks;
 }
 
+const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name) {
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.name() == name) return &task;
+  }
+  return nullptr;
+}
+
+std::map<std::string, int> SlotsOf(const plan::Plan& plan) {
+  std::map<std::string, int> slots;
+  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  return slots;
+}
+
 std::vector<const plan::Task*> Collectives(const plan::Plan& plan, plan::CollectiveKind kind) {
   std::vector<const plan::Task*> tasks;
   for (const plan::Task& task : plan.tasks()) {

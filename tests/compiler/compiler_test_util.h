@@ -1,6 +1,7 @@
 #ifndef LOOM_TESTS_COMPILER_COMPILER_TEST_UTIL_H_
 #define LOOM_TESTS_COMPILER_COMPILER_TEST_UTIL_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ absl::StatusOr<CompileResult> CompileOn(const job::Job& job, int cpus, int nodes
 // Tasks of a kind, and collective tasks of a collective kind.
 std::vector<const plan::Task*> TasksOfKind(const plan::Plan& plan, plan::TaskKind kind);
 std::vector<const plan::Task*> Collectives(const plan::Plan& plan, plan::CollectiveKind kind);
+
+// The task named `name`; null when there is none.
+const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name);
+
+// Every register's slot count, by register name.
+std::map<std::string, int> SlotsOf(const plan::Plan& plan);
 
 // The chosen SBP of a tensor, as text ("S(0)", "(S(0), B)").
 std::string SbpOf(const CompileResult& result, const std::string& tensor);

@@ -47,19 +47,11 @@ job::Job RoundRobinPipeline(int forward_us, int backward_us) {
 // Megatron-LM's micro-batches in flight on device group d: 2(p - d - 1) + (v - 1)p + 1 stages'.
 int MegatronInFlight(int group) { return 2 * (kGroups - group - 1) + (kRounds - 1) * kGroups + 1; }
 
-const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name) {
-  for (const plan::Task& task : plan.tasks()) {
-    if (task.name() == name) return &task;
-  }
-  return nullptr;
-}
-
 TEST(InterleavedTest, StashSlotsAddUpToMegatronsCountPerDevice) {
   absl::StatusOr<CompileResult> compiled = CompileOn(RoundRobinPipeline(0, 0), kGroups);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const plan::Plan& plan = compiled->plan;
-  std::map<std::string, int> slots;
-  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  const std::map<std::string, int> slots = SlotsOf(plan);
   std::vector<int> per_device(kGroups, 0);
   for (int k = 0; k < kStages; ++k) {
     SCOPED_TRACE(absl::StrCat("stage ", k));
@@ -68,8 +60,7 @@ TEST(InterleavedTest, StashSlotsAddUpToMegatronsCountPerDevice) {
     const plan::Task* forward = TaskNamed(plan, absl::StrCat("mm", k, "@0"));
     const plan::Task* backward = TaskNamed(plan, absl::StrCat("grad/slow", k, "/sleep@0"));
     // The weight's gradient reads the matmul's input: the stage's stash.
-    const plan::Task* weight_gradient =
-        TaskNamed(plan, absl::StrCat("grad/mm", k, k == 0 ? "/matmul@0" : "/matmul_1@0"));
+    const plan::Task* weight_gradient = TaskNamed(plan, MatmulWeightGradientTask(k));
     ASSERT_NE(forward, nullptr);
     ASSERT_NE(backward, nullptr);
     ASSERT_NE(weight_gradient, nullptr);

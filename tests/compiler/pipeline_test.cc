@@ -253,10 +253,7 @@ TEST(PipelineScheduleTest, StashedActivationsGetTheirSlots) {
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     // Stage s's matmul input is stashed there for the gradient of w_s: p - s slots (GPipe: M).
     // (Forward and backward read the same register: no second copy across stages.)
-    std::map<std::string, int> slots;
-    for (const plan::RegisterDesc& reg : compiled->plan.registers()) {
-      slots[reg.name()] = reg.num_slots();
-    }
+    const std::map<std::string, int> slots = SlotsOf(compiled->plan);
     std::map<int, int> stash_slots;
     for (const plan::Task& task : compiled->plan.tasks()) {
       for (int s = 0; s < 4; ++s) {
@@ -320,12 +317,6 @@ job::Job TwoStageJob(const std::string& extra) {
            }
            ops { name: "loss" type: "reduce_mean" inputs: "mm1" outputs: "loss" stage: 1 })pb",
       extra));
-}
-
-std::map<std::string, int> SlotsOf(const plan::Plan& plan) {
-  std::map<std::string, int> slots;
-  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
-  return slots;
 }
 
 TEST(RegisterSlotsTest, ReadOnItsProducersStreamOnlyOneSlotElsewhereTwo) {

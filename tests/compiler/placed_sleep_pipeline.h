@@ -3,15 +3,21 @@
 
 // A sleeping pipeline whose stages are placed by the test (several on one device, as interleaved
 // and V-shaped schedules place them), for the schedule tests: stage k multiplies its input by its
-// weight and sleeps; what each pass costs is known, and sleeps use no core.
+// weight and sleeps; what each pass costs is known, and sleeps use no core. And the stash such a
+// pipeline holds per device in a run.
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/job_builder.h"
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
+#include "runtime/event_record.h"
+#include "testing/pipeline_analysis.h"
 
 namespace loom::compiler::testing {
 
@@ -70,6 +76,39 @@ inline job::Job PlacedSleepPipelineJob(const PlacedSleepPipeline& pipeline) {
   job.set_pipeline_schedule(pipeline.schedule);
   job.set_num_steps(1);
   return job;
+}
+
+// The task of stage k's matmul weight gradient (x^T dy: stage 0's input has no gradient, so its
+// only matmul gradient is this one), which reads the stage's stashed input last.
+inline std::string MatmulWeightGradientTask(int k) {
+  return absl::StrCat("grad/mm", k, k == 0 ? "/matmul@0" : "/matmul_1@0");
+}
+
+// Per device (by index, 0 .. num_devices - 1), the most micro-batches whose matmul input was
+// stashed at once over the device's stages, in a run of a sleeping pipeline of `num_stages` stages
+// whose stage k multiplies by op "mm<k>" on one device: from the start of "mm<k>@0"'s act to the
+// end of its weight gradient's. This is the stash the schedules' slots bound.
+inline std::vector<int64_t> PeakStashedPerDevice(const plan::Plan& plan,
+                                                 const std::vector<ActEvent>& events,
+                                                 int num_stages, int num_devices) {
+  std::vector<int> change_of_task(plan.tasks_size(), 0);  // +1, -1 or 0, by task index
+  for (int k = 0; k < num_stages; ++k) {
+    for (int i = 0; i < plan.tasks_size(); ++i) {
+      if (plan.tasks(i).name() == absl::StrCat("mm", k, "@0")) change_of_task[i] = +1;
+      if (plan.tasks(i).name() == MatmulWeightGradientTask(k)) change_of_task[i] = -1;
+    }
+  }
+  std::vector<std::vector<std::pair<int64_t, int>>> changes(num_devices);
+  for (const ActEvent& event : events) {
+    const int change = change_of_task[event.task_index];
+    if (change == 0) continue;
+    const int device = plan.tasks(static_cast<int>(event.task_index)).stream().device().index();
+    changes[device].emplace_back(change > 0 ? event.start_nanoseconds : event.end_nanoseconds,
+                                 change);
+  }
+  std::vector<int64_t> peaks;
+  for (auto& device_changes : changes) peaks.push_back(PeakHeld(std::move(device_changes)));
+  return peaks;
 }
 
 }  // namespace loom::compiler::testing

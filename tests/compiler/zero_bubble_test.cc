@@ -16,6 +16,7 @@
 #include "testing/pipeline_analysis.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/gpt_layouts.h"
+#include "tests/compiler/placed_sleep_pipeline.h"
 #include "tests/compiler/run_util.h"
 
 namespace loom::compiler::testing {
@@ -154,20 +155,12 @@ job::Job SleepPipeline(job::PipelineSchedule schedule, int forward_us, int input
   return ParseJob(text);
 }
 
-const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name) {
-  for (const plan::Task& task : plan.tasks()) {
-    if (task.name() == name) return &task;
-  }
-  return nullptr;
-}
-
 TEST(ZeroBubbleTest, PrioritiesSlotsAndLookahead) {
   absl::StatusOr<CompileResult> compiled =
       CompileOn(SleepPipeline(job::ZERO_BUBBLE, 0, 0, 0), kStages);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const plan::Plan& plan = compiled->plan;
-  std::map<std::string, int> slots;
-  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  const std::map<std::string, int> slots = SlotsOf(plan);
   for (int s = 0; s < kStages; ++s) {
     SCOPED_TRACE(absl::StrCat("stage ", s));
     const plan::Task* forward = TaskNamed(plan, absl::StrCat("mm", s, "@0"));
@@ -175,8 +168,7 @@ TEST(ZeroBubbleTest, PrioritiesSlotsAndLookahead) {
     // data and has none) and of its weight (W; the weight's sleep copy depends on no data).
     const plan::Task* input_gradient =
         s == 0 ? nullptr : TaskNamed(plan, absl::StrCat("grad/mm", s, "/matmul@0"));
-    const plan::Task* weight_gradient =
-        TaskNamed(plan, absl::StrCat("grad/mm", s, s == 0 ? "/matmul@0" : "/matmul_1@0"));
+    const plan::Task* weight_gradient = TaskNamed(plan, MatmulWeightGradientTask(s));
     const plan::Task* sleep_b = TaskNamed(plan, absl::StrCat("grad/slow", s, "/sleep@0"));
     const plan::Task* sleep_w = TaskNamed(plan, absl::StrCat("grad/weight", s, "/sleep@0"));
     ASSERT_NE(forward, nullptr);
@@ -219,32 +211,6 @@ TEST(ZeroBubbleTest, PrioritiesSlotsAndLookahead) {
   EXPECT_TRUE(weight_gradient->input_lookahead().empty());
 }
 
-// Per stage, the most micro-batches whose matmul input was stashed at once: from the start of
-// the forward matmul's act to the end of the act of the weight gradient reading it.
-std::vector<int> PeakStashed(const plan::Plan& plan, const std::vector<ActEvent>& events) {
-  std::vector<std::vector<std::pair<int64_t, int>>> changes(kStages);
-  for (const ActEvent& event : events) {
-    const plan::Task& task = plan.tasks(static_cast<int>(event.task_index));
-    const int stage = task.stream().device().index();
-    if (task.name() == absl::StrCat("mm", stage, "@0")) {
-      changes[stage].emplace_back(event.start_nanoseconds, +1);
-    } else if (task.name() ==
-               absl::StrCat("grad/mm", stage, stage == 0 ? "/matmul@0" : "/matmul_1@0")) {
-      changes[stage].emplace_back(event.end_nanoseconds, -1);
-    }
-  }
-  std::vector<int> peaks(kStages, 0);
-  for (int s = 0; s < kStages; ++s) {
-    std::sort(changes[s].begin(), changes[s].end());
-    int held = 0;
-    for (const auto& [time, change] : changes[s]) {
-      held += change;
-      peaks[s] = std::max(peaks[s], held);
-    }
-  }
-  return peaks;
-}
-
 // The act of `task` on `piece` in `events`.
 const ActEvent* ActOf(const plan::Plan& plan, const std::vector<ActEvent>& events,
                       const std::string& task, int64_t piece) {
@@ -269,7 +235,8 @@ TEST(ZeroBubbleTest, WeightGradientsFillTheBubbles) {
   const std::vector<StageSchedule> stages =
       AnalyzePipeline(events, PipelineRolesByDevice(compiled->plan), kStages);
   ASSERT_EQ(stages.size(), static_cast<size_t>(kStages));
-  const std::vector<int> stashed = PeakStashed(compiled->plan, events);
+  const std::vector<int64_t> stashed =
+      PeakStashedPerDevice(compiled->plan, events, kStages, kStages);
   for (int s = 0; s < kStages; ++s) {
     SCOPED_TRACE(absl::StrCat("stage ", s, ": ", stages[s].order));
     // The credits bound what is stashed for W; the first stage, whose forwards wait for nothing
@@ -277,8 +244,7 @@ TEST(ZeroBubbleTest, WeightGradientsFillTheBubbles) {
     EXPECT_LE(stashed[s], kStages + 1);
     EXPECT_EQ(stages[s].order.size(), 3u * kMicroBatches);
     // W of micro-batch j starts after B of j + s (or of the step's last) ended.
-    const std::string weight_gradient =
-        absl::StrCat("grad/mm", s, s == 0 ? "/matmul@0" : "/matmul_1@0");
+    const std::string weight_gradient = MatmulWeightGradientTask(s);
     for (int j = 0; j < kMicroBatches; ++j) {
       const ActEvent* w = ActOf(compiled->plan, events, weight_gradient, j);
       const ActEvent* b = ActOf(compiled->plan, events, absl::StrCat("grad/slow", s, "/sleep@0"),
@@ -300,13 +266,11 @@ TEST(ZeroBubbleH2Test, SlotsAndPriorities) {
       CompileOn(SleepPipeline(job::ZERO_BUBBLE_H2, 0, 0, 0), kStages);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const plan::Plan& plan = compiled->plan;
-  std::map<std::string, int> slots;
-  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  const std::map<std::string, int> slots = SlotsOf(plan);
   for (int s = 0; s < kStages; ++s) {
     SCOPED_TRACE(absl::StrCat("stage ", s));
     const plan::Task* forward = TaskNamed(plan, absl::StrCat("mm", s, "@0"));
-    const plan::Task* weight_gradient =
-        TaskNamed(plan, absl::StrCat("grad/mm", s, s == 0 ? "/matmul@0" : "/matmul_1@0"));
+    const plan::Task* weight_gradient = TaskNamed(plan, MatmulWeightGradientTask(s));
     ASSERT_NE(forward, nullptr);
     ASSERT_NE(weight_gradient, nullptr);
     EXPECT_EQ(forward->priority(), 0);
@@ -333,7 +297,8 @@ TEST(ZeroBubbleH2Test, StashesStayWithinTheirSlots) {
   ASSERT_TRUE(RegisterCpuKernels(&kernels).ok());
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
   ASSERT_TRUE(run.ok()) << run.status();
-  const std::vector<int> stashed = PeakStashed(compiled->plan, run->runtime->events());
+  const std::vector<int64_t> stashed =
+      PeakStashedPerDevice(compiled->plan, run->runtime->events(), kStages, kStages);
   for (int s = 0; s < kStages; ++s) EXPECT_LE(stashed[s], 2 * kStages - 1) << "stage " << s;
   // The first stage, whose forwards wait for nothing, runs more than 1F1B's p ahead.
   EXPECT_GT(stashed[0], kStages);

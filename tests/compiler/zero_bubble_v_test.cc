@@ -46,24 +46,11 @@ job::Job VPipeline(int forward_us, int backward_us, int weight_us) {
   return PlacedSleepPipelineJob(pipeline);
 }
 
-const plan::Task* TaskNamed(const plan::Plan& plan, const std::string& name) {
-  for (const plan::Task& task : plan.tasks()) {
-    if (task.name() == name) return &task;
-  }
-  return nullptr;
-}
-
-// The weight gradient of stage k's matmul (x^T dy), which reads the stage's stashed input last.
-std::string MatmulWeightGradient(int k) {
-  return absl::StrCat("grad/mm", k, k == 0 ? "/matmul@0" : "/matmul_1@0");
-}
-
 TEST(ZeroBubbleVTest, StagesGoVShapedWithPSlotsAndPriorities) {
   absl::StatusOr<CompileResult> compiled = CompileOn(VPipeline(0, 0, 1), kGroups);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   const plan::Plan& plan = compiled->plan;
-  std::map<std::string, int> slots;
-  for (const plan::RegisterDesc& reg : plan.registers()) slots[reg.name()] = reg.num_slots();
+  const std::map<std::string, int> slots = SlotsOf(plan);
   for (int k = 0; k < kStages; ++k) {
     SCOPED_TRACE(absl::StrCat("stage ", k));
     const int round = k / kGroups;
@@ -71,7 +58,7 @@ TEST(ZeroBubbleVTest, StagesGoVShapedWithPSlotsAndPriorities) {
     const plan::Task* input_gradient = TaskNamed(plan, absl::StrCat("grad/slow", k, "/sleep@0"));
     // The weight's gradient (through its sleep: W), deferred.
     const plan::Task* weight_gradient = TaskNamed(plan, absl::StrCat("grad/weight", k, "/sleep@0"));
-    const plan::Task* matmul_weight_gradient = TaskNamed(plan, MatmulWeightGradient(k));
+    const plan::Task* matmul_weight_gradient = TaskNamed(plan, MatmulWeightGradientTask(k));
     ASSERT_NE(forward, nullptr);
     ASSERT_NE(input_gradient, nullptr);
     ASSERT_NE(weight_gradient, nullptr);
@@ -89,32 +76,6 @@ TEST(ZeroBubbleVTest, StagesGoVShapedWithPSlotsAndPriorities) {
   }
 }
 
-// Per device, the most micro-batches whose matmul input was stashed at once over its two stages:
-// from the start of the forward matmul's act to the end of the weight gradient's reading it.
-std::vector<int> PeakStashed(const plan::Plan& plan, const std::vector<ActEvent>& events) {
-  std::vector<std::vector<std::pair<int64_t, int>>> changes(kGroups);
-  for (const ActEvent& event : events) {
-    const plan::Task& task = plan.tasks(static_cast<int>(event.task_index));
-    for (int k = 0; k < kStages; ++k) {
-      if (task.name() == absl::StrCat("mm", k, "@0")) {
-        changes[GroupOf(k)].emplace_back(event.start_nanoseconds, +1);
-      } else if (task.name() == MatmulWeightGradient(k)) {
-        changes[GroupOf(k)].emplace_back(event.end_nanoseconds, -1);
-      }
-    }
-  }
-  std::vector<int> peaks(kGroups, 0);
-  for (int group = 0; group < kGroups; ++group) {
-    std::sort(changes[group].begin(), changes[group].end());
-    int held = 0;
-    for (const auto& [time, change] : changes[group]) {
-      held += change;
-      peaks[group] = std::max(peaks[group], held);
-    }
-  }
-  return peaks;
-}
-
 TEST(ZeroBubbleVTest, NoDeviceHoldsMoreThanPMicroBatchesOfItsTwoStages) {
   // F, B and W of 2 ms a stage (half a device's share each).
   absl::StatusOr<CompileResult> compiled = CompileOn(VPipeline(2000, 2000, 2000), kGroups);
@@ -126,7 +87,8 @@ TEST(ZeroBubbleVTest, NoDeviceHoldsMoreThanPMicroBatchesOfItsTwoStages) {
   const std::vector<StageSchedule> devices = AnalyzePipeline(
       run->runtime->events(), PipelineRolesByDevice(compiled->plan, job::ZERO_BUBBLE_V), kGroups);
   ASSERT_EQ(devices.size(), static_cast<size_t>(kGroups));
-  const std::vector<int> stashed = PeakStashed(compiled->plan, run->runtime->events());
+  const std::vector<int64_t> stashed =
+      PeakStashedPerDevice(compiled->plan, run->runtime->events(), kStages, kGroups);
   for (int group = 0; group < kGroups; ++group) {
     SCOPED_TRACE(absl::StrCat("device ", group, ": ", devices[group].order));
     // F, B and W of each of the device's two stages for every micro-batch.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/job_builder.h"
+#include "core/checked_arithmetic.h"
 #include "core/data_type.h"
 #include "core/learning_rate_schedule.h"
 #include "core/safetensors.h"
@@ -357,6 +359,19 @@ absl::Status ValidateGptConfig(const GptConfig& config) {
   for (const auto& [name, value] : positive) {
     if (value < 1) return ConfigError(absl::StrCat(name, " must be >= 1, got ", value));
   }
+  // The stage and device counts are products of numbers the user chose.
+  if (!CheckedMultiply(config.pipeline_stages, GptStagesPerGroup(config)).has_value()) {
+    return ConfigError(absl::StrCat("pipeline stages ", config.pipeline_stages, " x ",
+                                    GptStagesPerGroup(config), " per device group overflow int64"));
+  }
+  const std::optional<int64_t> stage_devices =
+      CheckedMultiply(config.data_parallel, config.tensor_parallel);
+  if (!stage_devices.has_value() ||
+      !CheckedMultiply(*stage_devices, config.pipeline_stages).has_value()) {
+    return ConfigError(absl::StrCat(
+        "devices pipeline_stages x data_parallel x tensor_parallel = ", config.pipeline_stages,
+        " x ", config.data_parallel, " x ", config.tensor_parallel, " overflow int64"));
+  }
   if (config.width % config.heads != 0) {
     return ConfigError(absl::StrCat("width ", config.width, " is not divisible by heads ",
                                     config.heads, "; choose heads dividing the width"));
@@ -526,9 +541,12 @@ bool IsMoeLayer(const GptConfig& config, int64_t layer) {
                                          layer) != config.moe_layers.end();
 }
 
+int64_t GptStagesPerGroup(const GptConfig& config) {
+  return config.schedule == job::ZERO_BUBBLE_V ? 2 : config.virtual_stages;
+}
+
 int64_t GptStageCount(const GptConfig& config) {
-  return config.pipeline_stages *
-         (config.schedule == job::ZERO_BUBBLE_V ? 2 : config.virtual_stages);
+  return config.pipeline_stages * GptStagesPerGroup(config);
 }
 
 int64_t GptGroupOfStage(const GptConfig& config, int64_t stage) {

@@ -146,7 +146,9 @@ absl::Status ValidateGptConfig(const GptConfig& config);
 // Whether block `layer` has an MoE MLP.
 bool IsMoeLayer(const GptConfig& config, int64_t layer);
 
-// The job's pipeline stages: pipeline_stages * virtual_stages (ZB-V: * 2).
+// The stages on each group of devices: virtual_stages (ZB-V: 2); and the job's pipeline stages,
+// pipeline_stages times that (for a valid config, whose validation checks the product).
+int64_t GptStagesPerGroup(const GptConfig& config);
 int64_t GptStageCount(const GptConfig& config);
 // The group of devices (0 .. pipeline_stages - 1) that holds stage `stage`: round-robin, or
 // V-shaped under ZB-V (stage k >= p on group 2p - 1 - k).

@@ -8,6 +8,8 @@ import numbers
 
 from loom.job import PIPELINE_SCHEDULES
 
+INT64_MAX = 2**63 - 1
+
 # Job.optimizer.learning_rate_schedule's decays by their loom-gpt names (--lr-decay).
 LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
                         "cosine": "DECAY_COSINE"}
@@ -128,7 +130,12 @@ class GptConfig:
     @property
     def stage_count(self):
         """The pipeline stages: pp * virtual_stages (ZB-V: pp * 2)."""
-        return self.pp * (2 if self.schedule == "zb-v" else self.virtual_stages)
+        return self.pp * self.stages_per_group
+
+    @property
+    def stages_per_group(self):
+        """The stages on each group of devices: virtual_stages (ZB-V: 2)."""
+        return 2 if self.schedule == "zb-v" else self.virtual_stages
 
     def group_of_stage(self, stage):
         """The device group holding STAGE: round-robin, or V-shaped under zb-v."""
@@ -167,6 +174,13 @@ class GptConfig:
                 raise error(f"{name} must be an integer, got {value!r}")
             if value < 1:
                 raise error(f"{name} must be >= 1, got {value}")
+        # The stage and device counts are products of numbers the user chose; loom-gpt's are int64.
+        if self.pp * self.stages_per_group > INT64_MAX:
+            raise error(f"pipeline stages {self.pp} x {self.stages_per_group} per device group "
+                        "overflow int64")
+        if self.pp * self.dp * self.tp > INT64_MAX:
+            raise error("devices pipeline_stages x data_parallel x tensor_parallel = "
+                        f"{self.pp} x {self.dp} x {self.tp} overflow int64")
         if self.width % self.heads:
             raise error(f"width {self.width} is not divisible by heads {self.heads}; choose "
                         "heads dividing the width")

@@ -218,6 +218,21 @@ TEST(GptJobTest, RejectsBadConfigs) {
          c.schedule = job::INTERLEAVED;
        },
        "layers 4 < pipeline stages 6"},
+      {"stages overflowing",
+       [](GptConfig& c) {
+         c.pipeline_stages = int64_t{1} << 62;
+         c.virtual_stages = 4;
+         c.schedule = job::INTERLEAVED;
+       },
+       "pipeline stages 4611686018427387904 x 4 per device group overflow int64"},
+      {"devices overflowing",
+       [](GptConfig& c) {
+         c.pipeline_stages = int64_t{1} << 40;
+         c.data_parallel = int64_t{1} << 20;
+         c.tensor_parallel = 8;
+       },
+       "devices pipeline_stages x data_parallel x tensor_parallel = 1099511627776 x 1048576 x 8 "
+       "overflow int64"},
       {"virtual stages without interleaving", [](GptConfig& c) { c.virtual_stages = 2; },
        "virtual_stages 2 needs the interleaved schedule"},
       {"interleaving without virtual stages",
