@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/act_order.h"
+#include "compiler/activation_offload.h"
 #include "compiler/autodiff.h"
 #include "compiler/boxing.h"
 #include "compiler/evaluation_branch.h"
@@ -22,6 +24,7 @@
 #include "compiler/sbp_inference.h"
 #include "compiler/step_proof.h"
 #include "compiler/zero_sharding.h"
+#include "core/device_key.h"
 #include "core/device_name.h"
 #include "core/file_contents.h"
 #include "core/format_bytes.h"
@@ -31,8 +34,41 @@
 
 namespace loom::compiler {
 
-absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& registry,
-                                       const DeviceSet& devices, const CompileOptions& options) {
+namespace {
+
+// Job.offload_activations and Op.offload: known values, and only in a training job.
+absl::Status CheckOffloadSettings(const job::Job& job) {
+  if (!job::OffloadActivations_IsValid(job.offload_activations())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offload_activations is ", job.offload_activations(),
+                     ", not one of OFFLOAD_NONE, OFFLOAD_ALL and OFFLOAD_OVER_BUDGET"));
+  }
+  for (const job::Op& op : job.ops()) {
+    if (!job::OpOffload_IsValid(op.offload())) {
+      return absl::InvalidArgumentError(absl::StrCat("op '", op.name(), "' sets offload to ",
+                                                     op.offload(), ", which is no OpOffload"));
+    }
+  }
+  if (job.loss().empty()) {
+    const bool asked = job.offload_activations() != job::OFFLOAD_NONE ||
+                       std::any_of(job.ops().begin(), job.ops().end(), [](const job::Op& op) {
+                         return op.offload() == job::OP_OFFLOAD_ALWAYS;
+                       });
+    if (asked) {
+      return absl::InvalidArgumentError(
+          "activations are offloaded (offload_activations or Op.offload), but the job has no "
+          "loss to train: only what a backward reads is offloaded");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// LowerJob, offloading also the stashes that the backward ops named in `offload_readers` read
+// (OFFLOAD_OVER_BUDGET's choice; null: none).
+absl::StatusOr<CompileResult> LowerJobOffloading(
+    const job::Job& job, const OpRegistry& registry, const DeviceSet& devices,
+    const CompileOptions& options, const absl::flat_hash_set<std::string>* offload_readers) {
+  if (absl::Status status = CheckOffloadSettings(job); !status.ok()) return status;
   CompileResult result;
   const job::Job* compiled = &job;
   absl::StatusOr<std::optional<job::Job>> evaluated = AddEvaluationBranch(job);
@@ -55,6 +91,11 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
       training = AddGradientClipping(*training, job.max_grad_norm());
       if (!training.ok()) return training.status();
     }
+    *training = OffloadActivations(*training, [&](const job::Op& producer, const job::Op& reader) {
+      if (producer.offload() == job::OP_OFFLOAD_NEVER) return false;
+      return OffloadedBySettings(job, producer) ||
+             (offload_readers != nullptr && offload_readers->contains(reader.name()));
+    });
     result.transformed_job = std::make_unique<job::Job>(std::move(*training));
     compiled = result.transformed_job.get();
   } else if (job.max_grad_norm() != 0) {
@@ -84,12 +125,13 @@ absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& re
   return result;
 }
 
-namespace {
-
 // Compile's passes but the memory check.
-absl::StatusOr<CompileResult> PlanJob(const job::Job& job, const OpRegistry& registry,
-                                      const DeviceSet& devices, const CompileOptions& options) {
-  absl::StatusOr<CompileResult> lowered = LowerJob(job, registry, devices, options);
+absl::StatusOr<CompileResult> PlanJob(
+    const job::Job& job, const OpRegistry& registry, const DeviceSet& devices,
+    const CompileOptions& options,
+    const absl::flat_hash_set<std::string>* offload_readers = nullptr) {
+  absl::StatusOr<CompileResult> lowered =
+      LowerJobOffloading(job, registry, devices, options, offload_readers);
   if (!lowered.ok()) return lowered.status();
   CompileResult& result = *lowered;
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
@@ -104,6 +146,15 @@ absl::StatusOr<CompileResult> PlanJob(const job::Job& job, const OpRegistry& reg
   return lowered;
 }
 
+}  // namespace
+
+absl::StatusOr<CompileResult> LowerJob(const job::Job& job, const OpRegistry& registry,
+                                       const DeviceSet& devices, const CompileOptions& options) {
+  return LowerJobOffloading(job, registry, devices, options, nullptr);
+}
+
+namespace {
+
 // The most any device of `plans` needs.
 int64_t LargestDeviceEstimate(absl::Span<const plan::Plan> plans, int threads) {
   int64_t most = 0;
@@ -114,40 +165,63 @@ int64_t LargestDeviceEstimate(absl::Span<const plan::Plan> plans, int threads) {
 }
 
 // For a training job refused for memory (its devices needing up to `needed` bytes): the options
-// of ZeRO and recomputation it does not use yet, cheapest first (ZeRO stage 2 adds no compute;
-// SELECTIVE recomputes elementwise ops, FULL whole blocks), each compiled, up to the first that
-// fits; those that would not shrink the job are left out. "" when nothing applies.
+// of ZeRO, recomputation and activation offload it does not use yet, cheapest first (ZeRO stage
+// 2 adds no compute; SELECTIVE recomputes elementwise ops, FULL whole blocks; offload moves every
+// stash over the host's memory bus and is tried last: alone, with FULL, with FULL and ZeRO-3),
+// each compiled, up to the first that fits; those that would not shrink the job are left out. ""
+// when nothing applies.
 std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& registry,
                          const DeviceSet& devices, const CompileOptions& options) {
   if (job.loss().empty()) return "";
   const bool has_blocks = std::any_of(job.ops().begin(), job.ops().end(),
                                       [](const job::Op& op) { return !op.block().empty(); });
+  struct Candidate {
+    int zero_stage;
+    job::Recompute recompute;
+    job::OffloadActivations offload;
+    bool operator==(const Candidate&) const = default;
+  };
   // By recomputation's cost, then ZeRO's: stage 2 adds no communication, 3 a gather per use.
-  std::vector<std::pair<int, job::Recompute>> candidates;
+  std::vector<Candidate> candidates;
+  auto add = [&](Candidate candidate) {
+    if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end()) {
+      candidates.push_back(candidate);
+    }
+  };
   for (job::Recompute recompute :
        {job.recompute(), job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
     for (int zero_stage : {job.zero_stage(), std::max(job.zero_stage(), 2), 3}) {
-      const std::pair<int, job::Recompute> candidate{zero_stage, recompute};
-      if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end()) {
-        candidates.push_back(candidate);
-      }
+      add({zero_stage, recompute, job.offload_activations()});
     }
+  }
+  if (job.offload_activations() != job::OFFLOAD_ALL) {
+    const job::Recompute most_recompute =
+        has_blocks ? std::max(job.recompute(), job::RECOMPUTE_FULL) : job.recompute();
+    add({job.zero_stage(), job.recompute(), job::OFFLOAD_ALL});
+    add({job.zero_stage(), most_recompute, job::OFFLOAD_ALL});
+    add({3, most_recompute, job::OFFLOAD_ALL});
   }
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   std::vector<std::string> tried;
-  // What each recompute setting needs without more ZeRO: ZeRO is offered only where it gains.
-  std::map<job::Recompute, int64_t> without_zero = {{job.recompute(), needed}};
-  for (const auto& [zero_stage, recompute] : candidates) {
-    if (zero_stage == job.zero_stage() && recompute == job.recompute()) continue;
+  // What each recompute and offload setting needs without more ZeRO: ZeRO is offered only where
+  // it gains.
+  std::map<std::pair<job::Recompute, job::OffloadActivations>, int64_t> without_zero = {
+      {{job.recompute(), job.offload_activations()}, needed}};
+  for (const Candidate& candidate : candidates) {
+    const auto [zero_stage, recompute, offload] = candidate;
+    if (candidate == Candidate{job.zero_stage(), job.recompute(), job.offload_activations()}) {
+      continue;
+    }
     if (recompute < job.recompute() || (recompute != job.recompute() && !has_blocks)) continue;
     job::Job alternative = job;
     alternative.set_zero_stage(zero_stage);
     alternative.set_recompute(recompute);
+    alternative.set_offload_activations(offload);
     absl::StatusOr<CompileResult> planned = PlanJob(alternative, registry, devices, options);
     if (!planned.ok()) continue;
     const int64_t most = LargestDeviceEstimate(planned->node_plans, threads);
-    if (zero_stage == job.zero_stage()) without_zero[recompute] = most;
-    auto baseline = without_zero.find(recompute);
+    if (zero_stage == job.zero_stage()) without_zero[{recompute, offload}] = most;
+    auto baseline = without_zero.find({recompute, offload});
     if (most >= needed || (zero_stage != job.zero_stage() && baseline != without_zero.end() &&
                            most >= baseline->second)) {
       continue;
@@ -158,16 +232,50 @@ std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& 
     if (recompute != job.recompute()) {
       settings.push_back(absl::StrCat("recompute: ", job::Recompute_Name(recompute)));
     }
+    if (offload != job.offload_activations()) {
+      settings.push_back(
+          absl::StrCat("offload_activations: ", job::OffloadActivations_Name(offload)));
+    }
     const std::string name = absl::StrJoin(settings, " and ");
+    int64_t host = 0;
+    for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned->node_plans, threads)) {
+      host = std::max(host, estimate.host_bytes);
+    }
+    const std::string host_text =
+        host > 0 ? absl::StrCat(" and up to ", FormatBytes(host), " of host memory per device")
+                 : "";
     if (CheckMemory(planned->node_plans, threads).ok()) {
       return absl::StrCat(" It fits with ", name, " (at most ", FormatBytes(most), " per device",
-                          tried.empty() ? "" : "; ", absl::StrJoin(tried, "; "), ").");
+                          host_text, tried.empty() ? "" : "; ", absl::StrJoin(tried, "; "), ").");
     }
-    tried.push_back(absl::StrCat(name, " would need up to ", FormatBytes(most), " per device"));
+    tried.push_back(
+        absl::StrCat(name, " would need up to ", FormatBytes(most), " per device", host_text));
   }
   if (tried.empty()) return "";
-  return absl::StrCat(" ZeRO and recomputation do not make it fit: ", absl::StrJoin(tried, "; "),
-                      ".");
+  return absl::StrCat(
+      " ZeRO, recomputation and offload do not make it fit: ", absl::StrJoin(tried, "; "), ".");
+}
+
+// OFFLOAD_OVER_BUDGET: the backward ops (by name) that run on a device of `planned` over its
+// budget, whose stashes the compiler then offloads.
+absl::flat_hash_set<std::string> ReadersOverBudget(const CompileResult& planned, int threads) {
+  absl::flat_hash_set<DeviceKey> over;
+  for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned.node_plans, threads)) {
+    if (estimate.budget_bytes > 0 && estimate.total_bytes() > estimate.budget_bytes) {
+      over.insert(DeviceKey::Of(estimate.device));
+    }
+  }
+  absl::flat_hash_set<std::string> readers;
+  for (const LogicalNode& node : planned.graph.nodes) {
+    if (!node.backward || node.op == nullptr) continue;
+    for (int rank = 0; rank < node.placement.size(); ++rank) {
+      if (over.contains(DeviceKey::Of(node.placement.device(rank)))) {
+        readers.insert(node.name);
+        break;
+      }
+    }
+  }
+  return readers;
 }
 
 }  // namespace
@@ -177,7 +285,17 @@ absl::StatusOr<CompileResult> Compile(const job::Job& job, const OpRegistry& reg
   absl::StatusOr<CompileResult> planned = PlanJob(job, registry, devices, options);
   if (!planned.ok()) return planned.status();
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
-  if (absl::Status status = CheckMemory(planned->node_plans, threads); !status.ok()) {
+  absl::Status status = CheckMemory(planned->node_plans, threads);
+  if (status.code() == absl::StatusCode::kResourceExhausted &&
+      job.offload_activations() == job::OFFLOAD_OVER_BUDGET) {
+    const absl::flat_hash_set<std::string> readers = ReadersOverBudget(*planned, threads);
+    if (!readers.empty()) {
+      planned = PlanJob(job, registry, devices, options, &readers);
+      if (!planned.ok()) return planned.status();
+      status = CheckMemory(planned->node_plans, threads);
+    }
+  }
+  if (!status.ok()) {
     if (status.code() != absl::StatusCode::kResourceExhausted) return status;
     const int64_t needed = LargestDeviceEstimate(planned->node_plans, threads);
     return absl::ResourceExhaustedError(
@@ -246,6 +364,9 @@ std::string Explain(const CompileResult& result) {
         estimate.staging_bytes > 0
             ? absl::StrCat(", ", FormatBytes(estimate.staging_bytes), " of collective staging")
             : "",
+        estimate.host_bytes > 0 ? absl::StrCat(", and ", FormatBytes(estimate.host_bytes),
+                                               " of offloaded activations in host memory")
+                                : "",
         estimate.budget_bytes > 0
             ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
             : "",

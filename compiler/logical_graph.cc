@@ -139,6 +139,14 @@ int64_t DeviceSet::MemoryBudget(size_t position) const {
   return position < memory_budget_bytes.size() ? memory_budget_bytes[position] : 0;
 }
 
+int64_t DeviceSet::HostMemoryBudget() const {
+  int64_t least = 0;
+  for (int64_t budget : host_memory_budget_bytes) {
+    if (budget > 0 && (least == 0 || budget < least)) least = budget;
+  }
+  return least;
+}
+
 std::string DeviceSet::ToString() const {
   std::vector<std::string> names;
   for (const plan::Device& device : devices) names.push_back(DeviceName(device));
@@ -170,9 +178,13 @@ absl::StatusOr<LogicalGraph> BuildLogicalGraph(const job::Job& job, const OpRegi
   graph.register_slots = job.register_slots() > 0 ? job.register_slots() : 2;
   graph.register_slots_given = job.register_slots() > 0;
   graph.device_memory_budget_bytes = job.device_memory_budget_bytes();
+  graph.host_memory_budget_bytes = job.host_memory_budget_bytes();
   graph.gradient_bucket_bytes =
       job.gradient_bucket_bytes() == 0 ? int64_t{25} << 20 : job.gradient_bucket_bytes();
   if (job.register_slots() < 0) return Invalid("register_slots must not be negative");
+  if (job.host_memory_budget_bytes() < 0) {
+    return Invalid("host_memory_budget_bytes must not be negative");
+  }
   if (job.num_micro_batches() < 0) return Invalid("num_micro_batches must not be negative");
   graph.num_micro_batches = std::max(job.num_micro_batches(), 1);
   graph.pipeline_schedule = job.pipeline_schedule();

@@ -93,6 +93,8 @@ struct LogicalGraph {
   int32_t register_slots = 2;
   bool register_slots_given = false;
   int64_t device_memory_budget_bytes = 0;
+  // Job.host_memory_budget_bytes (0: none).
+  int64_t host_memory_budget_bytes = 0;
   // Job.gradient_bucket_bytes with its default applied (<= 0: no buckets).
   int64_t gradient_bucket_bytes = 0;
   // Set when the job trains.
@@ -124,6 +126,11 @@ struct DeviceSet {
   std::vector<int64_t> memory_budget_bytes;
   // The budget of devices[position]: memory_budget_bytes[position] if there is one, else 0.
   int64_t MemoryBudget(size_t position) const;
+  // Each node's budget for host memory (a cluster node's --host-memory-budget), by node index;
+  // 0 or missing: none.
+  std::vector<int64_t> host_memory_budget_bytes;
+  // The least of the nodes' host memory budgets that are set; 0 when none is.
+  int64_t HostMemoryBudget() const;
   // "cpu:0..3 on 1 node".
   std::string ToString() const;
   // N CPU devices spread evenly over K nodes (node k gets devices k*N/K...); each node numbers

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/activation_offload.h"
 #include "compiler/graph_lowering.h"
 #include "compiler/slot_assignment.h"
 #include "compiler/source_kernels.h"
@@ -56,6 +57,8 @@ absl::StatusOr<plan::Plan> GraphLowering::Run() {
     desc->set_memory_budget_bytes(
         TighterBudget(graph_.device_memory_budget_bytes, devices_.MemoryBudget(position)));
   }
+  plan_.set_host_memory_budget_bytes(
+      TighterBudget(graph_.host_memory_budget_bytes, devices_.HostMemoryBudget()));
   local_registers_.resize(graph_.tensors.size());
   for (const LogicalNode& node : graph_.nodes) {
     absl::Status status;
@@ -308,6 +311,8 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
       context.local_outputs.push_back(TensorType{local, tensor.type.data_type});
       std::string reg =
           AddRegister(absl::StrCat(tensor.name, "@", rank), local, tensor.type.data_type);
+      if (node.op_type == kOffloadOpType)
+        plan_.mutable_registers()->rbegin()->set_host_memory(true);
       task->add_outputs(reg);
       local_registers_[output].push_back(reg);
     }

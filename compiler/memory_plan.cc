@@ -127,6 +127,16 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
     auto found = facts.find(reg.name());
     if (found == facts.end() || found->second.device < 0) continue;
     DeviceHoldings& device = holdings[found->second.device];
+    if (reg.host_memory()) {
+      plan::Device host;
+      host.set_node(device.estimate.device.node());
+      host.set_type(plan::CPU);
+      const int64_t bytes =
+          SaturatedMultiply(BufferBytes(SlotBytes(reg), host), std::max(reg.num_slots(), 0));
+      device.estimate.host_bytes = SaturatedAdd(device.estimate.host_bytes, bytes);
+      device.estimate.parts.offloaded = SaturatedAdd(device.estimate.parts.offloaded, bytes);
+      continue;
+    }
     const int64_t bytes = SaturatedMultiply(BufferBytes(SlotBytes(reg), device.estimate.device),
                                             std::max(reg.num_slots(), 0));
     device.estimate.unshared_register_bytes =
@@ -335,6 +345,10 @@ std::string DescribeMemoryParts(const MemoryParts& parts) {
     described.push_back(absl::StrCat("memory pools ", FormatBytes(parts.pools), " (holding ",
                                      absl::StrJoin(apart, ", "), " apart)"));
   }
+  if (parts.offloaded > 0) {
+    described.push_back(
+        absl::StrCat("activations offloaded to host memory ", FormatBytes(parts.offloaded)));
+  }
   return described.empty() ? "nothing" : absl::StrJoin(described, ", ");
 }
 
@@ -347,8 +361,46 @@ std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> no
   return estimates;
 }
 
+namespace {
+
+// The check of the nodes' host memory (offloaded activations) against their plans' budgets.
+absl::Status CheckHostMemory(absl::Span<const plan::Plan> node_plans,
+                             const std::vector<DeviceHoldings>& all) {
+  absl::flat_hash_map<int, int64_t> budget_of_node;
+  for (const plan::Plan& plan : node_plans) {
+    budget_of_node[plan.node()] = plan.host_memory_budget_bytes();
+  }
+  std::map<int, std::pair<int64_t, std::vector<std::pair<int64_t, std::string>>>> used_by_node;
+  for (const DeviceHoldings& holdings : all) {
+    if (holdings.estimate.host_bytes == 0) continue;
+    auto& [bytes, devices] = used_by_node[holdings.estimate.device.node()];
+    bytes = SaturatedAdd(bytes, holdings.estimate.host_bytes);
+    devices.emplace_back(holdings.estimate.host_bytes, DeviceName(holdings.estimate.device));
+  }
+  for (const auto& [node, used] : used_by_node) {
+    const int64_t budget = budget_of_node.contains(node) ? budget_of_node.at(node)
+                           : node_plans.empty()          ? 0
+                                                         : node_plans[0].host_memory_budget_bytes();
+    const bool beyond_any = used.first > kMaxDeviceMemoryBytes;
+    if (!beyond_any && (budget <= 0 || used.first <= budget)) continue;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "node ", node, "'s host memory needs ", FormatBytes(used.first),
+        " for offloaded activations (most: ", Largest(used.second, 3), ") but ",
+        beyond_any ? "no node may be asked for more than 2^56 bytes"
+                   : absl::StrCat("its budget is ", FormatBytes(budget),
+                                  " (the least of the nodes' --host-memory-budget and the job's "
+                                  "host_memory_budget_bytes)"),
+        ". Offload fewer activations (Op.offload: OP_OFFLOAD_NEVER), recompute them, or raise "
+        "the budget."));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads) {
   const std::vector<DeviceHoldings> all = Holdings(node_plans, threads);
+  if (absl::Status status = CheckHostMemory(node_plans, all); !status.ok()) return status;
   for (size_t device = 0; device < all.size(); ++device) {
     const DeviceMemoryEstimate& estimate = all[device].estimate;
     const bool beyond_any_device = estimate.total_bytes() > kMaxDeviceMemoryBytes;

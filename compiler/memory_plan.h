@@ -41,6 +41,9 @@ struct MemoryParts {
   int64_t pooled_gradients = 0;      // what the pools' gradients would take apart
   int64_t pooled_communication = 0;  // what the pools' communication registers would take apart
   int64_t pooled_activations = 0;    // what the pools' other registers would take apart
+  // Activations offloaded to host memory (RegisterDesc.host_memory): the node's, not the
+  // device's, and not in DeviceMemoryEstimate::total_bytes.
+  int64_t offloaded = 0;
 };
 
 // "parameters 129.2 MiB, gradients ..., ...": the non-zero parts of `parts`.
@@ -59,6 +62,9 @@ struct DeviceMemoryEstimate {
   // The staging buffers its ranks of network collectives hold (core/collective_staging.h).
   int64_t staging_bytes = 0;
   int64_t budget_bytes = 0;
+  // What the registers it produces in host memory take there (its node's host account), as the
+  // host allocator lays them out: parts.offloaded.
+  int64_t host_bytes = 0;
 
   // The sum, INT64_MAX when it does not fit (each part saturates likewise).
   int64_t total_bytes() const {
@@ -84,7 +90,9 @@ std::vector<DeviceMemoryEstimate> EstimateMemory(absl::Span<const plan::Plan> no
 
 // Fails with RESOURCE_EXHAUSTED naming the device and what takes the most of it (its largest
 // registers, and its staging with the communicator that holds the most) when a device's estimate
-// exceeds its budget, or kMaxDeviceMemoryBytes whatever its budget.
+// exceeds its budget, or kMaxDeviceMemoryBytes whatever its budget; and naming the node when the
+// host memory its devices' offloaded activations take exceeds Plan.host_memory_budget_bytes
+// (or kMaxDeviceMemoryBytes).
 absl::Status CheckMemory(absl::Span<const plan::Plan> node_plans, int threads = 1);
 
 }  // namespace loom::compiler

@@ -96,6 +96,7 @@ std::vector<plan::Plan> SplitByNode(const plan::Plan& plan, int threads) {
     result[n].set_job_name(plan.job_name());
     result[n].set_node(n);
     result[n].set_num_micro_batches(plan.num_micro_batches());
+    result[n].set_host_memory_budget_bytes(plan.host_memory_budget_bytes());
   }
   for (const plan::DeviceDesc& desc : plan.devices()) {
     *result[desc.device().node()].add_devices() = desc;

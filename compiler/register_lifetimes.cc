@@ -346,7 +346,7 @@ RegisterLifetimes RegisterLifetimes::Analyze(absl::Span<const plan::Plan> node_p
     for (int r = 0; r < static_cast<int>(registers.size()); ++r) {
       const RegisterInfo& info = registers[r];
       if (info.producer < 0 || !info.accesses_known || info.desc->num_slots() != 1 ||
-          !info.desc->pool().empty()) {
+          !info.desc->pool().empty() || info.desc->host_memory()) {
         continue;
       }
       const plan::Task& producer = graph.task(info.producer);

@@ -22,11 +22,11 @@ struct RegisterRef {
   int reg = 0;
 };
 
-// The registers of one stream that may share memory: each has one slot, lives on a CPU device,
-// is written by a task that fills it in its act (COMPUTE, UNPACK, REPEAT, ACCUMULATE,
-// COLLECTIVE) and read only by tasks that return it by the end of their act (those, SINK, and a
-// VARIABLE its gradient), every one of them but collectives on that stream (collectives run on
-// the device's communication streams).
+// The registers of one stream that may share memory: each has one slot, lives on a CPU device
+// (not in host memory, RegisterDesc.host_memory), is written by a task that fills it in its act
+// (COMPUTE, UNPACK, REPEAT, ACCUMULATE, COLLECTIVE) and read only by tasks that return it by the
+// end of their act (those, SINK, and a VARIABLE its gradient), every one of them but collectives
+// on that stream (collectives run on the device's communication streams).
 struct SharingGroup {
   int plan = 0;
   plan::Stream stream;

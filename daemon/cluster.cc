@@ -85,6 +85,10 @@ absl::Status ValidateRegistration(const v1::RegisterNode& node) {
                                                    " devices (at most ", kMaxRegisteredDevices,
                                                    ")"));
   }
+  if (node.host_memory_budget_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " registered a negative host memory budget"));
+  }
   if (node.max_message_bytes() != 0 && node.max_message_bytes() < kMinMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(who, " registered a message limit of ",
                                                    node.max_message_bytes(), " bytes (at least ",
@@ -132,7 +136,8 @@ void Cluster::ForgetExpiredLocked(absl::Time now) {
       continue;
     }
     LOG(INFO) << "node " << node->first << " ('" << node->second.info.name()
-              << "') forgotten: missing for " << absl::FormatDuration(now - node->second.missing_since)
+              << "') forgotten: missing for "
+              << absl::FormatDuration(now - node->second.missing_since)
               << " (--missing-node-expiry " << absl::FormatDuration(options_.missing_node_expiry)
               << ")";
     node = nodes_.erase(node);
@@ -201,6 +206,7 @@ absl::StatusOr<Cluster::Registration> Cluster::Register(const v1::RegisterNode& 
   entry.info.set_state(v1::NODE_STATE_READY);
   entry.info.set_coordinator(false);
   entry.info.set_version(node.version());
+  entry.info.set_host_memory_budget_bytes(node.host_memory_budget_bytes());
   entry.info.clear_devices();
   for (const v1::DeviceInfo& device : node.devices()) {
     v1::DeviceInfo* added = entry.info.add_devices();
@@ -402,6 +408,10 @@ compiler::DeviceSet Cluster::Devices() const {
   std::lock_guard<std::mutex> lock(mutex_);
   compiler::DeviceSet devices;
   for (const auto& [index, node] : nodes_) {
+    if (static_cast<size_t>(index) >= devices.host_memory_budget_bytes.size()) {
+      devices.host_memory_budget_bytes.resize(index + 1, 0);
+    }
+    devices.host_memory_budget_bytes[index] = node.info.host_memory_budget_bytes();
     for (const v1::DeviceInfo& info : node.info.devices()) {
       plan::Device device;
       device.set_node(index);
@@ -426,9 +436,8 @@ absl::Status Cluster::CheckReady(const std::vector<int>& indices) const {
       why = absl::StrCat("'", info.name(), "', ",
                          info.state() == v1::NODE_STATE_UNHEALTHY
                              ? absl::StrCat("unhealthy: ", info.unhealthy())
-                             : absl::AsciiStrToLower(
-                                   absl::StripPrefix(v1::NodeState_Name(info.state()),
-                                                     "NODE_STATE_")));
+                             : absl::AsciiStrToLower(absl::StripPrefix(
+                                   v1::NodeState_Name(info.state()), "NODE_STATE_")));
     }
     absl::StrAppend(&missing, missing.empty() ? "" : ", ", "node ", index, " (", why, ")");
   }

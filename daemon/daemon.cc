@@ -113,6 +113,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   absl::StatusOr<MemoryBudget> budget = ResolveMemoryBudget(options, CudaDeviceMemory);
   if (!budget.ok()) return budget.status();
   daemon->memory_budget_ = *std::move(budget);
+  absl::StatusOr<MemoryBudget> host_budget = ResolveHostMemoryBudget(options);
+  if (!host_budget.ok()) return host_budget.status();
+  daemon->host_memory_budget_ = *std::move(host_budget);
   if (absl::Status status = RegisterAllKernels(&daemon->kernels_); !status.ok()) return status;
   SetBlasThreads(options.blas_threads);
   WarnIfBlasKernelsAreGeneric();
@@ -180,6 +183,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     node.set_name(options.node_name);
     node.set_version(LOOM_VERSION);
     for (const v1::DeviceInfo& device : devices) *node.add_devices() = device;
+    node.set_host_memory_budget_bytes(daemon->host_memory_budget_.bytes);
     Cluster::Options cluster_options;
     cluster_options.heartbeat_interval = options.heartbeat_interval;
     cluster_options.node_timeout = options.node_timeout;
@@ -282,6 +286,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     node.set_address(daemon->address_);
     node.set_version(LOOM_VERSION);
     for (const v1::DeviceInfo& device : devices) *node.add_devices() = device;
+    node.set_host_memory_budget_bytes(daemon->host_memory_budget_.bytes);
     daemon->session_ = std::make_unique<WorkerSession>(std::move(session_options));
     daemon->session_->Start(daemon->agent_.get());
     LOG(INFO) << "loomd node '" << options.node_name << "' (worker of "

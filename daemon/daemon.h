@@ -80,6 +80,8 @@ class Daemon {
   const std::string& address() const { return address_; }
   // Each device's memory budget and how it was chosen (ResolveMemoryBudget).
   const MemoryBudget& memory_budget() const { return memory_budget_; }
+  // The host memory budget for offloaded activations (ResolveHostMemoryBudget).
+  const MemoryBudget& host_memory_budget() const { return host_memory_budget_; }
   // The coordinator's (null on workers).
   JobManager* jobs() { return manager_.get(); }
   Cluster* cluster() { return cluster_.get(); }
@@ -145,6 +147,7 @@ class Daemon {
   std::string health_address_;
   std::string address_;
   MemoryBudget memory_budget_;
+  MemoryBudget host_memory_budget_;
   bool shut_down_ = false;
   absl::Mutex health_mutex_;
   bool serving_ ABSL_GUARDED_BY(health_mutex_) = false;

@@ -134,6 +134,10 @@ cli::ArgumentSpec DaemonArgumentSpec() {
                "devices share 3/4 of the host's memory (or of the memory cgroup's limit), GPUs "
                "get their free memory at start less a reserve (the larger of 1 GiB and 5%). A "
                "job over it is refused (RESOURCE_EXHAUSTED naming the device)")
+      .AddFlag("host-memory-budget", "BYTES", "auto",
+               "the host memory jobs may give offloaded activations (offload_activations) on "
+               "this node in all; 0: no limit; auto: 1/8 of the host's memory (or of the memory "
+               "cgroup's limit) beside CPU devices, 1/2 beside GPUs")
       .AddFlag("stall-timeout", "DURATION", "10s",
                "fail a job when none of its actors acts for this long")
       .AddFlag("shutdown-grace", "DURATION", "20s",
@@ -230,6 +234,16 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
           absl::StrCat("--memory-budget-per-device: ", budget.status().message(), " (or auto)"));
     }
     options.memory_budget_per_device_bytes = *budget;
+  }
+  if (const std::string budget_text = arguments.Value("host-memory-budget");
+      budget_text != "auto") {
+    absl::StatusOr<int64_t> budget = ParseByteSize(budget_text);
+    if (!budget.ok()) {
+      return cli::UsageError(
+          kCommand,
+          absl::StrCat("--host-memory-budget: ", budget.status().message(), " (or auto)"));
+    }
+    options.host_memory_budget_bytes = *budget;
   }
 
   absl::StatusOr<int64_t> message_bytes = ParseByteSize(arguments.Value("max-message-size"));
@@ -339,6 +353,24 @@ absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options,
   return MemoryBudget{bytes, absl::StrCat(FormatBytes(bytes), " (auto: 3/4 of ",
                                           FormatBytes(host->bytes), ", ", host->source, ", over ",
                                           devices, " device", devices == 1 ? "" : "s", ")")};
+}
+
+absl::StatusOr<MemoryBudget> ResolveHostMemoryBudget(const DaemonOptions& options) {
+  if (options.host_memory_budget_bytes.has_value()) {
+    const int64_t bytes = *options.host_memory_budget_bytes;
+    return MemoryBudget{bytes, bytes == 0 ? "no limit" : FormatBytes(bytes)};
+  }
+  absl::StatusOr<HostMemory> host = ReadHostMemory();
+  if (!host.ok()) {
+    return absl::Status(host.status().code(),
+                        absl::StrCat("--host-memory-budget auto: ", host.status().message(),
+                                     "; give a size (or 0 for no limit)"));
+  }
+  const bool gpus = options.devices.type == plan::CUDA;
+  const int64_t bytes = DefaultHostMemoryBudget(host->bytes, gpus);
+  return MemoryBudget{bytes,
+                      absl::StrCat(FormatBytes(bytes), " (auto: ", gpus ? "1/2" : "1/8", " of ",
+                                   FormatBytes(host->bytes), ", ", host->source, ")")};
 }
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {

@@ -68,6 +68,9 @@ struct DaemonOptions {
   cli::DeviceSpec devices = {plan::CPU, {0}};
   // Each device's memory budget; 0: no limit; nullopt (`auto`): see ResolveMemoryBudget.
   std::optional<int64_t> memory_budget_per_device_bytes;
+  // The host memory jobs may give offloaded activations on this node; 0: no limit; nullopt
+  // (`auto`): see ResolveHostMemoryBudget.
+  std::optional<int64_t> host_memory_budget_bytes;
   absl::Duration stall_timeout = absl::Seconds(10);
   // On SIGTERM, how long the running job may go on before it is cancelled.
   absl::Duration shutdown_grace = absl::Seconds(20);
@@ -122,6 +125,10 @@ using GpuMemoryQuery = std::function<absl::StatusOr<GpuMemory>(int device)>;
 // when it is submitted.
 absl::StatusOr<MemoryBudget> ResolveMemoryBudget(const DaemonOptions& options,
                                                  const GpuMemoryQuery& gpu_memory);
+
+// --host-memory-budget as given, or for `auto` DefaultHostMemoryBudget (device/host_memory.h) of
+// the memory this process may use.
+absl::StatusOr<MemoryBudget> ResolveHostMemoryBudget(const DaemonOptions& options);
 
 // "1073741824", "512MiB", "4GiB", "1.5GB", "0": a number of bytes with an optional unit (B, KB,
 // MB, GB, TB powers of 1000; KiB, MiB, GiB, TiB powers of 1024). INVALID_ARGUMENT otherwise.

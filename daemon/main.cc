@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
             << (options->tls.has_value() ? ", mutual TLS" : "") << ")" << std::endl;
   std::cout << "loomd: memory budget per device: " << (*daemon)->memory_budget().description
             << std::endl;
+  std::cout << "loomd: host memory budget for offloaded activations: "
+            << (*daemon)->host_memory_budget().description << std::endl;
   if (!(*daemon)->metrics_url().empty()) {
     std::cout << "loomd: metrics on " << (*daemon)->metrics_url() << std::endl;
   }

@@ -109,4 +109,8 @@ int64_t DefaultCpuMemoryBudget(int64_t host_bytes, int devices) {
   return std::max<int64_t>(1, host_bytes / 4 * 3 / std::max(devices, 1));
 }
 
+int64_t DefaultHostMemoryBudget(int64_t host_bytes, bool gpus) {
+  return std::max<int64_t>(1, gpus ? host_bytes / 2 : host_bytes / 8);
+}
+
 }  // namespace loom

@@ -33,6 +33,11 @@ absl::StatusOr<HostMemory> ReadHostMemory(absl::string_view root = "");
 // system). At least 1 byte per device.
 int64_t DefaultCpuMemoryBudget(int64_t host_bytes, int devices);
 
+// The default host memory a node gives offloaded activations (loomd --host-memory-budget auto)
+// out of `host_bytes`: half of it on a node of GPUs (whose devices' memory is their own), an
+// eighth on a node of CPU devices (which share three quarters already). At least 1 byte.
+int64_t DefaultHostMemoryBudget(int64_t host_bytes, bool gpus);
+
 }  // namespace loom
 
 #endif  // LOOM_DEVICE_HOST_MEMORY_H_

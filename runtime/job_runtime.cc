@@ -94,6 +94,22 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     memories_.push_back(std::make_shared<DeviceMemory>(
         DeviceName(desc.device()), desc.memory_budget_bytes(), std::move(resource)));
   }
+  // The node's host memory, for the registers in it (offloaded activations): the memory of its
+  // CPU devices (pinned where the node has GPUs), charged to an account of its own.
+  {
+    std::unique_ptr<MemoryResource> resource;
+    if (options_.memory_resource_factory) {
+      plan::Device host;
+      host.set_node(plan_.node());
+      host.set_type(plan::CPU);
+      absl::StatusOr<std::unique_ptr<MemoryResource>> made = options_.memory_resource_factory(host);
+      if (!made.ok()) return made.status();
+      resource = std::move(*made);
+    }
+    host_memory_ =
+        std::make_shared<DeviceMemory>(absl::StrCat("node", plan_.node(), " host memory"),
+                                       plan_.host_memory_budget_bytes(), std::move(resource));
+  }
   auto memory_of = [&](const plan::Device& device) { return MemoryOf(device).get(); };
 
   // Task indices, names and actor ids.
@@ -142,8 +158,9 @@ absl::Status JobRuntime::Build(const KernelRegistry* kernels, const ActorFactory
     const plan::Task& producer = plan_.tasks(producer_of[r]);
     absl::StatusOr<std::unique_ptr<Register>> reg =
         desc.pool().empty()
-            ? Register::Create(desc, static_cast<uint32_t>(r),
-                               memory_of(producer.stream().device()))
+            ? Register::Create(
+                  desc, static_cast<uint32_t>(r),
+                  desc.host_memory() ? host_memory_.get() : memory_of(producer.stream().device()))
             : Register::CreateInPool(desc, static_cast<uint32_t>(r),
                                      pool_base.at(desc.pool()) + desc.pool_offset());
     if (!reg.ok()) return reg.status();

@@ -107,6 +107,9 @@ class JobRuntime final : public JobControl {
   const std::vector<std::string>& task_names() const { return task_names_; }
   // Memory per device, in the plan's device order.
   const std::vector<std::shared_ptr<DeviceMemory>>& device_memories() const { return memories_; }
+  // The node's host memory: the registers in it (RegisterDesc.host_memory) against
+  // Plan.host_memory_budget_bytes.
+  const DeviceMemory& host_memory() const { return *host_memory_; }
 
   // JobControl.
   void Fail(absl::Status status) override;
@@ -144,6 +147,7 @@ class JobRuntime final : public JobControl {
   // By plan.devices(); shared with the network collectives' staging buffers, which a transfer
   // still in flight may hold after the backends are gone.
   std::vector<std::shared_ptr<DeviceMemory>> memories_;
+  std::shared_ptr<DeviceMemory> host_memory_;
   // One buffer per Plan.memory_pools entry, in plan order: the registers placed in it
   // (RegisterDesc.pool) hold slots inside it, so the destructor frees these after the registers.
   struct PoolBuffer {
@@ -160,7 +164,7 @@ class JobRuntime final : public JobControl {
   std::vector<std::unique_ptr<CollectiveTurn>> collective_turns_;
   std::vector<std::unique_ptr<StreamThread>> threads_;
   std::vector<StreamThread*> thread_of_task_;  // by task index
-  std::vector<const Actor*> actor_of_task_;     // by task index (null: no task of this node)
+  std::vector<const Actor*> actor_of_task_;    // by task index (null: no task of this node)
   std::vector<std::string> task_names_;        // by task index
 
   std::chrono::steady_clock::time_point start_time_;

@@ -632,6 +632,9 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
   if (absl::Status status = CheckSharedKernels(plan); !status.ok()) return status;
   absl::flat_hash_set<DeviceKey> devices;
   if (absl::Status status = CheckDevices(plan, &devices); !status.ok()) return status;
+  if (plan.host_memory_budget_bytes() < 0) {
+    return Invalid(absl::StrCat("node ", plan.node(), " has a negative host memory budget"));
+  }
   absl::flat_hash_map<std::string, int> pool_position;
   if (absl::Status status = CheckMemoryPools(plan, devices, &pool_position); !status.ok()) {
     return status;
@@ -710,6 +713,12 @@ absl::Status ValidatePlan(const plan::Plan& plan) {
     if (absl::Status status = CheckPoolPlacement(reg, producer_task, plan, pool_position);
         !status.ok()) {
       return status;
+    }
+    if (reg.host_memory() && (!reg.pool().empty() || producer_task.kind() != plan::COMPUTE)) {
+      return Invalid(absl::StrCat("register '", reg.name(),
+                                  "' is in host memory, which only a COMPUTE task's register "
+                                  "outside memory pools may be (it is written by '",
+                                  producer_task.name(), "')"));
     }
     if (reg.consumers_size() > 0) {
       absl::flat_hash_set<std::string> declared(reg.consumers().begin(), reg.consumers().end());

@@ -403,6 +403,8 @@ const absl::flat_hash_map<std::string, GradientFunction>& GradientTable() {
       {"tanh", TanhGradient},
       {"scale", ScaleGradient},
       {"identity", IdentityGradient},
+      {"offload", IdentityGradient},
+      {"reload", IdentityGradient},
       {"cast", CastGradient},
       {"bias_add", BiasAddGradient},
       {"reduce_sum", ReduceSumGradient},

@@ -3,13 +3,13 @@
 #include "compiler/ops/bias_add_op.h"
 #include "compiler/ops/cast_op.h"
 #include "compiler/ops/causal_attention_op.h"
-#include "compiler/ops/identity_after_op.h"
 #include "compiler/ops/clip_ops.h"
 #include "compiler/ops/concat_op.h"
 #include "compiler/ops/elementwise_ops.h"
 #include "compiler/ops/embedding_op.h"
 #include "compiler/ops/gradient_ops.h"
 #include "compiler/ops/gradients.h"
+#include "compiler/ops/identity_after_op.h"
 #include "compiler/ops/layer_norm_op.h"
 #include "compiler/ops/matmul_op.h"
 #include "compiler/ops/moe_route_op.h"
@@ -79,6 +79,9 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"scale_by", MakeScaleByOp()});
   // Recomputation (compiler/recomputation.h).
   entries.push_back({"identity_after", MakeIdentityAfterOp()});
+  // Activation offload (compiler/activation_offload.h): copies, into host memory and back.
+  entries.push_back({"offload", MakeUnaryOp(/*linear=*/true)});
+  entries.push_back({"reload", MakeUnaryOp(/*linear=*/true)});
   for (Entry& entry : entries) {
     entry.definition = WithGradient(entry.op_type, std::move(entry.definition));
     if (absl::Status status = registry->Register(entry.op_type, std::move(entry.definition));

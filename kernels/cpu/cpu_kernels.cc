@@ -48,6 +48,8 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"random", cpu::CreateRandomKernel},
       {"identity", cpu::CreateIdentityKernel},
       {"identity_after", cpu::CreateIdentityAfterKernel},
+      {"offload", cpu::CreateOffloadKernel},
+      {"reload", cpu::CreateReloadKernel},
       {"cast", cpu::CreateCastKernel},
       {"zeros_like", cpu::CreateZerosLikeKernel},
       {"ones_like", cpu::CreateOnesLikeKernel},

@@ -63,4 +63,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityAfterKernel(const KernelIn
                           std::max(2, static_cast<int>(init.inputs.size())));
 }
 
+absl::StatusOr<std::unique_ptr<Kernel>> CreateOffloadKernel(const KernelInit& init) {
+  return CreateCopyKernel(init, "offload", 1);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReloadKernel(const KernelInit& init) {
+  return CreateCopyKernel(init, "reload", 1);
+}
+
 }  // namespace loom::cpu

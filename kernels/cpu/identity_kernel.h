@@ -4,7 +4,8 @@
 // The CPU kernels of "identity" (CreateIdentityKernel): its one input copied byte for byte to its
 // one output of the same data type and shape, so any data type is accepted; and of
 // "identity_after" (CreateIdentityAfterKernel), the same copy of its first input once its other
-// inputs, which it does not read, are there. RegisterCpuKernels registers them.
+// inputs, which it does not read, are there; "offload" and "reload" (activation offload), the same
+// copy. RegisterCpuKernels registers them.
 
 #include <memory>
 
@@ -21,6 +22,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityKernel(const KernelInit& i
 // and shapes) only order the act: recomputation (compiler/recomputation.h) starts from it once
 // the backward reaches a block.
 absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityAfterKernel(const KernelInit& init);
+
+// "offload" and "reload": the copy of "identity" into a register in host memory and back out
+// of it (compiler/activation_offload.h).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateOffloadKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReloadKernel(const KernelInit& init);
 
 }  // namespace loom::cpu
 

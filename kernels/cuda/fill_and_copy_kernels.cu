@@ -246,6 +246,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateZerosLikeKernel(const KernelInit& 
 
 constexpr char kIdentity[] = "identity";
 constexpr char kIdentityAfter[] = "identity_after";
+constexpr char kOffload[] = "offload";  // into a register in pinned host memory
+constexpr char kReload[] = "reload";    // out of one
 constexpr char kReshape[] = "reshape";
 
 // Copies the input's bytes into the output on the stream (nothing when they are the same buffer).
@@ -272,11 +274,13 @@ class CopyKernel final : public Kernel {
   CudaStreamContext* const stream_;
 };
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateIdentityKernel(const KernelInit& init) {
-  if (absl::Status status = CheckSameTypeAndShape(kIdentity, init); !status.ok()) return status;
+// identity, offload and reload: (x) -> a copy of x (cudaMemcpyDefault: device or pinned host).
+template <const char* kOpType>
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCopyKernel(const KernelInit& init) {
+  if (absl::Status status = CheckSameTypeAndShape(kOpType, init); !status.ok()) return status;
   absl::StatusOr<CudaStreamContext*> stream = StreamOf(init);
   if (!stream.ok()) return stream.status();
-  return std::make_unique<CopyKernel>(init, kIdentity, *stream);
+  return std::make_unique<CopyKernel>(init, kOpType, *stream);
 }
 
 // identity_after: (x, after, ...) -> a copy of x; the others only order the act (recomputation).
@@ -388,7 +392,9 @@ absl::Status RegisterCudaFillAndCopyKernels(KernelRegistry* registry) {
       {kFill, CreateFillKernel},
       {kZerosLike, CreateZerosLikeKernel},
       {kOnesLike, CreateOnesLikeKernel},
-      {kIdentity, CreateIdentityKernel},
+      {kIdentity, CreateCopyKernel<kIdentity>},
+      {kOffload, CreateCopyKernel<kOffload>},
+      {kReload, CreateCopyKernel<kReload>},
       {kIdentityAfter, CreateIdentityAfterKernel},
       {kReshape, CreateReshapeKernel},
       {kCast, CreateCastKernel},

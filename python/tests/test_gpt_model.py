@@ -76,6 +76,10 @@ FLAG_SETS = [
      dict(recompute="full", pp=2, micro_batches=2)),
     (["--recompute", "selective", "--experts", "4", "--dp", "2", "--ep", "2"],
      dict(recompute="selective", experts=4, dp=2, ep=2)),
+    # Activation offload: Job.offload_activations.
+    (["--offload-activations", "all", "--pp", "2", "--micro-batches", "4"],
+     dict(offload_activations="all", pp=2, micro_batches=4)),
+    (["--offload-activations", "over-budget"], dict(offload_activations="over-budget")),
     (["--zero-stage", "2", "--dp", "2", "--pp", "2", "--micro-batches", "2"],
      dict(zero_stage=2, dp=2, pp=2, micro_batches=2)),
     (["--zero-stage", "3", "--dp", "2", "--tp", "2"], dict(zero_stage=3, dp=2, tp=2)),

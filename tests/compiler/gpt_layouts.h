@@ -34,6 +34,8 @@ struct GptLayout {
   double max_grad_norm = 0;
   plan::DataType matmul_data_type = plan::FLOAT32;
   int64_t zero_stage = 0;
+  job::Recompute recompute = job::RECOMPUTE_NONE;
+  job::OffloadActivations offload_activations = job::OFFLOAD_NONE;
   int nodes = 1;
   // Micro-batches of one device without stages: nothing orders micro-batch n's backward before
   // n + 1's forward, so no two transients are provably apart.
@@ -142,6 +144,8 @@ inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {
   config.max_grad_norm = layout.max_grad_norm;
   config.matmul_data_type = layout.matmul_data_type;
   config.zero_stage = layout.zero_stage;
+  config.recompute = layout.recompute;
+  config.offload_activations = layout.offload_activations;
   if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
 }
 

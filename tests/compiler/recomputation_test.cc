@@ -314,11 +314,10 @@ absl::StatusOr<int64_t> LargestEstimate(const gpt::GptConfig& config, const GptL
 // registers of collectives share memory. Not yet with micro-batches on pipeline stages, where the
 // memory-sharing proof cannot order the copies (docs/ARCHITECTURE.md, "Recomputation").
 TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
-  for (const GptLayout& layout :
-       {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
-        GptLayout{.name = "tp2", .tensor_parallel = 2},
-        GptLayout{.name = "pp2", .pipeline_stages = 2},
-        GptLayout{.name = "m4_one_device", .micro_batches = 4}}) {
+  for (const GptLayout& layout : {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
+                                  GptLayout{.name = "tp2", .tensor_parallel = 2},
+                                  GptLayout{.name = "pp2", .pipeline_stages = 2},
+                                  GptLayout{.name = "m4_one_device", .micro_batches = 4}}) {
     std::map<job::Recompute, int64_t> peak;
     for (job::Recompute recompute :
          {job::RECOMPUTE_NONE, job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
@@ -372,11 +371,20 @@ TEST(RecomputationTest, OverBudgetJobsAreToldWhatRecomputationGives) {
       absl::StrContains(compiled.status().message(), "It fits with recompute: RECOMPUTE_SELECTIVE"))
       << compiled.status();
 
-  // Below FULL: nothing fits, and it says so.
+  // Below FULL: offloading every stash to host memory fits (on one device without micro-batches
+  // the device then keeps no activation for the backward), and FULL is named with its needs.
   job->set_device_memory_budget_bytes(peak[job::RECOMPUTE_FULL] - 1);
   compiled = CompileOn(*job, 1);
-  EXPECT_TRUE(
-      absl::StrContains(compiled.status().message(), "ZeRO and recomputation do not make it fit"))
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
+                                "It fits with offload_activations: OFFLOAD_ALL"))
+      << compiled.status();
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(), "RECOMPUTE_FULL would need"))
+      << compiled.status();
+  // Nor that with a host too small for the stashes: nothing fits, and it says so.
+  job->set_host_memory_budget_bytes(4096);
+  compiled = CompileOn(*job, 1);
+  EXPECT_TRUE(absl::StrContains(compiled.status().message(),
+                                "ZeRO, recomputation and offload do not make it fit"))
       << compiled.status();
   // One device: ZeRO gains nothing and is not offered.
   EXPECT_FALSE(absl::StrContains(compiled.status().message(), "zero_stage")) << compiled.status();

@@ -16,6 +16,7 @@ absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled) {
   MeasuredRun measured;
   for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled.node_plans)) {
     measured.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
+    measured.host_estimated_bytes += estimate.host_bytes;
   }
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;
@@ -27,6 +28,8 @@ absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled) {
     measured.allocated_bytes[memory->device_name()] = memory->allocated_bytes();
     measured.peak_bytes[memory->device_name()] = memory->peak_bytes();
   }
+  measured.host_allocated_bytes = run->runtime->host_memory().allocated_bytes();
+  measured.host_peak_bytes = run->runtime->host_memory().peak_bytes();
   measured.fetched = std::move(run->fetched);
   return measured;
 }

@@ -19,6 +19,11 @@ struct MeasuredRun {
   std::map<std::string, int64_t> allocated_bytes;  // by device, after the run
   std::map<std::string, int64_t> peak_bytes;       // by device, at its most
   std::map<std::string, int64_t> estimated_bytes;
+  // The node's host memory (offloaded activations): allocated after the run, at its most, and
+  // the compiler's estimate (DeviceMemoryEstimate::host_bytes over the devices).
+  int64_t host_allocated_bytes = 0;
+  int64_t host_peak_bytes = 0;
+  int64_t host_estimated_bytes = 0;
 };
 
 // Runs `compiled` (its whole plan) in this process on the CPU kernels.

@@ -123,8 +123,7 @@ class RegistrationTest : public ::testing::Test {
   }
 
   absl::StatusOr<Cluster::Registration> Register(
-      const std::string& name, int rank = -1,
-      std::optional<std::string> identity = std::nullopt) {
+      const std::string& name, int rank = -1, std::optional<std::string> identity = std::nullopt) {
     v1::RegisterNode node;
     node.set_name(name);
     node.set_rank(rank);
@@ -139,6 +138,29 @@ class RegistrationTest : public ::testing::Test {
 
   std::unique_ptr<Cluster> cluster_;
 };
+
+// Each node's host memory budget (loomd --host-memory-budget) reaches the compiler's device set
+// by node index; a negative one is refused at registration.
+TEST_F(RegistrationTest, HostMemoryBudgetsReachTheDeviceSet) {
+  Make(Cluster::Options());
+  v1::RegisterNode node;
+  node.set_name("worker");
+  node.set_rank(-1);
+  node.set_host_memory_budget_bytes(-1);
+  absl::StatusOr<Cluster::Registration> refused =
+      cluster_->Register(node, [](const v1::NodeCommand&) { return true; });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("negative host memory budget"));
+  node.set_host_memory_budget_bytes(int64_t{3} << 30);
+  absl::StatusOr<Cluster::Registration> registered =
+      cluster_->Register(node, [](const v1::NodeCommand&) { return true; });
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const compiler::DeviceSet devices = cluster_->Devices();
+  ASSERT_EQ(devices.host_memory_budget_bytes.size(), static_cast<size_t>(registered->index + 1));
+  EXPECT_EQ(devices.host_memory_budget_bytes[registered->index], int64_t{3} << 30);
+  EXPECT_EQ(devices.host_memory_budget_bytes[0], 0);  // the coordinator's: none given
+  EXPECT_EQ(devices.HostMemoryBudget(), int64_t{3} << 30);
+}
 
 TEST_F(RegistrationTest, RegistrationsBeyondMaxNodesAreRefusedMissingOnesIncluded) {
   Cluster::Options options;

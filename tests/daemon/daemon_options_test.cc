@@ -117,7 +117,8 @@ TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
   });
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->bytes, 60 * kGiB - 4 * kGiB);  // 1/20 of 80 GiB
-  EXPECT_THAT(budget->description, HasSubstr("cuda:1's 60.0 GiB free of 80.0 GiB less a reserve of 4.0 GiB"));
+  EXPECT_THAT(budget->description,
+              HasSubstr("cuda:1's 60.0 GiB free of 80.0 GiB less a reserve of 4.0 GiB"));
   EXPECT_THAT(budget->description, HasSubstr("the least of the GPUs"));
   // A GPU that cannot say: the error names it and how to go on.
   budget = ResolveMemoryBudget(gpus, [](int device) -> absl::StatusOr<GpuMemory> {
@@ -132,6 +133,37 @@ TEST(DaemonOptionsTest, ResolvesTheMemoryBudget) {
   budget = ResolveMemoryBudget(gpus, NoGpus);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->bytes, 3 * kGiB);
+}
+
+// --host-memory-budget (offloaded activations): as given, or auto: an eighth of the host's
+// memory beside CPU devices, half beside GPUs.
+TEST(DaemonOptionsTest, ResolvesTheHostMemoryBudget) {
+  absl::StatusOr<DaemonOptions> options = Parse({"--host-memory-budget", "0"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  absl::StatusOr<MemoryBudget> budget = ResolveHostMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, 0);
+  EXPECT_EQ(budget->description, "no limit");
+  options = Parse({"--host-memory-budget", "5GiB"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  budget = ResolveHostMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, int64_t{5} << 30);
+
+  absl::StatusOr<HostMemory> host = ReadHostMemory();
+  ASSERT_TRUE(host.ok()) << host.status();
+  options = Parse({"--devices", "cpu:2"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  budget = ResolveHostMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, host->bytes / 8);
+  EXPECT_THAT(budget->description, HasSubstr("auto: 1/8 of"));
+  options->devices = {plan::CUDA, {0}};
+  budget = ResolveHostMemoryBudget(*options);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->bytes, host->bytes / 2);
+  EXPECT_THAT(Parse({"--host-memory-budget", "plenty"}).status().message(),
+              HasSubstr("--host-memory-budget"));
 }
 
 TEST(DaemonOptionsTest, RefusesBadValuesNamingTheFlag) {

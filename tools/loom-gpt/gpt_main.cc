@@ -94,6 +94,10 @@ cli::ArgumentSpec MakeSpec() {
                "none | selective | full: activation recomputation in the backward; selective: "
                "each block's cheap ops (LayerNorm, GELU, adds, reshapes), keeping matmul and "
                "attention outputs; full: each block from its input")
+      .AddFlag("offload-activations", "WHICH", "none",
+               "none | all | over-budget: copy the activations the backward reads to host "
+               "memory after the forward and back before the backward (all of them, or those "
+               "of the devices that would be over their memory budget)")
       .AddFlag("matmul-data-type", "TYPE", "float32",
                "float32 | bfloat16: mixed precision, every matmul (forward and backward) on "
                "bfloat16 copies of its inputs with float32 accumulation; weights, gradients and "
@@ -260,6 +264,18 @@ absl::StatusOr<GptConfig> ConfigFromArguments(const cli::ParsedArguments& parsed
     return cli::UsageError(
         kCommand,
         absl::StrCat("--recompute must be none, selective or full, got '", recompute, "'"));
+  }
+  const std::string offload = parsed.Value("offload-activations");
+  if (offload == "none") {
+    config.offload_activations = job::OFFLOAD_NONE;
+  } else if (offload == "all") {
+    config.offload_activations = job::OFFLOAD_ALL;
+  } else if (offload == "over-budget") {
+    config.offload_activations = job::OFFLOAD_OVER_BUDGET;
+  } else {
+    return cli::UsageError(
+        kCommand, absl::StrCat("--offload-activations must be none, all or over-budget, got '",
+                               offload, "'"));
   }
   const std::string schedule = parsed.Value("schedule");
   auto named = std::find_if(std::begin(kSchedules), std::end(kSchedules),

@@ -547,6 +547,7 @@ absl::StatusOr<job::Job> BuildGptJob(const GptConfig& config) {
   if (stages > 1) job.set_pipeline_schedule(config.schedule);
   if (config.max_grad_norm > 0) job.set_max_grad_norm(config.max_grad_norm);
   if (config.recompute != job::RECOMPUTE_NONE) job.set_recompute(config.recompute);
+  job.set_offload_activations(config.offload_activations);
   if (config.zero_stage != 0) job.set_zero_stage(static_cast<int32_t>(config.zero_stage));
   if (config.matmul_data_type != plan::FLOAT32) job.set_matmul_data_type(config.matmul_data_type);
   return job;

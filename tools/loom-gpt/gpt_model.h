@@ -102,6 +102,9 @@ struct GptConfig {
   // Activation recomputation (Job.recompute): each transformer block is a block (Op.block
   // "h.<layer>."); SELECTIVE recomputes its cheap ops, FULL all of it from the block's input.
   job::Recompute recompute = job::RECOMPUTE_NONE;
+  // Activation offload (Job.offload_activations): every stash, or those of the devices over
+  // their budget, copied to host memory between the forward and the backward.
+  job::OffloadActivations offload_activations = job::OFFLOAD_NONE;
   // ZeRO as SBP (Job.zero_stage): 1 or 2 split the trained variables over the data-parallel
   // axis with their optimizer states, 3 also gathers their values for each use; 0 keeps them
   // replicated.

@@ -15,8 +15,8 @@ import math
 
 from loom import values
 from loom.job import PIPELINE_SCHEDULES, Job
-from loom.models.gpt_config import (LEARNING_RATE_DECAYS, NO_DECAY_PATTERNS, RECOMPUTE,
-                                    GptConfig)
+from loom.models.gpt_config import (LEARNING_RATE_DECAYS, NO_DECAY_PATTERNS,
+                                    OFFLOAD_ACTIVATIONS, RECOMPUTE, GptConfig)
 from loom.models.gpt_layout import GptLayout
 from loom.models.gpt_parameters import gpt_parameters
 from loom.protos import job_pb2, plan_pb2
@@ -310,6 +310,9 @@ def gpt_job(config):
         message.zero_stage = config.zero_stage
     if config.recompute != "none":
         message.recompute = job_pb2.Recompute.Value(RECOMPUTE[config.recompute])
+    if config.offload_activations != "none":
+        message.offload_activations = job_pb2.OffloadActivations.Value(
+            OFFLOAD_ACTIVATIONS[config.offload_activations])
     if config.matmul_data_type != "float32":
         message.matmul_data_type = values.data_type(config.matmul_data_type)
     return job
@@ -331,7 +334,7 @@ def _config_value(key, value):
 def gpt(config=None, **settings):
     """The reference GPT as a loom.Job. SETTINGS are loom-gpt's flags with underscores (dp, tp,
     pp, virtual_stages, micro_batches, schedule, devices_per_node, device_type, max_grad_norm, recompute,
-    zero_stage, matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
+    offload_activations, zero_stage, matmul_data_type, experts, moe_layers, top_k, capacity_factor, aux_loss_coefficient, ep,
     batch, steps, vocab, context, width, layers, heads, mlp_width, ln_eps, lr, betas, eps,
     weight_decay, weight_decay_on, no_decay_lr_scale, lr_warmup, lr_decay, lr_decay_steps,
     min_lr, seed, data, data_weights, data_format, eot_token, data_in_order, data_seed,

@@ -17,6 +17,10 @@ LEARNING_RATE_DECAYS = {"constant": "DECAY_CONSTANT", "linear": "DECAY_LINEAR",
 # Job.recompute's values by their loom-gpt names (--recompute).
 RECOMPUTE = {"none": "RECOMPUTE_NONE", "selective": "RECOMPUTE_SELECTIVE", "full": "RECOMPUTE_FULL"}
 
+# Job.offload_activations's values by their loom-gpt names (--offload-activations).
+OFFLOAD_ACTIVATIONS = {"none": "OFFLOAD_NONE", "all": "OFFLOAD_ALL",
+                       "over-budget": "OFFLOAD_OVER_BUDGET"}
+
 # The variables of the parameter group "no_decay" (--weight-decay-on matrices): the embeddings,
 # biases and LayerNorm weights.
 NO_DECAY_PATTERNS = ("wte", "wpe", "*.bias", "*ln_*")
@@ -58,6 +62,9 @@ class GptConfig:
     # Activation recomputation (Job.recompute): "none", "selective" (each block's cheap ops) or
     # "full" (each block from its input).
     recompute: str = "none"
+    # Activation offload (Job.offload_activations): "none", "all" (every stash) or "over-budget"
+    # (the stashes of the devices over their memory budget).
+    offload_activations: str = "none"
     # ZeRO as SBP (Job.zero_stage): 0, 1, 2 or 3.
     zero_stage: int = 0
     # The learning-rate schedule (Job.optimizer.learning_rate_schedule): linear warmup over
@@ -276,6 +283,9 @@ class GptConfig:
             raise error(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.recompute not in RECOMPUTE:
             raise error(f"unknown recompute {self.recompute!r} (none, selective or full)")
+        if self.offload_activations not in OFFLOAD_ACTIVATIONS:
+            raise error(f"unknown offload_activations {self.offload_activations!r} "
+                        "(none, all or over-budget)")
         if self.schedule not in PIPELINE_SCHEDULES:
             raise error(f"unknown pipeline schedule {self.schedule!r} "
                         f"({', '.join(PIPELINE_SCHEDULES)})")
