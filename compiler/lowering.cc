@@ -47,6 +47,18 @@ int32_t TaskPriority(const LogicalGraph& graph, const LogicalNode& node) {
   }
 }
 
+// The stream an op's task runs on: the compute stream, but for the copies of activation offload
+// on a GPU, which run on its copy streams (to host memory on copy-out, back on copy-in) so that
+// they overlap its compute. On a CPU device they stay on the compute stream: a memcpy there needs
+// a core either way, and one stream lets the memory-sharing proof see both copies
+// (docs/ARCHITECTURE.md, "activation offload").
+plan::StreamKind StreamOfOp(const std::string& op_type, const plan::Device& device) {
+  if (device.type() == plan::CPU) return plan::STREAM_COMPUTE;
+  if (op_type == kOffloadOpType) return plan::STREAM_COPY_OUT;
+  if (op_type == kReloadOpType) return plan::STREAM_COPY_IN;
+  return plan::STREAM_COMPUTE;
+}
+
 }  // namespace
 
 absl::StatusOr<plan::Plan> GraphLowering::Run() {
@@ -298,8 +310,9 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
           TensorType{LocalWindowOf(type.shape, node.placement, node.input_sbp[i], rank).shape,
                      type.data_type});
     }
-    plan::Task* task = AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE,
-                               node.placement.device(rank), plan::STREAM_COMPUTE);
+    plan::Task* task =
+        AddTask(absl::StrCat(node.name, "@", rank), plan::COMPUTE, node.placement.device(rank),
+                StreamOfOp(node.op_type, node.placement.device(rank)));
     task->set_priority(priority);
     MarkEvaluation(node, task);
     op_of_task_[task->name()] = &node;

@@ -268,6 +268,32 @@ TEST(ActivationOffloadTest, EachNodeHoldsItsStagesHostCopies) {
   }
 }
 
+// On a GPU the copies run on its copy streams, out to pinned host memory and back in, so that
+// they overlap its compute (compiled here; tests/cuda/cuda_training_test.cc runs it on a GPU).
+TEST(ActivationOffloadTest, OnAGpuTheCopiesRunOnItsCopyStreams) {
+  absl::StatusOr<job::Job> job = GptJobOn(
+      Offloaded(GptLayout{.name = "one_gpu", .device_type = "cuda"}), job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(job.ok()) << job.status();
+  DeviceSet gpu;
+  gpu.devices.emplace_back().set_type(plan::CUDA);
+  absl::StatusOr<CompileResult> compiled = Compile(*job, StandardOps(), gpu);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  int offloads = 0;
+  int reloads = 0;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    if (absl::StartsWith(task.name(), "offload/")) {
+      ++offloads;
+      EXPECT_EQ(task.stream().device().type(), plan::CUDA) << task.name();
+      EXPECT_EQ(task.stream().kind(), plan::STREAM_COPY_OUT) << task.name();
+    } else if (absl::StartsWith(task.name(), "reload/")) {
+      ++reloads;
+      EXPECT_EQ(task.stream().kind(), plan::STREAM_COPY_IN) << task.name();
+    }
+  }
+  EXPECT_GT(offloads, 0);
+  EXPECT_EQ(offloads, reloads);
+}
+
 TEST(ActivationOffloadTest, BadSettingsAreRefused) {
   absl::StatusOr<job::Job> job =
       GptJobOn(GptLayout{.name = "one_device"}, job::REGISTER_MEMORY_SHARED);

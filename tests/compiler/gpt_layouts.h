@@ -36,6 +36,7 @@ struct GptLayout {
   int64_t zero_stage = 0;
   job::Recompute recompute = job::RECOMPUTE_NONE;
   job::OffloadActivations offload_activations = job::OFFLOAD_NONE;
+  std::string device_type = "cpu";  // GptConfig.device_type: "cuda" places the model on GPUs
   int nodes = 1;
   // Micro-batches of one device without stages: nothing orders micro-batch n's backward before
   // n + 1's forward, so no two transients are provably apart.
@@ -146,6 +147,7 @@ inline void ApplyLayout(const GptLayout& layout, gpt::GptConfig& config) {
   config.zero_stage = layout.zero_stage;
   config.recompute = layout.recompute;
   config.offload_activations = layout.offload_activations;
+  config.device_type = layout.device_type;
   if (layout.nodes > 1) config.devices_per_node = layout.devices() / layout.nodes;
 }
 

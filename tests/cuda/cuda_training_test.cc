@@ -73,6 +73,12 @@ std::vector<TrainingCase> Cases() {
     TrainingCase& c = cases.emplace_back(TrainingCase{"moe_gpt", base});
     c.config.experts = 4;
   }
+  {
+    // Activation offload: stashes to pinned host memory on the copy-out stream, back on copy-in.
+    TrainingCase& c = cases.emplace_back(TrainingCase{"gpt_offloaded_two_micro_batches", base});
+    c.config.micro_batches = 2;
+    c.config.offload_activations = job::OFFLOAD_ALL;
+  }
   return cases;
 }
 
