@@ -178,8 +178,10 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
   int64_t state_bytes = 0;
   int64_t staging_bytes = 0;
   int64_t largest_device_bytes = 0;
+  int64_t host_bytes = 0;
   for (const compiler::DeviceMemoryEstimate& estimate :
        compiler::EstimateMemory(result.node_plans)) {
+    host_bytes += estimate.host_bytes;
     register_bytes += estimate.register_bytes;
     unshared_register_bytes += estimate.unshared_register_bytes;
     state_bytes += estimate.state_bytes;
@@ -202,7 +204,11 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
       staging_bytes > 0
           ? absl::StrCat(", plus ", FormatBytes(staging_bytes), " of collective staging")
           : "",
-      "; at most ", FormatBytes(largest_device_bytes), " on one device), ",
+      "; at most ", FormatBytes(largest_device_bytes), " on one device",
+      host_bytes > 0
+          ? absl::StrCat("; ", FormatBytes(host_bytes), " of offloaded activations in host memory")
+          : "",
+      "), ",
       FormatCount(static_cast<int64_t>(result.node_plans.size()), "node plan"), ".");
   return WrapParagraph(summary, 100) + "\n";
 }
