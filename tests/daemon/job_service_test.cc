@@ -251,6 +251,30 @@ TEST_F(JobServiceTest, AJobOverTheMemoryBudgetIsResourceExhausted) {
   EXPECT_THAT(status.error_message(), HasSubstr("cpu:"));
 }
 
+// Offloaded activations go to host memory, outside the devices' budgets but within the node's
+// --host-memory-budget: a client cannot make the daemon allocate more host memory than that.
+TEST_F(JobServiceTest, OffloadBeyondTheHostMemoryBudgetIsResourceExhausted) {
+  DaemonOptions options = TestOptions();
+  options.host_memory_budget_bytes = 256;
+  StartDaemon(options);
+  v1::ListNodesResponse nodes;
+  ASSERT_TRUE(
+      cluster_->ListNodes(ContextWithDeadline().get(), v1::ListNodesRequest(), &nodes).ok());
+  ASSERT_THAT(nodes.nodes(), SizeIs(1));
+  EXPECT_EQ(nodes.nodes(0).host_memory_budget_bytes(), 256);
+  job::Job offloaded = TrainingJob(2);
+  offloaded.set_offload_activations(job::OFFLOAD_ALL);
+  v1::SubmitJobResponse response;
+  grpc::Status status = Submit(offloaded, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("node 0's host memory needs"));
+  // Without offload the same job runs.
+  const std::string id = SubmitOrDie(TrainingJob(2));
+  std::vector<v1::JobEvent> events = WatchToEnd(id);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state_change().state(), v1::JOB_STATE_SUCCEEDED);
+}
+
 TEST_F(JobServiceTest, EachNodesDevicesHaveTheirOwnMemoryBudget) {
   DaemonOptions worker_options = TestOptions();
   worker_options.node_name = "small-worker";
