@@ -239,7 +239,7 @@ std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& 
     const std::string name = absl::StrJoin(settings, " and ");
     int64_t host = 0;
     for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned->node_plans, threads)) {
-      host = std::max(host, estimate.host_bytes);
+      host = std::max(host, estimate.parts.offloaded);
     }
     const std::string host_text =
         host > 0 ? absl::StrCat(" and up to ", FormatBytes(host), " of host memory per device")
@@ -364,9 +364,9 @@ std::string Explain(const CompileResult& result) {
         estimate.staging_bytes > 0
             ? absl::StrCat(", ", FormatBytes(estimate.staging_bytes), " of collective staging")
             : "",
-        estimate.host_bytes > 0 ? absl::StrCat(", and ", FormatBytes(estimate.host_bytes),
-                                               " of offloaded activations in host memory")
-                                : "",
+        estimate.parts.offloaded > 0 ? absl::StrCat(", and ", FormatBytes(estimate.parts.offloaded),
+                                                    " of offloaded activations in host memory")
+                                     : "",
         estimate.budget_bytes > 0
             ? absl::StrCat(" (budget ", FormatBytes(estimate.budget_bytes), ")")
             : "",

@@ -324,8 +324,9 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
       context.local_outputs.push_back(TensorType{local, tensor.type.data_type});
       std::string reg =
           AddRegister(absl::StrCat(tensor.name, "@", rank), local, tensor.type.data_type);
-      if (node.op_type == kOffloadOpType)
+      if (node.op_type == kOffloadOpType) {
         plan_.mutable_registers()->rbegin()->set_host_memory(true);
+      }
       task->add_outputs(reg);
       local_registers_[output].push_back(reg);
     }

@@ -133,7 +133,6 @@ void AddTaskBuffers(const plan::Plan& plan, const RegisterIndex& registers,
       host.set_type(plan::CPU);
       const int64_t bytes =
           SaturatedMultiply(BufferBytes(SlotBytes(reg), host), std::max(reg.num_slots(), 0));
-      device.estimate.host_bytes = SaturatedAdd(device.estimate.host_bytes, bytes);
       device.estimate.parts.offloaded = SaturatedAdd(device.estimate.parts.offloaded, bytes);
       continue;
     }
@@ -372,10 +371,10 @@ absl::Status CheckHostMemory(absl::Span<const plan::Plan> node_plans,
   }
   std::map<int, std::pair<int64_t, std::vector<std::pair<int64_t, std::string>>>> used_by_node;
   for (const DeviceHoldings& holdings : all) {
-    if (holdings.estimate.host_bytes == 0) continue;
+    if (holdings.estimate.parts.offloaded == 0) continue;
     auto& [bytes, devices] = used_by_node[holdings.estimate.device.node()];
-    bytes = SaturatedAdd(bytes, holdings.estimate.host_bytes);
-    devices.emplace_back(holdings.estimate.host_bytes, DeviceName(holdings.estimate.device));
+    bytes = SaturatedAdd(bytes, holdings.estimate.parts.offloaded);
+    devices.emplace_back(holdings.estimate.parts.offloaded, DeviceName(holdings.estimate.device));
   }
   for (const auto& [node, used] : used_by_node) {
     const int64_t budget = budget_of_node.contains(node) ? budget_of_node.at(node)

@@ -41,8 +41,9 @@ struct MemoryParts {
   int64_t pooled_gradients = 0;      // what the pools' gradients would take apart
   int64_t pooled_communication = 0;  // what the pools' communication registers would take apart
   int64_t pooled_activations = 0;    // what the pools' other registers would take apart
-  // Activations offloaded to host memory (RegisterDesc.host_memory): the node's, not the
-  // device's, and not in DeviceMemoryEstimate::total_bytes.
+  // What the registers it produces in host memory (RegisterDesc.host_memory: offloaded
+  // activations) take there, as the host allocator lays them out: its node's host account, not
+  // the device's, and not in DeviceMemoryEstimate::total_bytes.
   int64_t offloaded = 0;
 };
 
@@ -62,9 +63,6 @@ struct DeviceMemoryEstimate {
   // The staging buffers its ranks of network collectives hold (core/collective_staging.h).
   int64_t staging_bytes = 0;
   int64_t budget_bytes = 0;
-  // What the registers it produces in host memory take there (its node's host account), as the
-  // host allocator lays them out: parts.offloaded.
-  int64_t host_bytes = 0;
 
   // The sum, INT64_MAX when it does not fit (each part saturates likewise).
   int64_t total_bytes() const {

@@ -123,7 +123,7 @@ TEST(ActivationOffloadTest, TheFirstStagesStashLeavesTheDevice) {
     SCOPED_TRACE(device);
     EXPECT_LT(after.at(device).parts.activations, before.at(device).parts.activations);
     EXPECT_LT(after.at(device).total_bytes(), before.at(device).total_bytes());
-    EXPECT_GT(after.at(device).host_bytes, 0);
+    EXPECT_GT(after.at(device).parts.offloaded, 0);
   }
   absl::StatusOr<MeasuredRun> kept_run = RunMeasured(*kept);
   ASSERT_TRUE(kept_run.ok()) << kept_run.status();
@@ -175,9 +175,9 @@ TEST(ActivationOffloadTest, OverBudgetOffloadsOnlyTheDevicesOverIt) {
   absl::StatusOr<CompileResult> chosen = CompileOn(*job, layout.devices());
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   const auto estimates = EstimatesOf(*chosen);
-  EXPECT_GT(estimates.at("node0/cpu:0").host_bytes, 0);
+  EXPECT_GT(estimates.at("node0/cpu:0").parts.offloaded, 0);
   for (const char* device : {"node0/cpu:1", "node0/cpu:2", "node0/cpu:3"}) {
-    EXPECT_EQ(estimates.at(device).host_bytes, 0) << device;
+    EXPECT_EQ(estimates.at(device).parts.offloaded, 0) << device;
   }
   absl::StatusOr<MeasuredRun> run = RunMeasured(*chosen);
   ASSERT_TRUE(run.ok()) << run.status();

@@ -16,7 +16,7 @@ absl::StatusOr<MeasuredRun> RunMeasured(const CompileResult& compiled) {
   MeasuredRun measured;
   for (const DeviceMemoryEstimate& estimate : EstimateMemory(compiled.node_plans)) {
     measured.estimated_bytes[DeviceName(estimate.device)] = estimate.total_bytes();
-    measured.host_estimated_bytes += estimate.host_bytes;
+    measured.host_estimated_bytes += estimate.parts.offloaded;
   }
   KernelRegistry kernels;
   if (absl::Status status = RegisterCpuKernels(&kernels); !status.ok()) return status;

@@ -20,7 +20,7 @@ struct MeasuredRun {
   std::map<std::string, int64_t> peak_bytes;       // by device, at its most
   std::map<std::string, int64_t> estimated_bytes;
   // The node's host memory (offloaded activations): allocated after the run, at its most, and
-  // the compiler's estimate (DeviceMemoryEstimate::host_bytes over the devices).
+  // the compiler's estimate (MemoryParts::offloaded over the devices).
   int64_t host_allocated_bytes = 0;
   int64_t host_peak_bytes = 0;
   int64_t host_estimated_bytes = 0;

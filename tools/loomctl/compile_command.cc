@@ -181,7 +181,7 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
   int64_t host_bytes = 0;
   for (const compiler::DeviceMemoryEstimate& estimate :
        compiler::EstimateMemory(result.node_plans)) {
-    host_bytes += estimate.host_bytes;
+    host_bytes += estimate.parts.offloaded;
     register_bytes += estimate.register_bytes;
     unshared_register_bytes += estimate.unshared_register_bytes;
     state_bytes += estimate.state_bytes;
@@ -208,8 +208,7 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
       host_bytes > 0
           ? absl::StrCat("; ", FormatBytes(host_bytes), " of offloaded activations in host memory")
           : "",
-      "), ",
-      FormatCount(static_cast<int64_t>(result.node_plans.size()), "node plan"), ".");
+      "), ", FormatCount(static_cast<int64_t>(result.node_plans.size()), "node plan"), ".");
   return WrapParagraph(summary, 100) + "\n";
 }
 
