@@ -6,6 +6,7 @@
 #include "compiler/activation_offload.h"
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,44 @@ TEST(ActivationOffloadTest, AnOpOverridesTheJob) {
         << task.name();
   }
   EXPECT_GT(count, 1);
+}
+
+// Random per-op settings, with and without recomputation, on layouts with and without pipeline
+// stages and tensor parallelism: any subset of stashes offloaded trains bit for bit as none, and
+// devices and host allocate the estimate.
+TEST(ActivationOffloadTest, RandomPerOpSettingsTrainBitForBit) {
+  for (const GptLayout& base :
+       {GptLayout{.name = "one_device"},
+        GptLayout{.name = "pp2_m2", .pipeline_stages = 2, .micro_batches = 2},
+        GptLayout{.name = "dp2_tp2", .data_parallel = 2, .tensor_parallel = 2}}) {
+    for (uint32_t seed = 1; seed <= 4; ++seed) {
+      GptLayout layout = base;
+      layout.recompute = seed % 2 == 0 ? job::RECOMPUTE_FULL : job::RECOMPUTE_NONE;
+      absl::StatusOr<CompileResult> kept = CompileShared(layout);
+      ASSERT_TRUE(kept.ok()) << kept.status();
+      absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+      ASSERT_TRUE(job.ok()) << job.status();
+      std::mt19937 random(seed);
+      job->set_offload_activations(seed % 3 == 0 ? job::OFFLOAD_ALL : job::OFFLOAD_NONE);
+      for (job::Op& op : *job->mutable_ops()) {
+        const uint32_t draw = random() % 3;
+        op.set_offload(draw == 0   ? job::OP_OFFLOAD_ALWAYS
+                       : draw == 1 ? job::OP_OFFLOAD_NEVER
+                                   : job::OP_OFFLOAD_DEFAULT);
+      }
+      const std::string what = absl::StrCat(base.name, " seed ", seed);
+      absl::StatusOr<CompileResult> offloaded = CompileOn(*job, layout.devices());
+      ASSERT_TRUE(offloaded.ok()) << what << ": " << offloaded.status();
+      absl::StatusOr<MeasuredRun> expected = RunMeasured(*kept);
+      ASSERT_TRUE(expected.ok()) << what << ": " << expected.status();
+      absl::StatusOr<MeasuredRun> actual = RunMeasured(*offloaded);
+      ASSERT_TRUE(actual.ok()) << what << ": " << actual.status();
+      ExpectBitIdentical(expected->fetched, actual->fetched, what);
+      EXPECT_EQ(actual->allocated_bytes, actual->estimated_bytes) << what;
+      EXPECT_EQ(actual->host_allocated_bytes, actual->host_estimated_bytes) << what;
+      EXPECT_GT(actual->host_estimated_bytes, 0) << what;
+    }
+  }
 }
 
 // The node's host memory has a budget: the job's own, or the cluster's; beyond it the job is
