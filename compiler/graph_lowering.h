@@ -53,8 +53,8 @@ class GraphLowering {
   absl::Status BucketGradients();
   // Instantiated only by BucketGradients, with its own list of members.
   template <typename MemberList>
-  absl::Status AllReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
-                               const MemberList& members);
+  absl::Status ReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
+                            int64_t shards, const MemberList& members);
 
   // --- Boxing (boxing_lowering.cc) --------------------------------------------------------------
 

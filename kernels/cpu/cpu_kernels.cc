@@ -74,6 +74,7 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"moe_dispatch_grad", cpu::CreateMoeDispatchGradKernel},
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
+      {"pack_shards", CreatePackShardsKernel},
   };
   if (absl::Status status = RegisterKernelTable(registry, plan::CPU, kEntries); !status.ok()) {
     return status;

@@ -22,6 +22,7 @@ absl::Status RegisterCudaKernels(KernelRegistry* registry) {
       // Byte copies on the stream: the CPU's implementation serves.
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
+      {"pack_shards", CreatePackShardsKernel},
   };
   if (absl::Status status = RegisterKernelTable(registry, plan::CUDA, kEntries); !status.ok()) {
     return status;

@@ -16,19 +16,19 @@ using ::testing::HasSubstr;
 TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
   KernelRegistry registry;
   ASSERT_TRUE(RegisterCpuKernels(&registry).ok());
-  EXPECT_THAT(
-      registry.OpTypes(plan::CPU),
-      ::testing::ElementsAre(
-          "adamw", "add", "bias_add", "broadcast_to", "cast", "causal_attention",
-          "causal_attention_grad", "clip_coefficient", "concat", "divide", "embedding",
-          "embedding_grad", "fill", "gelu", "gelu_grad", "identity", "identity_after", "layer_norm",
-          "layer_norm_grad", "log_softmax", "log_softmax_grad", "matmul", "moe_combine",
-          "moe_dispatch", "moe_dispatch_grad", "moe_route", "moe_route_grad", "multiply", "offload",
-          "ones_like", "pack_flat", "pad", "random", "random_integers", "reduce_mean", "reduce_sum",
-          "reduce_sum_to", "reload", "relu", "relu_grad", "reshape", "safetensors_slice", "scale",
-          "scale_by", "sgd", "sleep", "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
-          "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",
-          "token_batch", "token_dataset", "transpose", "unpack_flat", "zeros_like"));
+  EXPECT_THAT(registry.OpTypes(plan::CPU),
+              ::testing::ElementsAre(
+                  "adamw", "add", "bias_add", "broadcast_to", "cast", "causal_attention",
+                  "causal_attention_grad", "clip_coefficient", "concat", "divide", "embedding",
+                  "embedding_grad", "fill", "gelu", "gelu_grad", "identity", "identity_after",
+                  "layer_norm", "layer_norm_grad", "log_softmax", "log_softmax_grad", "matmul",
+                  "moe_combine", "moe_dispatch", "moe_dispatch_grad", "moe_route", "moe_route_grad",
+                  "multiply", "offload", "ones_like", "pack_flat", "pack_shards", "pad", "random",
+                  "random_integers", "reduce_mean", "reduce_sum", "reduce_sum_to", "reload", "relu",
+                  "relu_grad", "reshape", "safetensors_slice", "scale", "scale_by", "sgd", "sleep",
+                  "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
+                  "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",
+                  "token_batch", "token_dataset", "transpose", "unpack_flat", "zeros_like"));
   EXPECT_TRUE(registry.OpTypes(plan::CUDA).empty());
 }
 

@@ -25,6 +25,29 @@ TEST(FlatPackKernelsTest, PackThenUnpackGivesThePartsBack) {
   EXPECT_THAT(unpack.OutputFloats(1), ElementsAre(4, 5, 6, 7));
 }
 
+// pack_shards: shard 0 (the first half along axis 0) of every part, then shard 1 of every part;
+// a reduce-scatter over two ranks then leaves rank r its shard of each, as unpack_flat splits it.
+TEST(FlatPackKernelsTest, PackShardsPutsEachRanksShardsTogether) {
+  OpCall pack("pack_shards");
+  pack.Attribute("shards", kernel_test::IntAttribute(2))
+      .Input(FloatTensor({2, 2}, {1, 2, 3, 4}))
+      .Input(FloatTensor({4}, {5, 6, 7, 8}))
+      .Output({8});
+  ASSERT_TRUE(pack.Run().ok());
+  EXPECT_THAT(pack.OutputFloats(), ElementsAre(1, 2, 5, 6, 3, 4, 7, 8));
+
+  OpCall uneven("pack_shards", "bucket");
+  uneven.Attribute("shards", kernel_test::IntAttribute(2))
+      .Input(FloatTensor({3}, {1, 2, 3}))
+      .Output({3});
+  absl::Status status = uneven.Build().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("whose axis 0 is not split in 2 shards"));
+  OpCall unsaid("pack_shards", "bucket");
+  unsaid.Input(FloatTensor({2}, {1, 2})).Output({2});
+  EXPECT_THAT(unsaid.Build().status().message(), HasSubstr("\"shards\" >= 1"));
+}
+
 TEST(FlatPackKernelsTest, SizesAndTypesThatDoNotAddUpAreRefused) {
   OpCall short_flat("pack_flat", "bucket");
   short_flat.Input(FloatTensor({2}, {1, 2})).Input(FloatTensor({2}, {3, 4})).Output({3});

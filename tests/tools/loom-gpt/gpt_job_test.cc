@@ -399,8 +399,10 @@ TEST(GptJobTest, DataParallelGradientsAreAllReducedInBuckets) {
   const auto [single_without, buckets_without] = count(unbucketed);
   EXPECT_EQ(buckets_without, 0);
   // On every rank: the bucket of gradients partial on the data-parallel axis only (one
-  // all-reduce), and the bucket of those partial on both axes (one all-reduce per axis).
-  EXPECT_EQ(buckets_with, 3 * 4);
+  // all-reduce), the bucket of those partial on both axes (one all-reduce per axis), and the
+  // bucket of those partial on both whose variables the tensor-parallel axis splits (one
+  // all-reduce per axis, then each rank keeps its shards: packed shard by shard).
+  EXPECT_EQ(buckets_with, 5 * 4);
   EXPECT_LT(single_with, single_without - buckets_with);
   auto with_buckets = CompileAndRun(*bucketed, 4);
   ASSERT_TRUE(with_buckets.ok()) << with_buckets.status();
