@@ -40,6 +40,19 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const cli::ParsedArguments& arg
   return duration;
 }
 
+// A memory budget flag: a byte size, or "auto" (nullopt).
+absl::StatusOr<std::optional<int64_t>> ParseBudgetFlag(const cli::ParsedArguments& arguments,
+                                                       const std::string& flag) {
+  const std::string text = arguments.Value(flag);
+  if (text == "auto") return std::nullopt;
+  absl::StatusOr<int64_t> budget = ParseByteSize(text);
+  if (!budget.ok()) {
+    return cli::UsageError(kCommand,
+                           absl::StrCat("--", flag, ": ", budget.status().message(), " (or auto)"));
+  }
+  return *budget;
+}
+
 template <typename Integer>
 absl::StatusOr<Integer> ParsePositiveFlag(const cli::ParsedArguments& arguments,
                                           const std::string& flag) {
@@ -225,25 +238,12 @@ absl::StatusOr<DaemonOptions> DaemonOptionsFrom(const cli::ParsedArguments& argu
   if (!devices.ok()) return devices.status();
   options.devices = *std::move(devices);
 
-  if (const std::string budget_text = arguments.Value("memory-budget-per-device");
-      budget_text != "auto") {
-    absl::StatusOr<int64_t> budget = ParseByteSize(budget_text);
-    if (!budget.ok()) {
-      return cli::UsageError(
-          kCommand,
-          absl::StrCat("--memory-budget-per-device: ", budget.status().message(), " (or auto)"));
-    }
-    options.memory_budget_per_device_bytes = *budget;
-  }
-  if (const std::string budget_text = arguments.Value("host-memory-budget");
-      budget_text != "auto") {
-    absl::StatusOr<int64_t> budget = ParseByteSize(budget_text);
-    if (!budget.ok()) {
-      return cli::UsageError(
-          kCommand,
-          absl::StrCat("--host-memory-budget: ", budget.status().message(), " (or auto)"));
-    }
-    options.host_memory_budget_bytes = *budget;
+  for (auto [flag, target] :
+       {std::pair{"memory-budget-per-device", &options.memory_budget_per_device_bytes},
+        std::pair{"host-memory-budget", &options.host_memory_budget_bytes}}) {
+    absl::StatusOr<std::optional<int64_t>> budget = ParseBudgetFlag(arguments, flag);
+    if (!budget.ok()) return budget.status();
+    *target = *budget;
   }
 
   absl::StatusOr<int64_t> message_bytes = ParseByteSize(arguments.Value("max-message-size"));
