@@ -1,5 +1,6 @@
 #include "compiler/activation_offload.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -37,10 +38,18 @@ struct Offload {
 job::Job OffloadActivations(
     const job::Job& job,
     absl::FunctionRef<bool(const job::Op& producer, const job::Op& reader)> chosen) {
+  // What forward ops make from the data: what they make from variables alone (a weight's
+  // bfloat16 copy) is no activation, and stays, as recomputation keeps it.
+  absl::flat_hash_set<std::string> variables;
+  for (const job::Variable& variable : job.variables()) variables.insert(variable.name());
   absl::flat_hash_map<std::string, int> forward_producer;
   for (int i = 0; i < job.ops_size(); ++i) {
     const job::Op& op = job.ops(i);
-    if (op.backward() || op.evaluation()) continue;
+    if (op.backward() || op.evaluation() ||
+        std::all_of(op.inputs().begin(), op.inputs().end(),
+                    [&](const std::string& input) { return variables.contains(input); })) {
+      continue;
+    }
     for (const std::string& output : op.outputs()) forward_producer[output] = i;
   }
   std::vector<Offload> offloads;

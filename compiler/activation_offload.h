@@ -23,7 +23,8 @@ inline constexpr char kReloadOpType[] = "reload";
 bool OffloadedBySettings(const job::Job& job, const job::Op& producer);
 
 // Returns `job` (a training job with its backward ops, compiler/autodiff.h) where every tensor
-// that a forward op makes and backward ops read, for which `chosen(producer, reader)` holds, is
+// that a forward op makes from the data (not from variables alone: a weight's bfloat16 copy is no
+// activation) and backward ops read, for which `chosen(producer, reader)` holds, is
 // read by those backward ops from a copy in host memory: an op "offload/<tensor>" right after its
 // producer copies it out, and an op "reload/<tensor>" right before the first of the readers
 // copies it back; the readers then read the reload's output. Each copy runs on the placement and

@@ -5,6 +5,7 @@
 
 #include "compiler/activation_offload.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -186,6 +187,30 @@ TEST(ActivationOffloadTest, OverBudgetOffloadsOnlyTheDevicesOverIt) {
   ASSERT_TRUE(reference.ok()) << reference.status();
   ExpectBitIdentical(reference->fetched, run->fetched, "over budget");
   for (const auto& [device, peak] : run->peak_bytes) EXPECT_LE(peak, budget) << device;
+}
+
+// What forward ops make from variables alone (the weights' bfloat16 copies under mixed precision)
+// is no activation: it stays on the device.
+TEST(ActivationOffloadTest, WeightsCopiesAreNoActivations) {
+  absl::StatusOr<CompileResult> compiled = CompileShared(
+      Offloaded(GptLayout{.name = "one_device_bf16", .matmul_data_type = plan::BFLOAT16}));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::map<std::string, const plan::Task*> producer;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = &task;
+  }
+  int offloads = 0;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    if (!absl::StartsWith(task.name(), "offload/")) continue;
+    ++offloads;
+    // Its data inputs (the orders for memory add ordering inputs after them).
+    const plan::Task& made_by = *producer.at(task.inputs(0));
+    EXPECT_TRUE(std::any_of(
+        made_by.inputs().begin(), made_by.inputs().end() - made_by.ordering_inputs(),
+        [&](const std::string& input) { return producer.at(input)->kind() != plan::VARIABLE; }))
+        << task.name() << " offloads what " << made_by.name() << " makes from variables alone";
+  }
+  EXPECT_GT(offloads, 0);
 }
 
 // Op.offload overrides the job: ALWAYS offloads one op's outputs under OFFLOAD_NONE, NEVER keeps

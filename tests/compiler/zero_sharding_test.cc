@@ -118,8 +118,9 @@ TEST_P(ZeroShardingTest, BucketedReduceScattersTrainBitForBitAsOnePerGradient) {
   absl::StatusOr<CompileResult> bucketed = compile(0);
   ASSERT_TRUE(bucketed.ok()) << bucketed.status();
   EXPECT_LE(reduce_scatters(*bucketed), reduce_scatters(*apart)) << layout.name;
-  // Not bucketed: gradients that clipping reduces first (its collective serves the variable, as
-  // for the all-reduce buckets), and those split over two axes (dense variables under EP).
+  // Not bucketed: under clipping the reduce-scatters are the clipping ops' conversions (the ops
+  // run on the shards; the variables take the clipped shards as they are), and the dense
+  // variables under EP split over two axes.
   if (layout.max_grad_norm == 0 && layout.experts == 0) {
     EXPECT_LT(reduce_scatters(*bucketed), reduce_scatters(*apart) / 4) << layout.name;
   }
