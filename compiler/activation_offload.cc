@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/job_names.h"
 
 namespace loom::compiler {
 
@@ -81,25 +82,13 @@ job::Job OffloadActivations(
   }
   if (offloads.empty()) return job;
 
-  absl::flat_hash_set<std::string> taken;
-  for (const job::Variable& variable : job.variables()) taken.insert(variable.name());
-  for (const job::Input& input : job.inputs()) taken.insert(input.name());
-  for (const job::Op& op : job.ops()) {
-    taken.insert(op.name());
-    for (const std::string& output : op.outputs()) taken.insert(output);
-  }
-  auto unique_name = [&](const std::string& base) {
-    for (int n = 0;; ++n) {
-      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
-      if (taken.insert(name).second) return name;
-    }
-  };
+  JobNames names(job);
   absl::flat_hash_map<int, std::vector<int>> after_producer;
   absl::flat_hash_map<int, std::vector<int>> before_reader;
   for (int k = 0; k < static_cast<int>(offloads.size()); ++k) {
     Offload& offload = offloads[k];
-    offload.offloaded = unique_name(absl::StrCat("offload/", offload.tensor));
-    offload.reloaded = unique_name(absl::StrCat("reload/", offload.tensor));
+    offload.offloaded = names.Take(absl::StrCat("offload/", offload.tensor));
+    offload.reloaded = names.Take(absl::StrCat("reload/", offload.tensor));
     after_producer[offload.producer].push_back(k);
     before_reader[offload.first_reader].push_back(k);
   }

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/job_names.h"
 #include "compiler/recomputation.h"
 
 namespace loom::compiler {
@@ -18,8 +19,7 @@ namespace {
 // Emits ops into `job` under unique "grad/" names, on the placement and stage last set.
 class JobGradientBuilder final : public GradientBuilder {
  public:
-  JobGradientBuilder(job::Job* job, absl::flat_hash_set<std::string> taken)
-      : job_(job), taken_(std::move(taken)) {}
+  JobGradientBuilder(job::Job* job, JobNames names) : job_(job), names_(std::move(names)) {}
 
   void SetPlacement(const std::string& forward_name, const job::Placement* placement,
                     std::optional<int> stage) {
@@ -54,12 +54,7 @@ class JobGradientBuilder final : public GradientBuilder {
     return outputs;
   }
 
-  std::string UniqueName(const std::string& base) {
-    for (int n = 0;; ++n) {
-      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
-      if (taken_.insert(name).second) return name;
-    }
-  }
+  std::string UniqueName(const std::string& base) { return names_.Take(base); }
 
   // The sum of `gradients` (at least one).
   std::string Sum(const std::vector<std::string>& gradients) {
@@ -70,7 +65,7 @@ class JobGradientBuilder final : public GradientBuilder {
 
  private:
   job::Job* job_;
-  absl::flat_hash_set<std::string> taken_;
+  JobNames names_;
   std::string forward_name_;
   const job::Placement* placement_ = nullptr;
   std::optional<int> stage_;
@@ -157,14 +152,11 @@ absl::StatusOr<job::Job> AddBackward(const job::Job& job, const OpRegistry& regi
   }
 
   job::Job result = job;
-  absl::flat_hash_set<std::string> taken;
-  for (const LogicalTensor& tensor : graph.tensors) taken.insert(tensor.name);
-  for (const job::Op& op : job.ops()) taken.insert(op.name());
+  JobNames names(job);
   for (const job::Variable& variable : job.variables()) {
-    taken.insert(variable.name());
-    taken.insert(absl::StrCat("grad/", variable.name()));
+    names.Reserve(absl::StrCat("grad/", variable.name()));
   }
-  JobGradientBuilder builder(&result, std::move(taken));
+  JobGradientBuilder builder(&result, std::move(names));
   const int first_backward_op = result.ops_size();
   // The gradients of activations (tensors computed from the data): what earlier ops' backward
   // waits for.

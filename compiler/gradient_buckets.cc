@@ -92,7 +92,9 @@ absl::Status GraphLowering::BucketGradients() {
     Member member;
     member.tensor = node->gradient;
     member.local_elements = local_shapes[0].NumElements();
-    member.packed_elements = member.local_elements * shards;
+    // The gradient's own local part (full along the scattered axis): a register lowering made.
+    member.packed_elements =
+        LocalWindowOf(gradient.type.shape, node->placement, from, 0).shape.NumElements();
     member.local_shapes = std::move(local_shapes);
     member.cache_key = absl::StrCat(node->gradient, "|", node->placement.ToString(), "|",
                                     NdSbpToString(to), accumulated ? "|sum" : "");

@@ -298,6 +298,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
   }
   for (int output : node.outputs) local_registers_[output].clear();
   const int32_t priority = TaskPriority(graph_, node);
+  const bool to_host_memory = node.op_type == kOffloadOpType;
   for (int rank = 0; rank < node.placement.size(); ++rank) {
     LoweringContext context;
     context.op = &node.context;
@@ -324,9 +325,7 @@ absl::Status GraphLowering::LowerOp(const LogicalNode& node) {
       context.local_outputs.push_back(TensorType{local, tensor.type.data_type});
       std::string reg =
           AddRegister(absl::StrCat(tensor.name, "@", rank), local, tensor.type.data_type);
-      if (node.op_type == kOffloadOpType) {
-        plan_.mutable_registers()->rbegin()->set_host_memory(true);
-      }
+      if (to_host_memory) plan_.mutable_registers()->rbegin()->set_host_memory(true);
       task->add_outputs(reg);
       local_registers_[output].push_back(reg);
     }

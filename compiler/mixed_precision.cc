@@ -3,9 +3,9 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "compiler/job_names.h"
 #include "core/data_type.h"
 
 namespace loom::compiler {
@@ -13,29 +13,6 @@ namespace {
 
 constexpr char kBfloat16[] = "bfloat16";
 constexpr char kFloat32[] = "float32";
-
-// Names not yet used by a tensor or op of the job.
-class NameTaker {
- public:
-  explicit NameTaker(const job::Job& job) {
-    for (const job::Variable& variable : job.variables()) taken_.insert(variable.name());
-    for (const job::Input& input : job.inputs()) taken_.insert(input.name());
-    for (const job::Op& op : job.ops()) {
-      taken_.insert(op.name());
-      for (const std::string& output : op.outputs()) taken_.insert(output);
-    }
-  }
-
-  std::string Take(const std::string& base) {
-    for (int n = 0;; ++n) {
-      std::string name = n == 0 ? base : absl::StrCat(base, "_", n);
-      if (taken_.insert(name).second) return name;
-    }
-  }
-
- private:
-  absl::flat_hash_set<std::string> taken_;
-};
 
 // A cast of `input` to `to`, named `name` (its output too), placed, staged and in the block
 // (recomputation) like `like`.
@@ -84,7 +61,7 @@ absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpReg
            graph->tensor(found->second).type.data_type == plan::FLOAT32;
   };
 
-  NameTaker names(job);
+  JobNames names(job);
   job::Job result = job;
   result.clear_ops();
   for (const job::Op& op : job.ops()) {
