@@ -40,6 +40,12 @@ NdSbp GraphLowering::Canonical(const Placement& placement, NdSbp sbp) {
   return sbp;
 }
 
+std::string GraphLowering::ConversionKey(int tensor_id, const Placement& placement,
+                                         const NdSbp& sbp, bool accumulated, int use) {
+  return absl::StrCat(tensor_id, "|", placement.ToString(), "|", NdSbpToString(sbp),
+                      accumulated ? "|sum" : "", UseKey(use));
+}
+
 bool GraphLowering::PerStep(int tensor_id) const {
   const LogicalNode& producer = graph_.nodes[graph_.tensors[tensor_id].producer];
   return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
@@ -129,9 +135,8 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
   const NdSbp from_sbp = Canonical(from_placement, tensor.sbp);
   const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
   if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
-  std::string key =
-      absl::StrCat(tensor_id, "|", to_placement.ToString(), "|", NdSbpToString(canonical_to_sbp),
-                   accumulated ? "|sum" : "", UseKey(use));
+  const std::string key =
+      ConversionKey(tensor_id, to_placement, canonical_to_sbp, accumulated, use);
   auto cached = materialized_.find(key);
   if (cached != materialized_.end()) return cached->second;
 

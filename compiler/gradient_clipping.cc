@@ -27,6 +27,10 @@ job::Op* AddOnceStepOp(job::Job* job, const std::string& name, const std::string
 
 }  // namespace
 
+std::string UnclippedGradientName(absl::string_view gradient) {
+  return absl::StrCat(gradient, "/unclipped");
+}
+
 absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_norm) {
   if (!(max_norm > 0)) {
     return absl::InvalidArgumentError(
@@ -47,7 +51,7 @@ absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_nor
     const std::string gradient = absl::StrCat("grad/", variable.name());
     auto found = producer.find(gradient);
     if (found == producer.end()) continue;
-    const std::string unclipped = absl::StrCat(gradient, "/unclipped");
+    const std::string unclipped = UnclippedGradientName(gradient);
     result.mutable_ops(found->second.first)->set_outputs(found->second.second, unclipped);
     // Copy: adding ops may move result's ops.
     const job::Op like = result.ops(found->second.first);
@@ -73,9 +77,8 @@ absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_nor
   for (const auto& [variable, position] : clipped) {
     const job::Op like = result.ops(position);
     const std::string gradient = absl::StrCat("grad/", variable);
-    job::Op* scale =
-        AddOnceStepOp(&result, absl::StrCat("clip/", variable), "scale_by",
-                      {absl::StrCat(gradient, "/unclipped"), "clip/coefficient"}, &like);
+    job::Op* scale = AddOnceStepOp(&result, absl::StrCat("clip/", variable), "scale_by",
+                                   {UnclippedGradientName(gradient), "clip/coefficient"}, &like);
     scale->set_outputs(0, gradient);
   }
   return result;

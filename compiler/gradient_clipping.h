@@ -6,7 +6,10 @@
 // "squared_norm", "clip_coefficient" and "scale_by" ops of compiler/ops/clip_ops.h between the
 // variables' gradients and the optimizer.
 
+#include <string>
+
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/job.pb.h"
 
 namespace loom::compiler {
@@ -20,6 +23,9 @@ namespace loom::compiler {
 // micro-batches. Boxing supplies the reductions: a split gradient's squared norm is partial
 // over its ranks. INVALID_ARGUMENT when max_norm is not positive or no variable has a gradient.
 absl::StatusOr<job::Job> AddGradientClipping(const job::Job& job, double max_norm);
+
+// The name the pass gives a gradient before clipping: "grad/<v>/unclipped" for "grad/<v>".
+std::string UnclippedGradientName(absl::string_view gradient);
 
 }  // namespace loom::compiler
 

@@ -48,17 +48,27 @@ class GraphLowering {
   absl::Status LowerOp(const LogicalNode& node);
   absl::Status LowerFetch(int tensor_id);
 
-  // --- Gradient buckets (gradient_buckets.cc) ---------------------------------------------------
+  // --- Gradient and parameter buckets (gradient_buckets.cc) -------------------------------------
 
   absl::Status BucketGradients();
+  std::vector<int> GradientTensorsOf(const LogicalNode& variable) const;
   // Instantiated only by BucketGradients, with its own list of members.
   template <typename MemberList>
   absl::Status ReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
                             int64_t shards, const MemberList& members);
+  absl::Status BucketGathers();
+  // Instantiated only by BucketGathers.
+  template <typename MemberList>
+  absl::Status GatherBucket(const Placement& placement, int axis, plan::DataType data_type,
+                            const MemberList& members);
 
   // --- Boxing (boxing_lowering.cc) --------------------------------------------------------------
 
   static NdSbp Canonical(const Placement& placement, NdSbp sbp);
+  // The key of materialized_ for `tensor` (its per-step sums where `accumulated`) as the canonical
+  // `sbp` on `placement` (for one consumer where `use` is not -1).
+  static std::string ConversionKey(int tensor_id, const Placement& placement, const NdSbp& sbp,
+                                   bool accumulated, int use = -1);
   bool PerStep(int tensor_id) const;
   // `use`: the consuming op's node, for a variable gathered per use (LogicalNode.gathered_per_use:
   // its conversion is built for that op alone); -1 where every consumer shares it.

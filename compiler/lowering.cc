@@ -72,19 +72,48 @@ absl::StatusOr<plan::Plan> GraphLowering::Run() {
   plan_.set_host_memory_budget_bytes(
       TighterBudget(graph_.host_memory_budget_bytes, devices_.HostMemoryBudget()));
   local_registers_.resize(graph_.tensors.size());
+  // The ops that read the variables' gradients (the clipping ops) and what they feed are lowered
+  // after the others, once every gradient is, so that the gradients' conversions for them can be
+  // bucketed; the buckets of the variables' values are made before the first op (the graph holds
+  // its variables and inputs first).
+  absl::flat_hash_set<int> gradients;
   for (const LogicalNode& node : graph_.nodes) {
-    absl::Status status;
-    switch (node.kind) {
-      case LogicalNode::Kind::kVariable:
-      case LogicalNode::Kind::kInput:
-        status = LowerSource(node);
-        break;
-      case LogicalNode::Kind::kOp:
-        status = LowerOp(node);
-        break;
+    if (node.kind != LogicalNode::Kind::kVariable) continue;
+    for (int tensor : GradientTensorsOf(node)) gradients.insert(tensor);
+  }
+  std::vector<bool> after_gradients(graph_.nodes.size(), false);
+  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+    for (int tensor : graph_.nodes[n].inputs) {
+      if (gradients.contains(tensor) || after_gradients[graph_.tensors[tensor].producer]) {
+        after_gradients[n] = true;
+      }
     }
-    if (status.ok()) status = CheckTaskCount(absl::StrCat("'", node.name, "'"));
-    if (!status.ok()) return status;
+  }
+  const bool any_late =
+      std::find(after_gradients.begin(), after_gradients.end(), true) != after_gradients.end();
+  bool gathers_bucketed = false;
+  for (const bool late : {false, true}) {
+    if (late && any_late) {
+      if (absl::Status status = BucketGradients(); !status.ok()) return status;
+    }
+    for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+      const LogicalNode& node = graph_.nodes[n];
+      if (after_gradients[n] != late) continue;
+      absl::Status status;
+      switch (node.kind) {
+        case LogicalNode::Kind::kVariable:
+        case LogicalNode::Kind::kInput:
+          status = LowerSource(node);
+          break;
+        case LogicalNode::Kind::kOp:
+          if (!gathers_bucketed) status = BucketGathers();
+          gathers_bucketed = true;
+          if (status.ok()) status = LowerOp(node);
+          break;
+      }
+      if (status.ok()) status = CheckTaskCount(absl::StrCat("'", node.name, "'"));
+      if (!status.ok()) return status;
+    }
   }
   if (absl::Status status = BucketGradients(); !status.ok()) return status;
   for (const LogicalNode& node : graph_.nodes) {

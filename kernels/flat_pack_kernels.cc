@@ -52,7 +52,8 @@ class FlatPackKernel final : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateFlatPack(const KernelInit& init, bool pack,
                                                        bool sharded) {
-  const char* op = sharded ? "pack_shards" : pack ? "pack_flat" : "unpack_flat";
+  const char* op =
+      sharded ? (pack ? "pack_shards" : "unpack_shards") : (pack ? "pack_flat" : "unpack_flat");
   const std::vector<plan::TensorDesc>& flat_side = pack ? init.outputs : init.inputs;
   const std::vector<plan::TensorDesc>& parts = pack ? init.inputs : init.outputs;
   auto invalid = [&](const std::string& why) {
@@ -108,6 +109,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUnpackFlatKernel(const KernelInit&
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePackShardsKernel(const KernelInit& init) {
   return CreateFlatPack(init, /*pack=*/true, /*sharded=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateUnpackShardsKernel(const KernelInit& init) {
+  return CreateFlatPack(init, /*pack=*/false, /*sharded=*/true);
 }
 
 }  // namespace loom

@@ -1,9 +1,10 @@
 #ifndef LOOM_KERNELS_FLAT_PACK_KERNELS_H_
 #define LOOM_KERNELS_FLAT_PACK_KERNELS_H_
 
-// The kernels of gradient buckets, "pack_flat", "unpack_flat" and "pack_shards": byte copies on the
-// task's stream that pack several tensors into one flat tensor and back. One implementation serves
-// every device type; RegisterCpuKernels and RegisterCudaKernels both register it.
+// The kernels of buckets, "pack_flat", "unpack_flat", "pack_shards" and "unpack_shards": byte
+// copies on the task's stream that pack several tensors into one flat tensor and back. One
+// implementation serves every device type; RegisterCpuKernels and RegisterCudaKernels both register
+// it.
 
 #include <memory>
 
@@ -22,10 +23,13 @@ namespace loom {
 //                  0 divisible by N: shard 0 of every input (its first N-th along axis 0), then
 //                  shard 1 of every input, and so on; a reduce-scatter of it over N ranks leaves
 //                  rank r its shard r of every input, one after the other (ZeRO's buckets).
+//   "unpack_shards": its inverse: what an all-gather over N ranks of each rank's shards packed with
+//                  pack_flat makes, unpacked into each whole tensor (ZeRO's parameter buckets).
 // INVALID_ARGUMENT naming the task when the element counts, data types or shards do not add up.
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePackFlatKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnpackFlatKernel(const KernelInit& init);
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePackShardsKernel(const KernelInit& init);
+absl::StatusOr<std::unique_ptr<Kernel>> CreateUnpackShardsKernel(const KernelInit& init);
 
 }  // namespace loom
 

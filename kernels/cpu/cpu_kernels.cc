@@ -75,6 +75,7 @@ absl::Status RegisterCpuKernels(KernelRegistry* registry) {
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
       {"pack_shards", CreatePackShardsKernel},
+      {"unpack_shards", CreateUnpackShardsKernel},
   };
   if (absl::Status status = RegisterKernelTable(registry, plan::CPU, kEntries); !status.ok()) {
     return status;

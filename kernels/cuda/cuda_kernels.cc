@@ -23,6 +23,7 @@ absl::Status RegisterCudaKernels(KernelRegistry* registry) {
       {"pack_flat", CreatePackFlatKernel},
       {"unpack_flat", CreateUnpackFlatKernel},
       {"pack_shards", CreatePackShardsKernel},
+      {"unpack_shards", CreateUnpackShardsKernel},
   };
   if (absl::Status status = RegisterKernelTable(registry, plan::CUDA, kEntries); !status.ok()) {
     return status;

@@ -95,41 +95,98 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ZeroShardingTest, ::testing::ValuesIn(ZeroLayo
                            return info.param.name;
                          });
 
-// Stages 1 and 2 reduce-scatter the gradients in buckets (packed shard by shard): bit for bit what
-// one reduce-scatter per gradient gives, with fewer collectives, within the estimate.
-TEST_P(ZeroShardingTest, BucketedReduceScattersTrainBitForBitAsOnePerGradient) {
+int64_t CountCollectives(const CompileResult& compiled, plan::CollectiveKind kind) {
+  return std::count_if(compiled.plan.tasks().begin(), compiled.plan.tasks().end(),
+                       [&](const plan::Task& task) {
+                         return task.kind() == plan::COLLECTIVE && task.collective().kind() == kind;
+                       });
+}
+
+absl::StatusOr<CompileResult> CompileZero(const GptLayout& layout, int zero_stage,
+                                          int64_t bucket_bytes) {
+  absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+  if (!job.ok()) return job.status();
+  job->set_zero_stage(zero_stage);
+  job->set_gradient_bucket_bytes(bucket_bytes);
+  return CompileOn(*job, layout.devices(), layout.nodes);
+}
+
+// Both plans train bit for bit alike, and the second allocates what the compiler estimated.
+void ExpectSameTraining(const CompileResult& expected_plan, const CompileResult& actual_plan,
+                        const std::string& what) {
+  absl::StatusOr<MeasuredRun> expected = RunMeasured(expected_plan);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<MeasuredRun> actual = RunMeasured(actual_plan);
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ExpectBitIdentical(expected->fetched, actual->fetched, what);
+  EXPECT_EQ(actual->allocated_bytes, actual->estimated_bytes) << what;
+}
+
+// Stages 1 and 2 reduce-scatter the gradients in buckets (packed shard by shard) and all-gather
+// the updated variables in buckets (each rank's shards packed, unpacked shard by shard): bit for
+// bit what one collective per tensor gives, with fewer collectives, within the estimate.
+TEST_P(ZeroShardingTest, BucketedCollectivesTrainBitForBitAsOnePerTensor) {
   const GptLayout& layout = GetParam();
-  auto compile = [&](int64_t bucket_bytes) -> absl::StatusOr<CompileResult> {
-    absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
-    if (!job.ok()) return job.status();
-    job->set_zero_stage(2);
-    job->set_gradient_bucket_bytes(bucket_bytes);
-    return CompileOn(*job, layout.devices(), layout.nodes);
-  };
   auto reduce_scatters = [](const CompileResult& compiled) {
-    return std::count_if(compiled.plan.tasks().begin(), compiled.plan.tasks().end(),
-                         [](const plan::Task& task) {
-                           return task.kind() == plan::COLLECTIVE &&
-                                  task.collective().kind() == plan::REDUCE_SCATTER;
-                         });
+    return CountCollectives(compiled, plan::REDUCE_SCATTER);
   };
-  absl::StatusOr<CompileResult> apart = compile(-1);
+  auto all_gathers = [](const CompileResult& compiled) {
+    return CountCollectives(compiled, plan::ALL_GATHER);
+  };
+  absl::StatusOr<CompileResult> apart = CompileZero(layout, 2, -1);
   ASSERT_TRUE(apart.ok()) << apart.status();
-  absl::StatusOr<CompileResult> bucketed = compile(0);
+  absl::StatusOr<CompileResult> bucketed = CompileZero(layout, 2, 0);
   ASSERT_TRUE(bucketed.ok()) << bucketed.status();
   EXPECT_LE(reduce_scatters(*bucketed), reduce_scatters(*apart)) << layout.name;
-  // Not bucketed: under clipping the reduce-scatters are the clipping ops' conversions (the ops
-  // run on the shards; the variables take the clipped shards as they are), and the dense
-  // variables under EP split over two axes.
-  if (layout.max_grad_norm == 0 && layout.experts == 0) {
+  // Under clipping the reduce-scatters are the clipping ops' conversions (the ops run on the
+  // shards; the variables take the clipped shards as they are), bucketed alike. Not bucketed:
+  // the dense variables under EP, split over two axes, and under TP the row-parallel weights'
+  // (split on both axes after, on the TP axis before) and the activations'.
+  if (layout.experts == 0 && layout.tensor_parallel == 1) {
     EXPECT_LT(reduce_scatters(*bucketed), reduce_scatters(*apart) / 4) << layout.name;
   }
-  absl::StatusOr<MeasuredRun> expected = RunMeasured(*apart);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-  absl::StatusOr<MeasuredRun> actual = RunMeasured(*bucketed);
-  ASSERT_TRUE(actual.ok()) << actual.status();
-  ExpectBitIdentical(expected->fetched, actual->fetched, layout.name);
-  EXPECT_EQ(actual->allocated_bytes, actual->estimated_bytes);
+  // The variables' gathers: all but the matrices' under bfloat16 (their casts gather) and the
+  // dense ones under EP (split over two axes); the others are TP's activations.
+  EXPECT_LT(all_gathers(*bucketed), all_gathers(*apart)) << layout.name;
+  if (layout.tensor_parallel == 1 && layout.experts == 0 &&
+      layout.matmul_data_type == plan::FLOAT32) {
+    EXPECT_LT(all_gathers(*bucketed), all_gathers(*apart) / 4) << layout.name;
+  }
+  ExpectSameTraining(*apart, *bucketed, layout.name);
+}
+
+// Small buckets: each gather of parameters but the first of a device acts after the chain's task
+// before the bucket's first reader (one use ahead, as a variable's own gather), not all at the
+// step's start; bit for bit as one gather per variable.
+TEST(ZeroShardingTest, ParameterBucketsGatherOneUseAhead) {
+  const GptLayout layout{.name = "dp2", .data_parallel = 2};
+  absl::StatusOr<CompileResult> apart = CompileZero(layout, 1, -1);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  absl::StatusOr<CompileResult> bucketed = CompileZero(layout, 1, 16 << 10);
+  ASSERT_TRUE(bucketed.ok()) << bucketed.status();
+  std::map<std::string, std::vector<const plan::Task*>> gathers;  // by device
+  for (const plan::Task& task : bucketed->plan.tasks()) {
+    if (task.kind() == plan::COLLECTIVE && task.collective().kind() == plan::ALL_GATHER &&
+        absl::StrContains(task.name(), "parameter_bucket.")) {
+      gathers[task.stream().device().DebugString()].push_back(&task);
+    }
+  }
+  std::map<std::string, std::string> producer;  // register -> task
+  for (const plan::Task& task : bucketed->plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = task.name();
+  }
+  ASSERT_EQ(gathers.size(), 2u);
+  for (const auto& [device, tasks] : gathers) {
+    ASSERT_GE(tasks.size(), 4u) << device;
+    int ahead = 0;  // ordered after a task of the forward pass, not a pack or unpack
+    for (const plan::Task* task : tasks) {
+      if (task->ordering_inputs() == 0) continue;
+      const std::string& after = producer.at(task->inputs(task->inputs_size() - 1));
+      if (!absl::StartsWith(after, "pack:") && !absl::StartsWith(after, "unpack:")) ++ahead;
+    }
+    EXPECT_GE(ahead, static_cast<int>(tasks.size()) - 1) << device;
+  }
+  ExpectSameTraining(*apart, *bucketed, layout.name);
 }
 
 // ZeRO keeps one-forward-one-backward on pipeline stages (OneFlow's ZeRO turned its pipeline

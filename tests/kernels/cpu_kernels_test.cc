@@ -28,7 +28,7 @@ TEST(CpuKernelsTest, RegistersEveryOpOnCpuOnly) {
                   "relu_grad", "reshape", "safetensors_slice", "scale", "scale_by", "sgd", "sleep",
                   "slice", "softmax", "softmax_grad", "sparse_cross_entropy",
                   "sparse_cross_entropy_grad", "squared_norm", "subtract", "tanh", "tanh_grad",
-                  "token_batch", "token_dataset", "transpose", "unpack_flat", "zeros_like"));
+                  "token_batch", "token_dataset", "transpose", "unpack_flat", "unpack_shards", "zeros_like"));
   EXPECT_TRUE(registry.OpTypes(plan::CUDA).empty());
 }
 

@@ -48,6 +48,26 @@ TEST(FlatPackKernelsTest, PackShardsPutsEachRanksShardsTogether) {
   EXPECT_THAT(unsaid.Build().status().message(), HasSubstr("\"shards\" >= 1"));
 }
 
+// unpack_shards: the inverse of pack_shards, what an all-gather of each rank's packed shards makes
+// back into whole tensors.
+TEST(FlatPackKernelsTest, UnpackShardsInvertsPackShards) {
+  OpCall unpack("unpack_shards");
+  unpack.Attribute("shards", kernel_test::IntAttribute(2))
+      .Input(FloatTensor({8}, {1, 2, 5, 6, 3, 4, 7, 8}))
+      .Output({2, 2})
+      .Output({4});
+  ASSERT_TRUE(unpack.Run().ok());
+  EXPECT_THAT(unpack.OutputFloats(0), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(unpack.OutputFloats(1), ElementsAre(5, 6, 7, 8));
+
+  OpCall uneven("unpack_shards", "bucket");
+  uneven.Attribute("shards", kernel_test::IntAttribute(3))
+      .Input(FloatTensor({4}, {1, 2, 3, 4}))
+      .Output({4});
+  EXPECT_THAT(uneven.Build().status().message(),
+              HasSubstr("unpack_shards: a part is [4], whose axis 0 is not split in 3 shards"));
+}
+
 TEST(FlatPackKernelsTest, SizesAndTypesThatDoNotAddUpAreRefused) {
   OpCall short_flat("pack_flat", "bucket");
   short_flat.Input(FloatTensor({2}, {1, 2})).Input(FloatTensor({2}, {3, 4})).Output({3});
