@@ -61,6 +61,13 @@ absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpReg
            graph->tensor(found->second).type.data_type == plan::FLOAT32;
   };
 
+  const auto is_per_step = [&](const std::string& tensor) {
+    auto found = graph->tensor_by_name.find(tensor);
+    if (found == graph->tensor_by_name.end()) return false;
+    const LogicalNode& producer = graph->nodes[graph->tensor(found->second).producer];
+    return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
+  };
+
   JobNames names(job);
   job::Job result = job;
   result.clear_ops();
@@ -79,7 +86,12 @@ absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpReg
     for (int index = 0; index < op.inputs_size(); ++index) {
       const std::string name =
           names.Take(absl::StrCat(op.name(), ".", labels[index], ".", kBfloat16));
-      *result.add_ops() = CastLike(op, name, op.inputs(index), name, kBfloat16);
+      job::Op cast = CastLike(op, name, op.inputs(index), name, kBfloat16);
+      // A variable's copy is made once a step and read by every micro-batch (REPEAT), not cast
+      // (and, under ZeRO, gathered) once per micro-batch; its gradient, per micro-batch, is cast
+      // back per micro-batch and summed in float32 as before.
+      if (is_per_step(op.inputs(index))) cast.set_once_per_step(true);
+      *result.add_ops() = std::move(cast);
       narrow.set_inputs(index, name);
     }
     const std::string product = names.Take(absl::StrCat(op.outputs(0), ".", kBfloat16));

@@ -24,8 +24,9 @@ namespace loom::compiler {
 // "N.q.bfloat16", "N.k.bfloat16", "N.v.bfloat16"): its products run on bfloat16 operands with
 // float32 accumulation and its softmax in float32, as PyTorch's autocast runs attention. Each op
 // gets its own casts, so no bfloat16 tensor has two consumers and gradients are summed in float32
-// only. Ops marked `keep_float32`, and those whose inputs are not all float32, are left alone.
-// Unset or FLOAT32: the job unchanged. INVALID_ARGUMENT for another data type or an invalid job.
+// only; a cast of a variable (or of another once-per-step tensor) runs once a step. Ops marked
+// `keep_float32`, and those whose inputs are not all float32, are left alone. Unset or FLOAT32: the
+// job unchanged. INVALID_ARGUMENT for another data type or an invalid job.
 absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpRegistry& registry,
                                                 const DeviceSet& devices);
 

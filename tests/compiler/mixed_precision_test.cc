@@ -2,15 +2,19 @@
 // backward, runs on bfloat16 copies of its inputs; variables, gradients and the optimizer stay
 // float32; partial sums are reduced in float32 only.
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/boxing.h"
+#include "core/plan_steps.h"
 #include "core/shared_kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/gpt_layouts.h"
 #include "tests/compiler/run_util.h"
 #include "tests/compiler/test_jobs.h"
 
@@ -84,6 +88,54 @@ TEST(MixedPrecisionTest, TrainsDataParallelLikeOneDeviceAndDiffersFromFloat32) {
   }
   EXPECT_EQ(differing, static_cast<int>(mixed.size())) << "the casts changed nothing";
   EXPECT_LT(mixed.back().Values<float>()[0], mixed.front().Values<float>()[0]);
+}
+
+// With micro-batches a weight is cast once a step, and under ZeRO (the cast on the shard) its
+// bfloat16 copy is all-gathered once a step, not once per micro-batch; the losses are bit for
+// bit the replicated run's (two ranks sum in one order either way).
+TEST(MixedPrecisionTest, WeightsAreCastAndGatheredOnceAStep) {
+  const GptLayout layout{.name = "dp2_m4_bf16",
+                         .data_parallel = 2,
+                         .micro_batches = 4,
+                         .matmul_data_type = plan::BFLOAT16};
+  std::vector<CompileResult> compiled;
+  for (int zero_stage : {0, 2}) {
+    absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+    ASSERT_TRUE(job.ok()) << job.status();
+    job->set_zero_stage(zero_stage);
+    absl::StatusOr<CompileResult> result = CompileOn(*job, layout.devices(), layout.nodes);
+    ASSERT_TRUE(result.ok()) << result.status();
+    compiled.push_back(std::move(*result));
+  }
+  std::map<std::string, const plan::Task*> variable_of;  // value register -> VARIABLE task
+  for (const plan::Task& task : compiled[1].plan.tasks()) {
+    if (task.kind() == plan::VARIABLE) variable_of[task.outputs(0)] = &task;
+  }
+  std::set<std::string> copies;  // the weights' bfloat16 copies (registers)
+  for (const plan::Task& task : compiled[1].plan.tasks()) {
+    if (task.kind() == plan::COMPUTE && KernelOf(compiled[1].plan, task).op_type() == "cast" &&
+        variable_of.contains(task.inputs(0))) {
+      copies.insert(task.outputs(0));
+      EXPECT_EQ(PiecesPerStep(task), 1) << task.name();
+    }
+  }
+  int gathers = 0;
+  for (const plan::Task& task : compiled[1].plan.tasks()) {
+    if (task.kind() == plan::COLLECTIVE && task.collective().kind() == plan::ALL_GATHER &&
+        copies.contains(task.inputs(0))) {
+      ++gathers;
+      EXPECT_EQ(PiecesPerStep(task), 1) << task.name();
+    }
+  }
+  const int casts = static_cast<int>(copies.size());
+  EXPECT_GT(casts, 0);
+  EXPECT_GT(gathers, 0);
+  absl::StatusOr<MeasuredRun> replicated = RunMeasured(compiled[0]);
+  ASSERT_TRUE(replicated.ok()) << replicated.status();
+  absl::StatusOr<MeasuredRun> sharded = RunMeasured(compiled[1]);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  ExpectBitIdentical(replicated->fetched, sharded->fetched, layout.name);
+  EXPECT_EQ(sharded->allocated_bytes, sharded->estimated_bytes);
 }
 
 TEST(MixedPrecisionTest, TensorParallelPartialSumsAreWidenedThenReducedInFloat32) {
