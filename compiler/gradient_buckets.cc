@@ -250,17 +250,18 @@ absl::Status GraphLowering::ReduceBucket(const Placement* placement, const NdSbp
   return absl::OkStatus();
 }
 
-// A trained variable split S(0) on one axis of its placement (and along its tensor axis 0 on no
-// other) that ops on its placement read whole along that axis (B there, the other axes as they
-// are: ZeRO stages 1 and 2, a row-parallel weight that the backward reads whole) is gathered in a
-// bucket with the others alike: per device one
+// A tensor the step starts from (a trained variable, or what once-per-step ops compute from such
+// variables alone: a weight's bfloat16 copy) split S(0) on one axis of its placement (and along
+// its tensor axis 0 on no other) that ops on its placement read whole along that axis (B there,
+// the other axes as they are: ZeRO stages 1 and 2, a row-parallel weight that the backward reads
+// whole) is gathered in a bucket with the others alike: per device one
 // pack_flat of its shards, one all-gather, one unpack_shards into each variable's gathered
 // register, which Materialize then returns for it. Buckets hold at most
 // graph_.gradient_bucket_bytes of gathered parameters, in the order ops first read them, so that
 // the act order (compiler/act_order.h) gathers each one use ahead of its first reader as it does
 // a variable's own gather. Stage 3 gathers each variable per use instead (its copy freed after).
-// Needs the variables lowered and no op yet.
-absl::Status GraphLowering::BucketGathers() {
+// Needs `step_start` lowered and no other op yet.
+absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_start) {
   if (graph_.gradient_bucket_bytes <= 0) return absl::OkStatus();
   struct Member {
     int tensor = -1;
@@ -270,16 +271,14 @@ absl::Status GraphLowering::BucketGathers() {
     std::vector<Shape> gathered_shapes;  // per rank
     std::string cache_key;               // Materialize's key for it gathered
   };
-  // The trained variables' readers on their placements: the first reader of each SBP they need.
+  // The readers of those tensors on their placements: the first reader of each SBP they need.
   std::map<int, std::map<std::string, std::pair<int, NdSbp>>> wanted;  // tensor -> SBP -> reader
   for (int index = 0; index < static_cast<int>(graph_.nodes.size()); ++index) {
     const LogicalNode& node = graph_.nodes[index];
     if (node.kind != LogicalNode::Kind::kOp) continue;
     for (size_t i = 0; i < node.inputs.size() && i < node.input_sbp.size(); ++i) {
-      const LogicalTensor& tensor = graph_.tensors[node.inputs[i]];
-      const LogicalNode& producer = graph_.nodes[tensor.producer];
-      if (producer.kind != LogicalNode::Kind::kVariable || producer.gradient < 0 ||
-          producer.gathered_per_use || !(producer.placement == node.placement)) {
+      if (!step_start.contains(node.inputs[i]) ||
+          !(PlacementOf(node.inputs[i]) == node.placement)) {
         continue;
       }
       const NdSbp sbp = Canonical(node.placement, node.input_sbp[i]);
@@ -290,7 +289,7 @@ absl::Status GraphLowering::BucketGathers() {
   std::map<int, int> axis_of_member;  // tensor -> the gathered axis
   for (const auto& [tensor_id, readers] : wanted) {
     const LogicalTensor& value = graph_.tensors[tensor_id];
-    const Placement& placement = graph_.nodes[value.producer].placement;
+    const Placement& placement = PlacementOf(tensor_id);
     const NdSbp from = Canonical(placement, value.sbp);
     for (const auto& [text, reader] : readers) {
       const NdSbp& to = reader.second;
@@ -334,8 +333,8 @@ absl::Status GraphLowering::BucketGathers() {
   for (Member& member : members) {
     const LogicalTensor& value = graph_.tensors[member.tensor];
     const std::string key =
-        absl::StrCat(graph_.nodes[value.producer].placement.ToString(), "|",
-                     axis_of_member[member.tensor], "|", DataTypeName(value.type.data_type));
+        absl::StrCat(PlacementOf(member.tensor).ToString(), "|", axis_of_member[member.tensor], "|",
+                     DataTypeName(value.type.data_type));
     auto [group, inserted] = groups.try_emplace(key);
     if (inserted) group_order.push_back(key);
     group->second.push_back(std::move(member));
@@ -343,7 +342,7 @@ absl::Status GraphLowering::BucketGathers() {
   for (const std::string& key : group_order) {
     std::vector<Member>& group = groups[key];
     const LogicalTensor& first = graph_.tensors[group[0].tensor];
-    const Placement& placement = graph_.nodes[first.producer].placement;
+    const Placement& placement = PlacementOf(group[0].tensor);
     const int axis = axis_of_member[group[0].tensor];
     if (absl::Status status = ForEachBucket(group, graph_.gradient_bucket_bytes,
                                             [&](const std::vector<Member>& bucket) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -56,7 +57,8 @@ class GraphLowering {
   template <typename MemberList>
   absl::Status ReduceBucket(const Placement* placement, const NdSbp& from, const NdSbp& to,
                             int64_t shards, const MemberList& members);
-  absl::Status BucketGathers();
+  // `step_start`: the tensors (lowered, once per step) whose gathers may be bucketed.
+  absl::Status BucketGathers(const absl::flat_hash_set<int>& step_start);
   // Instantiated only by BucketGathers.
   template <typename MemberList>
   absl::Status GatherBucket(const Placement& placement, int axis, plan::DataType data_type,

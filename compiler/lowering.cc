@@ -72,45 +72,47 @@ absl::StatusOr<plan::Plan> GraphLowering::Run() {
   plan_.set_host_memory_budget_bytes(
       TighterBudget(graph_.host_memory_budget_bytes, devices_.HostMemoryBudget()));
   local_registers_.resize(graph_.tensors.size());
-  // The ops that read the variables' gradients (the clipping ops) and what they feed are lowered
-  // after the others, once every gradient is, so that the gradients' conversions for them can be
-  // bucketed; the buckets of the variables' values are made before the first op (the graph holds
-  // its variables and inputs first).
+  // Lowering goes in three phases, each in the graph's order (a topological one):
+  //  0. the variables and inputs, and the once-per-step forward ops computed from trained
+  //     variables alone (a weight's bfloat16 copy): what the step starts from; then the buckets
+  //     of what ops read of those whole (BucketGathers);
+  //  1. the other ops;
+  //  2. the ops that read the variables' gradients (the clipping ops) and what they feed, once
+  //     every gradient exists, after the gradients' buckets for them (BucketGradients).
   absl::flat_hash_set<int> gradients;
+  absl::flat_hash_set<int> step_start;  // tensors
   for (const LogicalNode& node : graph_.nodes) {
     if (node.kind != LogicalNode::Kind::kVariable) continue;
     for (int tensor : GradientTensorsOf(node)) gradients.insert(tensor);
+    if (node.gradient >= 0 && !node.gathered_per_use) step_start.insert(node.outputs[0]);
   }
-  std::vector<bool> after_gradients(graph_.nodes.size(), false);
+  std::vector<int> phase(graph_.nodes.size(), 1);
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
-    for (int tensor : graph_.nodes[n].inputs) {
-      if (gradients.contains(tensor) || after_gradients[graph_.tensors[tensor].producer]) {
-        after_gradients[n] = true;
-      }
+    const LogicalNode& node = graph_.nodes[n];
+    bool from_start = node.once_per_step && !node.backward && !node.inputs.empty();
+    for (int tensor : node.inputs) {
+      if (gradients.contains(tensor) || phase[graph_.tensors[tensor].producer] == 2) phase[n] = 2;
+      from_start = from_start && step_start.contains(tensor);
+    }
+    if (node.kind != LogicalNode::Kind::kOp) {
+      phase[n] = 0;
+    } else if (from_start && phase[n] != 2) {
+      phase[n] = 0;
+      step_start.insert(node.outputs.begin(), node.outputs.end());
     }
   }
-  const bool any_late =
-      std::find(after_gradients.begin(), after_gradients.end(), true) != after_gradients.end();
-  bool gathers_bucketed = false;
-  for (const bool late : {false, true}) {
-    if (late && any_late) {
+  const bool any_late = std::find(phase.begin(), phase.end(), 2) != phase.end();
+  for (int current = 0; current <= 2; ++current) {
+    if (current == 1) {
+      if (absl::Status status = BucketGathers(step_start); !status.ok()) return status;
+    }
+    if (current == 2 && any_late) {
       if (absl::Status status = BucketGradients(); !status.ok()) return status;
     }
     for (size_t n = 0; n < graph_.nodes.size(); ++n) {
       const LogicalNode& node = graph_.nodes[n];
-      if (after_gradients[n] != late) continue;
-      absl::Status status;
-      switch (node.kind) {
-        case LogicalNode::Kind::kVariable:
-        case LogicalNode::Kind::kInput:
-          status = LowerSource(node);
-          break;
-        case LogicalNode::Kind::kOp:
-          if (!gathers_bucketed) status = BucketGathers();
-          gathers_bucketed = true;
-          if (status.ok()) status = LowerOp(node);
-          break;
-      }
+      if (phase[n] != current) continue;
+      absl::Status status = node.kind == LogicalNode::Kind::kOp ? LowerOp(node) : LowerSource(node);
       if (status.ok()) status = CheckTaskCount(absl::StrCat("'", node.name, "'"));
       if (!status.ok()) return status;
     }
