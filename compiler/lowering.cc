@@ -89,7 +89,9 @@ absl::StatusOr<plan::Plan> GraphLowering::Run() {
   std::vector<int> phase(graph_.nodes.size(), 1);
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const LogicalNode& node = graph_.nodes[n];
-    bool from_start = node.once_per_step && !node.backward && !node.inputs.empty();
+    // (Not the evaluation branch's: its tasks work only in evaluation steps.)
+    bool from_start =
+        node.once_per_step && !node.backward && !node.evaluation && !node.inputs.empty();
     for (int tensor : node.inputs) {
       if (gradients.contains(tensor) || phase[graph_.tensors[tensor].producer] == 2) phase[n] = 2;
       from_start = from_start && step_start.contains(tensor);

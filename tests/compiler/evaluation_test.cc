@@ -162,6 +162,55 @@ TEST(EvaluationTest, GptLayoutsCompileWithAnEvaluationAndTheirProofHolds) {
   }
 }
 
+// Under ZeRO with mixed precision and micro-batches the training branch's weight copies are cast
+// once a step and gathered in buckets; the evaluation branch's, which work only in evaluation
+// steps, stay out of those buckets: the run finishes and trains as it does without the
+// evaluation, bit for bit.
+TEST(EvaluationTest, ZeroWithMixedPrecisionEvaluatesAndTrainsAsWithout) {
+  const GptLayout layout{.name = "dp2_m2_bf16_zero2",
+                         .data_parallel = 2,
+                         .micro_batches = 2,
+                         .matmul_data_type = plan::BFLOAT16};
+  std::vector<MeasuredRun> runs;
+  std::string loss;
+  for (bool evaluated : {false, true}) {
+    absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
+    ASSERT_TRUE(job.ok()) << job.status();
+    loss = job->loss();
+    job->set_zero_stage(2);
+    job->set_num_steps(3);
+    if (evaluated) {
+      job::Evaluation* evaluation = job->mutable_evaluation();
+      evaluation->set_every_steps(2);
+      for (const job::Input& input : job->inputs()) {
+        job::Input* held_out = evaluation->add_inputs();
+        held_out->set_name(input.name());
+        *held_out->mutable_token_dataset() = input.token_dataset();
+      }
+    }
+    absl::StatusOr<CompileResult> compiled = CompileOn(*job, layout.devices(), layout.nodes);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    std::map<std::string, const plan::Task*> writer;
+    for (const plan::Task& task : compiled->plan.tasks()) {
+      for (const std::string& output : task.outputs()) writer[output] = &task;
+    }
+    for (const plan::Task& task : compiled->plan.tasks()) {
+      if (!absl::StartsWith(task.name(), "pack:")) continue;
+      for (const std::string& input : task.inputs()) {
+        EXPECT_EQ(writer.at(input)->evaluation_every_steps(), 0) << task.name() << " <- " << input;
+      }
+    }
+    absl::StatusOr<MeasuredRun> run = RunMeasured(*compiled);
+    ASSERT_TRUE(run.ok()) << run.status();
+    runs.push_back(std::move(*run));
+  }
+  ASSERT_EQ(runs[1].fetched.count("evaluation/" + loss), 1u);
+  EXPECT_FALSE(runs[1].fetched.at("evaluation/" + loss).empty());
+  ASSERT_TRUE(runs[0].fetched.contains(loss));
+  ExpectBitIdentical({{loss, runs[0].fetched.at(loss)}}, {{loss, runs[1].fetched.at(loss)}},
+                     layout.name);
+}
+
 void ExpectError(const std::string& evaluation, const std::string& message) {
   absl::StatusOr<CompileResult> compiled = CompileOn(ParseJob(TrainingJob(evaluation)), 2);
   ASSERT_FALSE(compiled.ok()) << "compiled; expected: " << message;
