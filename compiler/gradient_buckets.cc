@@ -254,9 +254,9 @@ absl::Status GraphLowering::ReduceBucket(const Placement* placement, const NdSbp
 // variables alone: a weight's bfloat16 copy) split S(0) on one axis of its placement (and along
 // its tensor axis 0 on no other) that ops on its placement read whole along that axis (B there,
 // the other axes as they are: ZeRO stages 1 and 2, a row-parallel weight that the backward reads
-// whole) is gathered in a bucket with the others alike: per device one
-// pack_flat of its shards, one all-gather, one unpack_shards into each variable's gathered
-// register, which Materialize then returns for it. Buckets hold at most
+// whole) is gathered in a bucket with the others alike: per device one pack_flat of its shards,
+// one all-gather, one unpack_shards into each tensor's gathered register, which Materialize then
+// returns for it. Buckets hold at most
 // graph_.gradient_bucket_bytes of gathered parameters, in the order ops first read them, so that
 // the act order (compiler/act_order.h) gathers each one use ahead of its first reader as it does
 // a variable's own gather. Stage 3 gathers each variable per use instead (its copy freed after).
@@ -266,6 +266,7 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
   struct Member {
     int tensor = -1;
     int first_reader = 0;         // node index
+    int axis = -1;                // the gathered hierarchy axis
     int64_t packed_elements = 0;  // on every rank, gathered
     int64_t element_bytes = 0;
     std::vector<Shape> gathered_shapes;  // per rank
@@ -286,7 +287,6 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
     }
   }
   std::vector<Member> members;
-  std::map<int, int> axis_of_member;  // tensor -> the gathered axis
   for (const auto& [tensor_id, readers] : wanted) {
     const LogicalTensor& value = graph_.tensors[tensor_id];
     const Placement& placement = PlacementOf(tensor_id);
@@ -306,6 +306,7 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
       Member member;
       member.tensor = tensor_id;
       member.first_reader = reader.first;
+      member.axis = axis;
       member.element_bytes = DataTypeSize(value.type.data_type);
       // Every rank's shard must be the same size.
       const int64_t shard = LocalWindowOf(value.type.shape, placement, from, 0).shape.NumElements();
@@ -320,7 +321,6 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
       if (!balanced) continue;
       member.packed_elements = member.gathered_shapes[0].NumElements();
       member.cache_key = ConversionKey(tensor_id, placement, to, /*accumulated=*/false);
-      axis_of_member[tensor_id] = axis;
       members.push_back(std::move(member));
     }
   }
@@ -332,9 +332,8 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
   std::vector<std::string> group_order;
   for (Member& member : members) {
     const LogicalTensor& value = graph_.tensors[member.tensor];
-    const std::string key =
-        absl::StrCat(PlacementOf(member.tensor).ToString(), "|", axis_of_member[member.tensor], "|",
-                     DataTypeName(value.type.data_type));
+    const std::string key = absl::StrCat(PlacementOf(member.tensor).ToString(), "|", member.axis,
+                                         "|", DataTypeName(value.type.data_type));
     auto [group, inserted] = groups.try_emplace(key);
     if (inserted) group_order.push_back(key);
     group->second.push_back(std::move(member));
@@ -343,7 +342,7 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
     std::vector<Member>& group = groups[key];
     const LogicalTensor& first = graph_.tensors[group[0].tensor];
     const Placement& placement = PlacementOf(group[0].tensor);
-    const int axis = axis_of_member[group[0].tensor];
+    const int axis = group[0].axis;
     if (absl::Status status = ForEachBucket(group, graph_.gradient_bucket_bytes,
                                             [&](const std::vector<Member>& bucket) {
                                               return GatherBucket(placement, axis,
