@@ -100,12 +100,18 @@ std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets
     std::string kind = "unknown";
     TraceLane lane;
     int64_t step = event.piece;
+    std::string collective;  // a collective's kind, as an argument
     if (found != task_of_index.end()) {
       const plan::Task& task = plan.tasks(found->second.first);
       name = task.name();
       kind = absl::AsciiStrToLower(plan::TaskKind_Name(task.kind()));
       lane = found->second.second;
       step = StepOfPiece(task, event.piece);
+      if (task.kind() == plan::COLLECTIVE) {
+        collective = absl::StrCat(
+            ",\"collective\":",
+            JsonString(absl::AsciiStrToLower(plan::CollectiveKind_Name(task.collective().kind()))));
+      }
     }
     events.push_back(
         absl::StrCat("{\"ph\":\"X\",\"name\":", JsonString(name), ",\"cat\":", JsonString(kind),
@@ -113,7 +119,7 @@ std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets
                      ",\"ts\":", Microseconds(offsets.nanoseconds + event.start_nanoseconds),
                      ",\"dur\":", Microseconds(event.end_nanoseconds - event.start_nanoseconds),
                      ",\"args\":{\"piece\":", event.piece, ",\"step\":", offsets.steps + step + 1,
-                     ",\"kind\":", JsonString(kind), "}}"));
+                     ",\"kind\":", JsonString(kind), collective, "}}"));
   }
 
   // A record that reached JobOptions::max_recorded_events says so: a global instant event at the
@@ -127,8 +133,7 @@ std::string ChromeTraceEvents(const JobRuntime& job, const TraceOffsets& offsets
                                 " acts of node ", plan.node(), " were recorded")),
         ",\"cat\":\"trace_truncated\",\"pid\":", plan.node() * kTracePidsPerNode + 1,
         ",\"tid\":0,\"ts\":", Microseconds(offsets.nanoseconds + last),
-        ",\"args\":{\"truncated\":true,\"max_recorded_events\":", job.max_recorded_events(),
-        "}}"));
+        ",\"args\":{\"truncated\":true,\"max_recorded_events\":", job.max_recorded_events(), "}}"));
   }
   return absl::StrJoin(events, ",\n");
 }

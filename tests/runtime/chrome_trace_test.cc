@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/json_test_util.h"
+#include "tests/runtime/collective_test_util.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace loom::testing {
@@ -144,6 +145,29 @@ TEST(ChromeTraceTest, OneCompleteEventPerActOnItsDeviceAndStream) {
     std::sort(task.pieces.begin(), task.pieces.end());
     EXPECT_EQ(task.pieces, Range(pieces)) << name;
   }
+}
+
+// A collective's acts say which collective they are (scripts/trace_overlap.py counts the token
+// exchanges, all-to-alls, by it); other acts have no such argument.
+TEST(ChromeTraceTest, ACollectivesActsNameItsKind) {
+  auto job = MakeCollectiveJob(TwoCollectivesPlan(2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Run().ok());
+  JsonValue trace = WriteAndParse(**job, "chrome_trace_collectives.json");
+  int collectives = 0;
+  for (const JsonValue* event : EventsWithPhase(trace, "X")) {
+    const JsonValue* args = event->Find("args");
+    ASSERT_NE(args, nullptr);
+    const JsonValue* collective = args->Find("collective");
+    if (args->Find("kind")->string != "collective") {
+      EXPECT_EQ(collective, nullptr) << event->Find("name")->string;
+      continue;
+    }
+    ASSERT_NE(collective, nullptr) << event->Find("name")->string;
+    EXPECT_EQ(collective->string, "all_reduce");
+    ++collectives;
+  }
+  EXPECT_EQ(collectives, 8);  // two collectives, two ranks, two pieces
 }
 
 TEST(ChromeTraceTest, TimesAreMicrosecondsOfTheEventRecord) {
