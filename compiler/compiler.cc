@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -207,12 +209,28 @@ std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& 
   // it gains.
   std::map<std::pair<job::Recompute, job::OffloadActivations>, int64_t> without_zero = {
       {{job.recompute(), job.offload_activations()}, needed}};
-  for (const Candidate& candidate : candidates) {
-    const auto [zero_stage, recompute, offload] = candidate;
-    if (candidate == Candidate{job.zero_stage(), job.recompute(), job.offload_activations()}) {
-      continue;
+  std::erase_if(candidates, [&](const Candidate& candidate) {
+    return candidate == Candidate{job.zero_stage(), job.recompute(), job.offload_activations()} ||
+           candidate.recompute < job.recompute() ||
+           (candidate.recompute != job.recompute() && !has_blocks);
+  });
+  for (size_t index = 0; index < candidates.size(); ++index) {
+    const auto [zero_stage, recompute, offload] = candidates[index];
+    std::vector<std::string> settings;
+    if (zero_stage != job.zero_stage())
+      settings.push_back(absl::StrCat("zero_stage: ", zero_stage));
+    if (recompute != job.recompute()) {
+      settings.push_back(absl::StrCat("recompute: ", job::Recompute_Name(recompute)));
     }
-    if (recompute < job.recompute() || (recompute != job.recompute() && !has_blocks)) continue;
+    if (offload != job.offload_activations()) {
+      settings.push_back(
+          absl::StrCat("offload_activations: ", job::OffloadActivations_Name(offload)));
+    }
+    const std::string name = absl::StrJoin(settings, " and ");
+    if (options.progress) {
+      options.progress(absl::StrCat("over its memory budget; compiling it with ", name, " (",
+                                    index + 1, " of at most ", candidates.size(), ")"));
+    }
     job::Job alternative = job;
     alternative.set_zero_stage(zero_stage);
     alternative.set_recompute(recompute);
@@ -226,17 +244,6 @@ std::string MemoryAdvice(const job::Job& job, int64_t needed, const OpRegistry& 
                            most >= baseline->second)) {
       continue;
     }
-    std::vector<std::string> settings;
-    if (zero_stage != job.zero_stage())
-      settings.push_back(absl::StrCat("zero_stage: ", zero_stage));
-    if (recompute != job.recompute()) {
-      settings.push_back(absl::StrCat("recompute: ", job::Recompute_Name(recompute)));
-    }
-    if (offload != job.offload_activations()) {
-      settings.push_back(
-          absl::StrCat("offload_activations: ", job::OffloadActivations_Name(offload)));
-    }
-    const std::string name = absl::StrJoin(settings, " and ");
     int64_t host = 0;
     for (const DeviceMemoryEstimate& estimate : EstimateMemory(planned->node_plans, threads)) {
       host = std::max(host, estimate.parts.offloaded);

@@ -7,11 +7,13 @@
 // per node. Beside it: Explain and PlanToDot, the views of a result that `loomctl compile` prints
 // (--explain) and writes (--dot), and ReadJobFile, which reads a job in any of its three formats.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compiler/logical_graph.h"
 #include "compiler/op_definition.h"
 #include "proto/job.pb.h"
@@ -40,6 +42,9 @@ struct CompileOptions {
   // The threads the passes that work node by node (the split, the memory check) use at most; 0:
   // the machine's hardware threads (DefaultCompileThreads).
   int threads = 0;
+  // Where there is one: called with a line on work that takes long (the memory advice compiling
+  // a refused job's alternatives, one line each), for the caller to show.
+  std::function<void(absl::string_view)> progress;
 };
 
 // Runs every pass of DESIGN.md §5 that exists: validation and type inference, autodiff (when the

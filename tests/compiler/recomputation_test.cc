@@ -360,6 +360,20 @@ TEST(RecomputationTest, OverBudgetJobsAreToldWhatRecomputationGives) {
   EXPECT_TRUE(
       absl::StrContains(compiled.status().message(), "It fits with recompute: RECOMPUTE_FULL"))
       << compiled.status();
+  // The alternatives it compiled, one progress line each, up to the one that fits.
+  std::vector<std::string> progress;
+  CompileOptions options;
+  options.progress = [&](absl::string_view line) { progress.emplace_back(line); };
+  OpRegistry registry;
+  ASSERT_TRUE(RegisterStandardOps(&registry).ok());
+  EXPECT_EQ(Compile(*job, registry, DeviceSet::Cpus(1, 1), options).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(progress.front(), "over its memory budget; compiling it with "))
+      << progress.front();
+  EXPECT_TRUE(absl::StrContains(progress.back(), "recompute: RECOMPUTE_FULL (")) << progress.back();
+  EXPECT_TRUE(absl::StrContains(progress.back(), absl::StrCat(progress.size(), " of at most ")))
+      << progress.back();
   EXPECT_TRUE(absl::StrContains(compiled.status().message(), "RECOMPUTE_SELECTIVE would need"))
       << compiled.status();
 

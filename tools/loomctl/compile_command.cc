@@ -227,9 +227,17 @@ int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& e
 
   compiler::DeviceSet devices = options.devices.Spread(options.nodes);
   std::string note;
-  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
-      compiler::ReadAndCompileJob(options.job_path, devices, /*steps=*/0, &note);
+  absl::StatusOr<job::Job> job =
+      compiler::ReadJobForDevices(options.job_path, devices, /*steps=*/0, &note);
   if (!note.empty()) error << kCommand << ": note: " << note << "\n";
+  compiler::CompileOptions compile_options;
+  compile_options.progress = [&](absl::string_view line) {
+    error << kCommand << ": " << options.job_path << ": " << line << "\n";
+    error.flush();
+  };
+  absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
+      job.ok() ? compiler::CompileJobWithStandardOps(std::move(*job), devices, compile_options)
+               : absl::StatusOr<std::unique_ptr<compiler::CompiledJob>>(job.status());
   if (!compiled.ok()) {
     error << kCommand << ": " << options.job_path << ": " << compiled.status().message() << "\n";
     return cli::kExitUsage;
