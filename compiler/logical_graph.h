@@ -74,8 +74,9 @@ struct LogicalNode {
   // Variables of a training job: the position of its group in Job.optimizer.parameter_groups,
   // or -1 for none.
   int parameter_group = -1;
-  // Variables that ZeRO stage 3 split (compiler/zero_sharding.h): each op reading one gets its own
-  // gather of the value, so that no gathered copy outlives its use.
+  // Variables that ZeRO stage 3 split (compiler/zero_sharding.h), and the once-per-step forward
+  // ops computed from those alone (a weight's bfloat16 copy): each op reading one's output gets
+  // its own gather of it, so that no gathered copy outlives its use.
   bool gathered_per_use = false;
 };
 

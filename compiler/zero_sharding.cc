@@ -62,6 +62,22 @@ absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph) {
       }
     }
   }
+  // What once-per-step forward ops compute from those variables alone (under mixed precision a
+  // weight's bfloat16 copy, cast on the shard) is gathered per use as well, or that copy, read by
+  // the forward and the backward, would keep the whole weight for the step.
+  if (stage == 3) {
+    for (LogicalNode& node : graph->nodes) {
+      if (node.kind != LogicalNode::Kind::kOp || !node.once_per_step || node.backward ||
+          node.evaluation || node.inputs.empty()) {
+        continue;
+      }
+      bool from_shards = true;
+      for (int input : node.inputs) {
+        from_shards = from_shards && graph->nodes[graph->tensor(input).producer].gathered_per_use;
+      }
+      node.gathered_per_use = from_shards;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -18,8 +18,9 @@ namespace loom::compiler {
 // axis on which every input of the job splits its batch, axis 0) is split there instead, along
 // its first tensor axis that the axis's extent divides and no other axis splits; a variable with
 // no such tensor axis stays broadcast. Stage 3 also marks the split variables gathered per use
-// (LogicalNode.gathered_per_use). A job without data parallelism has nothing to split.
-// INVALID_ARGUMENT for a stage outside 0-3 or a job that trains nothing.
+// (LogicalNode.gathered_per_use), and the once-per-step forward ops computed from them alone. A job
+// without data parallelism has nothing to split. INVALID_ARGUMENT for a stage outside 0-3 or a job
+// that trains nothing.
 absl::Status ShardOverDataParallel(const job::Job& job, LogicalGraph* graph);
 
 }  // namespace loom::compiler

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
+#include "core/shared_kernels.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/gpt_layouts.h"
 #include "tests/compiler/run_util.h"
@@ -186,6 +187,38 @@ TEST(ZeroShardingTest, ParameterBucketsGatherOneUseAhead) {
     EXPECT_GE(ahead, static_cast<int>(tasks.size()) - 1) << device;
   }
   ExpectSameTraining(*apart, *bucketed, layout.name);
+}
+
+// Stage 3 under mixed precision: a weight's bfloat16 copy (cast on the shard) is gathered for each
+// op that reads it whole, the forward's matmul and the backward's, each gather read by that op
+// alone.
+TEST(ZeroShardingTest, Stage3GathersTheBfloat16CopiesPerUse) {
+  const GptLayout layout{
+      .name = "dp2_bf16", .data_parallel = 2, .matmul_data_type = plan::BFLOAT16};
+  absl::StatusOr<CompileResult> compiled = CompileZero(layout, 3, 0);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::map<std::string, const plan::Task*> writer;
+  std::map<std::string, int> readers;
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    for (const std::string& output : task.outputs()) writer[output] = &task;
+    for (const std::string& input : task.inputs()) ++readers[input];
+  }
+  std::map<std::string, int> gathers;  // by bfloat16 copy
+  for (const plan::Task& task : compiled->plan.tasks()) {
+    if (task.kind() != plan::COLLECTIVE || task.collective().kind() != plan::ALL_GATHER) continue;
+    const plan::Task* cast = writer.at(task.inputs(0));
+    if (KernelOf(compiled->plan, *cast).op_type() != "cast" ||
+        writer.at(cast->inputs(0))->kind() != plan::VARIABLE) {
+      continue;
+    }
+    ++gathers[task.inputs(0)];
+    EXPECT_EQ(readers[task.outputs(0)], 1) << task.name();
+  }
+  // Gathered twice where the backward reads the copy whole too (not the head's: its backward
+  // reads the shard).
+  int twice = 0;
+  for (const auto& [copy, count] : gathers) twice += count == 2 ? 1 : 0;
+  EXPECT_GE(twice, 4 * 6) << "of " << gathers.size();  // 6 matmuls a layer, 4 layers, 2 ranks
 }
 
 // ZeRO keeps one-forward-one-backward on pipeline stages (OneFlow's ZeRO turned its pipeline
