@@ -114,26 +114,7 @@ std::vector<int> ActOrder::DataOrder(const DeviceTasks& device_tasks) const {
   // What no op computes from a gather of the step's start (the unpack of ZeRO's parameter bucket)
   // goes with the first op that reads it, so that the gather can act one use ahead of it
   // (OrderCollectives) rather than before the first op of the step.
-  std::vector<int> topological;  // any order where producers come first
-  std::vector<int> unmet = waiting;
-  for (int i = 0; i < count; ++i) {
-    if (unmet[i] == 0) topological.push_back(i);
-  }
-  for (size_t next = 0; next < topological.size(); ++next) {
-    for (int reader : readers[topological[next]]) {
-      if (--unmet[reader] == 0) topological.push_back(reader);
-    }
-  }
-  std::vector<int64_t> first_reader(key);  // the least key of a task or what reads it
-  for (auto i = topological.rbegin(); i != topological.rend(); ++i) {
-    if (first_reader[*i] >= 0) continue;
-    for (int reader : readers[*i]) {
-      if (first_reader[reader] >= 0 &&
-          (first_reader[*i] < 0 || first_reader[reader] < first_reader[*i])) {
-        first_reader[*i] = first_reader[reader];
-      }
-    }
-  }
+  std::vector<int> after_gather;
   for (int i = 0; i < count; ++i) {
     const plan::Task& task = plan_.tasks(device_tasks.tasks[i]);
     if (key[i] >= 0 || task.kind() != plan::COMPUTE) continue;
@@ -141,9 +122,33 @@ std::vector<int> ActOrder::DataOrder(const DeviceTasks& device_tasks) const {
       const int from = LocalProducer(input, device_tasks.device);
       if (from >= 0 && plan_.tasks(from).kind() == plan::COLLECTIVE &&
           plan_.tasks(from).collective().kind() == plan::ALL_GATHER) {
-        key[i] = first_reader[i];
+        after_gather.push_back(i);
+        break;
       }
     }
+  }
+  if (!after_gather.empty()) {
+    std::vector<int> topological;  // any order where producers come first
+    std::vector<int> unmet = waiting;
+    for (int i = 0; i < count; ++i) {
+      if (unmet[i] == 0) topological.push_back(i);
+    }
+    for (size_t next = 0; next < topological.size(); ++next) {
+      for (int reader : readers[topological[next]]) {
+        if (--unmet[reader] == 0) topological.push_back(reader);
+      }
+    }
+    std::vector<int64_t> first_reader(key);  // the least key of a task or what reads it
+    for (auto i = topological.rbegin(); i != topological.rend(); ++i) {
+      if (first_reader[*i] >= 0) continue;
+      for (int reader : readers[*i]) {
+        if (first_reader[reader] >= 0 &&
+            (first_reader[*i] < 0 || first_reader[reader] < first_reader[*i])) {
+          first_reader[*i] = first_reader[reader];
+        }
+      }
+    }
+    for (int i : after_gather) key[i] = first_reader[i];
   }
   using Entry = std::pair<int64_t, int>;  // (key, position)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;

@@ -46,11 +46,6 @@ std::string GraphLowering::ConversionKey(int tensor_id, const Placement& placeme
                       accumulated ? "|sum" : "", UseKey(use));
 }
 
-bool GraphLowering::PerStep(int tensor_id) const {
-  const LogicalNode& producer = graph_.nodes[graph_.tensors[tensor_id].producer];
-  return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
-}
-
 // The registers (per rank of `to_placement`) holding `tensor` as `to_sbp`, once per step or
 // once per micro-batch; built once per distinct conversion and shared by every consumer that
 // needs it (by `use` alone where it is not -1). With micro-batches, a per-micro-batch tensor
@@ -60,7 +55,7 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_i
                                                                     const Placement& to_placement,
                                                                     const NdSbp& to_sbp,
                                                                     bool per_step, int use) {
-  const bool from_per_step = PerStep(tensor_id);
+  const bool from_per_step = graph_.PerStep(tensor_id);
   if (graph_.num_micro_batches == 1 || from_per_step == per_step) {
     return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp, use);
   }
@@ -146,7 +141,7 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
   // Collectives of per-step and per-micro-batch tensors run different numbers of times per
   // step, so they use different communicators (each runs its collectives in one fixed order);
   // so do those of deferred weight gradients (ApplyStep), which run micro-batches behind.
-  const bool per_step = accumulated || PerStep(tensor_id);
+  const bool per_step = accumulated || graph_.PerStep(tensor_id);
   for (const BoxingStep& step : boxing->source_steps) {
     registers = ApplyStep(tensor, from_placement, step, registers, per_step);
   }

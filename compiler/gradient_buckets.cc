@@ -16,18 +16,17 @@
 namespace loom::compiler {
 namespace {
 
-// Calls `emit` with consecutive runs of `members` (moved out of it), each of at most `limit_bytes`
-// (and at most the largest a tensor may be, core/tensor.h, whatever the job asks for) of
-// `packed_elements` float32-sized elements, but a member larger than that alone.
+// Calls `emit` with consecutive runs of `members` (moved out of it) whose `packed_bytes` add up to
+// at most `limit_bytes` (and at most the largest a tensor may be, core/tensor.h, whatever the job
+// asks for), but a member larger than that alone: so the elements of a run of two or more add up
+// without overflow.
 template <typename Member, typename Emit>
 absl::Status ForEachBucket(std::vector<Member>& members, int64_t limit_bytes, const Emit& emit) {
   const int64_t bucket_limit = std::min(limit_bytes, kMaxTensorBytes);
   std::vector<Member> bucket;
   int64_t bucket_bytes = 0;
   for (size_t i = 0; i <= members.size(); ++i) {
-    // A member's packed part is a valid tensor: its bytes fit.
-    const int64_t bytes =
-        i < members.size() ? members[i].packed_elements * members[i].element_bytes : 0;
+    const int64_t bytes = i < members.size() ? members[i].packed_bytes : 0;
     // bucket_bytes + bytes > bucket_limit, without a sum that could overflow.
     const bool full = !bucket.empty() && bytes > bucket_limit - bucket_bytes;
     if (i == members.size() || full) {
@@ -65,9 +64,8 @@ absl::Status GraphLowering::BucketGradients() {
   if (graph_.gradient_bucket_bytes <= 0) return absl::OkStatus();
   struct Member {
     int tensor = -1;
-    int64_t local_elements = 0;          // on every rank, as the reader needs it
-    int64_t packed_elements = 0;         // on every rank, as the gradient is packed
-    int64_t element_bytes = 4;           // float32
+    int64_t packed_elements = 0;  // on every rank, as the gradient is packed
+    int64_t packed_bytes = 0;
     std::vector<Shape> local_shapes;     // per rank, as the reader needs it
     std::vector<std::string> registers;  // per rank: the gradient (summed over micro-batches)
     std::string cache_key;               // Materialize's key for it as the reader needs it
@@ -120,6 +118,7 @@ absl::Status GraphLowering::BucketGradients() {
             reduces = true;
             bucket_from[axis] = from[axis];
             bucket_to[axis] = to[axis];
+            // A product of some of the placement's extents: at most its device count.
             if (to[axis] == Sbp::Split(0)) shards *= node->placement.hierarchy()[axis];
           } else if (from[axis] != to[axis] || from[axis].is_partial()) {
             only_reduces = false;
@@ -140,13 +139,16 @@ absl::Status GraphLowering::BucketGradients() {
           balanced = balanced && local_shapes[rank].NumElements() == local_shapes[0].NumElements();
         }
         if (!balanced) continue;
-        const bool accumulated = graph_.num_micro_batches > 1 && !PerStep(tensor);
+        const bool accumulated = graph_.num_micro_batches > 1 && !graph_.PerStep(tensor);
         Member member;
         member.tensor = tensor;
-        member.local_elements = local_shapes[0].NumElements();
         // The gradient's own local part (full along the scattered axis): a register lowering made.
-        member.packed_elements =
-            LocalWindowOf(gradient.type.shape, node->placement, from, 0).shape.NumElements();
+        const Shape packed = LocalWindowOf(gradient.type.shape, node->placement, from, 0).shape;
+        absl::StatusOr<int64_t> packed_bytes =
+            CheckedTensorBytes(packed.dimensions(), gradient.type.data_type);
+        if (!packed_bytes.ok()) return packed_bytes.status();
+        member.packed_elements = packed.NumElements();
+        member.packed_bytes = *packed_bytes;
         member.local_shapes = std::move(local_shapes);
         member.cache_key = ConversionKey(tensor, node->placement, to, accumulated);
         // Already converted for a reader lowered before: that collective serves.
@@ -205,7 +207,7 @@ absl::Status GraphLowering::ReduceBucket(const Placement* placement, const NdSbp
                                          const NdSbp& to, int64_t shards,
                                          const MemberList& members) {
   if (members.size() < 2) return absl::OkStatus();
-  int64_t elements = 0;
+  int64_t elements = 0;  // within the bucket limit (ForEachBucket)
   for (const auto& member : members) elements += member.packed_elements;
   LogicalTensor bucket;
   bucket.name = absl::StrCat("gradient_bucket.", buckets_++);
@@ -268,7 +270,7 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
     int first_reader = 0;         // node index
     int axis = -1;                // the gathered hierarchy axis
     int64_t packed_elements = 0;  // on every rank, gathered
-    int64_t element_bytes = 0;
+    int64_t packed_bytes = 0;
     std::vector<Shape> gathered_shapes;  // per rank
     std::string cache_key;               // Materialize's key for it gathered
   };
@@ -307,7 +309,6 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
       member.tensor = tensor_id;
       member.first_reader = reader.first;
       member.axis = axis;
-      member.element_bytes = DataTypeSize(value.type.data_type);
       // Every rank's shard must be the same size.
       const int64_t shard = LocalWindowOf(value.type.shape, placement, from, 0).shape.NumElements();
       bool balanced = true;
@@ -319,7 +320,11 @@ absl::Status GraphLowering::BucketGathers(const absl::flat_hash_set<int>& step_s
             LocalWindowOf(value.type.shape, placement, to, rank).shape);
       }
       if (!balanced) continue;
+      absl::StatusOr<int64_t> packed_bytes =
+          CheckedTensorBytes(member.gathered_shapes[0].dimensions(), value.type.data_type);
+      if (!packed_bytes.ok()) return packed_bytes.status();
       member.packed_elements = member.gathered_shapes[0].NumElements();
+      member.packed_bytes = *packed_bytes;
       member.cache_key = ConversionKey(tensor_id, placement, to, /*accumulated=*/false);
       members.push_back(std::move(member));
     }
@@ -363,7 +368,7 @@ absl::Status GraphLowering::GatherBucket(const Placement& placement, int axis,
                                          plan::DataType data_type, const MemberList& members) {
   if (members.size() < 2) return absl::OkStatus();
   const int64_t shards = placement.hierarchy()[static_cast<size_t>(axis)];
-  int64_t elements = 0;
+  int64_t elements = 0;  // within the bucket limit (ForEachBucket)
   for (const auto& member : members) elements += member.packed_elements;
   LogicalTensor bucket;
   bucket.name = absl::StrCat("parameter_bucket.", buckets_++);

@@ -71,7 +71,6 @@ class GraphLowering {
   // `sbp` on `placement` (for one consumer where `use` is not -1).
   static std::string ConversionKey(int tensor_id, const Placement& placement, const NdSbp& sbp,
                                    bool accumulated, int use = -1);
-  bool PerStep(int tensor_id) const;
   // `use`: the consuming op's node, for a variable gathered per use (LogicalNode.gathered_per_use:
   // its conversion is built for that op alone); -1 where every consumer shares it.
   absl::StatusOr<std::vector<std::string>> Materialize(int tensor_id, const Placement& to_placement,

@@ -117,6 +117,12 @@ struct LogicalGraph {
   int64_t first_step = 0;
 
   const LogicalTensor& tensor(int id) const { return tensors[id]; }
+  // Whether tensor `id` is made once a step (by a variable or a once-per-step op), not once per
+  // micro-batch.
+  bool PerStep(int id) const {
+    const LogicalNode& producer = nodes[tensors[id].producer];
+    return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
+  }
 };
 
 // The devices a job may use (loomctl compile --devices cpu:N [--nodes K]).

@@ -63,9 +63,7 @@ absl::StatusOr<job::Job> AddMixedPrecisionCasts(const job::Job& job, const OpReg
 
   const auto is_per_step = [&](const std::string& tensor) {
     auto found = graph->tensor_by_name.find(tensor);
-    if (found == graph->tensor_by_name.end()) return false;
-    const LogicalNode& producer = graph->nodes[graph->tensor(found->second).producer];
-    return producer.kind == LogicalNode::Kind::kVariable || producer.once_per_step;
+    return found != graph->tensor_by_name.end() && graph->PerStep(found->second);
   };
 
   JobNames names(job);

@@ -170,14 +170,14 @@ TEST(EvaluationTest, ZeroWithMixedPrecisionEvaluatesAndTrainsAsWithout) {
   const GptLayout layout{.name = "dp2_m2_bf16_zero2",
                          .data_parallel = 2,
                          .micro_batches = 2,
-                         .matmul_data_type = plan::BFLOAT16};
+                         .matmul_data_type = plan::BFLOAT16,
+                         .zero_stage = 2};
   std::vector<MeasuredRun> runs;
   std::string loss;
   for (bool evaluated : {false, true}) {
     absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
     ASSERT_TRUE(job.ok()) << job.status();
     loss = job->loss();
-    job->set_zero_stage(2);
     job->set_num_steps(3);
     if (evaluated) {
       job::Evaluation* evaluation = job->mutable_evaluation();

@@ -99,11 +99,10 @@ TEST(MixedPrecisionTest, WeightsAreCastAndGatheredOnceAStep) {
                          .micro_batches = 4,
                          .matmul_data_type = plan::BFLOAT16};
   std::vector<CompileResult> compiled;
-  for (int zero_stage : {0, 2}) {
-    absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
-    ASSERT_TRUE(job.ok()) << job.status();
-    job->set_zero_stage(zero_stage);
-    absl::StatusOr<CompileResult> result = CompileOn(*job, layout.devices(), layout.nodes);
+  for (int64_t zero_stage : {0, 2}) {
+    GptLayout staged = layout;
+    staged.zero_stage = zero_stage;
+    absl::StatusOr<CompileResult> result = CompileGpt(staged, job::REGISTER_MEMORY_SHARED);
     ASSERT_TRUE(result.ok()) << result.status();
     compiled.push_back(std::move(*result));
   }

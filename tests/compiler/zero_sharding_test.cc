@@ -103,11 +103,10 @@ int64_t CountCollectives(const CompileResult& compiled, plan::CollectiveKind kin
                        });
 }
 
-absl::StatusOr<CompileResult> CompileZero(const GptLayout& layout, int zero_stage,
-                                          int64_t bucket_bytes) {
+absl::StatusOr<CompileResult> CompileZero(GptLayout layout, int zero_stage, int64_t bucket_bytes) {
+  layout.zero_stage = zero_stage;
   absl::StatusOr<job::Job> job = GptJobOn(layout, job::REGISTER_MEMORY_SHARED);
   if (!job.ok()) return job.status();
-  job->set_zero_stage(zero_stage);
   job->set_gradient_bucket_bytes(bucket_bytes);
   return CompileOn(*job, layout.devices(), layout.nodes);
 }
