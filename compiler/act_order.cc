@@ -23,7 +23,7 @@ namespace {
 struct DeviceTasks {
   plan::Device device;
   std::vector<int> tasks;
-  bool micro_batched = false;
+  int64_t micro_batches = 1;  // the most pieces a task of the device has a step
 };
 
 class ActOrder {
@@ -56,11 +56,19 @@ class ActOrder {
   // (ZeRO's all-gathers of the variables' shards) acts once the chain reaches the use before
   // its first (one use ahead), or at the step's start (starts_step) when that is the chain's
   // first; a reduce-scatter of a chained task's output (ZeRO's gradients) must have acted
-  // before the chained task that writes the next one. Whether it added an order.
-  bool OrderCollectives(const std::vector<int>& order);
+  // before the chained task that writes the next one. Only collectives that act as often as the
+  // chains (`micro_batches` times a step). Whether it added an order.
+  bool OrderCollectives(const std::vector<int>& order, int64_t micro_batches);
+  // Under micro-batches, micro-batch n + 1's chain after n's: each chain's last task reads its
+  // first task's first output (as an ordering input), which gets one slot, so the first task's
+  // next act waits until the last has read (and returned) the piece before.
+  void ChainMicroBatches(const absl::flat_hash_map<std::string, int>& first_of_stream,
+                         const absl::flat_hash_map<std::string, int>& last_of_stream);
   // The step barrier of `device`: reads `values` (the trained variables'), gates `gated`.
+  // Under micro-batches the token (once a step) is repeated to the tasks that act per micro-batch
+  // (`micro_batches` times a step): only the step's first micro-batch waits for it.
   void AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
-                  const std::vector<int>& gated);
+                  const std::vector<int>& gated, int64_t micro_batches);
   // With the barrier in place: one slot for each register of the device that holds two only to
   // let step n + 1's piece be written while step n's is read, where the order already forbids
   // that (its writer follows the barrier, and each reader feeds an update of the step).
@@ -187,11 +195,13 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
   if (values.empty()) return;
   std::vector<int> order = DataOrder(device_tasks);
   if (order.empty()) return;
+  const int64_t micro_batches = device_tasks.micro_batches;
 
   // The chains: a COMPUTE task joins its stream's when every input comes from the step's start
   // (a source, a variable, or what the device computes from them alone: a ZeRO shard's
   // all-gather, a weight's cast) or from a task of the chain.
-  absl::flat_hash_map<std::string, int> last_of_stream;  // stream -> last chained task
+  absl::flat_hash_map<std::string, int> last_of_stream;   // stream -> last chained task
+  absl::flat_hash_map<std::string, int> first_of_stream;  // stream -> first chained task
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
     const std::string stream = StreamName(task.stream());
@@ -206,17 +216,25 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     }
     flags_[t].step_start = task.kind() == plan::SOURCE || task.kind() == plan::VARIABLE ||
                            (from_start && task.inputs_size() > 0);
-    if (task.kind() != plan::COMPUTE || task.outputs().empty() || !local) continue;
+    // Under micro-batches the chain holds the tasks that act on every micro-batch.
+    if (task.kind() != plan::COMPUTE || task.outputs().empty() || !local ||
+        PiecesPerStep(task) != micro_batches) {
+      continue;
+    }
     flags_[t].chained = true;
     auto [last, first] = last_of_stream.emplace(stream, t);
     flags_[t].chain_position = first ? 0 : flags_[last->second].chain_position + 1;
-    if (!first) {
+    if (first) {
+      first_of_stream.emplace(stream, t);
+    } else {
       AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
       last->second = t;
     }
   }
+  if (micro_batches > 1) ChainMicroBatches(first_of_stream, last_of_stream);
 
-  if (OrderCollectives(order)) order = DataOrder(device_tasks);  // with the new orders
+  if (OrderCollectives(order, micro_batches))
+    order = DataOrder(device_tasks);  // with the new orders
 
   // The barrier gates each COMPUTE task that follows no gated one within the step (through the
   // device's data, the chains' inputs included): the first of each chain and what acts outside;
@@ -238,13 +256,13 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     flags_[t].follows = after;
   }
   if (!gated.empty()) {
-    AddBarrier(device, values, gated);
+    AddBarrier(device, values, gated, micro_batches);
     DropCrossStepSlots(order, DeviceKey::Of(device));
   }
   for (int t : device_tasks.tasks) flags_[t] = TaskFlags();
 }
 
-bool ActOrder::OrderCollectives(const std::vector<int>& order) {
+bool ActOrder::OrderCollectives(const std::vector<int>& order, int64_t micro_batches) {
   // Each stream's chain, by position (`order` is the order the chains were built in).
   absl::flat_hash_map<std::string, std::vector<int>> chains;
   for (int t : order) {
@@ -257,6 +275,9 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order) {
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
     if (task.kind() != plan::COLLECTIVE || task.outputs_size() != 1) continue;
+    // Ordered into a chain only where it acts as often as the chain (not a gather once a step
+    // under micro-batches).
+    if (PiecesPerStep(task) != micro_batches) continue;
     if (flags_[t].step_start && task.collective().kind() == plan::ALL_GATHER) {
       // Every reader chained, on one stream: the first of them in its chain.
       const std::vector<int>& reading = readers_[task.outputs(0)];
@@ -314,19 +335,59 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order) {
   return added;
 }
 
-void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
-                          const std::vector<int>& gated) {
-  const std::string name = absl::StrCat("step-barrier@", DeviceName(device));
-  bool one_stream = true;
-  for (int t : gated) {
-    const plan::Stream& stream = plan_.tasks(t).stream();
-    one_stream = one_stream && stream.kind() == plan::STREAM_COMPUTE && stream.index() == 0;
+void ActOrder::ChainMicroBatches(const absl::flat_hash_map<std::string, int>& first_of_stream,
+                                 const absl::flat_hash_map<std::string, int>& last_of_stream) {
+  for (const auto& [stream, first] : first_of_stream) {
+    const int last = last_of_stream.at(stream);
+    if (last == first) continue;
+    const std::string& head = plan_.tasks(first).outputs(0);
+    const plan::Task& tail = plan_.tasks(last);
+    if (std::find(tail.inputs().begin(), tail.inputs().end(), head) == tail.inputs().end()) {
+      AddOrderingInput(last, head);
+    }
+    plan_.mutable_registers(register_position_.at(head))->set_num_slots(1);
   }
-  plan::RegisterDesc* token = plan_.add_registers();
-  token->set_name(name);
-  token->mutable_tensor()->add_shape(1);
-  token->mutable_tensor()->set_data_type(plan::FLOAT32);
-  token->set_num_slots(one_stream ? 1 : 2);  // 2 where a reader runs on another stream
+}
+
+void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::string>& values,
+                          const std::vector<int>& gated, int64_t micro_batches) {
+  const std::string name = absl::StrCat("step-barrier@", DeviceName(device));
+  const std::string repeated = absl::StrCat(name, "~repeat");
+  // The token registers: 2 slots where a reader runs on another stream.
+  auto add_token = [&](const std::string& reg_name, const std::vector<int>& readers) {
+    bool one_stream = true;
+    for (int t : readers) {
+      const plan::Stream& stream = plan_.tasks(t).stream();
+      one_stream = one_stream && stream.kind() == plan::STREAM_COMPUTE && stream.index() == 0;
+    }
+    plan::RegisterDesc* token = plan_.add_registers();
+    token->set_name(reg_name);
+    token->mutable_tensor()->add_shape(1);
+    token->mutable_tensor()->set_data_type(plan::FLOAT32);
+    token->set_num_slots(one_stream ? 1 : 2);
+  };
+  std::vector<int> per_step;
+  std::vector<int> per_micro_batch;
+  for (int t : gated) {
+    (PiecesPerStep(plan_.tasks(t)) == 1 ? per_step : per_micro_batch).push_back(t);
+  }
+  std::vector<int> token_readers = per_step;
+  if (!per_micro_batch.empty()) {
+    token_readers.push_back(plan_.tasks_size());  // the REPEAT below, on the compute stream
+    plan::Task* repeat = plan_.add_tasks();
+    repeat->set_name(absl::StrCat("repeat:", name));
+    repeat->set_kind(plan::REPEAT);
+    *repeat->mutable_stream()->mutable_device() = device;
+    repeat->mutable_stream()->set_kind(plan::STREAM_COMPUTE);
+    repeat->set_factor(static_cast<int32_t>(micro_batches));
+    repeat->add_inputs(name);
+    repeat->add_outputs(repeated);
+    repeat->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
+    repeat->set_pieces_per_step(static_cast<int32_t>(micro_batches));
+    readers_[name].push_back(plan_.tasks_size() - 1);
+    add_token(repeated, per_micro_batch);
+  }
+  add_token(name, token_readers);
   plan::KernelConf fill = KernelOfType("fill");
   SetFloat(&fill, "value", 0);
   plan::Task* barrier = plan_.add_tasks();
@@ -341,7 +402,8 @@ void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::str
   *plan_.add_kernels() = std::move(fill);
   barrier->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
   barrier->set_pieces_per_step(1);
-  for (int t : gated) AddOrderingInput(t, name);
+  for (int t : per_step) AddOrderingInput(t, name);
+  for (int t : per_micro_batch) AddOrderingInput(t, repeated);
 }
 
 void ActOrder::DropCrossStepSlots(const std::vector<int>& order, const DeviceKey& device) {
@@ -385,16 +447,21 @@ void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
     const plan::Device& device = plan.tasks(t).stream().device();
     auto [entry, added] =
         device_position.emplace(DeviceKey::Of(device), static_cast<int>(devices.size()));
-    if (added) devices.push_back(DeviceTasks{device, {}, false});
+    if (added) devices.push_back(DeviceTasks{device, {}, 1});
     DeviceTasks& tasks = devices[entry->second];
     tasks.tasks.push_back(t);
-    if (PiecesPerStep(plan.tasks(t)) > 1) tasks.micro_batched = true;
+    tasks.micro_batches = std::max(tasks.micro_batches, PiecesPerStep(plan.tasks(t)));
   }
   ActOrder order(job, plan);
+  // Pipeline stages run several micro-batches at once by design (1F1B's warm-up forwards): the
+  // chains' order from one micro-batch to the next would serialize them. GPU streams do not
+  // share memory yet.
+  const bool pipelined = std::any_of(job.ops().begin(), job.ops().end(),
+                                     [](const job::Op& op) { return op.stage() > 0; });
   for (const DeviceTasks& device_tasks : devices) {
-    // Micro-batches would need an order from one micro-batch to the next as well (an input read
-    // a piece late), which ordering inputs do not give; GPU streams do not share memory yet.
-    if (device_tasks.micro_batched || device_tasks.device.type() != plan::CPU) continue;
+    if ((pipelined && device_tasks.micro_batches > 1) || device_tasks.device.type() != plan::CPU) {
+      continue;
+    }
     order.OrderDevice(device_tasks);
   }
 }

@@ -3,11 +3,11 @@
 
 // Orders the compiler writes into a training plan (Task.ordering_inputs) so that the
 // memory-sharing proof (compiler/register_lifetimes.h) can use them, on every CPU device that
-// trains variables without micro-batches: per stream, a chain of the COMPUTE tasks that wait for
-// nothing but their stream's work and what the step starts from, in the job's op order; and a
-// step barrier ("step-barrier@<device>") after the device's updates that the first forward acts
-// of the next step wait for; then one slot for registers whose second the barrier makes useless.
-// Why, and what they cost: docs/ARCHITECTURE.md, "orders for memory".
+// trains variables (pipelines with micro-batches aside): per stream, a chain of the COMPUTE tasks
+// that wait for nothing but their stream's work and what the step starts from, in the job's op
+// order (micro-batch n + 1's after n's); a step barrier ("step-barrier@<device>") after the
+// device's updates that the next step's first acts wait for; one slot for registers whose second
+// the barrier makes useless. Why, and the costs: docs/ARCHITECTURE.md, "orders for memory".
 
 #include "proto/job.pb.h"
 #include "proto/plan.pb.h"

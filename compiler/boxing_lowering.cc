@@ -50,18 +50,26 @@ std::string GraphLowering::ConversionKey(int tensor_id, const Placement& placeme
 // once per micro-batch; built once per distinct conversion and shared by every consumer that
 // needs it (by `use` alone where it is not -1). With micro-batches, a per-micro-batch tensor
 // read once per step is summed over the step's micro-batches (ACCUMULATE) before boxing, and a
-// per-step tensor read per micro-batch is boxed, then repeated (REPEAT).
+// per-step tensor read per micro-batch is boxed, then repeated (REPEAT). Except a variable
+// gathered per use (ZeRO stage 3) outside pipelines: its shard is repeated, then gathered for
+// each micro-batch, so that the gathered copy lives for one use of one micro-batch (the act
+// order puts micro-batch n + 1's after n's: compiler/act_order.h), not for the whole step, at M
+// times the gathers' traffic, as FSDP and DeepSpeed's stage 3 do under gradient accumulation.
+// In a pipeline nothing orders the micro-batches, so there a copy is gathered once a step.
 absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_id,
                                                                     const Placement& to_placement,
                                                                     const NdSbp& to_sbp,
                                                                     bool per_step, int use) {
   const bool from_per_step = graph_.PerStep(tensor_id);
   if (graph_.num_micro_batches == 1 || from_per_step == per_step) {
-    return Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp, use);
+    return Box(tensor_id, BoxSource::kProduced, to_placement, to_sbp, use);
   }
-  if (!from_per_step) return Box(tensor_id, /*accumulated=*/true, to_placement, to_sbp, use);
+  if (!from_per_step) return Box(tensor_id, BoxSource::kSummed, to_placement, to_sbp, use);
+  if (use >= 0 && graph_.num_stages <= 1) {
+    return Box(tensor_id, BoxSource::kRepeated, to_placement, to_sbp, use);
+  }
   absl::StatusOr<std::vector<std::string>> boxed =
-      Box(tensor_id, /*accumulated=*/false, to_placement, to_sbp, use);
+      Box(tensor_id, BoxSource::kProduced, to_placement, to_sbp, use);
   if (!boxed.ok()) return boxed.status();
   const LogicalTensor& tensor = graph_.tensors[tensor_id];
   std::string key = absl::StrCat(tensor_id, "|", to_placement.ToString(), "|",
@@ -87,8 +95,6 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Materialize(int tensor_i
 
 // Per rank of the producer: the sum of the step's micro-batch pieces of a tensor.
 absl::StatusOr<std::vector<std::string>> GraphLowering::Accumulated(int tensor_id) {
-  auto cached = accumulated_.find(tensor_id);
-  if (cached != accumulated_.end()) return cached->second;
   const LogicalTensor& tensor = graph_.tensors[tensor_id];
   if (tensor.type.data_type != plan::FLOAT32) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -96,42 +102,57 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Accumulated(int tensor_i
         ") is produced per micro-batch and read once per step, but only float32 tensors can be "
         "summed over micro-batches"));
   }
+  return StepToMicroBatches(tensor_id, plan::ACCUMULATE);
+}
+
+std::vector<std::string> GraphLowering::Repeated(int tensor_id) {
+  return StepToMicroBatches(tensor_id, plan::REPEAT);
+}
+
+std::vector<std::string> GraphLowering::StepToMicroBatches(int tensor_id, plan::TaskKind kind) {
+  std::vector<std::string>& registers = rate_changed_[{tensor_id, kind}];
+  if (!registers.empty()) return registers;
+  const LogicalTensor& tensor = graph_.tensors[tensor_id];
   const Placement& placement = PlacementOf(tensor_id);
-  std::vector<std::string> sums;
+  const bool sum = kind == plan::ACCUMULATE;
   for (int rank = 0; rank < placement.size(); ++rank) {
     Shape local = LocalWindowOf(tensor.type.shape, placement, tensor.sbp, rank).shape;
-    std::string reg =
-        AddRegister(absl::StrCat(tensor.name, "~sum@", rank), local, tensor.type.data_type);
-    plan::Task* task = AddTask(absl::StrCat("accumulate:", tensor.name, "@", rank),
-                               plan::ACCUMULATE, placement.device(rank), plan::STREAM_COMPUTE);
+    std::string reg = AddRegister(absl::StrCat(tensor.name, sum ? "~sum@" : "~repeat@", rank),
+                                  local, tensor.type.data_type);
+    plan::Task* task =
+        AddTask(absl::StrCat(sum ? "accumulate:" : "repeat:", tensor.name, "@", rank), kind,
+                placement.device(rank), plan::STREAM_COMPUTE);
     task->set_factor(graph_.num_micro_batches);
     task->add_inputs(local_registers_[tensor_id][rank]);
     task->add_outputs(reg);
-    sums.push_back(std::move(reg));
+    registers.push_back(std::move(reg));
   }
-  accumulated_[tensor_id] = sums;
-  return sums;
+  return registers;
 }
 
-// Boxing of `tensor` (its registers, or their per-step sums when `accumulated`) to
+// Boxing of `tensor` (its registers, their per-step sums or their repeats: `source`) to
 // `to_placement` and `to_sbp`.
-absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool accumulated,
+absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, BoxSource source,
                                                             const Placement& to_placement,
                                                             const NdSbp& to_sbp, int use) {
   const LogicalTensor& tensor = graph_.tensors[tensor_id];
   const Placement& from_placement = PlacementOf(tensor_id);
+  const bool accumulated = source == BoxSource::kSummed;
   std::vector<std::string> registers = local_registers_[tensor_id];
   if (accumulated) {
     absl::StatusOr<std::vector<std::string>> sums = Accumulated(tensor_id);
     if (!sums.ok()) return sums.status();
     registers = *sums;
+  } else if (source == BoxSource::kRepeated) {
+    registers = Repeated(tensor_id);
   }
   // On a hierarchy axis of one device every SBP lays the tensor out alike.
   const NdSbp from_sbp = Canonical(from_placement, tensor.sbp);
   const NdSbp canonical_to_sbp = Canonical(to_placement, to_sbp);
   if (from_placement == to_placement && from_sbp == canonical_to_sbp) return registers;
   const std::string key =
-      ConversionKey(tensor_id, to_placement, canonical_to_sbp, accumulated, use);
+      ConversionKey(tensor_id, to_placement, canonical_to_sbp, accumulated, use) +
+      (source == BoxSource::kRepeated ? "|repeated" : "");
   auto cached = materialized_.find(key);
   if (cached != materialized_.end()) return cached->second;
 
@@ -141,7 +162,8 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, bool 
   // Collectives of per-step and per-micro-batch tensors run different numbers of times per
   // step, so they use different communicators (each runs its collectives in one fixed order);
   // so do those of deferred weight gradients (ApplyStep), which run micro-batches behind.
-  const bool per_step = accumulated || graph_.PerStep(tensor_id);
+  const bool per_step =
+      accumulated || (source == BoxSource::kProduced && graph_.PerStep(tensor_id));
   for (const BoxingStep& step : boxing->source_steps) {
     registers = ApplyStep(tensor, from_placement, step, registers, per_step);
   }

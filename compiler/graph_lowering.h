@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -77,7 +78,14 @@ class GraphLowering {
                                                        const NdSbp& to_sbp, bool per_step,
                                                        int use = -1);
   absl::StatusOr<std::vector<std::string>> Accumulated(int tensor_id);
-  absl::StatusOr<std::vector<std::string>> Box(int tensor_id, bool accumulated,
+  // Per rank of the producer: a per-step tensor repeated to the step's micro-batches.
+  std::vector<std::string> Repeated(int tensor_id);
+  // Accumulated's and Repeated's tasks (ACCUMULATE or REPEAT), made once per tensor.
+  std::vector<std::string> StepToMicroBatches(int tensor_id, plan::TaskKind kind);
+  // What Box converts: the tensor's pieces as produced, their per-step sums (Accumulated), or a
+  // per-step tensor's repeats (Repeated: converted once per micro-batch).
+  enum class BoxSource { kProduced, kSummed, kRepeated };
+  absl::StatusOr<std::vector<std::string>> Box(int tensor_id, BoxSource source,
                                                const Placement& to_placement, const NdSbp& to_sbp,
                                                int use = -1);
   std::string NextLabel(const std::string& tensor_name);
@@ -108,7 +116,8 @@ class GraphLowering {
   // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
   absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;
   // Tensor id -> its per-step sums per rank.
-  absl::flat_hash_map<int, std::vector<std::string>> accumulated_;
+  // StepToMicroBatches's registers, by tensor and task kind.
+  absl::flat_hash_map<std::pair<int, plan::TaskKind>, std::vector<std::string>> rate_changed_;
   // Gradient buckets made so far (their names count up).
   int buckets_ = 0;
   // The logical op of each op task.

@@ -38,9 +38,6 @@ struct GptLayout {
   job::OffloadActivations offload_activations = job::OFFLOAD_NONE;
   std::string device_type = "cpu";  // GptConfig.device_type: "cuda" places the model on GPUs
   int nodes = 1;
-  // Micro-batches of one device without stages: nothing orders micro-batch n's backward before
-  // n + 1's forward, so no two transients are provably apart.
-  bool shares = true;
 
   int devices() const {
     return static_cast<int>(data_parallel * tensor_parallel * pipeline_stages);
@@ -77,7 +74,17 @@ inline std::vector<GptLayout> SharingLayouts() {
                 .schedule = job::INTERLEAVED,
                 .virtual_stages = 2,
                 .max_grad_norm = 0.5},
-      GptLayout{.name = "m4_one_device", .micro_batches = 4, .shares = false},
+      // Micro-batches without stages: each stream's chain orders micro-batch n + 1 after n.
+      GptLayout{.name = "m4_one_device", .micro_batches = 4},
+      GptLayout{.name = "dp2_m4_zero3_clipped",
+                .data_parallel = 2,
+                .micro_batches = 4,
+                .max_grad_norm = 0.5,
+                .zero_stage = 3},
+      GptLayout{.name = "tp2_m2_bf16",
+                .tensor_parallel = 2,
+                .micro_batches = 2,
+                .matmul_data_type = plan::BFLOAT16},
       GptLayout{.name = "dp2_ep2_moe", .data_parallel = 2, .experts = 4, .expert_parallel = 2},
       GptLayout{.name = "dp2_tp2_bf16_clipped",
                 .data_parallel = 2,

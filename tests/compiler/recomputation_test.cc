@@ -311,8 +311,9 @@ absl::StatusOr<int64_t> LargestEstimate(const gpt::GptConfig& config, const GptL
 
 // Where activations dominate, recomputation takes much less memory on every device: the
 // compiler's estimate, which the runtime allocates to the byte (above). Under TP since the
-// registers of collectives share memory. Not yet with micro-batches on pipeline stages, where the
-// memory-sharing proof cannot order the copies (docs/ARCHITECTURE.md, "Recomputation").
+// registers of collectives share memory; under micro-batches since the chains order them. Not
+// yet with micro-batches on pipeline stages, where the memory-sharing proof cannot order the
+// copies (docs/ARCHITECTURE.md, "Recomputation").
 TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
   for (const GptLayout& layout : {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
                                   GptLayout{.name = "tp2", .tensor_parallel = 2},
@@ -327,9 +328,12 @@ TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
     }
     // On stages and under TP, the tasks that read the other stage's data or a collective's output
     // stay out of the compute chains (compiler/act_order.h), so the proof orders fewer of
-    // SELECTIVE's copies: they save less (TP = 2: 20.1 against 25.7 MiB, FULL 12.5).
-    const double selective_bound =
-        layout.pipeline_stages > 1 || layout.tensor_parallel > 1 ? 1.0 : 0.8;
+    // SELECTIVE's copies: they save less (TP = 2: 20.1 against 25.7 MiB, FULL 12.5). Under
+    // micro-batches the activations of one micro-batch are a smaller part of the whole (the
+    // weight gradients of each micro-batch wait for their accumulation, unordered).
+    const double selective_bound = layout.pipeline_stages > 1 || layout.tensor_parallel > 1 ? 1.0
+                                   : layout.micro_batches > 1                               ? 0.9
+                                                                                            : 0.8;
     EXPECT_LT(peak[job::RECOMPUTE_SELECTIVE], peak[job::RECOMPUTE_NONE] * selective_bound)
         << layout.name;
     EXPECT_LT(peak[job::RECOMPUTE_FULL], peak[job::RECOMPUTE_NONE] * 0.8) << layout.name;

@@ -47,7 +47,7 @@ absl::StatusOr<Trained> Train(const GptLayout& layout, int zero_stage) {
 }
 
 // The data-parallel layouts of the issue: DP 2 and 4, DP x TP, DP x PP with micro-batches and
-// clipping, DP x EP with the MoE GPT.
+// clipping, DP x EP with the MoE GPT; and mixed precision, micro-batches without stages.
 std::vector<GptLayout> ZeroLayouts() {
   return {
       GptLayout{.name = "dp2", .data_parallel = 2},
@@ -63,6 +63,12 @@ std::vector<GptLayout> ZeroLayouts() {
                 .max_grad_norm = 0.5},
       GptLayout{.name = "dp4_ep2_moe", .data_parallel = 4, .experts = 4, .expert_parallel = 2},
       GptLayout{.name = "dp2_bf16", .data_parallel = 2, .matmul_data_type = plan::BFLOAT16},
+      // Gradient accumulation: under stage 3 each micro-batch gathers each use again.
+      GptLayout{.name = "dp2_m4_clipped_bf16",
+                .data_parallel = 2,
+                .micro_batches = 4,
+                .max_grad_norm = 0.5,
+                .matmul_data_type = plan::BFLOAT16},
   };
 }
 
