@@ -77,6 +77,9 @@ class NestedSplitCheck {
 
 }  // namespace
 
+// Less than any byte a conversion moves: it only breaks ties between signatures.
+constexpr double kConversionTieBreak = 1e-3;
+
 absl::Status InferSbp(LogicalGraph* graph) {
   for (LogicalNode& node : graph->nodes) {
     if (node.kind != LogicalNode::Kind::kOp) continue;
@@ -146,6 +149,11 @@ absl::Status InferSbp(LogicalGraph* graph) {
           const LogicalTensor& tensor = graph->tensors[node.inputs[i]];
           const Placement& from = graph->nodes[tensor.producer].placement;
           cost += BoxingCost(tensor.type, from, tensor.sbp, placement, inputs[i]);
+          // Among signatures that move the same bytes, the one that keeps more inputs' SBPs: a
+          // free slice of a broadcast input (a weight's cast on a data-parallel rank) would make
+          // its readers gather what they could have read whole. (The SBP alone, not the
+          // placement: where a pipeline's stages are cut must not change the choice.)
+          if (tensor.sbp != inputs[i]) cost += kConversionTieBreak;
         }
         if (cost < best_cost) {
           best_cost = cost;

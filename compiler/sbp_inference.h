@@ -12,8 +12,8 @@ namespace loom::compiler {
 
 // Pass 4. In topological order, every op picks, among the nd signatures its definition allows on
 // its placement (the product of its 1-D signatures over the hierarchy axes) and that satisfy its
-// output hints, the one whose inputs need the fewest bytes of boxing; ties go to the signature the
-// definition lists first. Sets every op's input_sbp and every tensor's sbp. An op whose hints no
+// output hints, the one whose inputs need the fewest bytes of boxing; among those, the one that
+// converts the fewest inputs (a free slice counts); then the signature the definition lists first. Sets every op's input_sbp and every tensor's sbp. An op whose hints no
 // signature satisfies is an INVALID_ARGUMENT error naming the op.
 absl::Status InferSbp(LogicalGraph* graph);
 

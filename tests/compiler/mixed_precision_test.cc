@@ -142,6 +142,62 @@ TEST(MixedPrecisionTest, WeightsAreCastAndGatheredOnceAStep) {
   EXPECT_EQ(sharded->allocated_bytes, sharded->estimated_bytes);
 }
 
+// Data parallelism with few samples a rank, where moving a matmul's activations costs fewer bytes
+// than gathering its weight: each weight's cast keeps the weight whole (SBP inference prefers the
+// signature that converts no input over a free slice), so every matmul reads its weight
+// broadcast. Without ZeRO no weight is gathered and nothing but the gradients' buckets is
+// reduced; under ZeRO-3 the cast runs on the shard and what is gathered is the bfloat16 copy.
+// Before, the casts took slices and the matmuls split their contraction: all-to-alls of the
+// activations and reduce-scatters of float32 partial sums, every step.
+TEST(MixedPrecisionTest, DataParallelMatmulsReadTheirWeightsWhole) {
+  for (int zero_stage : {0, 3}) {
+    gpt::GptConfig config;
+    config.context = 16;
+    config.width = 32;
+    config.layers = 2;
+    config.heads = 2;
+    config.mlp_width = 128;
+    config.batch = 2;
+    config.steps = 1;
+    ApplyLayout(GptLayout{.name = "dp2_bf16",
+                          .data_parallel = 2,
+                          .matmul_data_type = plan::BFLOAT16,
+                          .zero_stage = zero_stage},
+                config);
+    absl::StatusOr<job::Job> job = gpt::BuildGptJob(config);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<CompileResult> compiled = CompileOn(*job, 2);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    std::map<std::string, const plan::Task*> producer;
+    for (const plan::Task& task : compiled->plan.tasks()) {
+      for (const std::string& output : task.outputs()) producer[output] = &task;
+    }
+    std::map<plan::CollectiveKind, int> collectives;
+    int copy_gathers = 0;
+    for (const plan::Task& task : compiled->plan.tasks()) {
+      if (task.kind() != plan::COLLECTIVE) continue;
+      ++collectives[task.collective().kind()];
+      if (task.collective().kind() != plan::ALL_GATHER) continue;
+      // A weight's shard or its bfloat16 copy, cast on the shard (ZeRO-3 gathers per use).
+      const plan::Task* from = producer.at(task.inputs(0));
+      const bool cast = from->kind() == plan::COMPUTE &&
+                        KernelOf(compiled->plan, *from).op_type() == "cast" &&
+                        producer.at(from->inputs(0))->kind() == plan::VARIABLE;
+      EXPECT_TRUE(from->kind() == plan::VARIABLE || cast)
+          << "zero_stage " << zero_stage << ": " << task.name() << " gathers " << from->name();
+      copy_gathers += cast;
+    }
+    EXPECT_EQ(collectives[plan::ALL_TO_ALL], 0) << "zero_stage " << zero_stage;
+    if (zero_stage == 0) {
+      EXPECT_EQ(collectives[plan::ALL_GATHER], 0);
+      EXPECT_EQ(collectives[plan::REDUCE_SCATTER], 0);
+      EXPECT_GT(collectives[plan::ALL_REDUCE], 0);
+    } else {
+      EXPECT_GT(copy_gathers, 0);
+    }
+  }
+}
+
 TEST(MixedPrecisionTest, TensorParallelPartialSumsAreWidenedThenReducedInFloat32) {
   // Row parallel: y = g @ w2 with w2 S(0) gives partial sums. They stay partial through the
   // widening cast and are all-reduced as float32 "y".

@@ -85,7 +85,17 @@ job::Job PipelinedMlp() {
       stage: 1
     }
     ops { name: "loss" type: "reduce_mean" inputs: "squared" outputs: "loss" stage: 1 }
+    # The loss broadcast: an all-reduce per micro-batch.
+    ops {
+      name: "loss_everywhere"
+      type: "identity"
+      inputs: "loss"
+      outputs: "loss_everywhere"
+      stage: 1
+      output_sbp { sbp: "B" }
+    }
     fetch: "loss"
+    fetch: "loss_everywhere"
   )pb");
 }
 
@@ -166,7 +176,7 @@ TEST(TraceWindowTest, TheCompilerMarksTheTasksOfEveryMicroBatch) {
   EXPECT_EQ(pieces_by_kind[plan::SINK], std::set<int64_t>{kMicroBatches});
   EXPECT_EQ(pieces_by_kind[plan::SEND], std::set<int64_t>{kMicroBatches});
   EXPECT_EQ(pieces_by_kind[plan::RECEIVE], std::set<int64_t>{kMicroBatches});
-  // The gradients' all-reduces once per step, the loss's boxing per micro-batch.
+  // The gradients' all-reduces once per step, the loss's all-reduce per micro-batch.
   EXPECT_EQ(pieces_by_kind[plan::COLLECTIVE], (std::set<int64_t>{1, kMicroBatches}));
   EXPECT_EQ(pieces_by_kind[plan::COMPUTE], std::set<int64_t>{kMicroBatches});
 }
