@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "compiler/kernel_attributes.h"
@@ -24,12 +25,20 @@ struct DeviceTasks {
   plan::Device device;
   std::vector<int> tasks;
   int64_t micro_batches = 1;  // the most pieces a task of the device has a step
+  // A pipeline stage under micro-batches (one-forward-one-backward or GPipe): its chains may read
+  // the other stages' data, and the forward and the backward get a chain each, but on 1F1B's
+  // last stage, which runs a micro-batch's backward before the next forward (one chain).
+  bool pipeline_stage = false;
+  bool forward_and_backward_apart = false;
 };
 
 class ActOrder {
  public:
   ActOrder(const job::Job& job, plan::Plan& plan) : plan_(plan) {
-    for (int i = 0; i < job.ops_size(); ++i) op_order_.emplace(job.ops(i).name(), i);
+    for (int i = 0; i < job.ops_size(); ++i) {
+      op_order_.emplace(job.ops(i).name(), i);
+      if (job.ops(i).backward()) backward_ops_.insert(job.ops(i).name());
+    }
     for (int t = 0; t < plan_.tasks_size(); ++t) {
       for (const std::string& output : plan_.tasks(t).outputs()) producer_.emplace(output, t);
       for (const std::string& input : plan_.tasks(t).inputs()) readers_[input].push_back(t);
@@ -38,6 +47,7 @@ class ActOrder {
       register_position_.emplace(plan_.registers(r).name(), r);
     }
     flags_.resize(plan_.tasks_size());
+    backward_.assign(plan_.tasks_size(), -1);
   }
 
   void OrderDevice(const DeviceTasks& device_tasks);
@@ -61,9 +71,9 @@ class ActOrder {
   bool OrderCollectives(const std::vector<int>& order, int64_t micro_batches);
   // Under micro-batches, micro-batch n + 1's chain after n's: each chain's last task reads its
   // first task's first output (as an ordering input), which gets one slot, so the first task's
-  // next act waits until the last has read (and returned) the piece before.
-  void ChainMicroBatches(const absl::flat_hash_map<std::string, int>& first_of_stream,
-                         const absl::flat_hash_map<std::string, int>& last_of_stream);
+  // next act waits until the last has read (and returned) the piece before. On a pipeline stage,
+  // the first task whose first output only its chain reads (a stash keeps its slots).
+  void ChainMicroBatches(const std::vector<int>& order);
   // The step barrier of `device`: reads `values` (the trained variables'), gates `gated`.
   // Under micro-batches the token (once a step) is repeated to the tasks that act per micro-batch
   // (`micro_batches` times a step): only the step's first micro-batch waits for it.
@@ -74,8 +84,20 @@ class ActOrder {
   // that (its writer follows the barrier, and each reader feeds an update of the step).
   void DropCrossStepSlots(const std::vector<int>& order, const DeviceKey& device);
 
+  // Whether `task` is a backward op's, or (a task of no op: boxing, a transfer) computed from one,
+  // on any device.
+  bool Backward(int task);
+  // The chain `task` belongs to: its stream's, or on a pipeline stage its stream's forward or
+  // backward one.
+  std::string ChainOf(int task) const {
+    const std::string stream = StreamName(plan_.tasks(task).stream());
+    return flags_[task].backward ? absl::StrCat(stream, "|backward") : stream;
+  }
+
   plan::Plan& plan_;
   absl::flat_hash_map<std::string, int> op_order_;
+  absl::flat_hash_set<std::string> backward_ops_;
+  std::vector<int8_t> backward_;  // Backward's answers: -1 not known yet
   absl::flat_hash_map<std::string, int> producer_;
   absl::flat_hash_map<std::string, std::vector<int>> readers_;  // register -> tasks
   absl::flat_hash_map<std::string, int> register_position_;
@@ -86,11 +108,28 @@ class ActOrder {
     bool step_start = false;    // computed from the step's start alone
     bool follows = false;       // acts after a gated task within the step
     bool feeds_update = false;  // precedes an update of the step
-    int chain_position = -1;    // in its stream's chain
+    int chain_position = -1;    // in its chain
+    bool backward = false;      // on a pipeline stage: a backward op's, or computed from one
     bool starts_step = false;   // a collective the step barrier gates
   };
   std::vector<TaskFlags> flags_;
 };
+
+bool ActOrder::Backward(int task) {
+  if (backward_[task] >= 0) return backward_[task] == 1;
+  const plan::Task& described = plan_.tasks(task);
+  const std::string op = described.name().substr(0, described.name().rfind('@'));
+  bool backward = backward_ops_.contains(op);
+  if (!op_order_.contains(op) && described.kind() != plan::VARIABLE) {
+    backward_[task] = 0;  // (no cycle through tasks of no op; a VARIABLE starts the step)
+    for (const std::string& input : described.inputs()) {
+      auto found = producer_.find(input);
+      if (found != producer_.end() && Backward(found->second)) backward = true;
+    }
+  }
+  backward_[task] = backward ? 1 : 0;
+  return backward;
+}
 
 int ActOrder::LocalProducer(const std::string& input, const plan::Device& device) const {
   auto found = producer_.find(input);
@@ -199,19 +238,25 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
 
   // The chains: a COMPUTE task joins its stream's when every input comes from the step's start
   // (a source, a variable, or what the device computes from them alone: a ZeRO shard's
-  // all-gather, a weight's cast) or from a task of the chain.
-  absl::flat_hash_map<std::string, int> last_of_stream;   // stream -> last chained task
-  absl::flat_hash_map<std::string, int> first_of_stream;  // stream -> first chained task
+  // all-gather, a weight's cast) or from a chained task of the stream; on a pipeline stage also
+  // from the other stages (a COPY or RECEIVE), and the forward and the backward chain apart.
+  const bool pipeline_stage = device_tasks.pipeline_stage;
+  absl::flat_hash_map<std::string, int> last_of_chain;  // chain -> its last task so far
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
     const std::string stream = StreamName(task.stream());
+    const std::string op = task.name().substr(0, task.name().rfind('@'));
     bool from_start = true;
     bool local = true;
+    flags_[t].backward = device_tasks.forward_and_backward_apart && Backward(t);
     for (const std::string& input : task.inputs()) {
       const int from = LocalProducer(input, device);
       from_start = from_start && from >= 0 && flags_[from].step_start;
+      const bool transfer =
+          pipeline_stage && from >= 0 &&
+          (plan_.tasks(from).kind() == plan::COPY || plan_.tasks(from).kind() == plan::RECEIVE);
       local = local && from >= 0 &&
-              (flags_[from].step_start ||
+              (flags_[from].step_start || transfer ||
                (flags_[from].chained && StreamName(plan_.tasks(from).stream()) == stream));
     }
     flags_[t].step_start = task.kind() == plan::SOURCE || task.kind() == plan::VARIABLE ||
@@ -222,16 +267,14 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
       continue;
     }
     flags_[t].chained = true;
-    auto [last, first] = last_of_stream.emplace(stream, t);
+    auto [last, first] = last_of_chain.emplace(ChainOf(t), t);
     flags_[t].chain_position = first ? 0 : flags_[last->second].chain_position + 1;
-    if (first) {
-      first_of_stream.emplace(stream, t);
-    } else {
+    if (!first) {
       AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
       last->second = t;
     }
   }
-  if (micro_batches > 1) ChainMicroBatches(first_of_stream, last_of_stream);
+  if (micro_batches > 1) ChainMicroBatches(order);
 
   if (OrderCollectives(order, micro_batches))
     order = DataOrder(device_tasks);  // with the new orders
@@ -266,7 +309,7 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order, int64_t micro_bat
   // Each stream's chain, by position (`order` is the order the chains were built in).
   absl::flat_hash_map<std::string, std::vector<int>> chains;
   for (int t : order) {
-    if (flags_[t].chained) chains[StreamName(plan_.tasks(t).stream())].push_back(t);
+    if (flags_[t].chained) chains[ChainOf(t)].push_back(t);
   }
   // The gathers by stream, with the chain position of their first reader; the reduce-scatters
   // by stream, with their input's writer's.
@@ -282,14 +325,14 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order, int64_t micro_bat
       // Every reader chained, on one stream: the first of them in its chain.
       const std::vector<int>& reading = readers_[task.outputs(0)];
       if (reading.empty()) continue;
-      const plan::Stream& stream = plan_.tasks(reading[0]).stream();
+      const std::string chain = ChainOf(reading[0]);
       const bool chained = std::all_of(reading.begin(), reading.end(), [&](int reader) {
-        return flags_[reader].chained && SameStream(plan_.tasks(reader).stream(), stream);
+        return flags_[reader].chained && ChainOf(reader) == chain;
       });
       if (!chained) continue;
       int first = flags_[reading[0]].chain_position;
       for (int reader : reading) first = std::min(first, flags_[reader].chain_position);
-      gathers[StreamName(stream)].emplace_back(first, t);
+      gathers[chain].emplace_back(first, t);
     } else if (task.collective().kind() == plan::REDUCE_SCATTER) {
       // A gradient's: a variable updates from its output.
       const std::vector<int>& reading = readers_[task.outputs(0)];
@@ -298,8 +341,7 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order, int64_t micro_bat
       });
       const int from = LocalProducer(task.inputs(0), task.stream().device());
       if (gradient && from >= 0 && flags_[from].chained) {
-        scatters[StreamName(plan_.tasks(from).stream())].emplace_back(flags_[from].chain_position,
-                                                                      t);
+        scatters[ChainOf(from)].emplace_back(flags_[from].chain_position, t);
       }
     }
   }
@@ -335,17 +377,26 @@ bool ActOrder::OrderCollectives(const std::vector<int>& order, int64_t micro_bat
   return added;
 }
 
-void ActOrder::ChainMicroBatches(const absl::flat_hash_map<std::string, int>& first_of_stream,
-                                 const absl::flat_hash_map<std::string, int>& last_of_stream) {
-  for (const auto& [stream, first] : first_of_stream) {
-    const int last = last_of_stream.at(stream);
-    if (last == first) continue;
-    const std::string& head = plan_.tasks(first).outputs(0);
-    const plan::Task& tail = plan_.tasks(last);
-    if (std::find(tail.inputs().begin(), tail.inputs().end(), head) == tail.inputs().end()) {
-      AddOrderingInput(last, head);
+void ActOrder::ChainMicroBatches(const std::vector<int>& order) {
+  absl::flat_hash_map<std::string, std::vector<int>> chains;
+  for (int t : order) {
+    if (flags_[t].chained) chains[ChainOf(t)].push_back(t);
+  }
+  for (const auto& [chain, tasks] : chains) {
+    // The head: on a pipeline stage, the first task whose first output only its chain reads.
+    auto head = std::find_if(tasks.begin(), tasks.end(), [&](int t) {
+      const std::vector<int>& reading = readers_[plan_.tasks(t).outputs(0)];
+      return std::all_of(reading.begin(), reading.end(), [&, &chain = chain](int reader) {
+        return flags_[reader].chained && ChainOf(reader) == chain;
+      });
+    });
+    if (head == tasks.end() || *head == tasks.back()) continue;
+    const std::string& token = plan_.tasks(*head).outputs(0);
+    const plan::Task& tail = plan_.tasks(tasks.back());
+    if (std::find(tail.inputs().begin(), tail.inputs().end(), token) == tail.inputs().end()) {
+      AddOrderingInput(tasks.back(), token);
     }
-    plan_.mutable_registers(register_position_.at(head))->set_num_slots(1);
+    plan_.mutable_registers(register_position_.at(token))->set_num_slots(1);
   }
 }
 
@@ -385,7 +436,11 @@ void ActOrder::AddBarrier(const plan::Device& device, const std::vector<std::str
     repeat->set_index(static_cast<uint32_t>(plan_.tasks_size() - 1));
     repeat->set_pieces_per_step(static_cast<int32_t>(micro_batches));
     readers_[name].push_back(plan_.tasks_size() - 1);
+    // A slot per micro-batch: the REPEAT emits the step's pieces at once, so that no gated reader
+    // waits for another (a pipeline stage's backward chain for its forward).
     add_token(repeated, per_micro_batch);
+    plan_.mutable_registers(plan_.registers_size() - 1)
+        ->set_num_slots(static_cast<int32_t>(micro_batches));
   }
   add_token(name, token_readers);
   plan::KernelConf fill = KernelOfType("fill");
@@ -447,20 +502,43 @@ void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
     const plan::Device& device = plan.tasks(t).stream().device();
     auto [entry, added] =
         device_position.emplace(DeviceKey::Of(device), static_cast<int>(devices.size()));
-    if (added) devices.push_back(DeviceTasks{device, {}, 1});
+    if (added) devices.push_back(DeviceTasks{device, {}, 1, false, false});
     DeviceTasks& tasks = devices[entry->second];
     tasks.tasks.push_back(t);
     tasks.micro_batches = std::max(tasks.micro_batches, PiecesPerStep(plan.tasks(t)));
   }
   ActOrder order(job, plan);
-  // Pipeline stages run several micro-batches at once by design (1F1B's warm-up forwards): the
-  // chains' order from one micro-batch to the next would serialize them. GPU streams do not
-  // share memory yet.
+  // Under micro-batches, where a device holds one pipeline stage and the backward is not split
+  // (one-forward-one-backward, GPipe), its chains also take what the other stages send, and the
+  // forward and the backward get a chain each (micro-batches in order within each direction), but
+  // on 1F1B's last stage, which runs a micro-batch's backward before the next forward. Only tasks
+  // that act per micro-batch are chained there, so the per-step ones that read several stages'
+  // data (gradient clipping's) stay out. Interleaved and zero-bubble schedules under
+  // micro-batches are not ordered (their weight gradients run micro-batches behind, their stages
+  // share devices). GPU streams do not share memory yet.
   const bool pipelined = std::any_of(job.ops().begin(), job.ops().end(),
                                      [](const job::Op& op) { return op.stage() > 0; });
-  for (const DeviceTasks& device_tasks : devices) {
-    if ((pipelined && device_tasks.micro_batches > 1) || device_tasks.device.type() != plan::CPU) {
-      continue;
+  const bool stage_chains =
+      job.pipeline_schedule() == job::ONE_F_ONE_B || job.pipeline_schedule() == job::GPIPE;
+  absl::flat_hash_map<std::string, int> stage_of_op;
+  int last_stage = 0;
+  for (const job::Op& op : job.ops()) {
+    if (op.has_stage()) stage_of_op.emplace(op.name(), op.stage());
+    last_stage = std::max(last_stage, op.stage());
+  }
+  for (DeviceTasks& device_tasks : devices) {
+    if (device_tasks.device.type() != plan::CPU) continue;
+    if (pipelined && device_tasks.micro_batches > 1) {
+      absl::flat_hash_set<int> stages;
+      for (int t : device_tasks.tasks) {
+        const std::string& name = plan.tasks(t).name();
+        auto found = stage_of_op.find(name.substr(0, name.rfind('@')));
+        if (found != stage_of_op.end()) stages.insert(found->second);
+      }
+      if (!stage_chains || stages.size() != 1) continue;
+      device_tasks.pipeline_stage = true;
+      device_tasks.forward_and_backward_apart =
+          job.pipeline_schedule() == job::GPIPE || *stages.begin() != last_stage;
     }
     order.OrderDevice(device_tasks);
   }

@@ -66,10 +66,12 @@ absl::Status CheckOffloadSettings(const job::Job& job) {
 }
 
 // LowerJob, offloading also the stashes that the backward ops named in `offload_readers` read
-// (OFFLOAD_OVER_BUDGET's choice; null: none).
+// (OFFLOAD_OVER_BUDGET's choice; null: none); without the orders for memory where `order_acts`
+// is false.
 absl::StatusOr<CompileResult> LowerJobOffloading(
     const job::Job& job, const OpRegistry& registry, const DeviceSet& devices,
-    const CompileOptions& options, const absl::flat_hash_set<std::string>* offload_readers) {
+    const CompileOptions& options, const absl::flat_hash_set<std::string>* offload_readers,
+    bool order_acts = true) {
   if (absl::Status status = CheckOffloadSettings(job); !status.ok()) return status;
   CompileResult result;
   const job::Job* compiled = &job;
@@ -121,7 +123,7 @@ absl::StatusOr<CompileResult> LowerJobOffloading(
     result.plan.set_evaluation_every_steps(result.graph.evaluation_every_steps);
     MarkEvaluationTasks(result.plan, result.graph.evaluation_every_steps, result.graph.first_step);
   }
-  if (!job.loss().empty() && job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {
+  if (order_acts && !job.loss().empty() && job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {
     OrderActsForMemory(*compiled, result.plan);
   }
   return result;
@@ -138,7 +140,21 @@ absl::StatusOr<CompileResult> PlanJob(
   CompileResult& result = *lowered;
   const int threads = options.threads > 0 ? options.threads : DefaultCompileThreads();
   if (absl::Status status = OrderCollectivesToFinish(result.plan, threads); !status.ok()) {
-    return status;
+    // The orders for memory follow each device's own data; should they contradict a wait through
+    // other devices that the compiler did not foresee, the plan without them (registers that
+    // share less) is the one to admit, if it finishes.
+    if (!absl::IsFailedPrecondition(status)) return status;
+    absl::StatusOr<CompileResult> unordered =
+        LowerJobOffloading(job, registry, devices, options, offload_readers, /*order_acts=*/false);
+    if (!unordered.ok() || !OrderCollectivesToFinish(unordered->plan, threads).ok()) {
+      return status;
+    }
+    if (options.progress) {
+      options.progress(absl::StrCat("the orders for memory would keep the plan from finishing (",
+                                    status.message(),
+                                    "); compiled without them, its registers share less"));
+    }
+    result = std::move(*unordered);
   }
   result.node_plans = SplitByNode(result.plan, threads);
   if (job.register_memory() != job::REGISTER_MEMORY_SEPARATE) {

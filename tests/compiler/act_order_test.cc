@@ -396,11 +396,56 @@ TEST(ActOrderTest, ZeroStage3GathersPerMicroBatch) {
   EXPECT_LT(LargestDeviceBytes(*compiled), LargestDeviceBytes(*stage_2));
 }
 
-// No barrier where it gives the proof nothing: micro-batches on pipeline stages (1F1B runs
-// several at once by design), registers apart.
+// Pipeline stages under micro-batches (1F1B): a stage's forward and its backward each form a
+// chain, micro-batch after micro-batch, and 1F1B's interleaving of the two is kept (the chains
+// are apart: the stage-0 device runs forwards of micro-batches whose backward has not run). On
+// the last stage, where 1F1B runs each micro-batch's backward before the next forward, one chain.
+TEST(ActOrderTest, PipelineStagesChainEachDirection) {
+  const GptLayout layout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4};
+  absl::StatusOr<CompileResult> lowered = Lower(layout, job::REGISTER_MEMORY_SHARED);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  const plan::Plan& plan = lowered->plan;
+  absl::flat_hash_map<std::string, const plan::Task*> producer;
+  for (const plan::Task& task : plan.tasks()) {
+    for (const std::string& output : task.outputs()) producer[output] = &task;
+  }
+  // Per device: chain edges between a backward task and a forward one.
+  std::map<std::string, int> forward_to_backward;
+  std::map<std::string, int> chained;
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.kind() != plan::COMPUTE || task.pieces_per_step() != 4) continue;
+    const std::string device = DeviceName(task.stream().device());
+    for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
+      const plan::Task& from = *producer.at(task.inputs(i));
+      if (from.kind() != plan::COMPUTE) continue;
+      ++chained[device];
+      const bool backward = absl::StartsWith(task.name(), "grad/");
+      forward_to_backward[device] += backward != absl::StartsWith(from.name(), "grad/");
+    }
+  }
+  EXPECT_GT(chained["node0/cpu:0"], 0);
+  EXPECT_GT(chained["node0/cpu:1"], 0);
+  EXPECT_EQ(forward_to_backward["node0/cpu:0"], 0);  // two chains
+  EXPECT_GT(forward_to_backward["node0/cpu:1"], 0);  // one
+  // The pool: smaller than without the orders (tests/compiler/pipeline_test.cc checks that 1F1B
+  // still emerges, its stash bound included).
+  EXPECT_LT(PoolBytes(plan), PoolBytes(WithoutOrders(plan)));
+}
+
+// No barrier where it gives the proof nothing: schedules whose weight gradients run micro-batches
+// behind or whose stages share devices, registers apart.
 TEST(ActOrderTest, NoneWhereItCannotHelp) {
   for (const auto& [layout, memory] :
-       {std::pair{GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4},
+       {std::pair{GptLayout{.name = "pp2_m4_zero_bubble",
+       .pipeline_stages = 2,
+       .micro_batches = 4,
+       .schedule = job::ZERO_BUBBLE},
+                  job::REGISTER_MEMORY_SHARED},
+        std::pair{GptLayout{.name = "pp2_v2_m4_interleaved",
+        .pipeline_stages = 2,
+        .micro_batches = 4,
+        .schedule = job::INTERLEAVED,
+        .virtual_stages = 2},
                   job::REGISTER_MEMORY_SHARED},
         std::pair{GptLayout{.name = "apart"}, job::REGISTER_MEMORY_SEPARATE}}) {
     absl::StatusOr<CompileResult> lowered = Lower(layout, memory);

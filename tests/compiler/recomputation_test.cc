@@ -311,14 +311,15 @@ absl::StatusOr<int64_t> LargestEstimate(const gpt::GptConfig& config, const GptL
 
 // Where activations dominate, recomputation takes much less memory on every device: the
 // compiler's estimate, which the runtime allocates to the byte (above). Under TP since the
-// registers of collectives share memory; under micro-batches since the chains order them. Not
-// yet with micro-batches on pipeline stages, where the memory-sharing proof cannot order the
-// copies (docs/ARCHITECTURE.md, "Recomputation").
+// registers of collectives share memory; under micro-batches, on pipeline stages too, since the
+// chains order them (docs/ARCHITECTURE.md, "Recomputation").
 TEST(RecomputationTest, ActivationHeavyJobsTakeLessMemory) {
-  for (const GptLayout& layout : {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
-                                  GptLayout{.name = "tp2", .tensor_parallel = 2},
-                                  GptLayout{.name = "pp2", .pipeline_stages = 2},
-                                  GptLayout{.name = "m4_one_device", .micro_batches = 4}}) {
+  for (const GptLayout& layout :
+       {kOneDevice, GptLayout{.name = "dp2", .data_parallel = 2},
+        GptLayout{.name = "tp2", .tensor_parallel = 2},
+        GptLayout{.name = "pp2", .pipeline_stages = 2},
+        GptLayout{.name = "m4_one_device", .micro_batches = 4},
+        GptLayout{.name = "pp2_m4", .pipeline_stages = 2, .micro_batches = 4}}) {
     std::map<job::Recompute, int64_t> peak;
     for (job::Recompute recompute :
          {job::RECOMPUTE_NONE, job::RECOMPUTE_SELECTIVE, job::RECOMPUTE_FULL}) {
