@@ -270,7 +270,14 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
     auto [last, first] = last_of_chain.emplace(ChainOf(t), t);
     flags_[t].chain_position = first ? 0 : flags_[last->second].chain_position + 1;
     if (!first) {
-      AddOrderingInput(t, plan_.tasks(last->second).outputs(0));
+      // Reading one of the predecessor's outputs as data already orders the task after it.
+      const plan::Task& previous = plan_.tasks(last->second);
+      const bool reads_previous =
+          std::any_of(task.inputs().begin(), task.inputs().end(), [&](const std::string& input) {
+            return std::find(previous.outputs().begin(), previous.outputs().end(), input) !=
+                   previous.outputs().end();
+          });
+      if (!reads_previous) AddOrderingInput(t, previous.outputs(0));
       last->second = t;
     }
   }

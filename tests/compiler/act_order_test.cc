@@ -5,13 +5,16 @@
 
 #include "compiler/act_order.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/compiler.h"
 #include "compiler/memory_plan.h"
 #include "compiler/memory_sharing.h"
@@ -46,38 +49,50 @@ plan::Plan WithoutOrders(const plan::Plan& plan) {
   return result;
 }
 
-// The chain of `device`'s compute stream, first to last, read back from the ordering inputs.
-std::vector<std::string> ChainOf(const plan::Plan& plan, const std::string& device) {
-  absl::flat_hash_map<std::string, const plan::Task*> producer;
+// The chain of `device`'s compute tasks that act `pieces` times a step (the step barrier aside)
+// and that `keep` keeps, first to last: the one order the plan's edges among them (data and
+// ordering inputs) allow. An error where they allow several (two tasks unordered).
+absl::StatusOr<std::vector<std::string>> ChainOf(
+    const plan::Plan& plan, const std::string& device, int pieces = 1,
+    const std::function<bool(const plan::Task&)>& keep = [](const plan::Task&) { return true; }) {
+  std::map<std::string, std::string> producer;  // register -> member
+  std::vector<const plan::Task*> members;
   for (const plan::Task& task : plan.tasks()) {
-    for (const std::string& output : task.outputs()) producer[output] = &task;
+    if (DeviceName(task.stream().device()) != device || task.kind() != plan::COMPUTE ||
+        IsBarrier(task) || std::max(task.pieces_per_step(), 1) != pieces || !keep(task)) {
+      continue;
+    }
+    members.push_back(&task);
+    for (const std::string& output : task.outputs()) producer[output] = task.name();
   }
-  absl::flat_hash_map<std::string, std::string> next;
-  std::set<std::string> has_previous;
-  std::set<std::string> members;
-  for (const plan::Task& task : plan.tasks()) {
-    // (A collective ordered into the chain is no member: ZeRO's gathers.)
-    if (DeviceName(task.stream().device()) != device || task.kind() != plan::COMPUTE) continue;
-    for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
-      const plan::Task* from = producer.at(task.inputs(i));
-      if (from->kind() != plan::COMPUTE || IsBarrier(*from)) continue;
-      EXPECT_TRUE(next.emplace(from->name(), task.name()).second)
-          << "two tasks follow '" << from->name() << "'";
-      has_previous.insert(task.name());
-      members.insert(task.name());
-      members.insert(from->name());
+  std::map<std::string, std::set<std::string>> waits_for;
+  for (const plan::Task* task : members) {
+    waits_for[task->name()];
+    for (const std::string& input : task->inputs()) {
+      auto found = producer.find(input);
+      if (found != producer.end() && found->second != task->name()) {
+        waits_for[task->name()].insert(found->second);
+      }
     }
   }
   std::vector<std::string> chain;
-  for (const std::string& member : members) {
-    if (has_previous.contains(member)) continue;
-    EXPECT_TRUE(chain.empty()) << "a second chain starts at '" << member << "'";
-    for (std::string at = member;; at = next.at(at)) {
-      chain.push_back(at);
-      if (!next.contains(at)) break;
+  std::set<std::string> done;
+  while (chain.size() < members.size()) {
+    std::vector<std::string> ready;
+    for (const auto& [task, waits] : waits_for) {
+      if (done.contains(task)) continue;
+      bool all = true;
+      for (const std::string& wait : waits) all = all && done.contains(wait);
+      if (all) ready.push_back(task);
     }
+    if (ready.size() != 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("after ", chain.size(), " of ", members.size(), " tasks, ", ready.size(),
+                       " are ready", ready.empty() ? "" : ": " + ready[0]));
+    }
+    chain.push_back(ready[0]);
+    done.insert(ready[0]);
   }
-  EXPECT_EQ(chain.size(), members.size());
   return chain;
 }
 
@@ -182,7 +197,9 @@ TEST(ActOrderTest, OneDeviceChainsEveryComputeActInTheJobsOrder) {
   const GptLayout layout{.name = "one_device"};
   absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  const std::vector<std::string> chain = ChainOf(compiled->plan, "node0/cpu:0");
+  absl::StatusOr<std::vector<std::string>> ordered = ChainOf(compiled->plan, "node0/cpu:0");
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  const std::vector<std::string>& chain = *ordered;
   int compute = 0;
   for (const plan::Task& task : compiled->plan.tasks()) {
     compute += task.kind() == plan::COMPUTE && !IsBarrier(task);
@@ -302,56 +319,32 @@ TEST(ActOrderTest, MicroBatchesFollowOneAnother) {
   for (const plan::Task& task : plan.tasks()) {
     for (const std::string& output : task.outputs()) producer[output] = &task;
   }
-  absl::flat_hash_map<std::string, std::vector<std::string>> after;  // task -> what it follows
-  std::vector<std::string> per_micro_batch;
-  std::string gated;  // the task that reads the barrier's repeated token
+  // One order of every per-micro-batch compute task; its first reads the barrier's token,
+  // repeated to the micro-batches; its last reads the first's output, which has one slot.
+  absl::StatusOr<std::vector<std::string>> ordered = ChainOf(plan, "node0/cpu:0", 4);
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  const std::vector<std::string>& chain = *ordered;
+  int per_micro_batch = 0;
+  const plan::Task* head = nullptr;
+  const plan::Task* tail = nullptr;
   for (const plan::Task& task : plan.tasks()) {
     if (task.kind() != plan::COMPUTE || task.pieces_per_step() != 4) continue;
-    per_micro_batch.push_back(task.name());
-    for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
-      const plan::Task& from = *producer.at(task.inputs(i));
-      if (from.kind() == plan::REPEAT) {
-        EXPECT_EQ(from.name(), "repeat:step-barrier@node0/cpu:0") << task.name();
-        EXPECT_EQ(from.factor(), 4);
-        EXPECT_TRUE(gated.empty()) << "a second task reads the barrier: " << task.name();
-        gated = task.name();
-      } else {
-        after[task.name()].push_back(from.name());
-      }
-    }
+    ++per_micro_batch;
+    if (task.name() == chain.front()) head = &task;
+    if (task.name() == chain.back()) tail = &task;
   }
-  // The head follows nothing; the tail follows its predecessor and the head; every other task
-  // its predecessor: one path from the head through every task to the tail.
-  std::string head;
-  std::string tail;
-  absl::flat_hash_map<std::string, std::string> next;
-  for (const std::string& task : per_micro_batch) {
-    if (!after.contains(task)) {
-      EXPECT_TRUE(head.empty()) << "a second head: " << task;
-      head = task;
-    } else if (after.at(task).size() == 2) {
-      EXPECT_TRUE(tail.empty()) << "a second tail: " << task;
-      tail = task;
-    }
-  }
-  ASSERT_FALSE(head.empty());
-  ASSERT_FALSE(tail.empty());
-  EXPECT_EQ(gated, head);
-  ASSERT_EQ(after.at(tail).back(), head);
-  for (const auto& [task, predecessors] : after) {
-    ASSERT_EQ(predecessors.size(), task == tail ? 2u : 1u) << task;
-    EXPECT_TRUE(next.emplace(predecessors[0], task).second) << "two follow " << predecessors[0];
-  }
-  size_t walked = 1;
-  for (std::string at = head; at != tail; at = next.at(at), ++walked) {
-    ASSERT_TRUE(next.contains(at)) << "the chain ends at '" << at << "'";
-  }
-  EXPECT_EQ(walked, per_micro_batch.size());
-  for (const plan::Task& task : plan.tasks()) {
-    if (task.name() != head) continue;
-    for (const plan::RegisterDesc& reg : plan.registers()) {
-      if (reg.name() == task.outputs(0)) EXPECT_EQ(reg.num_slots(), 1) << reg.name();
-    }
+  EXPECT_EQ(static_cast<int>(chain.size()), per_micro_batch);
+  ASSERT_NE(head, nullptr);
+  ASSERT_NE(tail, nullptr);
+  ASSERT_EQ(head->ordering_inputs(), 1);
+  const plan::Task& repeat = *producer.at(head->inputs(head->inputs_size() - 1));
+  EXPECT_EQ(repeat.name(), "repeat:step-barrier@node0/cpu:0");
+  EXPECT_EQ(repeat.kind(), plan::REPEAT);
+  EXPECT_EQ(repeat.factor(), 4);
+  EXPECT_NE(std::find(tail->inputs().begin(), tail->inputs().end(), head->outputs(0)),
+            tail->inputs().end());
+  for (const plan::RegisterDesc& reg : plan.registers()) {
+    if (reg.name() == head->outputs(0)) EXPECT_EQ(reg.num_slots(), 1) << reg.name();
   }
   // Without the orders nothing is provably apart.
   EXPECT_GT(PoolBytes(plan), 0);
@@ -405,28 +398,17 @@ TEST(ActOrderTest, PipelineStagesChainEachDirection) {
   absl::StatusOr<CompileResult> lowered = Lower(layout, job::REGISTER_MEMORY_SHARED);
   ASSERT_TRUE(lowered.ok()) << lowered.status();
   const plan::Plan& plan = lowered->plan;
-  absl::flat_hash_map<std::string, const plan::Task*> producer;
-  for (const plan::Task& task : plan.tasks()) {
-    for (const std::string& output : task.outputs()) producer[output] = &task;
+  auto backward = [](const plan::Task& task) { return absl::StartsWith(task.name(), "grad/"); };
+  auto forward = [&](const plan::Task& task) { return !backward(task); };
+  for (const std::string device : {"node0/cpu:0", "node0/cpu:1"}) {
+    absl::StatusOr<std::vector<std::string>> forwards = ChainOf(plan, device, 4, forward);
+    EXPECT_TRUE(forwards.ok()) << device << ": " << forwards.status();
+    absl::StatusOr<std::vector<std::string>> backwards = ChainOf(plan, device, 4, backward);
+    EXPECT_TRUE(backwards.ok()) << device << ": " << backwards.status();
   }
-  // Per device: chain edges between a backward task and a forward one.
-  std::map<std::string, int> forward_to_backward;
-  std::map<std::string, int> chained;
-  for (const plan::Task& task : plan.tasks()) {
-    if (task.kind() != plan::COMPUTE || task.pieces_per_step() != 4) continue;
-    const std::string device = DeviceName(task.stream().device());
-    for (int i = task.inputs_size() - task.ordering_inputs(); i < task.inputs_size(); ++i) {
-      const plan::Task& from = *producer.at(task.inputs(i));
-      if (from.kind() != plan::COMPUTE) continue;
-      ++chained[device];
-      const bool backward = absl::StartsWith(task.name(), "grad/");
-      forward_to_backward[device] += backward != absl::StartsWith(from.name(), "grad/");
-    }
-  }
-  EXPECT_GT(chained["node0/cpu:0"], 0);
-  EXPECT_GT(chained["node0/cpu:1"], 0);
-  EXPECT_EQ(forward_to_backward["node0/cpu:0"], 0);  // two chains
-  EXPECT_GT(forward_to_backward["node0/cpu:1"], 0);  // one
+  // Stage 0 keeps forwards and backwards apart; the last stage chains them.
+  EXPECT_FALSE(ChainOf(plan, "node0/cpu:0", 4).ok());
+  EXPECT_TRUE(ChainOf(plan, "node0/cpu:1", 4).ok());
   // The pool: smaller than without the orders (tests/compiler/pipeline_test.cc checks that 1F1B
   // still emerges, its stash bound included).
   EXPECT_LT(PoolBytes(plan), PoolBytes(WithoutOrders(plan)));
