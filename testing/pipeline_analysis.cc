@@ -109,7 +109,11 @@ std::vector<PipelineRole> PipelineRolesByDevice(const plan::Plan& plan,
                                                 int virtual_stages) {
   std::vector<PipelineRole> roles(plan.tasks_size());
   for (const plan::Task& task : plan.tasks()) {
-    if (task.kind() != plan::COMPUTE || task.index() >= roles.size()) continue;
+    // A pass acts on every micro-batch: what acts once a step (a step barrier) has no stage.
+    if (task.kind() != plan::COMPUTE || task.index() >= roles.size() ||
+        std::max(task.pieces_per_step(), 1) != std::max(plan.num_micro_batches(), 1)) {
+      continue;
+    }
     roles[task.index()] =
         RoleOf(task.priority(), task.stream().device().index(), schedule, virtual_stages);
   }

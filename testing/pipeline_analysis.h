@@ -50,7 +50,8 @@ std::vector<StageSchedule> AnalyzePipeline(const std::vector<ActEvent>& events,
                                            const std::vector<PipelineRole>& roles, int num_stages);
 
 // The roles of a plan's tasks (indexed by task index) when pipeline stage s runs on the devices
-// of index s: every COMPUTE task is a pass of its device's stage, backward when the compiler gave
+// of index s: every COMPUTE task that acts on every micro-batch is a pass of its device's stage
+// (what acts once a step is none), backward when the compiler gave
 // it a priority other than forward's 0 (1; under a zero-bubble schedule -1 for input gradients
 // and -2 for weight gradients), a deferred weight gradient when below -1. Schedules whose
 // devices run several stages, one per round c (Task.priority says which): INTERLEAVED with
