@@ -520,9 +520,10 @@ void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
   // forward and the backward get a chain each (micro-batches in order within each direction), but
   // on 1F1B's last stage, which runs a micro-batch's backward before the next forward. Only tasks
   // that act per micro-batch are chained there, so the per-step ones that read several stages'
-  // data (gradient clipping's) stay out. Interleaved and zero-bubble schedules under
-  // micro-batches are not ordered (their weight gradients run micro-batches behind, their stages
-  // share devices). GPU streams do not share memory yet.
+  // data (gradient clipping's) stay out. Micro-batches whose experts exchange tokens are not
+  // ordered (the exchanges overlap other micro-batches' compute). Interleaved and zero-bubble
+  // schedules under micro-batches are not ordered (their weight gradients run micro-batches behind,
+  // their stages share devices). GPU streams do not share memory yet.
   const bool pipelined = std::any_of(job.ops().begin(), job.ops().end(),
                                      [](const job::Op& op) { return op.stage() > 0; });
   const bool stage_chains =
@@ -535,6 +536,15 @@ void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
   }
   for (DeviceTasks& device_tasks : devices) {
     if (device_tasks.device.type() != plan::CPU) continue;
+    // Expert parallelism's token exchanges overlap another micro-batch's compute only where the
+    // micro-batches may interleave.
+    const bool exchanges_tokens =
+        device_tasks.micro_batches > 1 &&
+        std::any_of(device_tasks.tasks.begin(), device_tasks.tasks.end(), [&](int t) {
+          return plan.tasks(t).kind() == plan::COLLECTIVE &&
+                 plan.tasks(t).collective().kind() == plan::ALL_TO_ALL;
+        });
+    if (exchanges_tokens) continue;
     if (pipelined && device_tasks.micro_batches > 1) {
       absl::flat_hash_set<int> stages;
       for (int t : device_tasks.tasks) {
