@@ -20,6 +20,12 @@
 namespace loom::compiler {
 namespace {
 
+// The op a task lowers (its name up to the rank), or the name of a task of no op.
+absl::string_view OpOfTask(const plan::Task& task) {
+  const absl::string_view name = task.name();
+  return name.substr(0, name.rfind('@'));
+}
+
 // The tasks of one device, as positions in the plan.
 struct DeviceTasks {
   plan::Device device;
@@ -71,8 +77,8 @@ class ActOrder {
   bool OrderCollectives(const std::vector<int>& order, int64_t micro_batches);
   // Under micro-batches, micro-batch n + 1's chain after n's: each chain's last task reads its
   // first task's first output (as an ordering input), which gets one slot, so the first task's
-  // next act waits until the last has read (and returned) the piece before. On a pipeline stage,
-  // the first task whose first output only its chain reads (a stash keeps its slots).
+  // next act waits until the last has read (and returned) the piece before. The first task whose
+  // first output only its chain reads, that is (on a pipeline stage a stash keeps its slots).
   void ChainMicroBatches(const std::vector<int>& order);
   // The step barrier of `device`: reads `values` (the trained variables'), gates `gated`.
   // Under micro-batches the token (once a step) is repeated to the tasks that act per micro-batch
@@ -118,7 +124,7 @@ class ActOrder {
 bool ActOrder::Backward(int task) {
   if (backward_[task] >= 0) return backward_[task] == 1;
   const plan::Task& described = plan_.tasks(task);
-  const std::string op = described.name().substr(0, described.name().rfind('@'));
+  const absl::string_view op = OpOfTask(described);
   bool backward = backward_ops_.contains(op);
   if (!op_order_.contains(op) && described.kind() != plan::VARIABLE) {
     backward_[task] = 0;  // (no cycle through tasks of no op; a VARIABLE starts the step)
@@ -148,8 +154,9 @@ std::vector<int> ActOrder::DataOrder(const DeviceTasks& device_tasks) const {
   std::vector<int64_t> key(count, -1);
   for (int i = 0; i < count; ++i) {
     const plan::Task& task = plan_.tasks(device_tasks.tasks[i]);
-    const std::string op = task.name().substr(0, task.name().rfind('@'));
-    if (auto found = op_order_.find(op); found != op_order_.end()) key[i] = found->second;
+    if (auto found = op_order_.find(OpOfTask(task)); found != op_order_.end()) {
+      key[i] = found->second;
+    }
     if (task.kind() == plan::VARIABLE) continue;
     for (const std::string& input : task.inputs()) {
       const int from = LocalProducer(input, device_tasks.device);
@@ -245,7 +252,6 @@ void ActOrder::OrderDevice(const DeviceTasks& device_tasks) {
   for (int t : order) {
     const plan::Task& task = plan_.tasks(t);
     const std::string stream = StreamName(task.stream());
-    const std::string op = task.name().substr(0, task.name().rfind('@'));
     bool from_start = true;
     bool local = true;
     flags_[t].backward = device_tasks.forward_and_backward_apart && Backward(t);
@@ -390,7 +396,7 @@ void ActOrder::ChainMicroBatches(const std::vector<int>& order) {
     if (flags_[t].chained) chains[ChainOf(t)].push_back(t);
   }
   for (const auto& [chain, tasks] : chains) {
-    // The head: on a pipeline stage, the first task whose first output only its chain reads.
+    // The head: the first task whose first output only its chain reads.
     auto head = std::find_if(tasks.begin(), tasks.end(), [&](int t) {
       const std::vector<int>& reading = readers_[plan_.tasks(t).outputs(0)];
       return std::all_of(reading.begin(), reading.end(), [&, &chain = chain](int reader) {
@@ -548,8 +554,7 @@ void OrderActsForMemory(const job::Job& job, plan::Plan& plan) {
     if (pipelined && device_tasks.micro_batches > 1) {
       absl::flat_hash_set<int> stages;
       for (int t : device_tasks.tasks) {
-        const std::string& name = plan.tasks(t).name();
-        auto found = stage_of_op.find(name.substr(0, name.rfind('@')));
+        auto found = stage_of_op.find(OpOfTask(plan.tasks(t)));
         if (found != stage_of_op.end()) stages.insert(found->second);
       }
       if (!stage_chains || stages.size() != 1) continue;

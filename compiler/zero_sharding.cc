@@ -44,8 +44,8 @@ void ComputeOnTheShards(LogicalGraph* graph) {
       continue;
     }
     LogicalTensor& output = graph->tensors[node.outputs[0]];
-    bool from_variables =
-        true;  // on the op's placement, each element no narrower than its output's
+    // Variables on the op's placement, each element no narrower than its output's.
+    bool from_variables = true;
     for (int input : node.inputs) {
       const LogicalTensor& tensor = graph->tensor(input);
       from_variables = from_variables &&
