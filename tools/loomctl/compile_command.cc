@@ -212,6 +212,16 @@ std::string FormatPlanSummary(const compiler::CompileResult& result,
   return WrapParagraph(summary, 100) + "\n";
 }
 
+compiler::CompileOptions ProgressTo(std::ostream& error, absl::string_view command,
+                                    const std::string& job_path) {
+  compiler::CompileOptions options;
+  options.progress = [&error, command = std::string(command), job_path](absl::string_view line) {
+    error << command << ": " << job_path << ": " << line << "\n";
+    error.flush();
+  };
+  return options;
+}
+
 int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& error) {
   SetLogVerbosity(options.verbose);
   if (options.list_ops) {
@@ -230,13 +240,9 @@ int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& e
   absl::StatusOr<job::Job> job =
       compiler::ReadJobForDevices(options.job_path, devices, /*steps=*/0, &note);
   if (!note.empty()) error << kCommand << ": note: " << note << "\n";
-  compiler::CompileOptions compile_options;
-  compile_options.progress = [&](absl::string_view line) {
-    error << kCommand << ": " << options.job_path << ": " << line << "\n";
-    error.flush();
-  };
   absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled =
-      job.ok() ? compiler::CompileJobWithStandardOps(std::move(*job), devices, compile_options)
+      job.ok() ? compiler::CompileJobWithStandardOps(std::move(*job), devices,
+                                                     ProgressTo(error, kCommand, options.job_path))
                : absl::StatusOr<std::unique_ptr<compiler::CompiledJob>>(job.status());
   if (!compiled.ok()) {
     error << kCommand << ": " << options.job_path << ": " << compiled.status().message() << "\n";

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cli/arguments.h"
 #include "cli/device_spec.h"
 #include "compiler/compile_for_devices.h"
@@ -52,6 +53,11 @@ absl::StatusOr<CompileOptions> CompileOptionsFrom(const cli::ParsedArguments& ar
 
 // The whole command on parsed options; returns the exit code.
 int CompileJob(const CompileOptions& options, std::ostream& out, std::ostream& error);
+
+// Compile options whose progress lines (the memory advice's alternatives) go to `error` as
+// "<command>: <job_path>: <line>", flushed at once; `error` must outlive them.
+compiler::CompileOptions ProgressTo(std::ostream& error, absl::string_view command,
+                                    const std::string& job_path);
 
 // One paragraph: ops, tasks by kind (compute, source, sink, copy, collective, and any other kind
 // present), communicators, registers and their total memory (every slot counted), ending with a

@@ -485,13 +485,9 @@ int RunJob(const RunOptions& options, std::ostream& out, std::ostream& error) {
       state->set_optimizer_state(has_optimizer);
       state->set_first_step(first_step + done);
     }
-    compiler::CompileOptions compile_options;
-    compile_options.progress = [&](absl::string_view line) {
-      error << kCommand << ": " << options.job_path << ": " << line << "\n";
-      error.flush();
-    };
     absl::StatusOr<std::unique_ptr<compiler::CompiledJob>> compiled_segment =
-        compiler::CompileJobWithStandardOps(std::move(segment), devices, compile_options);
+        compiler::CompileJobWithStandardOps(std::move(segment), devices,
+                                            ProgressTo(error, kCommand, options.job_path));
     if (!compiled_segment.ok()) {
       error << kCommand << ": " << options.job_path << ": " << compiled_segment.status().message()
             << "\n";
