@@ -161,7 +161,7 @@ absl::StatusOr<std::vector<std::string>> GraphLowering::Box(int tensor_id, BoxSo
   if (!boxing.ok()) return boxing.status();
   // Collectives of per-step and per-micro-batch tensors run different numbers of times per
   // step, so they use different communicators (each runs its collectives in one fixed order);
-  // so do those of deferred weight gradients (ApplyStep), which run micro-batches behind.
+  // so do those of deferred weight gradients and of a pipeline's backward pass (ApplyStep).
   const bool per_step =
       accumulated || (source == BoxSource::kProduced && graph_.PerStep(tensor_id));
   for (const BoxingStep& step : boxing->source_steps) {
@@ -208,6 +208,7 @@ plan::Communicator& GraphLowering::CommunicatorOf(const Placement& placement,
   std::string key = absl::StrJoin(keys, ",");
   if (rate == CollectiveRate::kPerStep && graph_.num_micro_batches > 1) key += "|step";
   if (rate == CollectiveRate::kDeferred) key += "|deferred";
+  if (rate == CollectiveRate::kBackward) key += "|backward";
   auto found = communicators_.find(key);
   if (found != communicators_.end()) return found->second;
   plan::Communicator& communicator = communicators_[key];
@@ -234,8 +235,16 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
   std::vector<std::string> result(placement.size());
   const int h = step.hierarchy_axis;
   // (A gradient bucket, a flat buffer of per-step gradients, has no producer node.)
-  const bool deferred = !per_step && tensor.producer >= 0 &&
-                        DefersWeightGradient(graph_, graph_.nodes[tensor.producer]);
+  const LogicalNode* producer = tensor.producer >= 0 ? &graph_.nodes[tensor.producer] : nullptr;
+  CollectiveRate rate = per_step ? CollectiveRate::kPerStep : CollectiveRate::kPerMicroBatch;
+  if (!per_step && producer != nullptr) {
+    if (DefersWeightGradient(graph_, *producer)) {
+      rate = CollectiveRate::kDeferred;
+    } else if (graph_.num_stages > 1 && graph_.num_micro_batches > 1 &&
+               (producer->backward || producer->recomputes >= 0)) {
+      rate = CollectiveRate::kBackward;
+    }
+  }
   for (int rank = 0; rank < placement.size(); ++rank) {
     LocalWindow before = LocalWindowOf(tensor.type.shape, placement, step.from, rank);
     LocalWindow after = LocalWindowOf(tensor.type.shape, placement, step.to, rank);
@@ -251,11 +260,7 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
     plan::Task* task;
     if (step.is_collective()) {
       std::vector<int> group = placement.GroupAlong(rank, h);
-      plan::Communicator& communicator =
-          CommunicatorOf(placement, group,
-                         per_step   ? CollectiveRate::kPerStep
-                         : deferred ? CollectiveRate::kDeferred
-                                    : CollectiveRate::kPerMicroBatch);
+      plan::Communicator& communicator = CommunicatorOf(placement, group, rate);
       int position = static_cast<int>(placement.Coordinates(rank)[h]);
       if (position == 0) {
         sequence_of_group_step_[absl::StrCat(label, "|", group[0])] =

@@ -156,27 +156,33 @@ TEST(MicroBatchTest, ClippingUsesTheWholeStepsGradientNorm) {
 
 // --- Schedules ---------------------------------------------------------------------------------
 
-// p stages of equal cost on p devices: stage s is matmul then sleep (forward 5 ms, backward 10 ms).
+// p stages of equal cost: stage s is matmul then sleep (forward 5 ms, backward 10 ms), on cpu:s,
+// or with `tensor_parallel` t > 1 on cpu:s t .. s t + t - 1 with its weight split by columns
+// (column-parallel: the next stage gathers the activation, the backward sums the input's
+// gradient over the stage's devices, a collective of each pass per micro-batch).
 // In 1F1B's steady state a stage's next forward input arrives just as it needs it, and its next
 // backward input a forward and a backward later, so only a thread starved for longer than that
 // (15 ms) could reorder its passes: long enough for a busy 2-core machine running tests in
 // parallel.
-job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule schedule) {
-  std::string text =
-      absl::StrCat("name: \"pipeline\" placement { ", DeviceList(0, stages), " } num_steps: 1\n",
-                   "optimizer { sgd { learning_rate: 0.01 } }\nloss: \"loss\"\nnum_micro_batches: ",
-                   micro_batches, "\npipeline_schedule: ", job::PipelineSchedule_Name(schedule),
-                   "\n", "inputs { name: \"x\" shape: [", 2 * micro_batches,
-                   ", 8] random_normal { std: 1 seed: 1 } placement { devices: \"cpu:0\" } }\n");
+job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule schedule,
+                       int tensor_parallel = 1) {
+  const int t = tensor_parallel;
+  const std::string split = t > 1 ? " sbp: \"S(1)\"" : "";
+  std::string text = absl::StrCat(
+      "name: \"pipeline\" placement { ", DeviceList(0, stages * t), " } num_steps: 1\n",
+      "optimizer { sgd { learning_rate: 0.01 } }\nloss: \"loss\"\nnum_micro_batches: ",
+      micro_batches, "\npipeline_schedule: ", job::PipelineSchedule_Name(schedule), "\n",
+      "inputs { name: \"x\" shape: [", 2 * micro_batches,
+      ", 8] random_normal { std: 1 seed: 1 } placement { ", DeviceList(0, t), " } }\n");
   std::string input = "x";
   for (int s = 0; s < stages; ++s) {
+    const std::string devices = DeviceList(s * t, t);
     text += absl::StrCat(
-        "stage_placements { devices: \"cpu:", s, "\" }\n", "variables { name: \"w", s,
-        "\" shape: [8, 8] initializer { normal { std: 0.3 seed: ", 10 + s,
-        "} } placement { devices: \"cpu:", s, "\" } }\n", "ops { name: \"mm", s,
-        "\" type: \"matmul\" inputs: [\"", input, "\", \"w", s, "\"] outputs: \"mm", s,
-        "\" stage: ", s, " }\n", "ops { name: \"slow", s, "\" type: \"sleep\" inputs: \"mm", s,
-        "\" outputs: \"slow", s, "\" stage: ", s,
+        "stage_placements { ", devices, " }\n", "variables { name: \"w", s,
+        "\" shape: [8, 8] initializer { normal { std: 0.3 seed: ", 10 + s, "} } placement { ",
+        devices, " }", split, " }\n", "ops { name: \"mm", s, "\" type: \"matmul\" inputs: [\"",
+        input, "\", \"w", s, "\"] outputs: \"mm", s, "\" stage: ", s, " }\n", "ops { name: \"slow",
+        s, "\" type: \"sleep\" inputs: \"mm", s, "\" outputs: \"slow", s, "\" stage: ", s,
         " attributes { key: \"microseconds\" value { int_value: 5000 } }",
         " attributes { key: \"backward_microseconds\" value { int_value: 10000 } } }\n");
     input = absl::StrCat("slow", s);
@@ -186,10 +192,12 @@ job::Job SleepPipeline(int stages, int micro_batches, job::PipelineSchedule sche
   return ParseJob(text);
 }
 
+// Per device (stage s's devices are s t .. s t + t - 1).
 std::vector<StageSchedule> RunSchedule(int stages, int micro_batches,
-                                       job::PipelineSchedule schedule) {
+                                       job::PipelineSchedule schedule, int tensor_parallel = 1) {
+  const int devices = stages * tensor_parallel;
   absl::StatusOr<CompileResult> compiled =
-      CompileOn(SleepPipeline(stages, micro_batches, schedule), stages);
+      CompileOn(SleepPipeline(stages, micro_batches, schedule, tensor_parallel), devices);
   EXPECT_TRUE(compiled.ok()) << compiled.status();
   if (!compiled.ok()) return {};
   KernelRegistry kernels;
@@ -197,8 +205,8 @@ std::vector<StageSchedule> RunSchedule(int stages, int micro_batches,
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(compiled->plan, kernels, JobOptions{});
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return {};
-  // Stage s runs on cpu:s; its compute tasks that act once per micro-batch are its passes.
-  return AnalyzePipeline(run->runtime->events(), PipelineRolesByDevice(compiled->plan), stages);
+  // The compute tasks of cpu:d that act once per micro-batch are its passes.
+  return AnalyzePipeline(run->runtime->events(), PipelineRolesByDevice(compiled->plan), devices);
 }
 
 TEST(PipelineScheduleTest, OneForwardOneBackwardEmergesFromCredits) {
@@ -222,6 +230,32 @@ TEST(PipelineScheduleTest, OneForwardOneBackwardEmergesFromCredits) {
     }
     // The first stage does fill its p slots.
     ASSERT_EQ(schedules[0].peak_in_flight, p) << "run " << attempt;
+    if (in_order) return;
+  }
+  ADD_FAILURE() << "no run of three showed the 1F1B order; the last one:" << last_orders;
+}
+
+// With tensor parallelism on the stages each micro-batch's forward and backward pass has its own
+// collectives; the two passes keep separate collective orders (and streams), or the first stage's
+// second forward would wait in its all-gather for the first micro-batch's backward all-reduce,
+// and the pipeline would run one micro-batch at a time (the first stage's order FBFBFBFB).
+TEST(PipelineScheduleTest, TensorParallelStagesKeepOneForwardOneBackward) {
+  const int p = 2;
+  const int t = 2;
+  const int m = 4;
+  std::string last_orders;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const std::vector<StageSchedule> schedules = RunSchedule(p, m, job::ONE_F_ONE_B, t);
+    ASSERT_EQ(schedules.size(), static_cast<size_t>(p * t));
+    bool in_order = true;
+    last_orders.clear();
+    for (int d = 0; d < p * t; ++d) {
+      const int s = d / t;
+      ASSERT_LE(schedules[d].peak_in_flight, p - s) << "cpu:" << d << ", run " << attempt;
+      in_order = in_order && schedules[d].order == OneForwardOneBackwardOrder(p - s, m);
+      absl::StrAppend(&last_orders, "\n  cpu:", d, " (stage ", s, "): ", schedules[d].order,
+                      " (1F1B: ", OneForwardOneBackwardOrder(p - s, m), ")");
+    }
     if (in_order) return;
   }
   ADD_FAILURE() << "no run of three showed the 1F1B order; the last one:" << last_orders;
