@@ -290,6 +290,9 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
           break;
         default:
           conf->set_kind(plan::ALL_TO_ALL);
+          if (rate != CollectiveRate::kPerStep) {
+            exchanging_tokens_.insert(DeviceKey::Of(device));
+          }
           break;
       }
     } else {

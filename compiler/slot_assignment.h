@@ -10,16 +10,20 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "compiler/logical_graph.h"
+#include "core/device_key.h"
 #include "proto/plan.pb.h"
 
 namespace loom::compiler {
 
 // Sets the slots of `plan`'s registers (and the lookahead of zero-bubble weight gradients);
-// `op_of_task` is the logical op of each op task (by task name). Adds no task or register.
+// `op_of_task` is the logical op of each op task (by task name), `exchanging_tokens` the devices
+// with an all-to-all once per micro-batch (a pipeline stage there stashes one micro-batch more).
+// Adds no task or register.
 void AssignRegisterSlots(const LogicalGraph& graph,
                          const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
-                         plan::Plan* plan);
+                         const absl::flat_hash_set<DeviceKey>& exchanging_tokens, plan::Plan* plan);
 
 }  // namespace loom::compiler
 

@@ -12,6 +12,7 @@
 #include "node/local_run.h"
 #include "testing/pipeline_analysis.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/gpt_layouts.h"
 #include "tests/compiler/run_util.h"
 
 namespace loom::compiler::testing {
@@ -259,6 +260,29 @@ TEST(PipelineScheduleTest, TensorParallelStagesKeepOneForwardOneBackward) {
     if (in_order) return;
   }
   ADD_FAILURE() << "no run of three showed the 1F1B order; the last one:" << last_orders;
+}
+
+// A stage whose devices exchange tokens (expert parallelism) stashes one micro-batch more than
+// 1F1B's p - s, so that one micro-batch's forward can compute while another waits for its
+// exchange; the same model without experts keeps p - s. Read off a forward activation that its
+// backward reads: the first layer norm's output of each stage's first block, rank 0.
+TEST(PipelineScheduleTest, StagesThatExchangeTokensStashOneMicroBatchMore) {
+  const GptLayout dense{
+      .name = "dp2_pp2_m4", .data_parallel = 2, .pipeline_stages = 2, .micro_batches = 4};
+  GptLayout experts = dense;
+  experts.name = "dp2_ep2_pp2_m4_moe";
+  experts.experts = 4;
+  experts.expert_parallel = 2;
+  for (const auto& [layout, extra] : {std::pair{dense, 0}, std::pair{experts, 1}}) {
+    absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
+    ASSERT_TRUE(compiled.ok()) << layout.name << ": " << compiled.status();
+    std::map<std::string, int> slots;
+    for (const plan::RegisterDesc& reg : compiled->plan.registers()) {
+      slots[reg.name()] = reg.num_slots();
+    }
+    EXPECT_EQ(slots["h.0.ln_1@0"], 2 + extra) << layout.name << ", stage 0";
+    EXPECT_EQ(slots["h.2.ln_1@0"], 1 + extra) << layout.name << ", stage 1";
+  }
 }
 
 TEST(PipelineScheduleTest, GPipeStashesEveryMicroBatch) {
