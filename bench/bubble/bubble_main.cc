@@ -8,6 +8,8 @@
 //    the mean over stages of 1 - busy / span, against 1F1B's (P - 1) / (M + P - 1);
 //  - peak stashed activations per stage (micro-batches between their first forward act and
 //    their last backward act there) against 1F1B's bound P - s.
+// Also (not in the RESULT line) the same pipeline with each stage on two devices, its weight split
+// by columns (tensor parallelism: collectives in both passes of every micro-batch), at M = 8, 32.
 // Each M runs kRepetitions times; medians are reported. The RESULT line is the M whose median
 // idle fraction is furthest above the formula.
 #include <algorithm>
@@ -29,6 +31,10 @@ namespace {
 constexpr int kStages = 4;
 constexpr SleepPipeline kPipeline{
     .stages = kStages, .forward_microseconds = 1000, .input_microseconds = 2000};
+constexpr SleepPipeline kTensorParallelPipeline{.stages = kStages,
+                                                .forward_microseconds = 1000,
+                                                .input_microseconds = 2000,
+                                                .tensor_parallel = 2};
 constexpr int kRepetitions = 5;
 constexpr double kGoalRatio = 1.05;
 
@@ -82,6 +88,23 @@ int Main() {
   }
   std::printf("peak stashed activations %s the 1F1B bound on every stage (worst over runs)\n",
               peaks_within_bound ? "equal" : "DIFFER FROM");
+  for (int m : {8, 32}) {
+    const int devices = kStages * kTensorParallelPipeline.tensor_parallel;
+    absl::StatusOr<compiler::CompileResult> compiled =
+        compiler::Compile(SleepPipelineJob(kTensorParallelPipeline, m, job::ONE_F_ONE_B), ops,
+                          compiler::DeviceSet::Cpus(devices, 1));
+    ExitIfError(compiled.status(), "compiling the tensor-parallel bubble job");
+    std::vector<double> idle;
+    for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+      idle.push_back(RunPipeline(compiled->plan, kernels, kTensorParallelPipeline, job::ONE_F_ONE_B)
+                         .idle_fraction);
+    }
+    const double formula = static_cast<double>(kStages - 1) / (m + kStages - 1);
+    std::printf(
+        "tensor parallel 2 on every stage (%d devices), M = %d: idle %.4f, formula %.4f, "
+        "ratio %.3f   runs: %s\n",
+        devices, m, Median(idle), formula, Median(idle) / formula, JoinValues(idle, 4).c_str());
+  }
   std::printf(
       "goal: idle fraction within %.0f%% of (P - 1) / (M + P - 1) for every M; worst M = %d\n",
       (kGoalRatio - 1) * 100, worst_m);

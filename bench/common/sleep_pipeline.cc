@@ -15,13 +15,16 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
                           job::PipelineSchedule schedule) {
   JobBuilder builder("sleep_pipeline");
   const int d = pipeline.data_parallel;
-  auto stage_devices = [d](int s) {
+  const int per_stage = pipeline.DevicesPerStage();
+  auto stage_devices = [per_stage](int s) {
     std::vector<std::string> devices;
-    for (int i = s * d; i < (s + 1) * d; ++i) devices.push_back(absl::StrCat("cpu:", i));
+    for (int i = s * per_stage; i < (s + 1) * per_stage; ++i) {
+      devices.push_back(absl::StrCat("cpu:", i));
+    }
     return devices;
   };
   std::vector<std::string> all;
-  for (int i = 0; i < pipeline.stages * d; ++i) all.push_back(absl::StrCat("cpu:", i));
+  for (int i = 0; i < pipeline.stages * per_stage; ++i) all.push_back(absl::StrCat("cpu:", i));
   builder.SetPlacement(all);
   const int v = pipeline.virtual_stages;
   const int stages = pipeline.stages * v;
@@ -36,8 +39,11 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
   source.mutable_random_normal()->set_seed(1);
   const std::vector<std::string> split =
       d > 1 ? std::vector<std::string>{"S(0)"} : std::vector<std::string>{};
-  const std::vector<std::string> replicated =
-      d > 1 ? std::vector<std::string>{"B"} : std::vector<std::string>{};
+  // Data parallelism replicates the weights; tensor parallelism splits them by columns.
+  const std::vector<std::string> weight_sbp = d > 1 ? std::vector<std::string>{"B"}
+                                              : pipeline.tensor_parallel > 1
+                                                  ? std::vector<std::string>{"S(1)"}
+                                                  : std::vector<std::string>{};
   std::string activation =
       builder.Input("x", {2 * micro_batches * d, 8}, source, split, stage_devices(0));
   for (int s = 0; s < stages; ++s) {
@@ -46,7 +52,7 @@ job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
     initializer.mutable_normal()->set_seed(10 + s);
     JobBuilder::OpOptions on_stage;
     on_stage.stage = s;
-    std::string weight = builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, replicated,
+    std::string weight = builder.Variable(absl::StrCat("w", s), {8, 8}, initializer, weight_sbp,
                                           stage_devices(group(s)));
     if (pipeline.weight_microseconds > 0) {
       weight =
@@ -79,7 +85,7 @@ PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels,
                         const SleepPipeline& pipeline, job::PipelineSchedule schedule,
                         const std::string& svg_title) {
   const int stages = pipeline.stages;
-  const int data_parallel = pipeline.data_parallel;
+  const int per_stage = pipeline.DevicesPerStage();
   absl::StatusOr<LocalRunResult> run = RunPlanLocally(plan, kernels, JobOptions{});
   ExitIfError(run.status(), "running the pipeline job");
   // Each device is analyzed as a stage of its own (its ranks hold their halves of a micro-batch
@@ -87,20 +93,20 @@ PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels,
   const std::vector<PipelineRole> roles =
       PipelineRolesByDevice(plan, schedule, pipeline.virtual_stages);
   const std::vector<StageSchedule> devices =
-      AnalyzePipeline(run->runtime->events(), roles, stages * data_parallel);
+      AnalyzePipeline(run->runtime->events(), roles, stages * per_stage);
   PipelineRun result;
   result.idle_fraction = IdleFraction(devices);
   result.span_milliseconds = static_cast<double>(SpanNanoseconds(devices)) / 1e6;
   for (int s = 0; s < stages; ++s) {
     int64_t peak = 0;
-    for (int d = 0; d < data_parallel; ++d) {
-      peak = std::max(peak, devices[s * data_parallel + d].peak_in_flight);
+    for (int d = 0; d < per_stage; ++d) {
+      peak = std::max(peak, devices[s * per_stage + d].peak_in_flight);
     }
     result.peaks.push_back(peak);
-    result.orders.push_back(devices[s * data_parallel].order);
+    result.orders.push_back(devices[s * per_stage].order);
   }
   if (!svg_title.empty()) {
-    result.svg = PipelineSvg(run->runtime->events(), roles, stages * data_parallel, svg_title);
+    result.svg = PipelineSvg(run->runtime->events(), roles, stages * per_stage, svg_title);
   }
   return result;
 }

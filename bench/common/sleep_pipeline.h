@@ -31,6 +31,12 @@ struct SleepPipeline {
   int64_t weight_microseconds = 0;
   int data_parallel = 1;
   int zero_stage = 0;
+  // > 1 (with data_parallel 1): stage s on cpu:s*t .. cpu:s*t+t-1, its weight split by columns
+  // (the next stage gathers the activation, the backward sums the input's gradient: a collective
+  // of each pass per micro-batch).
+  int tensor_parallel = 1;
+
+  int DevicesPerStage() const { return data_parallel * tensor_parallel; }
 };
 
 job::Job SleepPipelineJob(const SleepPipeline& pipeline, int micro_batches,
@@ -48,9 +54,9 @@ struct PipelineRun {
 
 // Runs `plan`, compiled from SleepPipelineJob(pipeline, ..., schedule), in this process; exits the
 // process on an error. A non-empty `svg_title` asks for the picture. Group s runs on the
-// `data_parallel` devices from cpu:s*data_parallel: the idle fraction is the mean over devices,
-// a group's peak its devices' largest (counting the micro-batches of all its stages), its order
-// its first's.
+// DevicesPerStage() devices from cpu:s*DevicesPerStage(): the idle fraction is the mean over
+// devices, a group's peak its devices' largest (counting the micro-batches of all its stages), its
+// order its first's.
 PipelineRun RunPipeline(const plan::Plan& plan, const KernelRegistry& kernels,
                         const SleepPipeline& pipeline, job::PipelineSchedule schedule,
                         const std::string& svg_title = "");
