@@ -291,7 +291,7 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
         default:
           conf->set_kind(plan::ALL_TO_ALL);
           if (rate != CollectiveRate::kPerStep) {
-            exchanging_tokens_.insert(DeviceKey::Of(device));
+            all_to_all_devices_.insert(DeviceKey::Of(device));
           }
           break;
       }

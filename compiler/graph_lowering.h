@@ -115,8 +115,8 @@ class GraphLowering {
   // By member devices (sorted, so the plan is deterministic).
   std::map<std::string, plan::Communicator> communicators_;
   absl::flat_hash_map<DeviceKey, absl::flat_hash_map<std::string, int>> communication_streams_;
-  // The devices with an all-to-all once per micro-batch (token exchanges: AssignRegisterSlots).
-  absl::flat_hash_set<DeviceKey> exchanging_tokens_;
+  // The devices with an all-to-all once per micro-batch (AssignRegisterSlots: token exchanges).
+  absl::flat_hash_set<DeviceKey> all_to_all_devices_;
   absl::flat_hash_map<std::string, int64_t> sequence_of_group_step_;
   // Variable name -> its VARIABLE task per rank (positions in plan_.tasks()).
   absl::flat_hash_map<std::string, std::vector<int>> variable_tasks_;

@@ -135,7 +135,7 @@ absl::StatusOr<plan::Plan> GraphLowering::Run() {
     }
     if (!status.ok()) return status;
   }
-  AssignRegisterSlots(graph_, op_of_task_, exchanging_tokens_, &plan_);
+  AssignRegisterSlots(graph_, op_of_task_, all_to_all_devices_, &plan_);
   AddHostDevices();
   plan_.set_num_micro_batches(graph_.num_micro_batches);
   for (auto& [name, communicator] : communicators_) {

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
+#include "compiler/ops/moe_slot_ops.h"
 #include "core/device_key.h"
 #include "core/device_name.h"
 
@@ -84,17 +85,18 @@ int StashSlots(const LogicalGraph& graph, int stage, bool deferred) {
 
 // A register holding forward data that a backward op of stage s reads is a stashed activation;
 // it gets StashSlots, so that the credits alone bound the micro-batches in flight on each stage.
-// On a pipelined device that exchanges tokens, one more (at most the micro-batches of a step):
-// while one micro-batch waits for its exchange on the communication stream, the compute stream
-// can run another's forward (DualPipe's overlap, at its memory of one more micro-batch;
-// docs/ARCHITECTURE.md, "Overlap with pipeline stages").
+// On a stage that routes tokens to experts (an moe_dispatch op), on each of its devices that
+// exchanges them (`all_to_all_devices`: an all-to-all once per micro-batch), one more, at most the
+// micro-batches of a step: while one micro-batch waits for its exchange on the communication
+// stream, the compute stream can run another's forward (DualPipe's overlap, at its memory of
+// one more micro-batch; docs/ARCHITECTURE.md, "Overlap with pipeline stages").
 // A job without pipeline stages is one stage: its stashed activations get one slot, as a second
 // one could only let a forward run ahead of the backward that frees the first (on the device's
 // one compute stream, it would buy no overlap and cost the memory of every activation again).
 void SetStashSlots(const LogicalGraph& graph,
                    const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
-                   const absl::flat_hash_set<DeviceKey>& exchanging, const Producers& producer,
-                   plan::Plan* plan) {
+                   const absl::flat_hash_set<DeviceKey>& all_to_all_devices,
+                   const Producers& producer, plan::Plan* plan) {
   if (std::none_of(graph.nodes.begin(), graph.nodes.end(),
                    [](const LogicalNode& node) { return node.backward; })) {
     return;  // nothing is stashed for a backward
@@ -108,6 +110,12 @@ void SetStashSlots(const LogicalGraph& graph,
     const LogicalNode* node = node_of(task);
     return node != nullptr && node->backward;
   };
+  absl::flat_hash_set<int> routing_stages;
+  for (const LogicalNode& node : graph.nodes) {
+    if (node.op_type == kMoeDispatchOpType && node.stage.has_value()) {
+      routing_stages.insert(*node.stage);
+    }
+  }
   absl::flat_hash_map<absl::string_view, int> slots;
   for (const plan::Task& task : plan->tasks()) {
     if (!is_backward(task)) continue;
@@ -115,7 +123,8 @@ void SetStashSlots(const LogicalGraph& graph,
     if (pipelined && !node.stage.has_value()) continue;
     const bool deferred = DefersWeightGradient(graph, node);
     int stash = pipelined ? StashSlots(graph, *node.stage, deferred) : 1;
-    if (pipelined && exchanging.contains(DeviceKey::Of(task.stream().device()))) {
+    if (pipelined && routing_stages.contains(*node.stage) &&
+        all_to_all_devices.contains(DeviceKey::Of(task.stream().device()))) {
       stash = std::min(stash + 1, graph.num_micro_batches);
     }
     for (const std::string& input : task.inputs()) {
@@ -179,11 +188,11 @@ void SetWeightGradientLookahead(
 
 void AssignRegisterSlots(const LogicalGraph& graph,
                          const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
-                         const absl::flat_hash_set<DeviceKey>& exchanging_tokens,
+                         const absl::flat_hash_set<DeviceKey>& all_to_all_devices,
                          plan::Plan* plan) {
   const Producers producers = ProducersOf(*plan);
   if (!graph.register_slots_given) SetSameStreamSlots(producers, plan);
-  SetStashSlots(graph, op_of_task, exchanging_tokens, producers, plan);
+  SetStashSlots(graph, op_of_task, all_to_all_devices, producers, plan);
   SetWeightGradientLookahead(graph, op_of_task, producers, plan);
 }
 

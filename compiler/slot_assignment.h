@@ -18,12 +18,14 @@
 namespace loom::compiler {
 
 // Sets the slots of `plan`'s registers (and the lookahead of zero-bubble weight gradients);
-// `op_of_task` is the logical op of each op task (by task name), `exchanging_tokens` the devices
-// with an all-to-all once per micro-batch (a pipeline stage there stashes one micro-batch more).
+// `op_of_task` is the logical op of each op task (by task name), `all_to_all_devices` the devices
+// with an all-to-all once per micro-batch (where a pipeline stage routes tokens to experts, it
+// stashes one micro-batch more there).
 // Adds no task or register.
 void AssignRegisterSlots(const LogicalGraph& graph,
                          const absl::flat_hash_map<std::string, const LogicalNode*>& op_of_task,
-                         const absl::flat_hash_set<DeviceKey>& exchanging_tokens, plan::Plan* plan);
+                         const absl::flat_hash_set<DeviceKey>& all_to_all_devices,
+                         plan::Plan* plan);
 
 }  // namespace loom::compiler
 

@@ -18,6 +18,7 @@ namespace loom::compiler {
 // "moe_dispatch"(x float32 [B, T, W], slot_token [B, E, C]) -> [B, E, C, W]: each slot's token
 // row, zeros for empty slots. Splits: (S(0), S(0)) -> S(0); (S(2), B) -> S(3); (P, B) -> P;
 // (B, B) -> B. Gradient: of x (moe_dispatch_grad).
+inline constexpr char kMoeDispatchOpType[] = "moe_dispatch";
 std::unique_ptr<OpDefinition> MakeMoeDispatchOp();
 
 // "moe_dispatch_grad"(dy [B, E, C, W], slot_token [B, E, C]) -> dx [B, T, W], attribute "tokens"

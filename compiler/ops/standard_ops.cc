@@ -55,7 +55,7 @@ absl::Status RegisterStandardOps(OpRegistry* registry) {
   entries.push_back({"causal_attention", MakeCausalAttentionOp()});
   entries.push_back({"sleep", MakeSleepOp()});
   entries.push_back({"moe_route", MakeMoeRouteOp()});
-  entries.push_back({"moe_dispatch", MakeMoeDispatchOp()});
+  entries.push_back({kMoeDispatchOpType, MakeMoeDispatchOp()});
   entries.push_back({"moe_combine", MakeMoeCombineOp()});
   // The ops autodiff emits (compiler/autodiff.h).
   entries.push_back({"ones_like", MakeOnesLikeOp()});

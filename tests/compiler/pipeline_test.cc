@@ -264,7 +264,8 @@ TEST(PipelineScheduleTest, TensorParallelStagesKeepOneForwardOneBackward) {
 
 // A stage whose devices exchange tokens (expert parallelism) stashes one micro-batch more than
 // 1F1B's p - s, so that one micro-batch's forward can compute while another waits for its
-// exchange; the same model without experts keeps p - s. Read off a forward activation that its
+// exchange; the same model without experts keeps p - s, with tensor parallelism too (whose
+// plans have all-to-alls of their own, but no experts). Read off a forward activation that its
 // backward reads: the first layer norm's output of each stage's first block, rank 0.
 TEST(PipelineScheduleTest, StagesThatExchangeTokensStashOneMicroBatchMore) {
   const GptLayout dense{
@@ -273,7 +274,10 @@ TEST(PipelineScheduleTest, StagesThatExchangeTokensStashOneMicroBatchMore) {
   experts.name = "dp2_ep2_pp2_m4_moe";
   experts.experts = 4;
   experts.expert_parallel = 2;
-  for (const auto& [layout, extra] : {std::pair{dense, 0}, std::pair{experts, 1}}) {
+  const GptLayout tensor_parallel{
+      .name = "tp2_pp2_m4", .tensor_parallel = 2, .pipeline_stages = 2, .micro_batches = 4};
+  for (const auto& [layout, extra] :
+       {std::pair{dense, 0}, std::pair{experts, 1}, std::pair{tensor_parallel, 0}}) {
     absl::StatusOr<CompileResult> compiled = CompileGpt(layout, job::REGISTER_MEMORY_SHARED);
     ASSERT_TRUE(compiled.ok()) << layout.name << ": " << compiled.status();
     std::map<std::string, int> slots;
