@@ -240,8 +240,7 @@ std::vector<std::string> GraphLowering::ApplyStep(const LogicalTensor& tensor,
   if (!per_step && producer != nullptr) {
     if (DefersWeightGradient(graph_, *producer)) {
       rate = CollectiveRate::kDeferred;
-    } else if (graph_.num_stages > 1 && graph_.num_micro_batches > 1 &&
-               (producer->backward || producer->recomputes >= 0)) {
+    } else if (graph_.num_stages > 1 && graph_.num_micro_batches > 1 && producer->backward) {
       rate = CollectiveRate::kBackward;
     }
   }

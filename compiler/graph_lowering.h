@@ -92,9 +92,9 @@ class GraphLowering {
   // How often a collective runs: its communicator's order holds only collectives of one rate.
   // Deferred: a zero-bubble weight gradient's, per micro-batch but micro-batches behind the
   // forward and input-gradient collectives of its devices. Backward: of a pipeline's backward
-  // pass (a backward or recomputed op's tensor) under micro-batches, which a stage runs while it
-  // runs later micro-batches' forwards: each pass keeps its own order, so that neither waits for
-  // the other's collectives of an earlier micro-batch.
+  // pass (a backward op's tensor, recomputed copies included) under micro-batches, which a stage
+  // runs while it runs later micro-batches' forwards: each pass keeps its own order, so that
+  // neither waits for the other's collectives of an earlier micro-batch.
   enum class CollectiveRate { kPerMicroBatch, kPerStep, kDeferred, kBackward };
   plan::Communicator& CommunicatorOf(const Placement& placement, const std::vector<int>& group,
                                      CollectiveRate rate);
